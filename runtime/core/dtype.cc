@@ -1,0 +1,146 @@
+#include "runtime/core/dtype.h"
+
+#include <cmath>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+size_t DTypeSize(DType dtype) {
+  switch (dtype) {
+    case DType::kF64:
+    case DType::kI64:
+      return 8;
+    case DType::kF32:
+    case DType::kI32:
+      return 4;
+    case DType::kBF16:
+    case DType::kF16:
+      return 2;
+    case DType::kI8:
+    case DType::kU8:
+    case DType::kBool:
+    case DType::kF8E4M3:
+    case DType::kF8E5M2:
+      return 1;
+  }
+  return 0;
+}
+
+absl::string_view DTypeName(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "f32";
+    case DType::kBF16:
+      return "bf16";
+    case DType::kF16:
+      return "f16";
+    case DType::kF64:
+      return "f64";
+    case DType::kI64:
+      return "i64";
+    case DType::kI32:
+      return "i32";
+    case DType::kI8:
+      return "i8";
+    case DType::kU8:
+      return "u8";
+    case DType::kBool:
+      return "bool";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
+    case DType::kF8E5M2:
+      return "f8_e5m2";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
+  if (name == "F32") return DType::kF32;
+  if (name == "BF16") return DType::kBF16;
+  if (name == "F16") return DType::kF16;
+  if (name == "F64") return DType::kF64;
+  if (name == "I64") return DType::kI64;
+  if (name == "I32") return DType::kI32;
+  if (name == "I8") return DType::kI8;
+  if (name == "U8") return DType::kU8;
+  if (name == "BOOL") return DType::kBool;
+  if (name == "F8_E4M3") return DType::kF8E4M3;
+  if (name == "F8_E5M2") return DType::kF8E5M2;
+  return absl::InvalidArgumentError(absl::StrCat("unsupported safetensors dtype \"", name, "\""));
+}
+
+bool IsFloatConvertible(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16 ||
+         dtype == DType::kF64;
+}
+
+float F16ToF32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  uint32_t out;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      out = sign;
+    } else {  // Subnormal: value = mantissa * 2^-24.
+      float value = std::ldexp(static_cast<float>(mantissa), -24);
+      std::memcpy(&out, &value, sizeof(out));
+      out |= sign;
+    }
+  } else if (exponent == 0x1f) {  // Inf or NaN.
+    out = sign | 0x7f800000u | (mantissa << 13);
+  } else {
+    out = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  }
+  float result;
+  std::memcpy(&result, &out, sizeof(result));
+  return result;
+}
+
+uint16_t F32ToF16(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;         // NaN.
+  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;        // Overflow (rounds to) Inf.
+  if (abs_bits < 0x38800000u) {                              // Subnormal or zero in f16.
+    float magnitude;
+    std::memcpy(&magnitude, &abs_bits, sizeof(magnitude));
+    // nearbyint uses round-half-even in the default rounding mode.
+    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
+  }
+  // Normal: rebias the exponent and round the mantissa to nearest even.
+  const uint32_t rounded = abs_bits + 0xfffu + ((abs_bits >> 13) & 1u);
+  return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
+}
+
+absl::Status ConvertToF32(DType dtype, const void* src, size_t count, float* dst) {
+  switch (dtype) {
+    case DType::kF32:
+      std::memcpy(dst, src, count * sizeof(float));
+      return absl::OkStatus();
+    case DType::kBF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = Bf16ToF32(in[i]);
+      return absl::OkStatus();
+    }
+    case DType::kF16: {
+      const auto* in = static_cast<const uint16_t*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = F16ToF32(in[i]);
+      return absl::OkStatus();
+    }
+    case DType::kF64: {
+      const auto* in = static_cast<const double*>(src);
+      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot convert ", DTypeName(dtype), " to f32"));
+  }
+}
+
+}  // namespace tessera
