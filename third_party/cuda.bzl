@@ -14,7 +14,7 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
         obj = name + "_" + src.replace("/", "_")[:-3] + ".o"
         native.genrule(
             name = name + "_" + src.replace("/", "_")[:-3] + "_nvcc",
-            srcs = [src] + hdrs + native.glob(["**/*.h", "**/*.cuh"]),
+            srcs = [src] + [h for h in native.glob(["**/*.h", "**/*.cuh"]) if h not in hdrs] + hdrs,
             outs = [obj],
             cmd = " ".join([
                 NVCC,

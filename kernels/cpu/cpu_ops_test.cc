@@ -1,0 +1,170 @@
+// The CPU backend is the reference for every other backend, so it is itself checked against
+// direct float64 transcriptions of the formulas, on fresh random inputs.
+#include "kernels/cpu/cpu_ops.h"
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace tessera {
+namespace {
+
+class CpuOpsTest : public ::testing::Test {
+ protected:
+  Tensor Random(Shape shape, float scale = 1.0f) {
+    Tensor t = *Tensor::Empty(DType::kF32, std::move(shape));
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(rng_);
+    return t;
+  }
+  static void ExpectClose(const Tensor& got, const std::vector<double>& want, double tol) {
+    ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got.data_as<float>()[i], want[i], tol * (1.0 + std::fabs(want[i]))) << i;
+    }
+  }
+  std::mt19937 rng_{std::random_device{}()};
+  CpuOps ops_;
+};
+
+TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
+  for (int64_t t : {1, 3, 17}) {
+    Tensor x = Random({t, 33});
+    Tensor w = Random({45, 33});
+    Tensor b = Random({45});
+    Tensor out = *Tensor::Empty(DType::kF32, {t, 45});
+    TensorView bias = b.view();
+    ASSERT_TRUE(ops_.Linear(x.view(), w.view(), &bias, out.view()).ok());
+    std::vector<double> want(t * 45);
+    for (int64_t r = 0; r < t; ++r) {
+      for (int64_t n = 0; n < 45; ++n) {
+        double acc = b.data_as<float>()[n];
+        for (int64_t k = 0; k < 33; ++k) {
+          acc += double(x.data_as<float>()[r * 33 + k]) * w.data_as<float>()[n * 33 + k];
+        }
+        want[r * 45 + n] = acc;
+      }
+    }
+    ExpectClose(out, want, 1e-5);
+  }
+  Tensor x = Random({2, 8});
+  Tensor w = Random({4, 9});
+  Tensor out = *Tensor::Empty(DType::kF32, {2, 4});
+  EXPECT_EQ(ops_.Linear(x.view(), w.view(), nullptr, out.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CpuOpsTest, RmsNormMatchesFormula) {
+  Tensor x = Random({5, 24}, 3.0f);
+  Tensor w = Random({24});
+  Tensor out = *Tensor::Empty(DType::kF32, {5, 24});
+  ASSERT_TRUE(ops_.RmsNorm(x.view(), w.view(), 1e-5f, out.view()).ok());
+  std::vector<double> want(5 * 24);
+  for (int r = 0; r < 5; ++r) {
+    double ss = 0;
+    for (int i = 0; i < 24; ++i) ss += std::pow(x.data_as<float>()[r * 24 + i], 2);
+    const double inv = 1.0 / std::sqrt(ss / 24 + 1e-5);
+    for (int i = 0; i < 24; ++i) {
+      want[r * 24 + i] = x.data_as<float>()[r * 24 + i] * inv * w.data_as<float>()[i];
+    }
+  }
+  ExpectClose(out, want, 1e-5);
+}
+
+TEST_F(CpuOpsTest, RopeRotatesHalvesByPositionTimesFrequency) {
+  Tensor x = Random({3, 2, 8});
+  Tensor orig = *Tensor::Empty(DType::kF32, {3, 2, 8});
+  std::copy_n(x.data_as<float>(), 48, orig.data_as<float>());
+  Tensor freq = Random({4});
+  std::vector<int32_t> pos = {0, 5, 11};
+  ASSERT_TRUE(ops_.Rope(x.view(), pos, freq.view()).ok());
+  std::vector<double> want(48);
+  for (int t = 0; t < 3; ++t) {
+    for (int h = 0; h < 2; ++h) {
+      const float* o = orig.data_as<float>() + (t * 2 + h) * 8;
+      for (int i = 0; i < 4; ++i) {
+        const double angle = double(pos[t]) * freq.data_as<float>()[i];
+        want[(t * 2 + h) * 8 + i] = o[i] * std::cos(angle) - o[i + 4] * std::sin(angle);
+        want[(t * 2 + h) * 8 + i + 4] = o[i + 4] * std::cos(angle) + o[i] * std::sin(angle);
+      }
+    }
+  }
+  ExpectClose(x, want, 1e-5);
+}
+
+TEST_F(CpuOpsTest, SiluMulAndAdd) {
+  Tensor g = Random({4, 7});
+  Tensor u = Random({4, 7});
+  Tensor out = *Tensor::Empty(DType::kF32, {4, 7});
+  ASSERT_TRUE(ops_.SiluMul(g.view(), u.view(), out.view()).ok());
+  std::vector<double> want(28), sum(28);
+  for (int i = 0; i < 28; ++i) {
+    const double gi = g.data_as<float>()[i];
+    want[i] = gi / (1 + std::exp(-gi)) * u.data_as<float>()[i];
+    sum[i] = want[i] + gi;
+  }
+  ExpectClose(out, want, 1e-6);
+  ASSERT_TRUE(ops_.Add(out.view(), g.view(), out.view()).ok());
+  ExpectClose(out, sum, 1e-6);
+}
+
+TEST_F(CpuOpsTest, EmbeddingRejectsOutOfRangeIds) {
+  Tensor table = Random({10, 4});
+  Tensor out = *Tensor::Empty(DType::kF32, {2, 4});
+  std::vector<int32_t> ids = {3, 9};
+  ASSERT_TRUE(ops_.Embedding(table.view(), ids, out.view()).ok());
+  EXPECT_EQ(out.data_as<float>()[4], table.data_as<float>()[36]);
+  ids[1] = 10;
+  EXPECT_EQ(ops_.Embedding(table.view(), ids, out.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Causal GQA attention with and without a sliding window, checked against a direct softmax.
+TEST_F(CpuOpsTest, AttentionMatchesDirectSoftmax) {
+  const int64_t heads = 4, kv_heads = 2, dim = 8, start = 5, tokens = 6, cap = 16;
+  for (int64_t window : {0, 3}) {
+    Tensor q = Random({tokens, heads, dim});
+    Tensor k = Random({cap, kv_heads, dim});
+    Tensor v = Random({cap, kv_heads, dim});
+    Tensor out = *Tensor::Empty(DType::kF32, {tokens, heads, dim});
+    AttentionArgs args{q.view(), k.view(), v.view(), out.view(), start, window, 0.35f};
+    ASSERT_TRUE(ops_.Attention(args).ok());
+    std::vector<double> want(tokens * heads * dim, 0.0);
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t pos = start + t, kvh = h / 2;
+        const int64_t first = window ? std::max<int64_t>(0, pos - window + 1) : 0;
+        std::vector<double> s;
+        double mx = -1e300, den = 0;
+        for (int64_t j = first; j <= pos; ++j) {
+          double dot = 0;
+          for (int i = 0; i < dim; ++i) {
+            dot += double(q.data_as<float>()[(t * heads + h) * dim + i]) *
+                   k.data_as<float>()[(j * kv_heads + kvh) * dim + i];
+          }
+          s.push_back(dot * 0.35);
+          mx = std::max(mx, s.back());
+        }
+        for (double& x : s) den += (x = std::exp(x - mx));
+        for (int64_t j = first; j <= pos; ++j) {
+          for (int i = 0; i < dim; ++i) {
+            want[(t * heads + h) * dim + i] +=
+                s[j - first] / den * v.data_as<float>()[(j * kv_heads + kvh) * dim + i];
+          }
+        }
+      }
+    }
+    ExpectClose(out, want, 1e-5);
+  }
+  // The cache must hold every position the step reads.
+  Tensor q = Random({4, heads, dim});
+  Tensor k = Random({6, kv_heads, dim});
+  Tensor out = *Tensor::Empty(DType::kF32, {4, heads, dim});
+  AttentionArgs bad{q.view(), k.view(), k.view(), out.view(), 3, 0, 1.0f};
+  EXPECT_EQ(ops_.Attention(bad).code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,56 @@
+// Generator: runs one sequence from prompt to finish on a LlamaModel (single process, one
+// request at a time; the continuous-batching scheduler replaces this loop for serving).
+#ifndef TESSERA_RUNTIME_ENGINE_GENERATOR_H_
+#define TESSERA_RUNTIME_ENGINE_GENERATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/model/llama.h"
+#include "runtime/sampler/sampler.h"
+
+namespace tessera {
+
+enum class FinishReason {
+  kLength,  // max_tokens generated, or the context is full.
+  kStop,    // An end-of-sequence token was generated (it is included in output_ids).
+};
+
+absl::string_view FinishReasonName(FinishReason reason);  // "length" / "stop"
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
+  int64_t max_tokens = 256;         // >= 1.
+  SamplingParams sampling;
+  bool ignore_eos = false;          // Keep going after EOS (benchmarks).
+};
+
+struct GenerationResult {
+  std::vector<int32_t> output_ids;
+  FinishReason finish_reason = FinishReason::kLength;
+  std::vector<float> prefill_logits;  // Next-token logits after the prompt [vocab].
+  double prefill_seconds = 0.0;       // Prompt forward pass.
+  double decode_seconds = 0.0;        // Every later forward pass.
+};
+
+class Generator {
+ public:
+  // `model` must outlive the generator. `eos_ids` end a sequence (the config's eos ids).
+  Generator(LlamaModel* model, std::vector<int64_t> eos_ids);
+
+  // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad sampling
+  // parameters or max_tokens < 1; OutOfRange for a prompt longer than the context.
+  // `on_token`, when set, sees each generated token as soon as it is sampled.
+  absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
+                                            const std::function<void(int32_t)>& on_token = {});
+
+ private:
+  LlamaModel* model_;
+  std::vector<int64_t> eos_ids_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_ENGINE_GENERATOR_H_

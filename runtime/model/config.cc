@@ -1,0 +1,592 @@
+#include "runtime/model/config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "nlohmann/json.hpp"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+
+// A short description of a JSON value's type, for messages.
+std::string TypeName(const Json& value) {
+  if (value.is_number_integer()) return "integer";
+  return value.type_name();
+}
+
+// `obj[key]` when present and not null; nullptr otherwise.
+const Json* Find(const Json& obj, absl::string_view key) {
+  auto it = obj.find(std::string(key));
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+absl::StatusOr<int64_t> AsInt(const Json& value, absl::string_view key) {
+  if (value.is_number_unsigned()) {
+    const uint64_t v = value.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", key, "\" is out of range: ", v));
+    }
+    return static_cast<int64_t>(v);
+  }
+  if (value.is_number_integer()) return value.get<int64_t>();
+  return absl::InvalidArgumentError(
+      absl::StrCat("config key \"", key, "\" must be an integer, found ",
+                   TypeName(value), " ", value.dump()));
+}
+
+absl::StatusOr<double> AsDouble(const Json& value, absl::string_view key) {
+  if (!value.is_number()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be a number, found ",
+                     TypeName(value), " ", value.dump()));
+  }
+  return value.get<double>();
+}
+
+// A required integer that must be > 0.
+absl::StatusOr<int64_t> RequiredPositiveInt(const Json& obj,
+                                            absl::string_view key) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config is missing required key \"", key, "\""));
+  }
+  ASSIGN_OR_RETURN(const int64_t v, AsInt(*value, key));
+  if (v <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be positive, found ", v));
+  }
+  return v;
+}
+
+// An optional integer that must be > 0 when present; `fallback` otherwise.
+absl::StatusOr<int64_t> OptionalPositiveInt(const Json& obj,
+                                            absl::string_view key,
+                                            int64_t fallback) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) return fallback;
+  ASSIGN_OR_RETURN(const int64_t v, AsInt(*value, key));
+  if (v <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be positive, found ", v));
+  }
+  return v;
+}
+
+// An optional positive number; `fallback` when absent or null.
+absl::StatusOr<double> OptionalPositiveDouble(const Json& obj,
+                                              absl::string_view key,
+                                              double fallback) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) return fallback;
+  ASSIGN_OR_RETURN(const double v, AsDouble(*value, key));
+  if (!(v > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be positive, found ", v));
+  }
+  return v;
+}
+
+absl::StatusOr<bool> OptionalBool(const Json& obj, absl::string_view key,
+                                  bool fallback) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) return fallback;
+  if (!value->is_boolean()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be a boolean, found ",
+                     TypeName(*value), " ", value->dump()));
+  }
+  return value->get<bool>();
+}
+
+absl::StatusOr<std::optional<std::string>> OptionalString(
+    const Json& obj, absl::string_view key) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) return std::optional<std::string>();
+  if (!value->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be a string, found ",
+                     TypeName(*value), " ", value->dump()));
+  }
+  return std::optional<std::string>(value->get<std::string>());
+}
+
+// Appends the token ids of an eos_token_id value (int, list of ints, or
+// null) to `ids`, skipping ones already there.
+absl::Status AppendTokenIds(const Json* value, absl::string_view key,
+                            std::vector<int64_t>* ids) {
+  if (value == nullptr || value->is_null()) return absl::OkStatus();
+  auto add = [&](const Json& item) -> absl::Status {
+    ASSIGN_OR_RETURN(const int64_t id, AsInt(item, key));
+    if (id < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key, "\" holds a negative token id ", id));
+    }
+    if (std::find(ids->begin(), ids->end(), id) == ids->end()) {
+      ids->push_back(id);
+    }
+    return absl::OkStatus();
+  };
+  if (value->is_array()) {
+    for (const Json& item : *value) RETURN_IF_ERROR(add(item));
+    return absl::OkStatus();
+  }
+  if (!value->is_number_integer()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\" must be an integer or a list of integers, ",
+        "found ", TypeName(*value), " ", value->dump()));
+  }
+  return add(*value);
+}
+
+absl::StatusOr<Architecture> ParseArchitecture(absl::string_view model_type) {
+  if (model_type == "llama") return Architecture::kLlama;
+  if (model_type == "mistral") return Architecture::kMistral;
+  if (model_type == "qwen2") return Architecture::kQwen2;
+  if (model_type == "qwen3") return Architecture::kQwen3;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported model_type \"", model_type,
+                   "\" (supported: llama, mistral, qwen2, qwen3)"));
+}
+
+// Rejects checkpoints whose weights are quantized: we would otherwise read
+// packed integers as if they were the dense weights.
+absl::Status CheckQuantization(const Json& root) {
+  for (const char* key : {"quantization_config", "compression_config"}) {
+    const Json* qc = Find(root, key);
+    if (qc == nullptr) continue;
+    if (!qc->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key, "\" must be an object, found ", TypeName(*qc)));
+    }
+    const Json* method = Find(*qc, "quant_method");
+    if (method == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key,
+          "\" has no \"quant_method\"; cannot tell how the weights are "
+          "quantized"));
+    }
+    if (!method->is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown quantization method ", method->dump()));
+    }
+    const std::string name = method->get<std::string>();
+    const std::string lower = absl::AsciiStrToLower(name);
+    for (const char* known :
+         {"awq", "gptq", "compressed-tensors", "fp8", "quark", "mxfp4"}) {
+      if (lower == known) {
+        return absl::UnimplementedError(absl::StrCat(
+            "quantization method \"", name, "\" is not supported yet"));
+      }
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown quantization method \"", name, "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPartialRotary(const Json& obj, absl::string_view where) {
+  const Json* value = Find(obj, "partial_rotary_factor");
+  if (value == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const double factor,
+                   AsDouble(*value, "partial_rotary_factor"));
+  if (factor != 1.0) {
+    return absl::UnimplementedError(
+        absl::StrCat(where, "partial_rotary_factor ", factor,
+                     " is not supported yet (only 1.0)"));
+  }
+  return absl::OkStatus();
+}
+
+// RoPE: transformers 5 writes `rope_parameters` (theta inside, rope_type);
+// transformers 4 writes top-level `rope_theta` and an optional `rope_scaling`
+// ({"type" | "rope_type": ..., "factor": ...}). `rope_parameters` wins.
+absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
+  RopeConfig rope;
+  RETURN_IF_ERROR(CheckPartialRotary(root, ""));
+  ASSIGN_OR_RETURN(rope.theta,
+                   OptionalPositiveDouble(root, "rope_theta", 10000.0));
+
+  const Json* params = Find(root, "rope_parameters");
+  absl::string_view params_key = "rope_parameters";
+  if (params == nullptr) {
+    params = Find(root, "rope_scaling");
+    params_key = "rope_scaling";
+  }
+  if (params == nullptr) return rope;
+  if (!params->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", params_key,
+                     "\" must be an object, found ", TypeName(*params)));
+  }
+  for (const auto& item : params->items()) {
+    if (item.value().is_object()) {
+      // {"full_attention": {...}, "sliding_attention": {...}}.
+      return absl::UnimplementedError(
+          absl::StrCat("per-layer-type ", params_key, " (key \"", item.key(),
+                       "\") are not supported yet"));
+    }
+  }
+  const std::string where = absl::StrCat(params_key, ": ");
+  RETURN_IF_ERROR(CheckPartialRotary(*params, where));
+  ASSIGN_OR_RETURN(rope.theta,
+                   OptionalPositiveDouble(*params, "rope_theta", rope.theta));
+
+  const Json* type = Find(*params, "rope_type");
+  if (type == nullptr) type = Find(*params, "type");
+  std::string rope_type = "default";
+  if (type != nullptr) {
+    if (!type->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "rope_type must be a string, found ", type->dump()));
+    }
+    rope_type = type->get<std::string>();
+  } else if (params_key == "rope_scaling") {
+    // transformers 4 always names the type; a bare {"factor": 8} is not a
+    // config it would accept.
+    return absl::InvalidArgumentError(
+        "config key \"rope_scaling\" has no \"rope_type\" (or \"type\")");
+  }
+
+  auto required = [&](absl::string_view key) -> absl::StatusOr<double> {
+    const Json* value = Find(*params, key);
+    if (value == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "rope_type \"", rope_type, "\" requires \"", key, "\""));
+    }
+    ASSIGN_OR_RETURN(const double v, AsDouble(*value, key));
+    if (!(v > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "\"", key, "\" must be positive, found ", value->dump()));
+    }
+    return v;
+  };
+
+  if (rope_type == "default") {
+    rope.scaling = RopeScaling::kNone;
+  } else if (rope_type == "linear") {
+    rope.scaling = RopeScaling::kLinear;
+    ASSIGN_OR_RETURN(rope.factor, required("factor"));
+  } else if (rope_type == "llama3") {
+    rope.scaling = RopeScaling::kLlama3;
+    ASSIGN_OR_RETURN(rope.factor, required("factor"));
+    ASSIGN_OR_RETURN(rope.low_freq_factor, required("low_freq_factor"));
+    ASSIGN_OR_RETURN(rope.high_freq_factor, required("high_freq_factor"));
+    const Json* original = Find(*params, "original_max_position_embeddings");
+    if (original == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "rope_type \"llama3\" requires "
+                       "\"original_max_position_embeddings\""));
+    }
+    ASSIGN_OR_RETURN(rope.original_max_position,
+                     AsInt(*original, "original_max_position_embeddings"));
+    if (rope.original_max_position <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "\"original_max_position_embeddings\" must be positive, "
+                       "found ",
+                       rope.original_max_position));
+    }
+    // The smooth ramp divides by (high - low).
+    if (rope.high_freq_factor <= rope.low_freq_factor) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "llama3 high_freq_factor (", rope.high_freq_factor,
+          ") must exceed low_freq_factor (", rope.low_freq_factor, ")"));
+    }
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat("rope_type \"", rope_type, "\" is not supported yet"));
+  }
+  return rope;
+}
+
+absl::Status ParseSlidingWindow(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  auto window_value = [&](int64_t fallback) -> absl::StatusOr<int64_t> {
+    auto it = root.find("sliding_window");
+    if (it == root.end()) return fallback;
+    if (it->is_null()) return 0;
+    ASSIGN_OR_RETURN(const int64_t w, AsInt(*it, "sliding_window"));
+    if (w < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"sliding_window\" must be non-negative, found ", w));
+    }
+    return w;
+  };
+
+  switch (config->arch) {
+    case Architecture::kLlama:
+      return absl::OkStatus();
+    case Architecture::kMistral: {
+      // MistralConfig defaults sliding_window to 4096 when the key is absent;
+      // null means full attention.
+      ASSIGN_OR_RETURN(const int64_t window, window_value(4096));
+      config->sliding_window_per_layer.assign(config->num_layers, window);
+      return absl::OkStatus();
+    }
+    case Architecture::kQwen2:
+    case Architecture::kQwen3: {
+      // Qwen2Config/Qwen3Config: sliding_window only counts when
+      // use_sliding_window is true (default false, sliding_window default
+      // 4096); layer_types then says which layers slide, or, when absent,
+      // layers i >= max_window_layers (default 28) do.
+      ASSIGN_OR_RETURN(const bool use_sliding,
+                       OptionalBool(root, "use_sliding_window", false));
+      int64_t window = 0;
+      if (use_sliding) {
+        ASSIGN_OR_RETURN(window, window_value(4096));
+      }
+      const Json* layer_types = Find(root, "layer_types");
+      if (layer_types != nullptr) {
+        if (!layer_types->is_array()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("config key \"layer_types\" must be a list, found ",
+                           TypeName(*layer_types)));
+        }
+        if (static_cast<int64_t>(layer_types->size()) != config->num_layers) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "config key \"layer_types\" has ", layer_types->size(),
+              " entries but num_hidden_layers is ", config->num_layers));
+        }
+        for (int64_t i = 0; i < config->num_layers; ++i) {
+          const Json& type = (*layer_types)[i];
+          if (type == "sliding_attention") {
+            config->sliding_window_per_layer[i] = window;
+          } else if (type != "full_attention") {
+            return absl::InvalidArgumentError(
+                absl::StrCat("config key \"layer_types\"[", i,
+                             "]: unsupported layer type ", type.dump()));
+          }
+        }
+        return absl::OkStatus();
+      }
+      if (window == 0) return absl::OkStatus();
+      int64_t max_window_layers = 28;
+      if (const Json* v = Find(root, "max_window_layers")) {
+        ASSIGN_OR_RETURN(max_window_layers, AsInt(*v, "max_window_layers"));
+      }
+      for (int64_t i = std::max<int64_t>(max_window_layers, 0);
+           i < config->num_layers; ++i) {
+        config->sliding_window_per_layer[i] = window;
+      }
+      return absl::OkStatus();
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config.json must hold a JSON object, found ", TypeName(root)));
+  }
+  ModelConfig config;
+
+  const Json* model_type = Find(root, "model_type");
+  if (model_type == nullptr) {
+    return absl::InvalidArgumentError(
+        "config is missing required key \"model_type\"");
+  }
+  if (!model_type->is_string()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"model_type\" must be a string, found ",
+                     model_type->dump()));
+  }
+  config.model_type = model_type->get<std::string>();
+  ASSIGN_OR_RETURN(config.arch, ParseArchitecture(config.model_type));
+
+  // Quantized weights change every tensor's meaning: reject them before
+  // anything else.
+  RETURN_IF_ERROR(CheckQuantization(root));
+
+  ASSIGN_OR_RETURN(config.vocab_size, RequiredPositiveInt(root, "vocab_size"));
+  ASSIGN_OR_RETURN(config.hidden_size,
+                   RequiredPositiveInt(root, "hidden_size"));
+  ASSIGN_OR_RETURN(config.intermediate_size,
+                   RequiredPositiveInt(root, "intermediate_size"));
+  ASSIGN_OR_RETURN(config.num_layers,
+                   RequiredPositiveInt(root, "num_hidden_layers"));
+  ASSIGN_OR_RETURN(config.num_heads,
+                   RequiredPositiveInt(root, "num_attention_heads"));
+  ASSIGN_OR_RETURN(config.max_position_embeddings,
+                   RequiredPositiveInt(root, "max_position_embeddings"));
+  ASSIGN_OR_RETURN(
+      config.num_kv_heads,
+      OptionalPositiveInt(root, "num_key_value_heads", config.num_heads));
+  if (config.num_heads % config.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_attention_heads (", config.num_heads,
+                     ") must be a multiple of num_key_value_heads (",
+                     config.num_kv_heads, ")"));
+  }
+  if (Find(root, "head_dim") != nullptr) {
+    ASSIGN_OR_RETURN(config.head_dim, OptionalPositiveInt(root, "head_dim", 0));
+  } else {
+    if (config.hidden_size % config.num_heads != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("hidden_size (", config.hidden_size,
+                       ") is not divisible by num_attention_heads (",
+                       config.num_heads, ") and config has no \"head_dim\""));
+    }
+    config.head_dim = config.hidden_size / config.num_heads;
+  }
+  ASSIGN_OR_RETURN(config.rms_norm_eps,
+                   OptionalPositiveDouble(root, "rms_norm_eps", 1e-6));
+
+  ASSIGN_OR_RETURN(const std::optional<std::string> act,
+                   OptionalString(root, "hidden_act"));
+  if (act.has_value() && *act != "silu") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "hidden_act \"", *act, "\" is not supported (only \"silu\")"));
+  }
+
+  ASSIGN_OR_RETURN(config.rope, ParseRope(root));
+
+  ASSIGN_OR_RETURN(config.tie_word_embeddings,
+                   OptionalBool(root, "tie_word_embeddings", false));
+
+  switch (config.arch) {
+    case Architecture::kLlama: {
+      ASSIGN_OR_RETURN(config.attention_bias,
+                       OptionalBool(root, "attention_bias", false));
+      config.attention_out_bias = config.attention_bias;
+      ASSIGN_OR_RETURN(config.mlp_bias, OptionalBool(root, "mlp_bias", false));
+      break;
+    }
+    case Architecture::kMistral:
+      break;
+    case Architecture::kQwen2:
+      config.attention_bias = true;  // q/k/v always; o_proj never.
+      config.attention_out_bias = false;
+      break;
+    case Architecture::kQwen3: {
+      ASSIGN_OR_RETURN(config.attention_bias,
+                       OptionalBool(root, "attention_bias", false));
+      config.attention_out_bias = config.attention_bias;
+      config.qk_norm = true;
+      break;
+    }
+  }
+
+  RETURN_IF_ERROR(ParseSlidingWindow(root, &config));
+
+  if (const Json* bos = Find(root, "bos_token_id")) {
+    ASSIGN_OR_RETURN(config.bos_token_id, AsInt(*bos, "bos_token_id"));
+  }
+  RETURN_IF_ERROR(AppendTokenIds(Find(root, "eos_token_id"), "eos_token_id",
+                                 &config.eos_token_ids));
+
+  // transformers 5 renamed torch_dtype to dtype.
+  ASSIGN_OR_RETURN(std::optional<std::string> dtype,
+                   OptionalString(root, "dtype"));
+  if (!dtype.has_value()) {
+    ASSIGN_OR_RETURN(dtype, OptionalString(root, "torch_dtype"));
+  }
+  if (dtype.has_value()) config.torch_dtype = *dtype;
+  return config;
+}
+
+absl::StatusOr<Json> ParseJson(absl::string_view text) {
+  try {
+    return Json::parse(text.begin(), text.end());
+  } catch (const Json::exception& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed JSON: ", e.what()));
+  }
+}
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", path));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) {
+    return absl::DataLossError(absl::StrCat("error reading ", path));
+  }
+  return contents.str();
+}
+
+}  // namespace
+
+absl::string_view ArchitectureName(Architecture arch) {
+  switch (arch) {
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kMistral:
+      return "mistral";
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text) {
+  ASSIGN_OR_RETURN(const Json root, ParseJson(json_text));
+  try {
+    return ParseRoot(root);
+  } catch (const Json::exception& e) {
+    // Every access above is type-checked first; this is a safety net.
+    return absl::InvalidArgumentError(
+        absl::StrCat("invalid config: ", e.what()));
+  }
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir, ec)) {
+    return absl::NotFoundError(
+        absl::StrCat("model directory ", model_dir, " does not exist"));
+  }
+  const std::string config_path =
+      (fs::path(model_dir) / "config.json").string();
+  if (!fs::is_regular_file(config_path, ec)) {
+    return absl::NotFoundError(absl::StrCat(config_path, " not found"));
+  }
+  ASSIGN_OR_RETURN(const std::string text, ReadFile(config_path));
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(text);
+  if (!config.ok()) return Annotate(config.status(), config_path);
+
+  // HF generate() stops on the generation config's eos ids as well.
+  const std::string gen_path =
+      (fs::path(model_dir) / "generation_config.json").string();
+  if (fs::is_regular_file(gen_path, ec)) {
+    ASSIGN_OR_RETURN(const std::string gen_text, ReadFile(gen_path));
+    absl::StatusOr<Json> gen = ParseJson(gen_text);
+    if (!gen.ok()) return Annotate(gen.status(), gen_path);
+    if (!gen->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(gen_path, ": must hold a JSON object"));
+    }
+    absl::Status status = AppendTokenIds(
+        Find(*gen, "eos_token_id"), "eos_token_id", &config->eos_token_ids);
+    if (!status.ok()) return Annotate(status, gen_path);
+  }
+  return config;
+}
+
+}  // namespace tessera

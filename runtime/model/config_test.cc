@@ -1,0 +1,713 @@
+#include "runtime/model/config.h"
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace tessera {
+namespace {
+
+using Json = nlohmann::json;
+
+// The demo checkpoint's config, verbatim from
+// shared/models/stories260K/config.json.
+constexpr char kStories260K[] = R"json({
+  "architectures": [
+    "LlamaForCausalLM"
+  ],
+  "model_type": "llama",
+  "hidden_size": 64,
+  "intermediate_size": 172,
+  "num_hidden_layers": 5,
+  "num_attention_heads": 8,
+  "num_key_value_heads": 4,
+  "head_dim": 8,
+  "vocab_size": 512,
+  "max_position_embeddings": 512,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "hidden_act": "silu",
+  "tie_word_embeddings": true,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "torch_dtype": "float32",
+  "attention_bias": false,
+  "mlp_bias": false
+})json";
+
+// Llama 3.2 1B as transformers 4.45 writes it.
+constexpr char kLlama32V4[] = R"json({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "eos_token_id": 128001,
+  "head_dim": 64,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 16,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": {
+    "factor": 32.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "rope_type": "llama3"
+  },
+  "rope_theta": 500000.0,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.45.0.dev0",
+  "use_cache": true,
+  "vocab_size": 128256
+})json";
+
+// Llama 3.1 8B Instruct as transformers 5 writes it (rope_parameters, dtype).
+constexpr char kLlama31V5[] = R"json({
+  "architectures": ["LlamaForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 128000,
+  "dtype": "bfloat16",
+  "eos_token_id": [128001, 128008, 128009],
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 131072,
+  "mlp_bias": false,
+  "model_type": "llama",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "pretraining_tp": 1,
+  "rms_norm_eps": 1e-05,
+  "rope_parameters": {
+    "factor": 8.0,
+    "high_freq_factor": 4.0,
+    "low_freq_factor": 1.0,
+    "original_max_position_embeddings": 8192,
+    "rope_theta": 500000.0,
+    "rope_type": "llama3"
+  },
+  "tie_word_embeddings": false,
+  "transformers_version": "5.0.0",
+  "use_cache": true,
+  "vocab_size": 128256
+})json";
+
+// Mistral 7B v0.1.
+constexpr char kMistral[] = R"json({
+  "architectures": ["MistralForCausalLM"],
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mistral",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 10000.0,
+  "sliding_window": 4096,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.34.0.dev0",
+  "use_cache": true,
+  "vocab_size": 32000
+})json";
+
+// Qwen2.5 0.5B.
+constexpr char kQwen2[] = R"json({
+  "architectures": ["Qwen2ForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 896,
+  "initializer_range": 0.02,
+  "intermediate_size": 4864,
+  "max_position_embeddings": 32768,
+  "max_window_layers": 24,
+  "model_type": "qwen2",
+  "num_attention_heads": 14,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 2,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.1",
+  "use_cache": true,
+  "use_mrope": false,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})json";
+
+// Qwen3 0.6B: head_dim (128) != hidden_size / heads (64); rope_theta an int.
+constexpr char kQwen3[] = R"json({
+  "architectures": ["Qwen3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 1024,
+  "initializer_range": 0.02,
+  "intermediate_size": 3072,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 28,
+  "model_type": "qwen3",
+  "num_attention_heads": 16,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000,
+  "sliding_window": null,
+  "tie_word_embeddings": true,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.51.0",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})json";
+
+testing::AssertionResult MessageContains(const absl::Status& status,
+                                         const std::string& needle) {
+  if (std::string(status.message()).find(needle) != std::string::npos) {
+    return testing::AssertionSuccess();
+  }
+  return testing::AssertionFailure()
+         << "message of " << status << " lacks \"" << needle << "\"";
+}
+
+absl::StatusOr<ModelConfig> ParseEdited(const char* base, const Json& patch) {
+  Json config = Json::parse(base);
+  config.merge_patch(patch);
+  return ParseModelConfig(config.dump());
+}
+
+absl::StatusOr<ModelConfig> ParseWith(const char* base, const std::string& key,
+                                      const Json& value) {
+  Json config = Json::parse(base);
+  config[key] = value;
+  return ParseModelConfig(config.dump());
+}
+
+absl::StatusOr<ModelConfig> ParseWithout(const char* base,
+                                         const std::string& key) {
+  Json config = Json::parse(base);
+  config.erase(key);
+  return ParseModelConfig(config.dump());
+}
+
+TEST(ConfigTest, Stories260K) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kStories260K);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kLlama);
+  EXPECT_EQ(c->model_type, "llama");
+  EXPECT_EQ(c->vocab_size, 512);
+  EXPECT_EQ(c->hidden_size, 64);
+  EXPECT_EQ(c->intermediate_size, 172);
+  EXPECT_EQ(c->num_layers, 5);
+  EXPECT_EQ(c->num_heads, 8);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->head_dim, 8);
+  EXPECT_EQ(c->max_position_embeddings, 512);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->attention_out_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(5, 0));
+  EXPECT_EQ(c->bos_token_id, 1);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
+  EXPECT_EQ(c->torch_dtype, "float32");
+}
+
+TEST(ConfigTest, Llama3RopeScalingTransformers4) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama32V4);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kLlama);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 500000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLlama3);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 32.0);
+  EXPECT_DOUBLE_EQ(c->rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope.original_max_position, 8192);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->bos_token_id, 128000);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{128001});
+  EXPECT_EQ(c->torch_dtype, "bfloat16");
+}
+
+TEST(ConfigTest, Llama3RopeParametersTransformers5) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama31V5);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.theta, 500000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLlama3);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c->rope.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c->rope.high_freq_factor, 4.0);
+  EXPECT_EQ(c->rope.original_max_position, 8192);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{128001, 128008, 128009}));
+  EXPECT_EQ(c->torch_dtype, "bfloat16");  // From "dtype".
+}
+
+TEST(ConfigTest, RopeParametersWinOverRopeScaling) {
+  absl::StatusOr<ModelConfig> c = ParseEdited(
+      kLlama31V5,
+      {{"rope_theta", 1234.0},
+       {"rope_scaling", {{"rope_type", "linear"}, {"factor", 2.0}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.theta, 500000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLlama3);
+}
+
+TEST(ConfigTest, RopeParametersDefaultTakesTopLevelThetaWhenAbsent) {
+  absl::StatusOr<ModelConfig> c = ParseEdited(
+      kStories260K, {{"rope_theta", 20000.0},
+                     {"rope_parameters", {{"rope_type", "default"}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.theta, 20000.0);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+}
+
+TEST(ConfigTest, RopeThetaDefaultsTo10000) {
+  absl::StatusOr<ModelConfig> c = ParseWithout(kStories260K, "rope_theta");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
+}
+
+TEST(ConfigTest, LinearRopeScalingOldTypeKey) {
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kStories260K, "rope_scaling", {{"type", "linear"}, {"factor", 4.0}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 4.0);
+}
+
+TEST(ConfigTest, LinearRopeParameters) {
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kStories260K, "rope_parameters",
+      {{"rope_type", "linear"}, {"factor", 2.0}, {"rope_theta", 10000.0}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kLinear);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 2.0);
+}
+
+TEST(ConfigTest, LinearWithoutFactorIsError) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "rope_scaling", {{"rope_type", "linear"}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "factor"));
+}
+
+TEST(ConfigTest, Llama3MissingFieldsAreErrors) {
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor",
+                          "original_max_position_embeddings"}) {
+    Json config = Json::parse(kLlama32V4);
+    config["rope_scaling"].erase(key);
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(MessageContains(c.status(), key));
+  }
+}
+
+TEST(ConfigTest, UnsupportedRopeTypesAreUnimplemented) {
+  for (const char* type : {"yarn", "dynamic", "longrope", "su"}) {
+    absl::StatusOr<ModelConfig> c = ParseWith(
+        kStories260K, "rope_scaling", {{"rope_type", type}, {"factor", 4.0}});
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << type;
+    EXPECT_TRUE(MessageContains(c.status(), std::string("rope_type \"") + type +
+                                                "\" is not supported yet"));
+  }
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "rope_parameters",
+                {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e6}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(
+      MessageContains(c.status(), "rope_type \"yarn\" is not supported yet"));
+}
+
+TEST(ConfigTest, PartialRotaryFactorIsUnimplemented) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "partial_rotary_factor", 0.5);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(MessageContains(c.status(), "partial_rotary_factor"));
+
+  c = ParseWith(kStories260K, "rope_parameters",
+                {{"rope_type", "default"}, {"partial_rotary_factor", 0.25}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+
+  c = ParseWith(kStories260K, "partial_rotary_factor", 1.0);
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(ConfigTest, Mistral) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kMistral);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kMistral);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->attention_out_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_FALSE(c->tie_word_embeddings);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 4096));
+}
+
+TEST(ConfigTest, MistralNullSlidingWindowIsFullAttention) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kMistral, "sliding_window", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 0));
+}
+
+TEST(ConfigTest, Qwen2) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen2);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kQwen2);
+  EXPECT_EQ(c->head_dim, 64);
+  EXPECT_EQ(c->num_kv_heads, 2);
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_FALSE(c->attention_out_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_FALSE(c->qk_norm);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 1e6);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-6);
+  // use_sliding_window is false: sliding_window is ignored.
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(24, 0));
+}
+
+TEST(ConfigTest, Qwen2UseSlidingWindowAboveMaxWindowLayers) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kQwen2, {{"use_sliding_window", true},
+                           {"max_window_layers", 20},
+                           {"sliding_window", 4096}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::vector<int64_t> expected(24, 0);
+  for (int i = 20; i < 24; ++i) expected[i] = 4096;
+  EXPECT_EQ(c->sliding_window_per_layer, expected);
+}
+
+TEST(ConfigTest, Qwen2LayerTypes) {
+  Json types = Json::array();
+  for (int i = 0; i < 24; ++i) {
+    types.push_back(i % 2 == 0 ? "sliding_attention" : "full_attention");
+  }
+  absl::StatusOr<ModelConfig> c = ParseEdited(
+      kQwen2, {{"use_sliding_window", true}, {"layer_types", types}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 24; ++i) {
+    EXPECT_EQ(c->sliding_window_per_layer[i], i % 2 == 0 ? 32768 : 0) << i;
+  }
+
+  // As in Qwen2Config, the window only exists when use_sliding_window is set.
+  c = ParseEdited(kQwen2, {{"layer_types", types}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(24, 0));
+}
+
+TEST(ConfigTest, LayerTypesWrongSizeIsError) {
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kQwen2, "layer_types", Json::array({"full_attention", "full_attention"}));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "layer_types"));
+}
+
+TEST(ConfigTest, Qwen3) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kQwen3);
+  EXPECT_EQ(c->hidden_size, 1024);
+  EXPECT_EQ(c->num_heads, 16);
+  EXPECT_EQ(c->head_dim, 128);  // Not 1024 / 16.
+  EXPECT_EQ(c->num_kv_heads, 8);
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->attention_out_bias);
+  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_DOUBLE_EQ(c->rope.theta, 1e6);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(28, 0));
+  EXPECT_EQ(c->bos_token_id, 151643);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{151645});
+}
+
+TEST(ConfigTest, Qwen3AttentionBias) {
+  absl::StatusOr<ModelConfig> c = ParseWith(kQwen3, "attention_bias", true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->attention_out_bias);
+}
+
+TEST(ConfigTest, LlamaBiases) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kStories260K, {{"attention_bias", true}, {"mlp_bias", true}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->attention_out_bias);
+  EXPECT_TRUE(c->mlp_bias);
+}
+
+TEST(ConfigTest, SingleKvHead) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "num_key_value_heads", 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 1);
+  EXPECT_EQ(c->num_heads, 8);
+}
+
+TEST(ConfigTest, KvHeadsDefaultToHeads) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWithout(kStories260K, "num_key_value_heads");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 8);
+  c = ParseWith(kStories260K, "num_key_value_heads", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_kv_heads, 8);
+}
+
+TEST(ConfigTest, HeadDimDefaultsWhenAbsentOrNull) {
+  absl::StatusOr<ModelConfig> c = ParseWithout(kStories260K, "head_dim");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 8);
+  c = ParseWith(kMistral, "head_dim", nullptr);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->head_dim, 128);
+}
+
+TEST(ConfigTest, TiedAndUntied) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "tie_word_embeddings", false);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->tie_word_embeddings);
+  c = ParseWith(kStories260K, "tie_word_embeddings", true);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->tie_word_embeddings);
+  c = ParseWithout(kQwen3, "tie_word_embeddings");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->tie_word_embeddings);  // Absent: false.
+}
+
+TEST(ConfigTest, TokenIdsAbsentOrNull) {
+  absl::StatusOr<ModelConfig> c = ParseEdited(
+      kStories260K, {{"bos_token_id", nullptr}, {"eos_token_id", nullptr}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bos_token_id, -1);
+  EXPECT_TRUE(c->eos_token_ids.empty());
+
+  Json config = Json::parse(kStories260K);
+  config.erase("bos_token_id");
+  config.erase("eos_token_id");
+  c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bos_token_id, -1);
+  EXPECT_TRUE(c->eos_token_ids.empty());
+}
+
+TEST(ConfigTest, EosListIsDeduplicated) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "eos_token_id", Json::array({2, 3, 2}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2, 3}));
+}
+
+TEST(ConfigTest, BadEosType) {
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "eos_token_id", "2");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "eos_token_id"));
+}
+
+TEST(ConfigTest, ArchitectureNames) {
+  EXPECT_EQ(ArchitectureName(Architecture::kLlama), "llama");
+  EXPECT_EQ(ArchitectureName(Architecture::kMistral), "mistral");
+  EXPECT_EQ(ArchitectureName(Architecture::kQwen2), "qwen2");
+  EXPECT_EQ(ArchitectureName(Architecture::kQwen3), "qwen3");
+}
+
+// ---- Errors -----------------------------------------------------------------
+
+TEST(ConfigTest, MalformedJson) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig("{\"model_type\": ");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "malformed JSON"));
+  c = ParseModelConfig("[1, 2]");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, MissingRequiredKeys) {
+  for (const char* key : {"model_type", "vocab_size", "hidden_size",
+                          "intermediate_size", "num_hidden_layers",
+                          "num_attention_heads", "max_position_embeddings"}) {
+    absl::StatusOr<ModelConfig> c = ParseWithout(kStories260K, key);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(MessageContains(c.status(), std::string("\"") + key + "\""));
+  }
+}
+
+TEST(ConfigTest, WrongTypeOrNonPositiveSizes) {
+  for (const char* key :
+       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "max_position_embeddings", "num_key_value_heads",
+        "head_dim"}) {
+    absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, key, "64");
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(MessageContains(c.status(), key));
+    c = ParseWith(kStories260K, key, 0);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    EXPECT_TRUE(MessageContains(c.status(), key));
+    c = ParseWith(kStories260K, key, -4);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+    c = ParseWith(kStories260K, key, 64.5);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
+  }
+}
+
+TEST(ConfigTest, UnknownModelType) {
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "model_type", "gpt2");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "unsupported model_type \"gpt2\" (supported: llama, mistral, "
+            "qwen2, qwen3)");
+}
+
+TEST(ConfigTest, NonSiluActivation) {
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "hidden_act", "gelu");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "gelu"));
+  c = ParseWithout(kStories260K, "hidden_act");
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(ConfigTest, RecognisedQuantizationMethodsAreUnimplemented) {
+  for (const char* method : {"awq", "gptq", "compressed-tensors", "fp8",
+                             "quark", "mxfp4", "AWQ", "FP8"}) {
+    absl::StatusOr<ModelConfig> c =
+        ParseWith(kLlama32V4, "quantization_config",
+                  {{"quant_method", method}, {"bits", 4}});
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << method;
+    EXPECT_TRUE(
+        MessageContains(c.status(), std::string("quantization method \"") +
+                                        method + "\" is not supported yet"));
+  }
+}
+
+TEST(ConfigTest, UnknownQuantizationMethodIsInvalid) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kLlama32V4, "quantization_config", {{"quant_method", "foo"}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      MessageContains(c.status(), "unknown quantization method \"foo\""));
+
+  c = ParseWith(kLlama32V4, "quantization_config", {{"bits", 4}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "quant_method"));
+}
+
+TEST(ConfigTest, HeadsNotDivisible) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kStories260K, "num_key_value_heads", 3);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "num_key_value_heads"));
+
+  // hidden_size 64 over 6 heads without head_dim.
+  Json config = Json::parse(kStories260K);
+  config.erase("head_dim");
+  config["num_attention_heads"] = 6;
+  config["num_key_value_heads"] = 6;
+  c = ParseModelConfig(config.dump());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "head_dim"));
+}
+
+// ---- LoadModelConfig --------------------------------------------------------
+
+std::string MakeDir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / "config_test" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+void WriteText(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+}
+
+TEST(LoadModelConfigTest, MissingDirectory) {
+  const std::string dir = MakeDir("missing") + "/nope";
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(MessageContains(c.status(),
+                              "model directory " + dir + " does not exist"));
+}
+
+TEST(LoadModelConfigTest, MissingConfigJson) {
+  const std::string dir = MakeDir("no_config");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(MessageContains(c.status(), dir + "/config.json not found"));
+}
+
+TEST(LoadModelConfigTest, ReadsConfigAndMergesGenerationEos) {
+  const std::string dir = MakeDir("with_generation");
+  WriteText(dir + "/config.json", kStories260K);
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
+
+  WriteText(
+      dir + "/generation_config.json",
+      R"({"bos_token_id": 1, "eos_token_id": [2, 7, 9], "do_sample": true})");
+  c = LoadModelConfig(dir);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->eos_token_ids, (std::vector<int64_t>{2, 7, 9}));
+}
+
+TEST(LoadModelConfigTest, ErrorsNameTheFile) {
+  const std::string dir = MakeDir("bad_config");
+  WriteText(dir + "/config.json", "{not json");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), dir + "/config.json"));
+
+  WriteText(dir + "/config.json", kStories260K);
+  WriteText(dir + "/generation_config.json", "{\"eos_token_id\": ");
+  c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "generation_config.json"));
+}
+
+}  // namespace
+}  // namespace tessera

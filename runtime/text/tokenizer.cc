@@ -1,0 +1,111 @@
+#include "runtime/text/tokenizer.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+#include "runtime/text/sentencepiece_shim.h"
+
+namespace tessera {
+namespace {
+
+bool FileExists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+
+class SentencePieceTokenizer final : public Tokenizer {
+ public:
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Open(const std::string& path) {
+    auto tok = std::make_unique<SentencePieceTokenizer>();
+    std::string error;
+    if (!tok->processor_.Load(path, &error)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot load SentencePiece model ", path, ": ", error));
+    }
+    return tok;
+  }
+
+  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override {
+    std::vector<int> ids;
+    std::string error;
+    if (!processor_.Encode(std::string(text), &ids, &error)) {
+      return absl::InternalError(absl::StrCat("SentencePiece encode: ", error));
+    }
+    return std::vector<int32_t>(ids.begin(), ids.end());
+  }
+
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+    std::vector<int> in;
+    in.reserve(ids.size());
+    for (int32_t id : ids) {
+      if (id < 0 || id >= vocab_size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")"));
+      }
+      in.push_back(id);
+    }
+    std::string text, error;
+    if (!processor_.Decode(in, &text, &error)) {
+      return absl::InternalError(absl::StrCat("SentencePiece decode: ", error));
+    }
+    return text;
+  }
+
+  int32_t vocab_size() const override { return processor_.PieceSize(); }
+  int32_t bos_id() const override { return processor_.BosId(); }
+  int32_t eos_id() const override { return processor_.EosId(); }
+
+ private:
+  SentencePieceShim processor_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::string> Tokenizer::DecodeSuffix(absl::Span<const int32_t> ids,
+                                                    size_t prefix_len) const {
+  if (prefix_len > ids.size()) {
+    return absl::InvalidArgumentError("DecodeSuffix: prefix longer than the ids");
+  }
+  ASSIGN_OR_RETURN(std::string full, Decode(ids));
+  ASSIGN_OR_RETURN(std::string prefix, Decode(ids.subspan(0, prefix_len)));
+  // Decoding is prefix-stable for SentencePiece except for the leading space of the very first
+  // piece, which only ever makes the prefix's text shorter, never different.
+  if (full.compare(0, prefix.size(), prefix) == 0) return full.substr(prefix.size());
+  return full;
+}
+
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir,
+                                                         int64_t config_bos_id) {
+  const std::string sp_path = model_dir + "/tokenizer.model";
+  if (!FileExists(sp_path)) {
+    if (FileExists(model_dir + "/tokenizer.json")) {
+      return absl::UnimplementedError(absl::StrCat(
+          model_dir, " has a Hugging Face tokenizer.json but no tokenizer.model; tokenizer.json "
+                     "is not supported yet (use --prompt-ids)"));
+    }
+    return absl::NotFoundError(absl::StrCat("no tokenizer.model in ", model_dir));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> tok,
+                   SentencePieceTokenizer::Open(sp_path));
+  bool add_bos = config_bos_id >= 0 || tok->bos_id() >= 0;
+  const std::string tc_path = model_dir + "/tokenizer_config.json";
+  if (FileExists(tc_path)) {
+    std::ifstream in(tc_path);
+    const nlohmann::json tc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (tc.is_discarded() || !tc.is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(tc_path, " is not a JSON object"));
+    }
+    auto it = tc.find("add_bos_token");
+    if (it != tc.end() && it->is_boolean()) add_bos = it->get<bool>();
+  }
+  tok->set_add_bos(add_bos);
+  return std::unique_ptr<Tokenizer>(std::move(tok));
+}
+
+}  // namespace tessera
