@@ -36,5 +36,6 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], **kwargs):
         hdrs = hdrs,
         deps = deps + ["@cuda//:cudart"],
         alwayslink = 1,
+        linkstatic = 1,
         **kwargs
     )
