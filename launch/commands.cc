@@ -73,6 +73,14 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, ": \"prompt_ids\" must be a list of token ids"));
         }
+        // get<int32_t>() would wrap 4294967622 around to 326: reject what int32 cannot hold.
+        const bool fits = id.is_number_unsigned()
+                              ? id.get<uint64_t>() <= INT32_MAX
+                              : id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX;
+        if (!fits) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"prompt_ids\" holds ", id.dump(), ", which is not a token id"));
+        }
         p.ids.push_back(id.get<int32_t>());
       }
     } else {

@@ -3,7 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-bazel build -c opt //launch:tessera
+bazel build //launch:tessera
 model=../shared/models/stories260K
 bazel-bin/launch/tessera generate --model "$model" --prompt "Once upon a time" \
   --max-tokens 256 --temperature 0 "$@"

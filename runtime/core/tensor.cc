@@ -1,5 +1,6 @@
 #include "runtime/core/tensor.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 

@@ -71,15 +71,15 @@ struct ModelConfig {
   std::string torch_dtype;  // "float32", "bfloat16", ... (informational: weights carry dtypes).
 };
 
-// Parses config.json text. Errors (InvalidArgument) name the offending key:
-//  - malformed JSON, a missing required key, a non-positive size, heads not dividing evenly
-//    (num_heads % num_kv_heads != 0), hidden_size % num_heads != 0 without explicit head_dim;
-//  - unknown model_type ("unsupported model_type \"gpt2\"; supported: llama, mistral, ...");
-//  - hidden_act other than silu;
-//  - rope types other than default/linear/llama3;
+// Parses config.json text (transformers 4 and 5 spellings). Errors name the offending key:
+//  - InvalidArgument: malformed JSON, a missing required key, a non-positive size, heads not
+//    dividing evenly (num_heads % num_kv_heads != 0), hidden_size % num_heads != 0 without an
+//    explicit head_dim, hidden_act other than silu, an unknown model_type
+//    ("unsupported model_type \"gpt2\" (supported: llama, mistral, qwen2, qwen3)");
+//  - Unimplemented: rope types other than default/linear/llama3, partial rotary embeddings;
 //  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and mxfp4 are
 //    recognised and rejected as "not supported yet" naming the method (Unimplemented);
-//    an unknown quant_method is InvalidArgument naming it.
+//    an unknown quant_method is InvalidArgument naming it. Never a silent fallback.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
 // Reads and parses `<model_dir>/config.json`; also merges eos ids from
