@@ -1,10 +1,14 @@
-// The op set every backend implements. The model is written against this interface alone,
-// so the same forward pass runs on the CPU reference (kernels/cpu) and on CUDA (kernels/cuda).
+// The op set every backend implements. The model is written against this
+// interface alone, so the same forward pass runs on the CPU reference
+// (kernels/cpu) and on CUDA (kernels/cuda).
 //
 // Conventions (all ops):
-//  - Tensors are dense, row-major TensorViews in the backend's memory; the op checks dtypes and
-//    shapes and returns InvalidArgument naming the op and the mismatch — it never guesses.
-//  - "T" is the number of tokens in the step, "H" the hidden size, "D" a head dimension.
+//  - Tensors are dense, row-major TensorViews in the backend's memory; the op
+//  checks dtypes and
+//    shapes and returns InvalidArgument naming the op and the mismatch — it
+//    never guesses.
+//  - "T" is the number of tokens in the step, "H" the hidden size, "D" a head
+//  dimension.
 //  - Outputs may alias inputs only where an op says so.
 #ifndef TESSERA_KERNELS_OPS_H_
 #define TESSERA_KERNELS_OPS_H_
@@ -19,12 +23,13 @@ namespace tessera {
 
 // Causal self-attention of one sequence over a contiguous KV cache.
 //
-//  q:        [T, num_heads, D]    queries for positions start_pos .. start_pos + T - 1.
-//  k_cache:  [S, num_kv_heads, D] keys for positions 0 .. start_pos + T - 1 (S >= that).
-//  v_cache:  [S, num_kv_heads, Dv] values, same positions.
+//  q:        [T, num_heads, D]    queries for positions start_pos .. start_pos
+//  + T - 1. k_cache:  [S, num_kv_heads, D] keys for positions 0 .. start_pos +
+//  T - 1 (S >= that). v_cache:  [S, num_kv_heads, Dv] values, same positions.
 //  out:      [T, num_heads, Dv]
-// Query head h reads KV head h / (num_heads / num_kv_heads) (GQA; MQA when num_kv_heads = 1).
-// A query at position p sees keys at positions max(0, p - window + 1) .. p (window = 0: all).
+// Query head h reads KV head h / (num_heads / num_kv_heads) (GQA; MQA when
+// num_kv_heads = 1). A query at position p sees keys at positions max(0, p -
+// window + 1) .. p (window = 0: all).
 struct AttentionArgs {
   TensorView q;
   TensorView k_cache;
@@ -39,27 +44,33 @@ class Ops {
  public:
   virtual ~Ops() = default;
 
-  // out[t, :] = table[ids[t], :]. table [V, H], out [T, H]; every id must be in [0, V).
-  virtual absl::Status Embedding(const TensorView& table, absl::Span<const int32_t> ids,
+  // out[t, :] = table[ids[t], :]. table [V, H], out [T, H]; every id must be in
+  // [0, V).
+  virtual absl::Status Embedding(const TensorView& table,
+                                 absl::Span<const int32_t> ids,
                                  const TensorView& out) = 0;
 
-  // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) + eps) * weight.
-  // x and out [R, N] (any R), weight [N]. out may alias x.
-  virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
-                               const TensorView& out) = 0;
+  // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
+  // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
+  virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight,
+                               float eps, const TensorView& out) = 0;
 
   // out = a + b, same shapes. out may alias a or b.
-  virtual absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& out) = 0;
+  virtual absl::Status Add(const TensorView& a, const TensorView& b,
+                           const TensorView& out) = 0;
 
-  // out = x · weightᵀ (+ bias): x [T, K], weight [N, K] (the checkpoint's layout), bias [N] or
-  // null, out [T, N]. Accumulates in f32.
+  // out = x · weightᵀ (+ bias): x [T, K], weight [N, K] (the checkpoint's
+  // layout), bias [N] or null, out [T, N]. Accumulates in f32.
   virtual absl::Status Linear(const TensorView& x, const TensorView& weight,
-                              const TensorView* bias, const TensorView& out) = 0;
+                              const TensorView* bias,
+                              const TensorView& out) = 0;
 
-  // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face) layout:
-  // for each head, element i pairs with i + D/2 and rotates by positions[t] * inv_freq[i].
-  // x [T, heads, D], positions size T, inv_freq [D/2].
-  virtual absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
+  // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
+  // layout: for each head, element i pairs with i + D/2 and rotates by
+  // positions[t] * inv_freq[i]. x [T, heads, D], positions size T, inv_freq
+  // [D/2].
+  virtual absl::Status Rope(const TensorView& x,
+                            absl::Span<const int32_t> positions,
                             const TensorView& inv_freq) = 0;
 
   // out = silu(gate) * up, all [T, I]. out may alias gate or up.
@@ -67,9 +78,11 @@ class Ops {
                                const TensorView& out) = 0;
 
   // Writes keys and values of T new positions into a contiguous cache at rows
-  // start_pos .. start_pos + T - 1: k [T, kv_heads, D] -> k_cache [S, kv_heads, D], same for v.
-  virtual absl::Status StoreKv(const TensorView& k, const TensorView& v, int64_t start_pos,
-                               const TensorView& k_cache, const TensorView& v_cache) = 0;
+  // start_pos .. start_pos + T - 1: k [T, kv_heads, D] -> k_cache [S, kv_heads,
+  // D], same for v.
+  virtual absl::Status StoreKv(const TensorView& k, const TensorView& v,
+                               int64_t start_pos, const TensorView& k_cache,
+                               const TensorView& v_cache) = 0;
 
   // See AttentionArgs.
   virtual absl::Status Attention(const AttentionArgs& args) = 0;

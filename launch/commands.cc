@@ -47,7 +47,8 @@ absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view list) {
 
 absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
   std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open prompts file ", path));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot open prompts file ", path));
   std::vector<Prompt> prompts;
   std::string line;
   for (int line_no = 1; std::getline(in, line); ++line_no) {
@@ -55,31 +56,36 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
     const std::string where = absl::StrCat(path, ":", line_no);
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(where, ": not a JSON object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": not a JSON object"));
     }
     Prompt p;
     if (auto it = j.find("prompt"); it != j.end()) {
       if (!it->is_string()) {
-        return absl::InvalidArgumentError(absl::StrCat(where, ": \"prompt\" must be a string"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": \"prompt\" must be a string"));
       }
       p.text = it->get<std::string>();
     } else if (auto it = j.find("prompt_ids"); it != j.end()) {
       if (!it->is_array()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(where, ": \"prompt_ids\" must be a list of token ids"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": \"prompt_ids\" must be a list of token ids"));
       }
       for (const json& id : *it) {
         if (!id.is_number_integer()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat(where, ": \"prompt_ids\" must be a list of token ids"));
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": \"prompt_ids\" must be a list of token ids"));
         }
-        // get<int32_t>() would wrap 4294967622 around to 326: reject what int32 cannot hold.
+        // get<int32_t>() would wrap 4294967622 around to 326: reject what int32
+        // cannot hold.
         const bool fits = id.is_number_unsigned()
                               ? id.get<uint64_t>() <= INT32_MAX
-                              : id.get<int64_t>() >= INT32_MIN && id.get<int64_t>() <= INT32_MAX;
+                              : id.get<int64_t>() >= INT32_MIN &&
+                                    id.get<int64_t>() <= INT32_MAX;
         if (!fits) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              where, ": \"prompt_ids\" holds ", id.dump(), ", which is not a token id"));
+          return absl::InvalidArgumentError(
+              absl::StrCat(where, ": \"prompt_ids\" holds ", id.dump(),
+                           ", which is not a token id"));
         }
         p.ids.push_back(id.get<int32_t>());
       }
@@ -89,7 +95,8 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
     }
     prompts.push_back(std::move(p));
   }
-  if (prompts.empty()) return absl::InvalidArgumentError(absl::StrCat(path, " has no prompts"));
+  if (prompts.empty())
+    return absl::InvalidArgumentError(absl::StrCat(path, " has no prompts"));
   return prompts;
 }
 
@@ -117,12 +124,14 @@ struct LoadedModel {
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
 };
 
-absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& model_dir,
-                                                       bool need_tokenizer) {
-  if (model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
+absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
+    const std::string& model_dir, bool need_tokenizer) {
+  if (model_dir.empty())
+    return absl::InvalidArgumentError("--model DIR is required");
   auto loaded = std::make_unique<LoadedModel>();
   ASSIGN_OR_RETURN(loaded->model, LlamaModel::Load(model_dir, &loaded->ops));
-  auto tokenizer = LoadTokenizer(model_dir, loaded->model->config().bos_token_id);
+  auto tokenizer =
+      LoadTokenizer(model_dir, loaded->model->config().bos_token_id);
   if (tokenizer.ok()) {
     loaded->tokenizer = *std::move(tokenizer);
   } else if (need_tokenizer) {
@@ -139,13 +148,15 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
         absl::StrCat("--output must be text or json, got \"", o.output, "\""));
   }
   if (o.max_tokens < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("--max-tokens must be >= 1, got ", o.max_tokens));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-tokens must be >= 1, got ", o.max_tokens));
   }
   RETURN_IF_ERROR(o.sampling.Validate());
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
-  const bool need_tokenizer =
-      std::any_of(prompts.begin(), prompts.end(), [](const Prompt& p) { return p.text; });
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(o.model_dir, need_tokenizer));
+  const bool need_tokenizer = std::any_of(
+      prompts.begin(), prompts.end(), [](const Prompt& p) { return p.text; });
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
+                   LoadModel(o.model_dir, need_tokenizer));
   const ModelConfig& config = loaded->model->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
 
@@ -153,8 +164,9 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
     if (p.text) {
       ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(*p.text));
       if (tokenizer->add_bos()) {
-        const int32_t bos = config.bos_token_id >= 0 ? static_cast<int32_t>(config.bos_token_id)
-                                                     : tokenizer->bos_id();
+        const int32_t bos = config.bos_token_id >= 0
+                                ? static_cast<int32_t>(config.bos_token_id)
+                                : tokenizer->bos_id();
         p.ids.push_back(bos);
       }
       p.ids.insert(p.ids.end(), ids.begin(), ids.end());
@@ -173,23 +185,27 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
     if (request.sampling.seed) *request.sampling.seed += i;
     auto result = generator.Generate(request);
     if (!result.ok()) {
-      return Annotate(result.status(),
-                      prompts.size() > 1 ? absl::StrCat("prompt ", i + 1) : "generate");
+      return Annotate(result.status(), prompts.size() > 1
+                                           ? absl::StrCat("prompt ", i + 1)
+                                           : "generate");
     }
 
     std::optional<std::string> continuation;
     std::string prompt_text;
     if (tokenizer != nullptr) {
       std::vector<int32_t> all = p.ids;
-      all.insert(all.end(), result->output_ids.begin(), result->output_ids.end());
-      ASSIGN_OR_RETURN(continuation, tokenizer->DecodeSuffix(all, p.ids.size()));
+      all.insert(all.end(), result->output_ids.begin(),
+                 result->output_ids.end());
+      ASSIGN_OR_RETURN(continuation,
+                       tokenizer->DecodeSuffix(all, p.ids.size()));
       ASSIGN_OR_RETURN(prompt_text, tokenizer->Decode(p.ids));
     }
     if (o.output == "json") {
       json line = {{"prompt_ids", p.ids},
                    {"output_ids", result->output_ids},
                    {"text", continuation ? json(*continuation) : json(nullptr)},
-                   {"finish_reason", std::string(FinishReasonName(result->finish_reason))}};
+                   {"finish_reason",
+                    std::string(FinishReasonName(result->finish_reason))}};
       out << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     } else if (continuation) {
       out << prompt_text << *continuation << "\n";
@@ -199,12 +215,15 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
       out << "\n";
     }
     out.flush();
-    const double decode_tokens = static_cast<double>(result->output_ids.size()) - 1.0;
+    const double decode_tokens =
+        static_cast<double>(result->output_ids.size()) - 1.0;
     std::cerr << absl::StrFormat(
-        "[tessera] prompt %d tokens in %.2f ms; %d tokens generated, %.1f tokens/s decode (%s)\n",
+        "[tessera] prompt %d tokens in %.2f ms; %d tokens generated, %.1f "
+        "tokens/s decode (%s)\n",
         p.ids.size(), result->prefill_seconds * 1e3, result->output_ids.size(),
-        decode_tokens > 0 && result->decode_seconds > 0 ? decode_tokens / result->decode_seconds
-                                                        : 0.0,
+        decode_tokens > 0 && result->decode_seconds > 0
+            ? decode_tokens / result->decode_seconds
+            : 0.0,
         FinishReasonName(result->finish_reason));
   }
   return absl::OkStatus();
@@ -217,18 +236,23 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
         ": only 1 is supported until the continuous-batching scheduler lands"));
   }
   if (o.input_len < 1 || o.output_len < 1 || o.iterations < 1) {
-    return absl::InvalidArgumentError("--input-len, --output-len and --iterations must be >= 1");
+    return absl::InvalidArgumentError(
+        "--input-len, --output-len and --iterations must be >= 1");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded, LoadModel(o.model_dir, false));
+  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
+                   LoadModel(o.model_dir, false));
   const ModelConfig& config = loaded->model->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--input-len + --output-len exceeds the context of ", config.max_position_embeddings));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input-len + --output-len exceeds the context of ",
+                     config.max_position_embeddings));
   }
   std::mt19937 rng(1234);
-  std::uniform_int_distribution<int32_t> token(0, static_cast<int32_t>(config.vocab_size) - 1);
+  std::uniform_int_distribution<int32_t> token(
+      0, static_cast<int32_t>(config.vocab_size) - 1);
   GenerationRequest request;
-  for (int64_t i = 0; i < o.input_len; ++i) request.prompt_ids.push_back(token(rng));
+  for (int64_t i = 0; i < o.input_len; ++i)
+    request.prompt_ids.push_back(token(rng));
   request.max_tokens = o.output_len;
   request.sampling.temperature = 0.0f;
   request.ignore_eos = true;
@@ -248,7 +272,8 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   const double prefill_s = median(prefill);
   const double decode_s = median(decode);
   const double prefill_tps = o.input_len / prefill_s;
-  const double decode_tps = o.output_len > 1 ? (o.output_len - 1) / decode_s : 0.0;
+  const double decode_tps =
+      o.output_len > 1 ? (o.output_len - 1) / decode_s : 0.0;
   if (o.json) {
     json j = {{"model", o.model_dir},
               {"device", "cpu"},
@@ -266,8 +291,10 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
         "model %s, cpu, batch 1, input %d, output %d (median of %d)\n"
         "prefill: %.3f ms, %.1f tokens/s\n"
         "decode:  %.3f ms/token, %.1f tokens/s\n",
-        o.model_dir, o.input_len, o.output_len, o.iterations, prefill_s * 1e3, prefill_tps,
-        o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0, decode_tps);
+        o.model_dir, o.input_len, o.output_len, o.iterations, prefill_s * 1e3,
+        prefill_tps,
+        o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
+        decode_tps);
   }
   return absl::OkStatus();
 }

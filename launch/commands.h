@@ -1,4 +1,5 @@
-// The `tessera` subcommands as functions of plain options, so tests can call them directly.
+// The `tessera` subcommands as functions of plain options, so tests can call
+// them directly.
 #ifndef TESSERA_LAUNCH_COMMANDS_H_
 #define TESSERA_LAUNCH_COMMANDS_H_
 
@@ -14,18 +15,21 @@ namespace tessera {
 struct GenerateOptions {
   std::string model_dir;
   // Exactly one of the three prompt sources must be set.
-  std::string prompt;        // Text.
-  std::string prompt_ids;    // "1,2,3": used as given (no BOS).
-  std::string prompts_file;  // JSON lines: {"prompt": ...} or {"prompt_ids": [...]}.
+  std::string prompt;      // Text.
+  std::string prompt_ids;  // "1,2,3": used as given (no BOS).
+  std::string
+      prompts_file;  // JSON lines: {"prompt": ...} or {"prompt_ids": [...]}.
   int64_t max_tokens = 256;
   SamplingParams sampling;
   bool ignore_eos = false;
   std::string output = "text";  // "text" or "json".
 };
 
-// Loads the model once and generates for every prompt, writing to `out`: in text mode the
-// prompt followed by its continuation; in json mode one object per prompt:
-// {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason": "length"|"stop"}
+// Loads the model once and generates for every prompt, writing to `out`: in
+// text mode the prompt followed by its continuation; in json mode one object
+// per prompt:
+// {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason":
+// "length"|"stop"}
 // ("text" is the continuation; null when the folder has no tokenizer).
 absl::Status RunGenerate(const GenerateOptions& options, std::ostream& out);
 
@@ -38,8 +42,8 @@ struct BenchOptions {
   bool json = false;
 };
 
-// Times prefill and decode on random prompt ids (greedy, EOS ignored) and reports the median
-// over `iterations` runs after one warm-up.
+// Times prefill and decode on random prompt ids (greedy, EOS ignored) and
+// reports the median over `iterations` runs after one warm-up.
 absl::Status RunBench(const BenchOptions& options, std::ostream& out);
 
 }  // namespace tessera

@@ -1,24 +1,29 @@
 #include "launch/flag_parser.h"
 
+#include <optional>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
-#include <optional>
 
 namespace tessera {
 
 void FlagParser::Add(std::string name, std::string* target, std::string help) {
-  flags_.push_back({std::move(name), target, std::move(help), absl::StrCat("\"", *target, "\"")});
+  flags_.push_back({std::move(name), target, std::move(help),
+                    absl::StrCat("\"", *target, "\"")});
 }
 void FlagParser::Add(std::string name, int64_t* target, std::string help) {
-  flags_.push_back({std::move(name), target, std::move(help), absl::StrCat(*target)});
+  flags_.push_back(
+      {std::move(name), target, std::move(help), absl::StrCat(*target)});
 }
 void FlagParser::Add(std::string name, double* target, std::string help) {
-  flags_.push_back({std::move(name), target, std::move(help), absl::StrCat(*target)});
+  flags_.push_back(
+      {std::move(name), target, std::move(help), absl::StrCat(*target)});
 }
 void FlagParser::Add(std::string name, bool* target, std::string help) {
-  flags_.push_back({std::move(name), target, std::move(help), *target ? "true" : "false"});
+  flags_.push_back(
+      {std::move(name), target, std::move(help), *target ? "true" : "false"});
 }
 
 FlagParser::Flag* FlagParser::Find(absl::string_view name) {
@@ -62,7 +67,8 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
     }
     if (!absl::ConsumePrefix(&arg, "--") || arg.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat("unexpected argument \"", args[i], "\" for 'tessera ", command_, "'"));
+          absl::StrCat("unexpected argument \"", args[i], "\" for 'tessera ",
+                       command_, "'"));
     }
     absl::string_view name = arg;
     std::optional<absl::string_view> value;
@@ -72,8 +78,9 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
     }
     Flag* flag = Find(name);
     if (flag == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown flag --", name, " for 'tessera ", command_, "' (see --help)"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name,
+                                                     " for 'tessera ", command_,
+                                                     "' (see --help)"));
     }
     if (!value.has_value()) {
       if (std::holds_alternative<bool*>(flag->target)) {
@@ -81,7 +88,8 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
       } else if (i + 1 < args.size()) {
         value = args[++i];
       } else {
-        return absl::InvalidArgumentError(absl::StrCat("--", name, " needs a value"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " needs a value"));
       }
     }
     if (absl::Status s = Assign(*flag, *value); !s.ok()) return s;
@@ -92,7 +100,8 @@ absl::Status FlagParser::Parse(const std::vector<std::string>& args) {
 std::string FlagParser::Usage() const {
   std::string out = absl::StrCat("usage: tessera ", command_, " [flags]\n");
   for (const Flag& f : flags_) {
-    absl::StrAppendFormat(&out, "  --%-16s %s (default %s)\n", f.name, f.help, f.default_text);
+    absl::StrAppendFormat(&out, "  --%-16s %s (default %s)\n", f.name, f.help,
+                          f.default_text);
   }
   return out;
 }

@@ -16,8 +16,8 @@ TEST(FlagParserTest, ParsesEveryFormAndType) {
   p.Add("temperature", &t, "");
   p.Add("json", &json, "");
   p.Add("other", &other, "");
-  ASSERT_TRUE(p.Parse({"--model", "/m", "--max-tokens=7", "--temperature", "0", "--json",
-                       "--other=false"})
+  ASSERT_TRUE(p.Parse({"--model", "/m", "--max-tokens=7", "--temperature", "0",
+                       "--json", "--other=false"})
                   .ok());
   EXPECT_EQ(model, "/m");
   EXPECT_EQ(n, 7);
@@ -32,9 +32,12 @@ TEST(FlagParserTest, RejectsBadInput) {
   int64_t n = 0;
   FlagParser p("bench");
   p.Add("input-len", &n, "");
-  EXPECT_NE(p.Parse({"--nope=1"}).message().find("unknown flag --nope"), std::string::npos);
-  EXPECT_NE(p.Parse({"--input-len", "abc"}).message().find("not an integer"), std::string::npos);
-  EXPECT_NE(p.Parse({"--input-len"}).message().find("needs a value"), std::string::npos);
+  EXPECT_NE(p.Parse({"--nope=1"}).message().find("unknown flag --nope"),
+            std::string::npos);
+  EXPECT_NE(p.Parse({"--input-len", "abc"}).message().find("not an integer"),
+            std::string::npos);
+  EXPECT_NE(p.Parse({"--input-len"}).message().find("needs a value"),
+            std::string::npos);
   EXPECT_FALSE(p.Parse({"stray"}).ok());
   EXPECT_TRUE(p.Parse({"--help"}).ok());
   EXPECT_TRUE(p.help_requested());

@@ -1,11 +1,15 @@
 // tessera: the command-line front end (see DESIGN.md, "Command line").
 //
-//   tessera generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 | --prompts-file F.jsonl)
-//                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P] [--seed S]
+//   tessera generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 |
+//   --prompts-file F.jsonl)
+//                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
+//                    [--seed S]
 //                    [--ignore-eos] [--output text|json]
-//   tessera bench    --model DIR --batch-size 1 --input-len I --output-len O [--json]
+//   tessera bench    --model DIR --batch-size 1 --input-len I --output-len O
+//   [--json]
 //
-// Every failure prints one line, "tessera: <what went wrong>", on stderr and exits non-zero.
+// Every failure prints one line, "tessera: <what went wrong>", on stderr and
+// exits non-zero.
 #include <iostream>
 #include <string>
 #include <vector>
@@ -21,7 +25,8 @@ constexpr char kUsage[] =
     "usage: tessera <command> [flags]\n"
     "commands:\n"
     "  generate  generate text from prompts (--model DIR --prompt TEXT ...)\n"
-    "  bench     measure prefill and decode speed (--model DIR --input-len I --output-len O)\n"
+    "  bench     measure prefill and decode speed (--model DIR --input-len I "
+    "--output-len O)\n"
     "Run 'tessera <command> --help' for the flags.\n";
 
 absl::Status Generate(const std::vector<std::string>& args, bool* help) {
@@ -29,9 +34,12 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
   double temperature = o.sampling.temperature, top_p = o.sampling.top_p;
   int64_t top_k = 0, seed = -1;
   tessera::FlagParser flags("generate");
-  flags.Add("model", &o.model_dir, "model folder (config.json, *.safetensors, tokenizer)");
-  flags.Add("prompt", &o.prompt, "prompt text (BOS added as the tokenizer says)");
-  flags.Add("prompt-ids", &o.prompt_ids, "comma-separated prompt token ids, used as given");
+  flags.Add("model", &o.model_dir,
+            "model folder (config.json, *.safetensors, tokenizer)");
+  flags.Add("prompt", &o.prompt,
+            "prompt text (BOS added as the tokenizer says)");
+  flags.Add("prompt-ids", &o.prompt_ids,
+            "comma-separated prompt token ids, used as given");
   flags.Add("prompts-file", &o.prompts_file,
             "JSON lines: {\"prompt\": \"...\"} or {\"prompt_ids\": [...]}");
   flags.Add("max-tokens", &o.max_tokens, "most tokens to generate per prompt");
@@ -39,7 +47,8 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
   flags.Add("top-k", &top_k, "keep the k most likely tokens (0: off)");
   flags.Add("top-p", &top_p, "nucleus sampling mass in (0, 1]");
   flags.Add("seed", &seed, "random seed (-1: nondeterministic)");
-  flags.Add("ignore-eos", &o.ignore_eos, "keep generating after an end-of-sequence token");
+  flags.Add("ignore-eos", &o.ignore_eos,
+            "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
   RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
@@ -64,7 +73,8 @@ absl::Status Bench(const std::vector<std::string>& args, bool* help) {
   flags.Add("batch-size", &o.batch_size, "sequences per step");
   flags.Add("input-len", &o.input_len, "prompt tokens (random ids)");
   flags.Add("output-len", &o.output_len, "generated tokens (EOS ignored)");
-  flags.Add("iterations", &o.iterations, "timed repetitions; the median is reported");
+  flags.Add("iterations", &o.iterations,
+            "timed repetitions; the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
   RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
@@ -78,7 +88,8 @@ absl::Status Bench(const std::vector<std::string>& args, bool* help) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+  if (argc < 2 || std::string(argv[1]) == "--help" ||
+      std::string(argv[1]) == "-h") {
     std::cerr << kUsage;
     return argc < 2 ? 2 : 0;
   }

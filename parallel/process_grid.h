@@ -1,10 +1,10 @@
-// ProcessGrid: how the world of ranks is laid out as tensor-parallel (TP) groups inside
-// pipeline-parallel (PP) stages.
+// ProcessGrid: how the world of ranks is laid out as tensor-parallel (TP)
+// groups inside pipeline-parallel (PP) stages.
 //
-// world = tp × pp; rank r has pp_stage = r / tp and tp_rank = r % tp, so a TP group is a run
-// of consecutive ranks (one node under the usual placement) and PP crosses nodes — the
-// FasterTransformer / TensorRT-LLM recipe. This is the pure arithmetic; the MPI communicators
-// built on it live beside it.
+// world = tp × pp; rank r has pp_stage = r / tp and tp_rank = r % tp, so a TP
+// group is a run of consecutive ranks (one node under the usual placement) and
+// PP crosses nodes — the FasterTransformer / TensorRT-LLM recipe. This is the
+// pure arithmetic; the MPI communicators built on it live beside it.
 #ifndef TESSERA_PARALLEL_PROCESS_GRID_H_
 #define TESSERA_PARALLEL_PROCESS_GRID_H_
 
@@ -20,15 +20,20 @@ struct GridPosition {
 
 class ProcessGrid {
  public:
-  // InvalidArgument when tp or pp < 1, or world_size != tp × pp (the message names all three).
+  // InvalidArgument when tp or pp < 1, or world_size != tp × pp (the message
+  // names all three).
   static absl::StatusOr<ProcessGrid> Create(int world_size, int tp, int pp);
 
   int world_size() const { return tp_ * pp_; }
   int tp() const { return tp_; }
   int pp() const { return pp_; }
 
-  GridPosition Position(int rank) const { return {rank, rank % tp_, rank / tp_}; }
-  int RankOf(int pp_stage, int tp_rank) const { return pp_stage * tp_ + tp_rank; }
+  GridPosition Position(int rank) const {
+    return {rank, rank % tp_, rank / tp_};
+  }
+  int RankOf(int pp_stage, int tp_rank) const {
+    return pp_stage * tp_ + tp_rank;
+  }
 
   // The rank that owns the request loop and the scheduler.
   static constexpr int kCoordinatorRank = 0;

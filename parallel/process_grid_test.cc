@@ -20,7 +20,8 @@ TEST(ProcessGridTest, TpGroupsAreConsecutiveRanks) {
 
 TEST(ProcessGridTest, WorldMustEqualTpTimesPp) {
   EXPECT_FALSE(ProcessGrid::Create(3, 2, 2).ok());
-  EXPECT_NE(ProcessGrid::Create(3, 2, 2).status().message().find("3 ranks"), std::string::npos);
+  EXPECT_NE(ProcessGrid::Create(3, 2, 2).status().message().find("3 ranks"),
+            std::string::npos);
   EXPECT_FALSE(ProcessGrid::Create(2, 0, 2).ok());
 }
 

@@ -1,5 +1,6 @@
-// The system protoc and libprotobuf are wired through Bazel's native proto rules: a message
-// survives serialization unchanged, and truncated bytes are rejected rather than misread.
+// The system protoc and libprotobuf are wired through Bazel's native proto
+// rules: a message survives serialization unchanged, and truncated bytes are
+// rejected rather than misread.
 #include <string>
 
 #include "gtest/gtest.h"

@@ -15,41 +15,45 @@ namespace {
 // Work (in multiply-adds) below which threads cost more than they save.
 constexpr int64_t kParallelThreshold = 1 << 16;
 
-absl::Status CheckF32(absl::string_view op, absl::string_view name, const TensorView& t) {
+absl::Status CheckF32(absl::string_view op, absl::string_view name,
+                      const TensorView& t) {
   if (t.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " must be f32, got ", DTypeName(t.dtype())));
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be f32, got ", DTypeName(t.dtype())));
   }
   if (t.data() == nullptr && t.numel() > 0) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " has no storage"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " has no storage"));
   }
   return absl::OkStatus();
 }
 
-absl::Status ShapeError(absl::string_view op, absl::string_view what, const Shape& a,
-                        const Shape& b) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
+absl::Status ShapeError(absl::string_view op, absl::string_view what,
+                        const Shape& a, const Shape& b) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
 }  // namespace
 
-absl::Status CpuOps::Embedding(const TensorView& table, absl::Span<const int32_t> ids,
+absl::Status CpuOps::Embedding(const TensorView& table,
+                               absl::Span<const int32_t> ids,
                                const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("Embedding", "table", table));
   RETURN_IF_ERROR(CheckF32("Embedding", "out", out));
   if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) || out.shape()[1] != table.shape()[1]) {
-    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree", table.shape(),
-                      out.shape());
+      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
+      out.shape()[1] != table.shape()[1]) {
+    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
+                      table.shape(), out.shape());
   }
   const int64_t vocab = table.shape()[0];
   const int64_t hidden = table.shape()[1];
   for (size_t t = 0; t < ids.size(); ++t) {
     if (ids[t] < 0 || ids[t] >= vocab) {
       return absl::InvalidArgumentError(
-          absl::StrCat("Embedding: token id ", ids[t], " is outside the vocabulary [0, ", vocab,
-                       ")"));
+          absl::StrCat("Embedding: token id ", ids[t],
+                       " is outside the vocabulary [0, ", vocab, ")"));
     }
     std::copy_n(table.data_as<const float>() + ids[t] * hidden, hidden,
                 out.data_as<float>() + t * hidden);
@@ -57,15 +61,16 @@ absl::Status CpuOps::Embedding(const TensorView& table, absl::Span<const int32_t
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight, float eps,
-                             const TensorView& out) {
+absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight,
+                             float eps, const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("RmsNorm", "x", x));
   RETURN_IF_ERROR(CheckF32("RmsNorm", "weight", weight));
   RETURN_IF_ERROR(CheckF32("RmsNorm", "out", out));
-  if (x.shape() != out.shape() || weight.shape().rank() != 1 || x.shape().rank() < 1 ||
+  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
+      x.shape().rank() < 1 ||
       x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
-    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree", x.shape(),
-                      weight.shape());
+    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
+                      x.shape(), weight.shape());
   }
   const int64_t n = weight.shape()[0];
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
@@ -74,15 +79,18 @@ absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight, floa
     const float* in = x.data_as<const float>() + r * n;
     float* o = out.data_as<float>() + r * n;
     double sum_sq = 0.0;
-    for (int64_t i = 0; i < n; ++i) sum_sq += static_cast<double>(in[i]) * in[i];
+    for (int64_t i = 0; i < n; ++i)
+      sum_sq += static_cast<double>(in[i]) * in[i];
     const float inv_rms =
-        1.0f / std::sqrt(static_cast<float>(sum_sq / static_cast<double>(n)) + eps);
+        1.0f /
+        std::sqrt(static_cast<float>(sum_sq / static_cast<double>(n)) + eps);
     for (int64_t i = 0; i < n; ++i) o[i] = (in[i] * inv_rms) * w[i];
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Add(const TensorView& a, const TensorView& b, const TensorView& out) {
+absl::Status CpuOps::Add(const TensorView& a, const TensorView& b,
+                         const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("Add", "a", a));
   RETURN_IF_ERROR(CheckF32("Add", "b", b));
   RETURN_IF_ERROR(CheckF32("Add", "out", out));
@@ -97,16 +105,17 @@ absl::Status CpuOps::Add(const TensorView& a, const TensorView& b, const TensorV
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
-                            const TensorView& out) {
+absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
+                            const TensorView* bias, const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("Linear", "x", x));
   RETURN_IF_ERROR(CheckF32("Linear", "weight", weight));
   RETURN_IF_ERROR(CheckF32("Linear", "out", out));
-  if (x.shape().rank() != 2 || weight.shape().rank() != 2 || out.shape().rank() != 2 ||
-      x.shape()[1] != weight.shape()[1] || out.shape()[0] != x.shape()[0] ||
-      out.shape()[1] != weight.shape()[0]) {
-    return ShapeError("Linear", "x [T, K], weight [N, K] and out [T, N] disagree", x.shape(),
-                      weight.shape());
+  if (x.shape().rank() != 2 || weight.shape().rank() != 2 ||
+      out.shape().rank() != 2 || x.shape()[1] != weight.shape()[1] ||
+      out.shape()[0] != x.shape()[0] || out.shape()[1] != weight.shape()[0]) {
+    return ShapeError("Linear",
+                      "x [T, K], weight [N, K] and out [T, N] disagree",
+                      x.shape(), weight.shape());
   }
   const int64_t t = x.shape()[0];
   const int64_t k = x.shape()[1];
@@ -114,18 +123,21 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight, const
   if (bias != nullptr) {
     RETURN_IF_ERROR(CheckF32("Linear", "bias", *bias));
     if (bias->shape() != Shape({n})) {
-      return ShapeError("Linear", "bias must be [N]", bias->shape(), weight.shape());
+      return ShapeError("Linear", "bias must be [N]", bias->shape(),
+                        weight.shape());
     }
   }
   if (t == 0 || n == 0) return absl::OkStatus();
   float* o = out.data_as<float>();
   if (t == 1) {
     // A single token is a matrix-vector product: gemv streams the weight once.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f, weight.data_as<const float>(), k,
-                x.data_as<const float>(), 1, 0.0f, o, 1);
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f,
+                weight.data_as<const float>(), k, x.data_as<const float>(), 1,
+                0.0f, o, 1);
   } else {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, n, k, 1.0f,
-                x.data_as<const float>(), k, weight.data_as<const float>(), k, 0.0f, o, n);
+                x.data_as<const float>(), k, weight.data_as<const float>(), k,
+                0.0f, o, n);
   }
   if (bias != nullptr) {
     const float* b = bias->data_as<const float>();
@@ -136,14 +148,17 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight, const
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Rope(const TensorView& x, absl::Span<const int32_t> positions,
+absl::Status CpuOps::Rope(const TensorView& x,
+                          absl::Span<const int32_t> positions,
                           const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckF32("Rope", "x", x));
   RETURN_IF_ERROR(CheckF32("Rope", "inv_freq", inv_freq));
-  if (x.shape().rank() != 3 || x.shape()[0] != static_cast<int64_t>(positions.size()) ||
+  if (x.shape().rank() != 3 ||
+      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
       x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
-    return ShapeError("Rope", "x [T, heads, D] needs T positions and inv_freq [D/2]", x.shape(),
-                      inv_freq.shape());
+    return ShapeError("Rope",
+                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
+                      x.shape(), inv_freq.shape());
   }
   const int64_t tokens = x.shape()[0];
   const int64_t heads = x.shape()[1];
@@ -153,7 +168,8 @@ absl::Status CpuOps::Rope(const TensorView& x, absl::Span<const int32_t> positio
   std::vector<float> cos_table(half), sin_table(half);
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < half; ++i) {
-      // Same operation order as Hugging Face: angle = float(position) * inv_freq in f32.
+      // Same operation order as Hugging Face: angle = float(position) *
+      // inv_freq in f32.
       const float angle = static_cast<float>(positions[t]) * freq[i];
       cos_table[i] = std::cos(angle);
       sin_table[i] = std::sin(angle);
@@ -171,12 +187,14 @@ absl::Status CpuOps::Rope(const TensorView& x, absl::Span<const int32_t> positio
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up, const TensorView& out) {
+absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up,
+                             const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("SiluMul", "gate", gate));
   RETURN_IF_ERROR(CheckF32("SiluMul", "up", up));
   RETURN_IF_ERROR(CheckF32("SiluMul", "out", out));
   if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
-    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(), up.shape());
+    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
+                      up.shape());
   }
   const float* g = gate.data_as<const float>();
   const float* u = up.data_as<const float>();
@@ -186,8 +204,9 @@ absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up, const
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::StoreKv(const TensorView& k, const TensorView& v, int64_t start_pos,
-                             const TensorView& k_cache, const TensorView& v_cache) {
+absl::Status CpuOps::StoreKv(const TensorView& k, const TensorView& v,
+                             int64_t start_pos, const TensorView& k_cache,
+                             const TensorView& v_cache) {
   RETURN_IF_ERROR(CheckF32("StoreKv", "k", k));
   RETURN_IF_ERROR(CheckF32("StoreKv", "v", v));
   RETURN_IF_ERROR(CheckF32("StoreKv", "k_cache", k_cache));
@@ -195,17 +214,20 @@ absl::Status CpuOps::StoreKv(const TensorView& k, const TensorView& v, int64_t s
   const Shape& ks = k.shape();
   const Shape& cs = k_cache.shape();
   if (ks.rank() != 3 || cs.rank() != 3 || ks[1] != cs[1] || ks[2] != cs[2] ||
-      v.shape()[0] != ks[0] || v.shape().rank() != 3 || v_cache.shape().rank() != 3 ||
-      v.shape()[1] != v_cache.shape()[1] || v.shape()[2] != v_cache.shape()[2] ||
-      v_cache.shape()[0] != cs[0] || start_pos < 0 || start_pos + ks[0] > cs[0]) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "StoreKv: cannot write k ", ks.ToString(), " / v ", v.shape().ToString(), " at row ",
-        start_pos, " of caches ", cs.ToString(), " / ", v_cache.shape().ToString()));
+      v.shape()[0] != ks[0] || v.shape().rank() != 3 ||
+      v_cache.shape().rank() != 3 || v.shape()[1] != v_cache.shape()[1] ||
+      v.shape()[2] != v_cache.shape()[2] || v_cache.shape()[0] != cs[0] ||
+      start_pos < 0 || start_pos + ks[0] > cs[0]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StoreKv: cannot write k ", ks.ToString(), " / v ",
+                     v.shape().ToString(), " at row ", start_pos, " of caches ",
+                     cs.ToString(), " / ", v_cache.shape().ToString()));
   }
   std::copy_n(k.data_as<const float>(), k.numel(),
               k_cache.data_as<float>() + start_pos * cs[1] * cs[2]);
   std::copy_n(v.data_as<const float>(), v.numel(),
-              v_cache.data_as<float>() + start_pos * v_cache.shape()[1] * v_cache.shape()[2]);
+              v_cache.data_as<float>() +
+                  start_pos * v_cache.shape()[1] * v_cache.shape()[2]);
   return absl::OkStatus();
 }
 
@@ -219,7 +241,8 @@ absl::Status CpuOps::Attention(const AttentionArgs& args) {
   const Shape& vs = args.v_cache.shape();
   const Shape& os = args.out.shape();
   if (qs.rank() != 3 || ks.rank() != 3 || vs.rank() != 3 || os.rank() != 3) {
-    return absl::InvalidArgumentError("Attention: q, k_cache, v_cache and out must be rank 3");
+    return absl::InvalidArgumentError(
+        "Attention: q, k_cache, v_cache and out must be rank 3");
   }
   const int64_t tokens = qs[0];
   const int64_t num_heads = qs[1];
@@ -227,12 +250,14 @@ absl::Status CpuOps::Attention(const AttentionArgs& args) {
   const int64_t num_kv_heads = ks[1];
   const int64_t dim_v = vs[2];
   const int64_t kv_len = args.start_pos + tokens;
-  if (ks[2] != dim || vs[1] != num_kv_heads || vs[0] != ks[0] || num_kv_heads <= 0 ||
-      num_heads % num_kv_heads != 0 || os != Shape({tokens, num_heads, dim_v}) ||
-      args.start_pos < 0 || kv_len > ks[0] || args.sliding_window < 0) {
+  if (ks[2] != dim || vs[1] != num_kv_heads || vs[0] != ks[0] ||
+      num_kv_heads <= 0 || num_heads % num_kv_heads != 0 ||
+      os != Shape({tokens, num_heads, dim_v}) || args.start_pos < 0 ||
+      kv_len > ks[0] || args.sliding_window < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Attention: inconsistent shapes q ", qs.ToString(), ", k_cache ", ks.ToString(),
-        ", v_cache ", vs.ToString(), ", out ", os.ToString(), " at start_pos ", args.start_pos));
+        "Attention: inconsistent shapes q ", qs.ToString(), ", k_cache ",
+        ks.ToString(), ", v_cache ", vs.ToString(), ", out ", os.ToString(),
+        " at start_pos ", args.start_pos));
   }
   const int64_t group = num_heads / num_kv_heads;
   const float* q = args.q.data_as<const float>();
@@ -241,12 +266,15 @@ absl::Status CpuOps::Attention(const AttentionArgs& args) {
   float* out = args.out.data_as<float>();
   const int64_t work = tokens * num_heads * kv_len * (dim + dim_v);
 
-#pragma omp parallel for collapse(2) schedule(static) if (work > kParallelThreshold)
+#pragma omp parallel for collapse(2) \
+    schedule(static) if (work > kParallelThreshold)
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t h = 0; h < num_heads; ++h) {
       const int64_t pos = args.start_pos + t;
       const int64_t first =
-          args.sliding_window > 0 ? std::max<int64_t>(0, pos - args.sliding_window + 1) : 0;
+          args.sliding_window > 0
+              ? std::max<int64_t>(0, pos - args.sliding_window + 1)
+              : 0;
       const int64_t kvh = h / group;
       const float* qv = q + (t * num_heads + h) * dim;
       std::vector<float> scores(pos - first + 1);

@@ -1,5 +1,6 @@
-// The CPU reference backend: f32 storage, f32 accumulation, OpenBLAS for matrix products.
-// It defines what every other backend must compute (kernels are tested against it).
+// The CPU reference backend: f32 storage, f32 accumulation, OpenBLAS for matrix
+// products. It defines what every other backend must compute (kernels are
+// tested against it).
 #ifndef TESSERA_KERNELS_CPU_CPU_OPS_H_
 #define TESSERA_KERNELS_CPU_CPU_OPS_H_
 
@@ -13,15 +14,17 @@ class CpuOps final : public Ops {
                          const TensorView& out) override;
   absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
                        const TensorView& out) override;
-  absl::Status Add(const TensorView& a, const TensorView& b, const TensorView& out) override;
-  absl::Status Linear(const TensorView& x, const TensorView& weight, const TensorView* bias,
-                      const TensorView& out) override;
+  absl::Status Add(const TensorView& a, const TensorView& b,
+                   const TensorView& out) override;
+  absl::Status Linear(const TensorView& x, const TensorView& weight,
+                      const TensorView* bias, const TensorView& out) override;
   absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
                     const TensorView& inv_freq) override;
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out) override;
-  absl::Status StoreKv(const TensorView& k, const TensorView& v, int64_t start_pos,
-                       const TensorView& k_cache, const TensorView& v_cache) override;
+  absl::Status StoreKv(const TensorView& k, const TensorView& v,
+                       int64_t start_pos, const TensorView& k_cache,
+                       const TensorView& v_cache) override;
   absl::Status Attention(const AttentionArgs& args) override;
 };
 

@@ -1,7 +1,7 @@
 // Google Benchmark for the CPU reference ops at the shapes a decode step uses.
 //   bazel run //kernels/cpu:cpu_ops_benchmark -- --benchmark_filter=Linear
-// Reports bytes/s for the weight-streaming ops so the number can be compared with the
-// machine's memory bandwidth.
+// Reports bytes/s for the weight-streaming ops so the number can be compared
+// with the machine's memory bandwidth.
 #include <random>
 
 #include "benchmark/benchmark.h"
@@ -25,11 +25,13 @@ void BM_Linear(benchmark::State& state) {
   Tensor out = *Tensor::Empty(DType::kF32, {t, n});
   CpuOps ops;
   for (auto _ : state) {
-    benchmark::DoNotOptimize(ops.Linear(x.view(), w.view(), nullptr, out.view()));
+    benchmark::DoNotOptimize(
+        ops.Linear(x.view(), w.view(), nullptr, out.view()));
   }
-  state.SetBytesProcessed(state.iterations() * n * k * static_cast<int64_t>(sizeof(float)));
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * t * n * k * state.iterations(),
-                                                benchmark::Counter::kIsRate);
+  state.SetBytesProcessed(state.iterations() * n * k *
+                          static_cast<int64_t>(sizeof(float)));
+  state.counters["FLOP/s"] = benchmark::Counter(
+      2.0 * t * n * k * state.iterations(), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_Linear)
     ->Args({1, 512, 64})
@@ -37,15 +39,17 @@ BENCHMARK(BM_Linear)
     ->Args({1, 11008, 4096})
     ->Args({128, 4096, 1024});
 
-// One decode token attending over `len` cached positions; args: len, heads, kv_heads, D.
+// One decode token attending over `len` cached positions; args: len, heads,
+// kv_heads, D.
 void BM_DecodeAttention(benchmark::State& state) {
-  const int64_t len = state.range(0), heads = state.range(1), kv = state.range(2),
-                dim = state.range(3);
+  const int64_t len = state.range(0), heads = state.range(1),
+                kv = state.range(2), dim = state.range(3);
   Tensor q = RandomTensor({1, heads, dim});
   Tensor k = RandomTensor({len, kv, dim}), v = RandomTensor({len, kv, dim});
   Tensor out = *Tensor::Empty(DType::kF32, {1, heads, dim});
   CpuOps ops;
-  AttentionArgs args{q.view(), k.view(), v.view(), out.view(), len - 1, 0, 0.125f};
+  AttentionArgs args{q.view(), k.view(), v.view(), out.view(),
+                     len - 1,  0,        0.125f};
   for (auto _ : state) benchmark::DoNotOptimize(ops.Attention(args));
   state.SetBytesProcessed(state.iterations() * 2 * len * kv * dim *
                           static_cast<int64_t>(sizeof(float)));

@@ -1,5 +1,6 @@
-// The CPU backend is the reference for every other backend, so it is itself checked against
-// direct float64 transcriptions of the formulas, on fresh random inputs.
+// The CPU backend is the reference for every other backend, so it is itself
+// checked against direct float64 transcriptions of the formulas, on fresh
+// random inputs.
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cmath>
@@ -19,10 +20,13 @@ class CpuOpsTest : public ::testing::Test {
     for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(rng_);
     return t;
   }
-  static void ExpectClose(const Tensor& got, const std::vector<double>& want, double tol) {
+  static void ExpectClose(const Tensor& got, const std::vector<double>& want,
+                          double tol) {
     ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size()));
     for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got.data_as<float>()[i], want[i], tol * (1.0 + std::fabs(want[i]))) << i;
+      ASSERT_NEAR(got.data_as<float>()[i], want[i],
+                  tol * (1.0 + std::fabs(want[i])))
+          << i;
     }
   }
   std::mt19937 rng_{std::random_device{}()};
@@ -42,7 +46,8 @@ TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
       for (int64_t n = 0; n < 45; ++n) {
         double acc = b.data_as<float>()[n];
         for (int64_t k = 0; k < 33; ++k) {
-          acc += double(x.data_as<float>()[r * 33 + k]) * w.data_as<float>()[n * 33 + k];
+          acc += double(x.data_as<float>()[r * 33 + k]) *
+                 w.data_as<float>()[n * 33 + k];
         }
         want[r * 45 + n] = acc;
       }
@@ -64,10 +69,12 @@ TEST_F(CpuOpsTest, RmsNormMatchesFormula) {
   std::vector<double> want(5 * 24);
   for (int r = 0; r < 5; ++r) {
     double ss = 0;
-    for (int i = 0; i < 24; ++i) ss += std::pow(x.data_as<float>()[r * 24 + i], 2);
+    for (int i = 0; i < 24; ++i)
+      ss += std::pow(x.data_as<float>()[r * 24 + i], 2);
     const double inv = 1.0 / std::sqrt(ss / 24 + 1e-5);
     for (int i = 0; i < 24; ++i) {
-      want[r * 24 + i] = x.data_as<float>()[r * 24 + i] * inv * w.data_as<float>()[i];
+      want[r * 24 + i] =
+          x.data_as<float>()[r * 24 + i] * inv * w.data_as<float>()[i];
     }
   }
   ExpectClose(out, want, 1e-5);
@@ -86,8 +93,10 @@ TEST_F(CpuOpsTest, RopeRotatesHalvesByPositionTimesFrequency) {
       const float* o = orig.data_as<float>() + (t * 2 + h) * 8;
       for (int i = 0; i < 4; ++i) {
         const double angle = double(pos[t]) * freq.data_as<float>()[i];
-        want[(t * 2 + h) * 8 + i] = o[i] * std::cos(angle) - o[i + 4] * std::sin(angle);
-        want[(t * 2 + h) * 8 + i + 4] = o[i + 4] * std::cos(angle) + o[i] * std::sin(angle);
+        want[(t * 2 + h) * 8 + i] =
+            o[i] * std::cos(angle) - o[i + 4] * std::sin(angle);
+        want[(t * 2 + h) * 8 + i + 4] =
+            o[i + 4] * std::cos(angle) + o[i] * std::sin(angle);
       }
     }
   }
@@ -121,21 +130,25 @@ TEST_F(CpuOpsTest, EmbeddingRejectsOutOfRangeIds) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Causal GQA attention with and without a sliding window, checked against a direct softmax.
+// Causal GQA attention with and without a sliding window, checked against a
+// direct softmax.
 TEST_F(CpuOpsTest, AttentionMatchesDirectSoftmax) {
-  const int64_t heads = 4, kv_heads = 2, dim = 8, start = 5, tokens = 6, cap = 16;
+  const int64_t heads = 4, kv_heads = 2, dim = 8, start = 5, tokens = 6,
+                cap = 16;
   for (int64_t window : {0, 3}) {
     Tensor q = Random({tokens, heads, dim});
     Tensor k = Random({cap, kv_heads, dim});
     Tensor v = Random({cap, kv_heads, dim});
     Tensor out = *Tensor::Empty(DType::kF32, {tokens, heads, dim});
-    AttentionArgs args{q.view(), k.view(), v.view(), out.view(), start, window, 0.35f};
+    AttentionArgs args{q.view(), k.view(), v.view(), out.view(),
+                       start,    window,   0.35f};
     ASSERT_TRUE(ops_.Attention(args).ok());
     std::vector<double> want(tokens * heads * dim, 0.0);
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t h = 0; h < heads; ++h) {
         const int64_t pos = start + t, kvh = h / 2;
-        const int64_t first = window ? std::max<int64_t>(0, pos - window + 1) : 0;
+        const int64_t first =
+            window ? std::max<int64_t>(0, pos - window + 1) : 0;
         std::vector<double> s;
         double mx = -1e300, den = 0;
         for (int64_t j = first; j <= pos; ++j) {
@@ -151,7 +164,8 @@ TEST_F(CpuOpsTest, AttentionMatchesDirectSoftmax) {
         for (int64_t j = first; j <= pos; ++j) {
           for (int i = 0; i < dim; ++i) {
             want[(t * heads + h) * dim + i] +=
-                s[j - first] / den * v.data_as<float>()[(j * kv_heads + kvh) * dim + i];
+                s[j - first] / den *
+                v.data_as<float>()[(j * kv_heads + kvh) * dim + i];
           }
         }
       }

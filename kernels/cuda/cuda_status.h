@@ -1,4 +1,5 @@
-// Turning CUDA runtime errors into absl::Status, with the call and the intent in the message.
+// Turning CUDA runtime errors into absl::Status, with the call and the intent
+// in the message.
 #ifndef TESSERA_KERNELS_CUDA_CUDA_STATUS_H_
 #define TESSERA_KERNELS_CUDA_CUDA_STATUS_H_
 
@@ -9,7 +10,8 @@
 
 namespace tessera {
 
-// "cudaMalloc failed while allocating the workspace: out of memory (cudaErrorMemoryAllocation)"
+// "cudaMalloc failed while allocating the workspace: out of memory
+// (cudaErrorMemoryAllocation)"
 inline absl::Status CudaStatus(cudaError_t error, absl::string_view call,
                                absl::string_view doing) {
   if (error == cudaSuccess) return absl::OkStatus();
@@ -18,8 +20,8 @@ inline absl::Status CudaStatus(cudaError_t error, absl::string_view call,
                                           cudaGetErrorName(error), ")"));
 }
 
-// Number of usable CUDA devices; 0 when there is no driver or no device (never an error: the
-// CPU backend is always available).
+// Number of usable CUDA devices; 0 when there is no driver or no device (never
+// an error: the CPU backend is always available).
 inline int CudaDeviceCount() {
   int count = 0;
   if (cudaGetDeviceCount(&count) != cudaSuccess) {

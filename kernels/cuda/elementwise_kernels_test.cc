@@ -14,7 +14,9 @@ namespace {
 class DeviceBuffer {
  public:
   explicit DeviceBuffer(const std::vector<float>& host) : count_(host.size()) {
-    EXPECT_TRUE(CudaStatus(cudaMalloc(&ptr_, count_ * sizeof(float)), "cudaMalloc", "test").ok());
+    EXPECT_TRUE(CudaStatus(cudaMalloc(&ptr_, count_ * sizeof(float)),
+                           "cudaMalloc", "test")
+                    .ok());
     EXPECT_TRUE(CudaStatus(cudaMemcpy(ptr_, host.data(), count_ * sizeof(float),
                                       cudaMemcpyHostToDevice),
                            "cudaMemcpy", "uploading")
@@ -60,11 +62,13 @@ TEST_F(CudaElementwiseTest, RmsNormMatchesCpu) {
                              TensorView(want.data(), DType::kF32, {rows, n}))
                     .ok());
     DeviceBuffer dx(x), dw(w), dout(std::vector<float>(rows * n, NAN));
-    ASSERT_EQ(cuda::LaunchRmsNorm(dx.get(), dw.get(), 1e-6f, rows, n, dout.get(), nullptr),
+    ASSERT_EQ(cuda::LaunchRmsNorm(dx.get(), dw.get(), 1e-6f, rows, n,
+                                  dout.get(), nullptr),
               cudaSuccess);
     const std::vector<float> got = dout.Download();
     for (size_t i = 0; i < got.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << "n=" << n << " i=" << i;
+      ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i])))
+          << "n=" << n << " i=" << i;
     }
   }
 }
@@ -77,7 +81,8 @@ TEST_F(CudaElementwiseTest, SiluMulMatchesCpu) {
                            TensorView(want.data(), DType::kF32, {count}))
                   .ok());
   DeviceBuffer dg(g), du(u), dout(std::vector<float>(count, NAN));
-  ASSERT_EQ(cuda::LaunchSiluMul(dg.get(), du.get(), count, dout.get(), nullptr), cudaSuccess);
+  ASSERT_EQ(cuda::LaunchSiluMul(dg.get(), du.get(), count, dout.get(), nullptr),
+            cudaSuccess);
   const std::vector<float> got = dout.Download();
   for (int64_t i = 0; i < count; ++i) {
     ASSERT_NEAR(got[i], want[i], 1e-5f * (1.0f + std::fabs(want[i]))) << i;

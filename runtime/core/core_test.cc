@@ -19,18 +19,23 @@ TEST(DTypeTest, SizesAndNames) {
 }
 
 TEST(DTypeTest, HalfPrecisionRoundTripsExactValues) {
-  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f, 5.960464477539063e-08f}) {
+  for (float v : {0.0f, -0.0f, 1.0f, -2.5f, 65504.0f, 6.103515625e-05f,
+                  5.960464477539063e-08f}) {
     EXPECT_EQ(F16ToF32(F32ToF16(v)), v) << v;
   }
-  for (float v : {0.0f, 1.0f, -3.0f, std::ldexp(1.5f, 100)}) EXPECT_EQ(Bf16ToF32(F32ToBf16(v)), v) << v;
+  for (float v : {0.0f, 1.0f, -3.0f, std::ldexp(1.5f, 100)})
+    EXPECT_EQ(Bf16ToF32(F32ToBf16(v)), v) << v;
   EXPECT_TRUE(std::isinf(F16ToF32(F32ToF16(1e6f))));
-  EXPECT_TRUE(std::isnan(F16ToF32(F32ToF16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(
+      std::isnan(F16ToF32(F32ToF16(std::numeric_limits<float>::quiet_NaN()))));
 }
 
 TEST(DTypeTest, HalfPrecisionRoundsToNearestEven) {
-  // 1 + 2^-11 lies halfway between f16 1.0 and 1 + 2^-10: ties go to the even mantissa (1.0).
+  // 1 + 2^-11 lies halfway between f16 1.0 and 1 + 2^-10: ties go to the even
+  // mantissa (1.0).
   EXPECT_EQ(F16ToF32(F32ToF16(1.0f + std::ldexp(1.0f, -11))), 1.0f);
-  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11))), 1.0f + std::ldexp(1.0f, -9));
+  EXPECT_EQ(F16ToF32(F32ToF16(1.0f + 3 * std::ldexp(1.0f, -11))),
+            1.0f + std::ldexp(1.0f, -9));
   // bf16: 1 + 2^-8 is halfway between 1.0 and 1 + 2^-7.
   EXPECT_EQ(Bf16ToF32(F32ToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
 }
@@ -72,7 +77,8 @@ TEST(StatusTest, MacrosPropagate) {
   EXPECT_EQ(out, 4);
   EXPECT_EQ(UseMacros(3, &out).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(UseMacros(30, &out).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(Annotate(absl::NotFoundError("x"), "loading").message(), "loading: x");
+  EXPECT_EQ(Annotate(absl::NotFoundError("x"), "loading").message(),
+            "loading: x");
 }
 
 }  // namespace

@@ -68,12 +68,13 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
   if (name == "BOOL") return DType::kBool;
   if (name == "F8_E4M3") return DType::kF8E4M3;
   if (name == "F8_E5M2") return DType::kF8E5M2;
-  return absl::InvalidArgumentError(absl::StrCat("unsupported safetensors dtype \"", name, "\""));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported safetensors dtype \"", name, "\""));
 }
 
 bool IsFloatConvertible(DType dtype) {
-  return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16 ||
-         dtype == DType::kF64;
+  return dtype == DType::kF32 || dtype == DType::kBF16 ||
+         dtype == DType::kF16 || dtype == DType::kF64;
 }
 
 float F16ToF32(uint16_t bits) {
@@ -104,20 +105,23 @@ uint16_t F32ToF16(float value) {
   std::memcpy(&bits, &value, sizeof(bits));
   const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
   const uint32_t abs_bits = bits & 0x7fffffffu;
-  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;         // NaN.
-  if (abs_bits >= 0x477ff000u) return sign | 0x7c00u;        // Overflow (rounds to) Inf.
-  if (abs_bits < 0x38800000u) {                              // Subnormal or zero in f16.
+  if (abs_bits > 0x7f800000u) return sign | 0x7e00u;  // NaN.
+  if (abs_bits >= 0x477ff000u)
+    return sign | 0x7c00u;       // Overflow (rounds to) Inf.
+  if (abs_bits < 0x38800000u) {  // Subnormal or zero in f16.
     float magnitude;
     std::memcpy(&magnitude, &abs_bits, sizeof(magnitude));
     // nearbyint uses round-half-even in the default rounding mode.
-    return sign | static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
+    return sign |
+           static_cast<uint16_t>(std::nearbyint(magnitude * 16777216.0f));
   }
   // Normal: rebias the exponent and round the mantissa to nearest even.
   const uint32_t rounded = abs_bits + 0xfffu + ((abs_bits >> 13) & 1u);
   return sign | static_cast<uint16_t>((rounded - 0x38000000u) >> 13);
 }
 
-absl::Status ConvertToF32(DType dtype, const void* src, size_t count, float* dst) {
+absl::Status ConvertToF32(DType dtype, const void* src, size_t count,
+                          float* dst) {
   switch (dtype) {
     case DType::kF32:
       std::memcpy(dst, src, count * sizeof(float));

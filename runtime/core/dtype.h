@@ -13,17 +13,17 @@
 namespace tessera {
 
 enum class DType : uint8_t {
-  kF32,      // IEEE binary32.
-  kBF16,     // bfloat16: the top 16 bits of a binary32.
-  kF16,      // IEEE binary16.
-  kF64,      // IEEE binary64 (read from checkpoints, never computed in).
-  kI64,      // Signed 64-bit integer.
-  kI32,      // Signed 32-bit integer (token ids, positions).
-  kI8,       // Signed 8-bit integer (quantized values).
-  kU8,       // Unsigned 8-bit integer (packed quantized values).
-  kBool,     // One byte, 0 or 1.
-  kF8E4M3,   // OCP fp8 e4m3fn (recognised in checkpoints; not computed in yet).
-  kF8E5M2,   // OCP fp8 e5m2 (recognised in checkpoints; not computed in yet).
+  kF32,     // IEEE binary32.
+  kBF16,    // bfloat16: the top 16 bits of a binary32.
+  kF16,     // IEEE binary16.
+  kF64,     // IEEE binary64 (read from checkpoints, never computed in).
+  kI64,     // Signed 64-bit integer.
+  kI32,     // Signed 32-bit integer (token ids, positions).
+  kI8,      // Signed 8-bit integer (quantized values).
+  kU8,      // Unsigned 8-bit integer (packed quantized values).
+  kBool,    // One byte, 0 or 1.
+  kF8E4M3,  // OCP fp8 e4m3fn (recognised in checkpoints; not computed in yet).
+  kF8E5M2,  // OCP fp8 e5m2 (recognised in checkpoints; not computed in yet).
 };
 
 // Bytes per element.
@@ -32,7 +32,8 @@ size_t DTypeSize(DType dtype);
 // Lower-case name used in messages: "f32", "bf16", ...
 absl::string_view DTypeName(DType dtype);
 
-// The dtype spelled as in a safetensors header ("F32", "BF16", "F16", "I8", ...).
+// The dtype spelled as in a safetensors header ("F32", "BF16", "F16", "I8",
+// ...).
 absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name);
 
 // Whether values of this dtype can be widened to f32 by ConvertToF32.
@@ -49,7 +50,8 @@ inline float Bf16ToF32(uint16_t bits) {
 inline uint16_t F32ToBf16(float value) {
   uint32_t bits;
   std::memcpy(&bits, &value, sizeof(bits));
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((bits >> 16) | 0x40);
+  if ((bits & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>((bits >> 16) | 0x40);
   const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
   return static_cast<uint16_t>((bits + rounding) >> 16);
 }
@@ -57,9 +59,10 @@ inline uint16_t F32ToBf16(float value) {
 float F16ToF32(uint16_t bits);
 uint16_t F32ToF16(float value);
 
-// Widens `count` elements of `dtype` at `src` into `dst` (f32, f16, bf16, f64 sources).
-// Returns InvalidArgument for any other dtype.
-absl::Status ConvertToF32(DType dtype, const void* src, size_t count, float* dst);
+// Widens `count` elements of `dtype` at `src` into `dst` (f32, f16, bf16, f64
+// sources). Returns InvalidArgument for any other dtype.
+absl::Status ConvertToF32(DType dtype, const void* src, size_t count,
+                          float* dst);
 
 }  // namespace tessera
 

@@ -15,7 +15,8 @@ class Shape {
  public:
   Shape() = default;
   Shape(std::initializer_list<int64_t> dims) : dims_(dims) {}
-  explicit Shape(absl::Span<const int64_t> dims) : dims_(dims.begin(), dims.end()) {}
+  explicit Shape(absl::Span<const int64_t> dims)
+      : dims_(dims.begin(), dims.end()) {}
 
   int rank() const { return static_cast<int>(dims_.size()); }
   int64_t dim(int i) const { return dims_[i]; }
@@ -32,7 +33,9 @@ class Shape {
   // "[4, 64]"
   std::string ToString() const;
 
-  friend bool operator==(const Shape& a, const Shape& b) { return a.dims_ == b.dims_; }
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.dims_ == b.dims_;
+  }
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
 
  private:

@@ -1,11 +1,11 @@
 // Dense row-major tensors: `Tensor` owns host storage, `TensorView` borrows it.
 //
 // Memory layout: element (i0, i1, ..., ik) of shape [d0, d1, ..., dk] lives at
-// ((i0 * d1 + i1) * d2 + ...) * dtype size bytes from data(). Storage is 64-byte aligned so
-// SIMD loads and OpenBLAS never see a misaligned row start.
+// ((i0 * d1 + i1) * d2 + ...) * dtype size bytes from data(). Storage is
+// 64-byte aligned so SIMD loads and OpenBLAS never see a misaligned row start.
 //
-// Thread safety: none; a tensor is owned by one step at a time. Views do not keep storage
-// alive: the owner must outlive them.
+// Thread safety: none; a tensor is owned by one step at a time. Views do not
+// keep storage alive: the owner must outlive them.
 #ifndef TESSERA_RUNTIME_CORE_TENSOR_H_
 #define TESSERA_RUNTIME_CORE_TENSOR_H_
 
@@ -34,7 +34,9 @@ class TensorView {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel()) * DTypeSize(dtype_);
+  }
 
   // Rows [begin, end) of the outermost dimension, as a view of the same rank.
   TensorView Rows(int64_t begin, int64_t end) const;
@@ -68,7 +70,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t numel() const { return shape_.numel(); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  size_t nbytes() const {
+    return static_cast<size_t>(numel()) * DTypeSize(dtype_);
+  }
 
   TensorView view() const { return TensorView(data(), dtype_, shape_); }
 

@@ -16,20 +16,23 @@ Generator::Generator(LlamaModel* model, std::vector<int64_t> eos_ids)
     : model_(model), eos_ids_(std::move(eos_ids)) {}
 
 absl::StatusOr<GenerationResult> Generator::Generate(
-    const GenerationRequest& request, const std::function<void(int32_t)>& on_token) {
+    const GenerationRequest& request,
+    const std::function<void(int32_t)>& on_token) {
   const ModelConfig& config = model_->config();
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
   const int64_t context = config.max_position_embeddings;
   if (prompt_len == 0) return absl::InvalidArgumentError("the prompt is empty");
   if (prompt_len > context) {
-    return absl::OutOfRangeError(absl::StrCat("the prompt has ", prompt_len,
-                                              " tokens, more than the model's context of ",
-                                              context, " (max_position_embeddings)"));
+    return absl::OutOfRangeError(
+        absl::StrCat("the prompt has ", prompt_len,
+                     " tokens, more than the model's context of ", context,
+                     " (max_position_embeddings)"));
   }
   for (int32_t id : request.prompt_ids) {
     if (id < 0 || id >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "prompt token id ", id, " is outside the vocabulary [0, ", config.vocab_size, ")"));
+          "prompt token id ", id, " is outside the vocabulary [0, ",
+          config.vocab_size, ")"));
     }
   }
   if (request.max_tokens < 1) {
@@ -38,10 +41,13 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   }
   RETURN_IF_ERROR(request.sampling.Validate());
 
-  // The last sampled token needs no forward pass, so a full context still yields one token.
-  const int64_t max_new = std::min(request.max_tokens, context - prompt_len + 1);
-  ASSIGN_OR_RETURN(KvCache cache,
-                   KvCache::Create(config, std::min(context, prompt_len + max_new - 1)));
+  // The last sampled token needs no forward pass, so a full context still
+  // yields one token.
+  const int64_t max_new =
+      std::min(request.max_tokens, context - prompt_len + 1);
+  ASSIGN_OR_RETURN(
+      KvCache cache,
+      KvCache::Create(config, std::min(context, prompt_len + max_new - 1)));
   Sampler sampler(request.sampling);
   std::vector<float> logits(config.vocab_size);
   GenerationResult result;
@@ -58,7 +64,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     result.output_ids.push_back(token);
     if (on_token) on_token(token);
     const bool is_eos =
-        std::find(eos_ids_.begin(), eos_ids_.end(), static_cast<int64_t>(token)) != eos_ids_.end();
+        std::find(eos_ids_.begin(), eos_ids_.end(),
+                  static_cast<int64_t>(token)) != eos_ids_.end();
     if (is_eos && !request.ignore_eos) {
       result.finish_reason = FinishReason::kStop;
       break;
@@ -70,7 +77,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     const int32_t next[1] = {token};
     RETURN_IF_ERROR(model_->Forward(next, &cache, logits.data()));
   }
-  result.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+  result.decode_seconds =
+      std::chrono::duration<double>(Clock::now() - t1).count();
   return result;
 }
 

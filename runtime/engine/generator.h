@@ -1,5 +1,6 @@
-// Generator: runs one sequence from prompt to finish on a LlamaModel (single process, one
-// request at a time; the continuous-batching scheduler replaces this loop for serving).
+// Generator: runs one sequence from prompt to finish on a LlamaModel (single
+// process, one request at a time; the continuous-batching scheduler replaces
+// this loop for serving).
 #ifndef TESSERA_RUNTIME_ENGINE_GENERATOR_H_
 #define TESSERA_RUNTIME_ENGINE_GENERATOR_H_
 
@@ -15,7 +16,8 @@ namespace tessera {
 
 enum class FinishReason {
   kLength,  // max_tokens generated, or the context is full.
-  kStop,    // An end-of-sequence token was generated (it is included in output_ids).
+  kStop,    // An end-of-sequence token was generated (it is included in
+            // output_ids).
 };
 
 absl::string_view FinishReasonName(FinishReason reason);  // "length" / "stop"
@@ -24,27 +26,31 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
   int64_t max_tokens = 256;         // >= 1.
   SamplingParams sampling;
-  bool ignore_eos = false;          // Keep going after EOS (benchmarks).
+  bool ignore_eos = false;  // Keep going after EOS (benchmarks).
 };
 
 struct GenerationResult {
   std::vector<int32_t> output_ids;
   FinishReason finish_reason = FinishReason::kLength;
-  std::vector<float> prefill_logits;  // Next-token logits after the prompt [vocab].
-  double prefill_seconds = 0.0;       // Prompt forward pass.
-  double decode_seconds = 0.0;        // Every later forward pass.
+  std::vector<float>
+      prefill_logits;            // Next-token logits after the prompt [vocab].
+  double prefill_seconds = 0.0;  // Prompt forward pass.
+  double decode_seconds = 0.0;   // Every later forward pass.
 };
 
 class Generator {
  public:
-  // `model` must outlive the generator. `eos_ids` end a sequence (the config's eos ids).
+  // `model` must outlive the generator. `eos_ids` end a sequence (the config's
+  // eos ids).
   Generator(LlamaModel* model, std::vector<int64_t> eos_ids);
 
-  // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad sampling
-  // parameters or max_tokens < 1; OutOfRange for a prompt longer than the context.
-  // `on_token`, when set, sees each generated token as soon as it is sampled.
-  absl::StatusOr<GenerationResult> Generate(const GenerationRequest& request,
-                                            const std::function<void(int32_t)>& on_token = {});
+  // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad
+  // sampling parameters or max_tokens < 1; OutOfRange for a prompt longer than
+  // the context. `on_token`, when set, sees each generated token as soon as it
+  // is sampled.
+  absl::StatusOr<GenerationResult> Generate(
+      const GenerationRequest& request,
+      const std::function<void(int32_t)>& on_token = {});
 
  private:
   LlamaModel* model_;

@@ -1,8 +1,9 @@
-// ModelConfig: the hyperparameters of a Llama-family checkpoint, read from its config.json.
+// ModelConfig: the hyperparameters of a Llama-family checkpoint, read from its
+// config.json.
 //
-// Supported `model_type`s: llama, mistral, qwen2, qwen3. Everything the forward pass needs is
-// resolved here (defaults applied, derived values computed, unsupported features rejected), so
-// the model code never looks at JSON.
+// Supported `model_type`s: llama, mistral, qwen2, qwen3. Everything the forward
+// pass needs is resolved here (defaults applied, derived values computed,
+// unsupported features rejected), so the model code never looks at JSON.
 #ifndef TESSERA_RUNTIME_MODEL_CONFIG_H_
 #define TESSERA_RUNTIME_MODEL_CONFIG_H_
 
@@ -19,7 +20,8 @@ enum class Architecture {
   kLlama,    // model_type "llama" (Llama 1/2/3, TinyLlama, stories*).
   kMistral,  // model_type "mistral": Llama with an optional sliding window.
   kQwen2,    // model_type "qwen2": Llama with q/k/v biases.
-  kQwen3,    // model_type "qwen3": Llama with per-head q/k RMSNorm and an explicit head_dim.
+  kQwen3,    // model_type "qwen3": Llama with per-head q/k RMSNorm and an
+             // explicit head_dim.
 };
 
 absl::string_view ArchitectureName(Architecture arch);
@@ -27,17 +29,20 @@ absl::string_view ArchitectureName(Architecture arch);
 // How rotary frequencies are adjusted for long contexts (HF `rope_type`).
 enum class RopeScaling {
   kNone,    // "default": inv_freq[i] = theta^(-2i/head_dim).
-  kLinear,  // "linear": positions divided by `factor` (equivalently inv_freq / factor).
-  kLlama3,  // "llama3": low frequencies divided by `factor`, high kept, smooth ramp between.
+  kLinear,  // "linear": positions divided by `factor` (equivalently inv_freq /
+            // factor).
+  kLlama3,  // "llama3": low frequencies divided by `factor`, high kept, smooth
+            // ramp between.
 };
 
 struct RopeConfig {
   double theta = 10000.0;  // rope_theta.
   RopeScaling scaling = RopeScaling::kNone;
-  double factor = 1.0;                    // linear and llama3.
-  double low_freq_factor = 1.0;           // llama3.
-  double high_freq_factor = 4.0;          // llama3.
-  int64_t original_max_position = 8192;   // llama3: original_max_position_embeddings.
+  double factor = 1.0;            // linear and llama3.
+  double low_freq_factor = 1.0;   // llama3.
+  double high_freq_factor = 4.0;  // llama3.
+  int64_t original_max_position =
+      8192;  // llama3: original_max_position_embeddings.
 };
 
 struct ModelConfig {
@@ -47,44 +52,54 @@ struct ModelConfig {
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t intermediate_size = 0;
-  int64_t num_layers = 0;         // num_hidden_layers.
-  int64_t num_heads = 0;          // num_attention_heads.
-  int64_t num_kv_heads = 0;       // num_key_value_heads; defaults to num_heads.
-  int64_t head_dim = 0;           // head_dim; defaults to hidden_size / num_heads.
+  int64_t num_layers = 0;    // num_hidden_layers.
+  int64_t num_heads = 0;     // num_attention_heads.
+  int64_t num_kv_heads = 0;  // num_key_value_heads; defaults to num_heads.
+  int64_t head_dim = 0;      // head_dim; defaults to hidden_size / num_heads.
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
   RopeConfig rope;
 
   bool tie_word_embeddings = false;
-  bool attention_bias = false;    // q/k/v/o biases (qwen2: q/k/v biases always, o none).
+  bool attention_bias =
+      false;  // q/k/v/o biases (qwen2: q/k/v biases always, o none).
   bool attention_out_bias = false;  // o_proj bias (llama attention_bias=true).
-  bool mlp_bias = false;          // gate/up/down biases (llama mlp_bias=true).
-  bool qk_norm = false;           // Per-head RMSNorm on q and k before RoPE (qwen3).
+  bool mlp_bias = false;  // gate/up/down biases (llama mlp_bias=true).
+  bool qk_norm = false;   // Per-head RMSNorm on q and k before RoPE (qwen3).
 
-  // Sliding-window attention per layer: 0 = full attention, otherwise a query at position p
-  // sees keys at positions (p - window, p]. Size num_layers.
+  // Sliding-window attention per layer: 0 = full attention, otherwise a query
+  // at position p sees keys at positions (p - window, p]. Size num_layers.
   std::vector<int64_t> sliding_window_per_layer;
 
-  int64_t bos_token_id = -1;               // -1 when the config has none.
-  std::vector<int64_t> eos_token_ids;      // eos_token_id (int or list); may be empty.
+  int64_t bos_token_id = -1;  // -1 when the config has none.
+  std::vector<int64_t>
+      eos_token_ids;  // eos_token_id (int or list); may be empty.
 
-  std::string torch_dtype;  // "float32", "bfloat16", ... (informational: weights carry dtypes).
+  std::string torch_dtype;  // "float32", "bfloat16", ... (informational:
+                            // weights carry dtypes).
 };
 
-// Parses config.json text (transformers 4 and 5 spellings). Errors name the offending key:
-//  - InvalidArgument: malformed JSON, a missing required key, a non-positive size, heads not
-//    dividing evenly (num_heads % num_kv_heads != 0), hidden_size % num_heads != 0 without an
-//    explicit head_dim, hidden_act other than silu, an unknown model_type
-//    ("unsupported model_type \"gpt2\" (supported: llama, mistral, qwen2, qwen3)");
-//  - Unimplemented: rope types other than default/linear/llama3, partial rotary embeddings;
-//  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and mxfp4 are
-//    recognised and rejected as "not supported yet" naming the method (Unimplemented);
-//    an unknown quant_method is InvalidArgument naming it. Never a silent fallback.
+// Parses config.json text (transformers 4 and 5 spellings). Errors name the
+// offending key:
+//  - InvalidArgument: malformed JSON, a missing required key, a non-positive
+//  size, heads not
+//    dividing evenly (num_heads % num_kv_heads != 0), hidden_size % num_heads
+//    != 0 without an explicit head_dim, hidden_act other than silu, an unknown
+//    model_type
+//    ("unsupported model_type \"gpt2\" (supported: llama, mistral, qwen2,
+//    qwen3)");
+//  - Unimplemented: rope types other than default/linear/llama3, partial rotary
+//  embeddings;
+//  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and
+//  mxfp4 are
+//    recognised and rejected as "not supported yet" naming the method
+//    (Unimplemented); an unknown quant_method is InvalidArgument naming it.
+//    Never a silent fallback.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
 // Reads and parses `<model_dir>/config.json`; also merges eos ids from
-// `<model_dir>/generation_config.json` when present. NotFound if the directory or config.json
-// is missing.
+// `<model_dir>/generation_config.json` when present. NotFound if the directory
+// or config.json is missing.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace tessera

@@ -9,19 +9,24 @@
 namespace tessera {
 namespace {
 
-// Loads `name` (f32 after conversion) after checking its shape against `expected`.
-absl::StatusOr<Tensor> Load(const Checkpoint& ckpt, const std::string& name, Shape expected) {
+// Loads `name` (f32 after conversion) after checking its shape against
+// `expected`.
+absl::StatusOr<Tensor> Load(const Checkpoint& ckpt, const std::string& name,
+                            Shape expected) {
   return ckpt.LoadF32(name, expected);
 }
 
-absl::StatusOr<std::optional<Tensor>> LoadIf(bool present, const Checkpoint& ckpt,
-                                             const std::string& name, Shape expected) {
+absl::StatusOr<std::optional<Tensor>> LoadIf(bool present,
+                                             const Checkpoint& ckpt,
+                                             const std::string& name,
+                                             Shape expected) {
   if (!present) return std::optional<Tensor>();
   ASSIGN_OR_RETURN(Tensor t, ckpt.LoadF32(name, expected));
   return std::optional<Tensor>(std::move(t));
 }
 
-const TensorView* OptionalView(const std::optional<Tensor>& t, TensorView* storage) {
+const TensorView* OptionalView(const std::optional<Tensor>& t,
+                               TensorView* storage) {
   if (!t.has_value()) return nullptr;
   *storage = t->view();
   return storage;
@@ -29,33 +34,52 @@ const TensorView* OptionalView(const std::optional<Tensor>& t, TensorView* stora
 
 }  // namespace
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt, const ModelConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, D = c.head_dim;
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
+                                              const ModelConfig& c) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
+                D = c.head_dim;
   const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
   LlamaWeights w;
-  ASSIGN_OR_RETURN(w.embed_tokens, Load(ckpt, "model.embed_tokens.weight", {V, H}));
+  ASSIGN_OR_RETURN(w.embed_tokens,
+                   Load(ckpt, "model.embed_tokens.weight", {V, H}));
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     LlamaLayerWeights L;
-    ASSIGN_OR_RETURN(L.input_norm, Load(ckpt, p + "input_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.q_proj, Load(ckpt, p + "self_attn.q_proj.weight", {q_dim, H}));
-    ASSIGN_OR_RETURN(L.k_proj, Load(ckpt, p + "self_attn.k_proj.weight", {kv_dim, H}));
-    ASSIGN_OR_RETURN(L.v_proj, Load(ckpt, p + "self_attn.v_proj.weight", {kv_dim, H}));
-    ASSIGN_OR_RETURN(L.o_proj, Load(ckpt, p + "self_attn.o_proj.weight", {H, q_dim}));
-    ASSIGN_OR_RETURN(L.q_bias, LoadIf(c.attention_bias, ckpt, p + "self_attn.q_proj.bias", {q_dim}));
-    ASSIGN_OR_RETURN(L.k_bias, LoadIf(c.attention_bias, ckpt, p + "self_attn.k_proj.bias", {kv_dim}));
-    ASSIGN_OR_RETURN(L.v_bias, LoadIf(c.attention_bias, ckpt, p + "self_attn.v_proj.bias", {kv_dim}));
-    ASSIGN_OR_RETURN(L.o_bias, LoadIf(c.attention_out_bias, ckpt, p + "self_attn.o_proj.bias", {H}));
-    ASSIGN_OR_RETURN(L.q_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.q_norm.weight", {D}));
-    ASSIGN_OR_RETURN(L.k_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.k_norm.weight", {D}));
+    ASSIGN_OR_RETURN(L.input_norm,
+                     Load(ckpt, p + "input_layernorm.weight", {H}));
+    ASSIGN_OR_RETURN(L.q_proj,
+                     Load(ckpt, p + "self_attn.q_proj.weight", {q_dim, H}));
+    ASSIGN_OR_RETURN(L.k_proj,
+                     Load(ckpt, p + "self_attn.k_proj.weight", {kv_dim, H}));
+    ASSIGN_OR_RETURN(L.v_proj,
+                     Load(ckpt, p + "self_attn.v_proj.weight", {kv_dim, H}));
+    ASSIGN_OR_RETURN(L.o_proj,
+                     Load(ckpt, p + "self_attn.o_proj.weight", {H, q_dim}));
+    ASSIGN_OR_RETURN(L.q_bias, LoadIf(c.attention_bias, ckpt,
+                                      p + "self_attn.q_proj.bias", {q_dim}));
+    ASSIGN_OR_RETURN(L.k_bias, LoadIf(c.attention_bias, ckpt,
+                                      p + "self_attn.k_proj.bias", {kv_dim}));
+    ASSIGN_OR_RETURN(L.v_bias, LoadIf(c.attention_bias, ckpt,
+                                      p + "self_attn.v_proj.bias", {kv_dim}));
+    ASSIGN_OR_RETURN(L.o_bias, LoadIf(c.attention_out_bias, ckpt,
+                                      p + "self_attn.o_proj.bias", {H}));
+    ASSIGN_OR_RETURN(
+        L.q_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.q_norm.weight", {D}));
+    ASSIGN_OR_RETURN(
+        L.k_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.k_norm.weight", {D}));
     ASSIGN_OR_RETURN(L.post_attention_norm,
                      Load(ckpt, p + "post_attention_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.gate_proj, Load(ckpt, p + "mlp.gate_proj.weight", {I, H}));
+    ASSIGN_OR_RETURN(L.gate_proj,
+                     Load(ckpt, p + "mlp.gate_proj.weight", {I, H}));
     ASSIGN_OR_RETURN(L.up_proj, Load(ckpt, p + "mlp.up_proj.weight", {I, H}));
-    ASSIGN_OR_RETURN(L.down_proj, Load(ckpt, p + "mlp.down_proj.weight", {H, I}));
-    ASSIGN_OR_RETURN(L.gate_bias, LoadIf(c.mlp_bias, ckpt, p + "mlp.gate_proj.bias", {I}));
-    ASSIGN_OR_RETURN(L.up_bias, LoadIf(c.mlp_bias, ckpt, p + "mlp.up_proj.bias", {I}));
-    ASSIGN_OR_RETURN(L.down_bias, LoadIf(c.mlp_bias, ckpt, p + "mlp.down_proj.bias", {H}));
+    ASSIGN_OR_RETURN(L.down_proj,
+                     Load(ckpt, p + "mlp.down_proj.weight", {H, I}));
+    ASSIGN_OR_RETURN(L.gate_bias,
+                     LoadIf(c.mlp_bias, ckpt, p + "mlp.gate_proj.bias", {I}));
+    ASSIGN_OR_RETURN(L.up_bias,
+                     LoadIf(c.mlp_bias, ckpt, p + "mlp.up_proj.bias", {I}));
+    ASSIGN_OR_RETURN(L.down_bias,
+                     LoadIf(c.mlp_bias, ckpt, p + "mlp.down_proj.bias", {H}));
     w.layers.push_back(std::move(L));
   }
   ASSIGN_OR_RETURN(w.final_norm, Load(ckpt, "model.norm.weight", {H}));
@@ -69,7 +93,8 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt, const Mode
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   const int64_t dim = c.head_dim;
   if (dim % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("head_dim ", dim, " must be even for RoPE"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("head_dim ", dim, " must be even for RoPE"));
   }
   ASSIGN_OR_RETURN(Tensor inv_freq, Tensor::Empty(DType::kF32, {dim / 2}));
   float* f = inv_freq.data_as<float>();
@@ -83,23 +108,30 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
     case RopeScaling::kNone:
       break;
     case RopeScaling::kLinear:
-      for (int64_t i = 0; i < dim / 2; ++i) f[i] = f[i] / static_cast<float>(r.factor);
+      for (int64_t i = 0; i < dim / 2; ++i)
+        f[i] = f[i] / static_cast<float>(r.factor);
       break;
     case RopeScaling::kLlama3: {
-      // Long wavelengths (low frequencies) are slowed by `factor`, short ones kept, and the band
-      // between is interpolated smoothly (transformers' _compute_llama3_parameters).
+      // Long wavelengths (low frequencies) are slowed by `factor`, short ones
+      // kept, and the band between is interpolated smoothly (transformers'
+      // _compute_llama3_parameters).
       const double old_len = static_cast<double>(r.original_max_position);
       const double low_freq_wavelen = old_len / r.low_freq_factor;
       const double high_freq_wavelen = old_len / r.high_freq_factor;
       for (int64_t i = 0; i < dim / 2; ++i) {
         const float freq = f[i];
         const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
-        float scaled = wavelen > low_freq_wavelen ? freq / static_cast<float>(r.factor) : freq;
-        const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+        float scaled = wavelen > low_freq_wavelen
+                           ? freq / static_cast<float>(r.factor)
+                           : freq;
+        const bool medium =
+            !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
         if (medium) {
-          const float smooth = static_cast<float>((old_len / wavelen - r.low_freq_factor) /
-                                                  (r.high_freq_factor - r.low_freq_factor));
-          scaled = (1.0f - smooth) * scaled / static_cast<float>(r.factor) + smooth * scaled;
+          const float smooth =
+              static_cast<float>((old_len / wavelen - r.low_freq_factor) /
+                                 (r.high_freq_factor - r.low_freq_factor));
+          scaled = (1.0f - smooth) * scaled / static_cast<float>(r.factor) +
+                   smooth * scaled;
         }
         f[i] = scaled;
       }
@@ -109,42 +141,51 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   return inv_freq;
 }
 
-absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c, int64_t capacity) {
+absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c,
+                                        int64_t capacity) {
   if (capacity <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("KV cache capacity ", capacity));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache capacity ", capacity));
   }
   KvCache cache;
   cache.capacity_ = capacity;
   for (int64_t l = 0; l < c.num_layers; ++l) {
-    ASSIGN_OR_RETURN(Tensor k, Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
-    ASSIGN_OR_RETURN(Tensor v, Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
+    ASSIGN_OR_RETURN(
+        Tensor k,
+        Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
+    ASSIGN_OR_RETURN(
+        Tensor v,
+        Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
     cache.k_.push_back(std::move(k));
     cache.v_.push_back(std::move(v));
   }
   return cache;
 }
 
-LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights, Tensor inv_freq, Ops* ops)
+LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights,
+                       Tensor inv_freq, Ops* ops)
     : config_(std::move(config)),
       weights_(std::move(weights)),
       inv_freq_(std::move(inv_freq)),
       ops_(ops) {}
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(ModelConfig config,
-                                                               LlamaWeights weights, Ops* ops) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
+    ModelConfig config, LlamaWeights weights, Ops* ops) {
   if (static_cast<int64_t>(weights.layers.size()) != config.num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat("weights have ", weights.layers.size(),
-                                                   " layers, config says ", config.num_layers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weights have ", weights.layers.size(),
+                     " layers, config says ", config.num_layers));
   }
   ASSIGN_OR_RETURN(Tensor inv_freq, ComputeRopeInvFreq(config));
-  return std::unique_ptr<LlamaModel>(
-      new LlamaModel(std::move(config), std::move(weights), std::move(inv_freq), ops));
+  return std::unique_ptr<LlamaModel>(new LlamaModel(
+      std::move(config), std::move(weights), std::move(inv_freq), ops));
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(const std::string& model_dir,
-                                                             Ops* ops) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
+    const std::string& model_dir, Ops* ops) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(model_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                   Checkpoint::Open(model_dir));
   ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt, config));
   return Create(std::move(config), std::move(weights), ops);
 }
@@ -155,39 +196,48 @@ absl::Status LlamaModel::EnsureScratch(int64_t tokens) {
   const int64_t T = tokens;
   ASSIGN_OR_RETURN(hidden_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
   ASSIGN_OR_RETURN(normed_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
-  ASSIGN_OR_RETURN(q_, Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(k_, Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(v_, Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(attn_, Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(q_,
+                   Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(k_,
+                   Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(v_,
+                   Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(attn_,
+                   Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
   ASSIGN_OR_RETURN(proj_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
   ASSIGN_OR_RETURN(gate_, Tensor::Empty(DType::kF32, {T, c.intermediate_size}));
   ASSIGN_OR_RETURN(up_, Tensor::Empty(DType::kF32, {T, c.intermediate_size}));
-  ASSIGN_OR_RETURN(last_hidden_, Tensor::Empty(DType::kF32, {1, c.hidden_size}));
+  ASSIGN_OR_RETURN(last_hidden_,
+                   Tensor::Empty(DType::kF32, {1, c.hidden_size}));
   positions_.resize(T);
   scratch_tokens_ = T;
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens, KvCache* cache,
-                                 float* logits) {
+absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
+                                 KvCache* cache, float* logits) {
   const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t start = cache->length_;
   if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
   if (start + T > cache->capacity_ || start + T > c.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "Forward: positions ", start, "..", start + T - 1, " exceed the KV cache capacity ",
-        cache->capacity_, " or the context length ", c.max_position_embeddings));
+    return absl::OutOfRangeError(
+        absl::StrCat("Forward: positions ", start, "..", start + T - 1,
+                     " exceed the KV cache capacity ", cache->capacity_,
+                     " or the context length ", c.max_position_embeddings));
   }
   if (static_cast<int64_t>(cache->k_.size()) != c.num_layers) {
-    return absl::InvalidArgumentError("Forward: KV cache was built for another model");
+    return absl::InvalidArgumentError(
+        "Forward: KV cache was built for another model");
   }
   RETURN_IF_ERROR(EnsureScratch(T));
-  for (int64_t t = 0; t < T; ++t) positions_[t] = static_cast<int32_t>(start + t);
+  for (int64_t t = 0; t < T; ++t)
+    positions_[t] = static_cast<int32_t>(start + t);
   const absl::Span<const int32_t> positions(positions_.data(), T);
 
   TensorView hidden = hidden_.view().Rows(0, T);
-  RETURN_IF_ERROR(ops_->Embedding(weights_.embed_tokens.view(), tokens, hidden));
+  RETURN_IF_ERROR(
+      ops_->Embedding(weights_.embed_tokens.view(), tokens, hidden));
   for (int l = 0; l < c.num_layers; ++l) {
     RETURN_IF_ERROR(Layer(l, T, positions, cache));
   }
@@ -195,14 +245,16 @@ absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens, KvCache* cach
 
   // Only the last position's logits are needed to pick the next token.
   const TensorView last = hidden.Rows(T - 1, T);
-  RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm.view(), c.rms_norm_eps,
-                                last_hidden_.view()));
-  const Tensor& lm_head = weights_.lm_head.has_value() ? *weights_.lm_head : weights_.embed_tokens;
+  RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm.view(),
+                                c.rms_norm_eps, last_hidden_.view()));
+  const Tensor& lm_head =
+      weights_.lm_head.has_value() ? *weights_.lm_head : weights_.embed_tokens;
   return ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
                       TensorView(logits, DType::kF32, {1, c.vocab_size}));
 }
 
-absl::Status LlamaModel::Layer(int l, int64_t T, absl::Span<const int32_t> positions,
+absl::Status LlamaModel::Layer(int l, int64_t T,
+                               absl::Span<const int32_t> positions,
                                KvCache* cache) {
   const ModelConfig& c = config_;
   const LlamaLayerWeights& w = weights_.layers[l];
@@ -219,13 +271,17 @@ absl::Status LlamaModel::Layer(int l, int64_t T, absl::Span<const int32_t> posit
   TensorView bias_storage[3];
 
   // Attention block.
-  RETURN_IF_ERROR(ops_->RmsNorm(hidden, w.input_norm.view(), c.rms_norm_eps, normed));
+  RETURN_IF_ERROR(
+      ops_->RmsNorm(hidden, w.input_norm.view(), c.rms_norm_eps, normed));
   ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, c.num_heads * c.head_dim}));
   ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, c.num_kv_heads * c.head_dim}));
   ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, c.num_kv_heads * c.head_dim}));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.q_proj.view(), OptionalView(w.q_bias, &bias_storage[0]), q2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.k_proj.view(), OptionalView(w.k_bias, &bias_storage[1]), k2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.v_proj.view(), OptionalView(w.v_bias, &bias_storage[2]), v2d));
+  RETURN_IF_ERROR(ops_->Linear(normed, w.q_proj.view(),
+                               OptionalView(w.q_bias, &bias_storage[0]), q2d));
+  RETURN_IF_ERROR(ops_->Linear(normed, w.k_proj.view(),
+                               OptionalView(w.k_bias, &bias_storage[1]), k2d));
+  RETURN_IF_ERROR(ops_->Linear(normed, w.v_proj.view(),
+                               OptionalView(w.v_bias, &bias_storage[2]), v2d));
   if (c.qk_norm) {
     RETURN_IF_ERROR(ops_->RmsNorm(q, w.q_norm->view(), c.rms_norm_eps, q));
     RETURN_IF_ERROR(ops_->RmsNorm(k, w.k_norm->view(), c.rms_norm_eps, k));
@@ -241,20 +297,29 @@ absl::Status LlamaModel::Layer(int l, int64_t T, absl::Span<const int32_t> posit
   args.v_cache = v_cache;
   args.out = attn;
   args.start_pos = start;
-  args.sliding_window = c.sliding_window_per_layer.empty() ? 0 : c.sliding_window_per_layer[l];
+  args.sliding_window =
+      c.sliding_window_per_layer.empty() ? 0 : c.sliding_window_per_layer[l];
   args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   RETURN_IF_ERROR(ops_->Attention(args));
-  ASSIGN_OR_RETURN(TensorView attn2d, attn.Reshape({T, c.num_heads * c.head_dim}));
+  ASSIGN_OR_RETURN(TensorView attn2d,
+                   attn.Reshape({T, c.num_heads * c.head_dim}));
   TensorView o_bias;
-  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), OptionalView(w.o_bias, &o_bias), proj));
+  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(),
+                               OptionalView(w.o_bias, &o_bias), proj));
   RETURN_IF_ERROR(ops_->Add(hidden, proj, hidden));
 
   // MLP block.
-  RETURN_IF_ERROR(ops_->RmsNorm(hidden, w.post_attention_norm.view(), c.rms_norm_eps, normed));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(), OptionalView(w.gate_bias, &bias_storage[0]), gate));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.up_proj.view(), OptionalView(w.up_bias, &bias_storage[1]), up));
+  RETURN_IF_ERROR(ops_->RmsNorm(hidden, w.post_attention_norm.view(),
+                                c.rms_norm_eps, normed));
+  RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(),
+                               OptionalView(w.gate_bias, &bias_storage[0]),
+                               gate));
+  RETURN_IF_ERROR(ops_->Linear(normed, w.up_proj.view(),
+                               OptionalView(w.up_bias, &bias_storage[1]), up));
   RETURN_IF_ERROR(ops_->SiluMul(gate, up, gate));
-  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(), OptionalView(w.down_bias, &bias_storage[2]), proj));
+  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(),
+                               OptionalView(w.down_bias, &bias_storage[2]),
+                               proj));
   return ops_->Add(hidden, proj, hidden);
 }
 

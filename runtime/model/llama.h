@@ -1,4 +1,5 @@
-// The Llama-family decoder (llama, mistral, qwen2, qwen3), written once over the op set.
+// The Llama-family decoder (llama, mistral, qwen2, qwen3), written once over
+// the op set.
 //
 //   h = embed(tokens)
 //   for each layer:
@@ -9,9 +10,9 @@
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
-// The model owns its weights (in the backend's memory) and grow-only scratch buffers, so a
-// decode step after the first allocates nothing. It does not own sequences: each sequence's
-// KV cache is a KvCache passed to Forward.
+// The model owns its weights (in the backend's memory) and grow-only scratch
+// buffers, so a decode step after the first allocates nothing. It does not own
+// sequences: each sequence's KV cache is a KvCache passed to Forward.
 #ifndef TESSERA_RUNTIME_MODEL_LLAMA_H_
 #define TESSERA_RUNTIME_MODEL_LLAMA_H_
 
@@ -28,20 +29,20 @@
 
 namespace tessera {
 
-// Weights of one decoder layer; optional tensors are std::nullopt when the architecture or the
-// config has none.
+// Weights of one decoder layer; optional tensors are std::nullopt when the
+// architecture or the config has none.
 struct LlamaLayerWeights {
-  Tensor input_norm;          // [H]
-  Tensor q_proj;              // [num_heads * D, H]
-  Tensor k_proj;              // [num_kv_heads * D, H]
-  Tensor v_proj;              // [num_kv_heads * D, H]
-  Tensor o_proj;              // [H, num_heads * D]
+  Tensor input_norm;  // [H]
+  Tensor q_proj;      // [num_heads * D, H]
+  Tensor k_proj;      // [num_kv_heads * D, H]
+  Tensor v_proj;      // [num_kv_heads * D, H]
+  Tensor o_proj;      // [H, num_heads * D]
   std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
   std::optional<Tensor> q_norm, k_norm;  // [D] (qwen3)
-  Tensor post_attention_norm;  // [H]
-  Tensor gate_proj;            // [I, H]
-  Tensor up_proj;              // [I, H]
-  Tensor down_proj;            // [H, I]
+  Tensor post_attention_norm;            // [H]
+  Tensor gate_proj;                      // [I, H]
+  Tensor up_proj;                        // [I, H]
+  Tensor down_proj;                      // [H, I]
   std::optional<Tensor> gate_bias, up_bias, down_bias;
 };
 
@@ -52,20 +53,24 @@ struct LlamaWeights {
   std::optional<Tensor> lm_head;  // [V, H]; nullopt when tied to embed_tokens.
 };
 
-// Reads every tensor the config implies, by its Hugging Face name, checking each shape
-// ("model.layers.3.self_attn.k_proj.weight: expected shape [64, 256], found [128, 256]").
-// A missing tensor is NotFound naming it. Tensors the config does not use are ignored.
+// Reads every tensor the config implies, by its Hugging Face name, checking
+// each shape
+// ("model.layers.3.self_attn.k_proj.weight: expected shape [64, 256], found
+// [128, 256]"). A missing tensor is NotFound naming it. Tensors the config does
+// not use are ignored.
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config);
 
-// Rotary inverse frequencies [head_dim / 2] for the config's rope type, computed as
-// transformers does (f32).
+// Rotary inverse frequencies [head_dim / 2] for the config's rope type,
+// computed as transformers does (f32).
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
-// Keys and values of one sequence, contiguous per layer: k[l], v[l] are [capacity, kv_heads, D].
+// Keys and values of one sequence, contiguous per layer: k[l], v[l] are
+// [capacity, kv_heads, D].
 class KvCache {
  public:
-  static absl::StatusOr<KvCache> Create(const ModelConfig& config, int64_t capacity);
+  static absl::StatusOr<KvCache> Create(const ModelConfig& config,
+                                        int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
   // Number of positions already written (the next token's position).
@@ -82,25 +87,28 @@ class KvCache {
 class LlamaModel {
  public:
   // `ops` must outlive the model.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(ModelConfig config,
-                                                            LlamaWeights weights, Ops* ops);
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
+      ModelConfig config, LlamaWeights weights, Ops* ops);
 
   // Loads config.json and the safetensors of `model_dir`.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(const std::string& model_dir,
-                                                          Ops* ops);
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
+      const std::string& model_dir, Ops* ops);
 
   const ModelConfig& config() const { return config_; }
 
-  // Runs `tokens` at positions cache->length() .. cache->length() + T - 1, appends their keys
-  // and values to `cache`, and writes the next-token logits of the last position to
-  // `logits` [V]. OutOfRange if the tokens do not fit the cache or the context.
-  absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache, float* logits);
+  // Runs `tokens` at positions cache->length() .. cache->length() + T - 1,
+  // appends their keys and values to `cache`, and writes the next-token logits
+  // of the last position to `logits` [V]. OutOfRange if the tokens do not fit
+  // the cache or the context.
+  absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
+                       float* logits);
 
  private:
-  LlamaModel(ModelConfig config, LlamaWeights weights, Tensor inv_freq, Ops* ops);
+  LlamaModel(ModelConfig config, LlamaWeights weights, Tensor inv_freq,
+             Ops* ops);
   absl::Status EnsureScratch(int64_t tokens);
-  absl::Status Layer(int layer, int64_t tokens, absl::Span<const int32_t> positions,
-                     KvCache* cache);
+  absl::Status Layer(int layer, int64_t tokens,
+                     absl::Span<const int32_t> positions, KvCache* cache);
 
   ModelConfig config_;
   LlamaWeights weights_;

@@ -1,16 +1,19 @@
-// Reading Hugging Face safetensors checkpoints (single file or sharded), memory-mapped.
+// Reading Hugging Face safetensors checkpoints (single file or sharded),
+// memory-mapped.
 //
 // Format: 8-byte little-endian header length N, N bytes of JSON
-// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {...}},
-// then the data region; offsets are relative to the data region's start.
+// {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]},
+// "__metadata__": {...}}, then the data region; offsets are relative to the
+// data region's start.
 //
-// Every header is validated on open: the length fits the file, the JSON parses, each entry has
-// a known dtype, non-negative dims, begin <= end within the data region, end - begin equals
-// numel * dtype size, and no two tensors overlap. A sharded checkpoint
-// (model.safetensors.index.json) must map every tensor to a shard that exists and contains it.
+// Every header is validated on open: the length fits the file, the JSON parses,
+// each entry has a known dtype, non-negative dims, begin <= end within the data
+// region, end - begin equals numel * dtype size, and no two tensors overlap. A
+// sharded checkpoint (model.safetensors.index.json) must map every tensor to a
+// shard that exists and contains it.
 //
-// Thread safety: const methods may be called concurrently. Pointers into the mapping stay
-// valid for the lifetime of the Checkpoint.
+// Thread safety: const methods may be called concurrently. Pointers into the
+// mapping stay valid for the lifetime of the Checkpoint.
 #ifndef TESSERA_RUNTIME_MODEL_SAFETENSORS_H_
 #define TESSERA_RUNTIME_MODEL_SAFETENSORS_H_
 
@@ -36,18 +39,22 @@ struct TensorInfo {
   std::string file;  // The shard file it lives in (for messages).
 };
 
-class SafetensorsFile;  // One mmapped, validated file (defined in safetensors.cc).
+class SafetensorsFile;  // One mmapped, validated file (defined in
+                        // safetensors.cc).
 
 class Checkpoint {
  public:
-  // Opens `<dir>/model.safetensors.index.json` when present (sharded), otherwise
-  // `<dir>/model.safetensors`, otherwise all `*.safetensors` in the directory. NotFound when the
-  // directory or any weights file is missing; InvalidArgument (naming the file) on any
-  // validation failure.
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& dir);
+  // Opens `<dir>/model.safetensors.index.json` when present (sharded),
+  // otherwise
+  // `<dir>/model.safetensors`, otherwise all `*.safetensors` in the directory.
+  // NotFound when the directory or any weights file is missing; InvalidArgument
+  // (naming the file) on any validation failure.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(
+      const std::string& dir);
 
   // Opens one file directly.
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> OpenFile(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> OpenFile(
+      const std::string& path);
 
   ~Checkpoint();
 
@@ -58,8 +65,10 @@ class Checkpoint {
   std::vector<std::string> Names() const;
 
   // Reads a floating-point tensor widened to f32 after checking its shape:
-  // InvalidArgument "tensor <name>: expected shape [a, b], found [c, d]" on mismatch.
-  absl::StatusOr<Tensor> LoadF32(absl::string_view name, const Shape& expected) const;
+  // InvalidArgument "tensor <name>: expected shape [a, b], found [c, d]" on
+  // mismatch.
+  absl::StatusOr<Tensor> LoadF32(absl::string_view name,
+                                 const Shape& expected) const;
 
  private:
   Checkpoint();

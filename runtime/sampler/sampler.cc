@@ -9,14 +9,16 @@ namespace tessera {
 
 absl::Status SamplingParams::Validate() const {
   if (!(temperature >= 0.0f) || std::isinf(temperature)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("temperature must be a finite number >= 0, got ", temperature));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "temperature must be a finite number >= 0, got ", temperature));
   }
   if (top_k < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("top_k must be >= 0, got ", top_k));
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k must be >= 0, got ", top_k));
   }
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(absl::StrCat("top_p must be in (0, 1], got ", top_p));
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_p must be in (0, 1], got ", top_p));
   }
   return absl::OkStatus();
 }
@@ -34,47 +36,53 @@ int32_t ArgMax(absl::Span<const float> values) {
 }
 
 Sampler::Sampler(const SamplingParams& params)
-    : params_(params), rng_(params.seed.has_value() ? *params.seed : std::random_device{}()) {}
+    : params_(params),
+      rng_(params.seed.has_value() ? *params.seed : std::random_device{}()) {}
 
 absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   if (logits.empty()) return absl::InvalidArgumentError("Sample: empty logits");
   if (params_.temperature == 0.0f) return ArgMax(logits);
 
-  // Tempered logits, sorted descending (stable by id so ties break deterministically).
+  // Tempered logits, sorted descending (stable by id so ties break
+  // deterministically).
   candidates_.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
     if (std::isnan(logits[i])) continue;
-    candidates_.emplace_back(logits[i] / params_.temperature, static_cast<int32_t>(i));
+    candidates_.emplace_back(logits[i] / params_.temperature,
+                             static_cast<int32_t>(i));
   }
-  if (candidates_.empty()) return absl::InvalidArgumentError("Sample: every logit is NaN");
+  if (candidates_.empty())
+    return absl::InvalidArgumentError("Sample: every logit is NaN");
   size_t keep = candidates_.size();
   if (params_.top_k > 0) keep = std::min<size_t>(keep, params_.top_k);
-  auto by_logit = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  auto by_logit = [](const std::pair<float, int32_t>& a,
+                     const std::pair<float, int32_t>& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };
   if (keep < candidates_.size() || params_.top_p < 1.0f) {
     if (params_.top_p < 1.0f) {
       std::sort(candidates_.begin(), candidates_.end(), by_logit);
     } else {
-      std::partial_sort(candidates_.begin(), candidates_.begin() + keep, candidates_.end(),
-                        by_logit);
+      std::partial_sort(candidates_.begin(), candidates_.begin() + keep,
+                        candidates_.end(), by_logit);
     }
   }
   candidates_.resize(keep);
 
   // Softmax over the survivors.
   const float max_logit =
-      std::max_element(candidates_.begin(), candidates_.end(), [](auto& a, auto& b) {
-        return a.first < b.first;
-      })->first;
+      std::max_element(candidates_.begin(), candidates_.end(),
+                       [](auto& a, auto& b) { return a.first < b.first; })
+          ->first;
   double total = 0.0;
   for (auto& c : candidates_) {
     c.first = std::exp(c.first - max_logit);
     total += c.first;
   }
   if (params_.top_p < 1.0f) {
-    // Keep the most likely tokens until their mass reaches top_p (the token that crosses the
-    // threshold stays), as transformers' TopPLogitsWarper does.
+    // Keep the most likely tokens until their mass reaches top_p (the token
+    // that crosses the threshold stays), as transformers' TopPLogitsWarper
+    // does.
     double mass = 0.0;
     size_t n = 0;
     while (n < candidates_.size()) {

@@ -1,9 +1,11 @@
-// Token sampling from next-token logits: greedy, temperature, top-k, top-p, seeded.
+// Token sampling from next-token logits: greedy, temperature, top-k, top-p,
+// seeded.
 //
-// The processing order follows Hugging Face's generate(): temperature, then top-k, then top-p
-// over the tempered distribution, then a draw. temperature == 0 means greedy (argmax; the
-// lowest id wins a tie, as torch.argmax does). A Sampler owns its random engine, so two
-// samplers made with the same seed draw the same tokens from the same logits.
+// The processing order follows Hugging Face's generate(): temperature, then
+// top-k, then top-p over the tempered distribution, then a draw. temperature ==
+// 0 means greedy (argmax; the lowest id wins a tie, as torch.argmax does). A
+// Sampler owns its random engine, so two samplers made with the same seed draw
+// the same tokens from the same logits.
 #ifndef TESSERA_RUNTIME_SAMPLER_SAMPLER_H_
 #define TESSERA_RUNTIME_SAMPLER_SAMPLER_H_
 
@@ -20,8 +22,9 @@ namespace tessera {
 
 struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy; must be >= 0.
-  int32_t top_k = 0;         // 0 = off; otherwise keep the k most likely tokens.
-  float top_p = 1.0f;        // In (0, 1]; keep the smallest set whose mass reaches top_p.
+  int32_t top_k = 0;  // 0 = off; otherwise keep the k most likely tokens.
+  float top_p =
+      1.0f;  // In (0, 1]; keep the smallest set whose mass reaches top_p.
   std::optional<uint64_t> seed;  // Unset: seeded from std::random_device.
 
   // InvalidArgument naming the field when a value is out of range.
@@ -38,7 +41,8 @@ class Sampler {
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>> candidates_;  // Reused: no allocation per token.
+  std::vector<std::pair<float, int32_t>>
+      candidates_;  // Reused: no allocation per token.
 };
 
 // Index of the largest value; the first one on ties. NaN never wins.

@@ -32,7 +32,9 @@ bool SentencePieceShim::Decode(const std::vector<int>& ids, std::string* text,
   return status.ok();
 }
 
-int SentencePieceShim::PieceSize() const { return impl_->processor.GetPieceSize(); }
+int SentencePieceShim::PieceSize() const {
+  return impl_->processor.GetPieceSize();
+}
 int SentencePieceShim::BosId() const { return impl_->processor.bos_id(); }
 int SentencePieceShim::EosId() const { return impl_->processor.eos_id(); }
 

@@ -1,8 +1,9 @@
 // A thin, abseil-free facade over SentencePiece.
 //
-// Debian's sentencepiece_processor.h declares its own `absl::string_view`, which collides with
-// real abseil. Only sentencepiece_shim.cc includes it, and that file includes no abseil header;
-// everything else talks to SentencePiece through this interface.
+// Debian's sentencepiece_processor.h declares its own `absl::string_view`,
+// which collides with real abseil. Only sentencepiece_shim.cc includes it, and
+// that file includes no abseil header; everything else talks to SentencePiece
+// through this interface.
 #ifndef TESSERA_RUNTIME_TEXT_SENTENCEPIECE_SHIM_H_
 #define TESSERA_RUNTIME_TEXT_SENTENCEPIECE_SHIM_H_
 
@@ -19,8 +20,10 @@ class SentencePieceShim {
 
   // Each returns false and fills *error on failure.
   bool Load(const std::string& path, std::string* error);
-  bool Encode(const std::string& text, std::vector<int>* ids, std::string* error) const;
-  bool Decode(const std::vector<int>& ids, std::string* text, std::string* error) const;
+  bool Encode(const std::string& text, std::vector<int>* ids,
+              std::string* error) const;
+  bool Decode(const std::vector<int>& ids, std::string* text,
+              std::string* error) const;
 
   int PieceSize() const;
   int BosId() const;

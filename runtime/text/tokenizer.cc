@@ -18,10 +18,10 @@ bool FileExists(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-
 class SentencePieceTokenizer final : public Tokenizer {
  public:
-  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Open(const std::string& path) {
+  static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Open(
+      const std::string& path) {
     auto tok = std::make_unique<SentencePieceTokenizer>();
     std::string error;
     if (!tok->processor_.Load(path, &error)) {
@@ -31,7 +31,8 @@ class SentencePieceTokenizer final : public Tokenizer {
     return tok;
   }
 
-  absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const override {
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      absl::string_view text) const override {
     std::vector<int> ids;
     std::string error;
     if (!processor_.Encode(std::string(text), &ids, &error)) {
@@ -40,13 +41,15 @@ class SentencePieceTokenizer final : public Tokenizer {
     return std::vector<int32_t>(ids.begin(), ids.end());
   }
 
-  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override {
+  absl::StatusOr<std::string> Decode(
+      absl::Span<const int32_t> ids) const override {
     std::vector<int> in;
     in.reserve(ids.size());
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab_size()) {
         return absl::InvalidArgumentError(
-            absl::StrCat("token id ", id, " is outside the vocabulary [0, ", vocab_size(), ")"));
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                         vocab_size(), ")"));
       }
       in.push_back(id);
     }
@@ -67,29 +70,35 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-absl::StatusOr<std::string> Tokenizer::DecodeSuffix(absl::Span<const int32_t> ids,
-                                                    size_t prefix_len) const {
+absl::StatusOr<std::string> Tokenizer::DecodeSuffix(
+    absl::Span<const int32_t> ids, size_t prefix_len) const {
   if (prefix_len > ids.size()) {
-    return absl::InvalidArgumentError("DecodeSuffix: prefix longer than the ids");
+    return absl::InvalidArgumentError(
+        "DecodeSuffix: prefix longer than the ids");
   }
   ASSIGN_OR_RETURN(std::string full, Decode(ids));
   ASSIGN_OR_RETURN(std::string prefix, Decode(ids.subspan(0, prefix_len)));
-  // Decoding is prefix-stable for SentencePiece except for the leading space of the very first
-  // piece, which only ever makes the prefix's text shorter, never different.
-  if (full.compare(0, prefix.size(), prefix) == 0) return full.substr(prefix.size());
+  // Decoding is prefix-stable for SentencePiece except for the leading space of
+  // the very first piece, which only ever makes the prefix's text shorter,
+  // never different.
+  if (full.compare(0, prefix.size(), prefix) == 0)
+    return full.substr(prefix.size());
   return full;
 }
 
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir,
-                                                         int64_t config_bos_id) {
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(
+    const std::string& model_dir, int64_t config_bos_id) {
   const std::string sp_path = model_dir + "/tokenizer.model";
   if (!FileExists(sp_path)) {
     if (FileExists(model_dir + "/tokenizer.json")) {
-      return absl::UnimplementedError(absl::StrCat(
-          model_dir, " has a Hugging Face tokenizer.json but no tokenizer.model; tokenizer.json "
-                     "is not supported yet (use --prompt-ids)"));
+      return absl::UnimplementedError(
+          absl::StrCat(model_dir,
+                       " has a Hugging Face tokenizer.json but no "
+                       "tokenizer.model; tokenizer.json "
+                       "is not supported yet (use --prompt-ids)"));
     }
-    return absl::NotFoundError(absl::StrCat("no tokenizer.model in ", model_dir));
+    return absl::NotFoundError(
+        absl::StrCat("no tokenizer.model in ", model_dir));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> tok,
                    SentencePieceTokenizer::Open(sp_path));
@@ -97,9 +106,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
   const std::string tc_path = model_dir + "/tokenizer_config.json";
   if (FileExists(tc_path)) {
     std::ifstream in(tc_path);
-    const nlohmann::json tc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    const nlohmann::json tc =
+        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (tc.is_discarded() || !tc.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(tc_path, " is not a JSON object"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(tc_path, " is not a JSON object"));
     }
     auto it = tc.find("add_bos_token");
     if (it != tc.end() && it->is_boolean()) add_bos = it->get<bool>();

@@ -1,9 +1,9 @@
 // Tokenizer: text <-> token ids for a model folder.
 //
-// Encode never adds special tokens; whether a prompt starts with BOS is the caller's decision
-// (see add_bos()). Decode of a whole id sequence is exact; to stream, decode the growing
-// sequence and emit the new suffix (DecodeSuffix), which keeps SentencePiece's leading-space
-// rules right.
+// Encode never adds special tokens; whether a prompt starts with BOS is the
+// caller's decision (see add_bos()). Decode of a whole id sequence is exact; to
+// stream, decode the growing sequence and emit the new suffix (DecodeSuffix),
+// which keeps SentencePiece's leading-space rules right.
 #ifndef TESSERA_RUNTIME_TEXT_TOKENIZER_H_
 #define TESSERA_RUNTIME_TEXT_TOKENIZER_H_
 
@@ -22,34 +22,38 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
-  virtual absl::StatusOr<std::vector<int32_t>> Encode(absl::string_view text) const = 0;
-  virtual absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const = 0;
+  virtual absl::StatusOr<std::vector<int32_t>> Encode(
+      absl::string_view text) const = 0;
+  virtual absl::StatusOr<std::string> Decode(
+      absl::Span<const int32_t> ids) const = 0;
   virtual int32_t vocab_size() const = 0;
 
   // -1 when the tokenizer has none.
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
 
-  // Whether prompts get a BOS token prepended (tokenizer_config.json's add_bos_token, else the
-  // tokenizer family's default).
+  // Whether prompts get a BOS token prepended (tokenizer_config.json's
+  // add_bos_token, else the tokenizer family's default).
   bool add_bos() const { return add_bos_; }
   void set_add_bos(bool add_bos) { add_bos_ = add_bos; }
 
   // The text that `ids[prefix_len:]` adds when appended to `ids[:prefix_len]`.
-  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids, size_t prefix_len) const;
+  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
+                                           size_t prefix_len) const;
 
  private:
   bool add_bos_ = false;
 };
 
-// Loads the tokenizer of a model folder: `tokenizer.model` (SentencePiece) for now.
-// NotFound when the folder has no tokenizer file; Unimplemented for a folder with only a
-// Hugging Face tokenizer.json (not supported yet: pass --prompt-ids).
-// `config_bos_id` is the model config's bos_token_id (-1 if none): a SentencePiece tokenizer
-// adds BOS by default (as Hugging Face's LlamaTokenizer does) unless tokenizer_config.json
-// sets add_bos_token to false.
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir,
-                                                         int64_t config_bos_id);
+// Loads the tokenizer of a model folder: `tokenizer.model` (SentencePiece) for
+// now. NotFound when the folder has no tokenizer file; Unimplemented for a
+// folder with only a Hugging Face tokenizer.json (not supported yet: pass
+// --prompt-ids). `config_bos_id` is the model config's bos_token_id (-1 if
+// none): a SentencePiece tokenizer adds BOS by default (as Hugging Face's
+// LlamaTokenizer does) unless tokenizer_config.json sets add_bos_token to
+// false.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(
+    const std::string& model_dir, int64_t config_bos_id);
 
 }  // namespace tessera
 

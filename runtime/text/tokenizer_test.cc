@@ -16,8 +16,9 @@ TEST(SentencePieceTokenizerTest, DemoTokenizerMatchesReferenceIds) {
   EXPECT_EQ((*tok)->bos_id(), 1);
   EXPECT_EQ((*tok)->eos_id(), 2);
   EXPECT_TRUE((*tok)->add_bos());
-  // sentencepiece's own encoding of the demo prompt (tests/fixtures/stories260K_golden.json,
-  // written by tools/make_golden_fixtures.py), without the BOS.
+  // sentencepiece's own encoding of the demo prompt
+  // (tests/fixtures/stories260K_golden.json, written by
+  // tools/make_golden_fixtures.py), without the BOS.
   auto ids = (*tok)->Encode("Once upon a time");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(*ids, (std::vector<int32_t>{403, 407, 261, 378}));
@@ -39,11 +40,14 @@ TEST(SentencePieceTokenizerTest, DecodeSuffixKeepsTheLeadingSpace) {
 TEST(LoadTokenizerTest, MissingAndUnsupportedFiles) {
   const std::string dir = std::string(std::getenv("TEST_TMPDIR")) + "/tok";
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
-  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
+            absl::StatusCode::kNotFound);
   std::ofstream(dir + "/tokenizer.json") << "{}";
-  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
+            absl::StatusCode::kUnimplemented);
   std::ofstream(dir + "/tokenizer.model") << "not a sentencepiece model";
-  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(LoadTokenizerTest, TokenizerConfigCanTurnBosOff) {
@@ -52,7 +56,8 @@ TEST(LoadTokenizerTest, TokenizerConfigCanTurnBosOff) {
                          "/tokenizer.model " + dir + "/")
                             .c_str()),
             0);
-  std::ofstream(dir + "/tokenizer_config.json") << R"({"add_bos_token": false})";
+  std::ofstream(dir + "/tokenizer_config.json")
+      << R"({"add_bos_token": false})";
   auto tok = LoadTokenizer(dir, 1);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_FALSE((*tok)->add_bos());
