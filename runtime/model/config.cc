@@ -426,6 +426,14 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
                    RequiredPositiveInt(root, "intermediate_size"));
   ASSIGN_OR_RETURN(config.num_layers,
                    RequiredPositiveInt(root, "num_hidden_layers"));
+  // Per-layer tables are sized from this before any weight is read: a corrupt
+  // value must fail here, not as std::bad_alloc.
+  constexpr int64_t kMaxLayers = int64_t{1} << 16;
+  if (config.num_layers > kMaxLayers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"num_hidden_layers\" is ", config.num_layers,
+                     ", more than the ", kMaxLayers, " supported"));
+  }
   ASSIGN_OR_RETURN(config.num_heads,
                    RequiredPositiveInt(root, "num_attention_heads"));
   ASSIGN_OR_RETURN(config.max_position_embeddings,

@@ -76,16 +76,15 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
     const uint64_t expected =
         static_cast<uint64_t>(e.shape.numel()) * DTypeSize(e.dtype);
     if (e.bytes.size() != expected) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("tensor ", e.name, ": ", e.bytes.size(),
-                       " bytes for shape ", e.shape.ToString(), " of ",
-                       SafetensorsDTypeName(e.dtype), " (need ", expected,
-                       ")"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor ", e.name, ": ", e.bytes.size(), " bytes for shape ",
+          e.shape.ToString(), " of ", SafetensorsDTypeName(e.dtype), " (need ",
+          expected, ")"));
     }
     header[e.name] = {
         {"dtype", std::string(SafetensorsDTypeName(e.dtype))},
-        {"shape", std::vector<int64_t>(e.shape.dims().begin(),
-                                       e.shape.dims().end())},
+        {"shape",
+         std::vector<int64_t>(e.shape.dims().begin(), e.shape.dims().end())},
         {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};
     data += e.bytes;
   }
@@ -93,9 +92,8 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
   text.append((8 - text.size() % 8) % 8, ' ');
   std::string prefix(8, '\0');
   for (int i = 0; i < 8; ++i) {
-    prefix[i] = static_cast<char>((static_cast<uint64_t>(text.size()) >>
-                                   (8 * i)) &
-                                  0xff);
+    prefix[i] = static_cast<char>(
+        (static_cast<uint64_t>(text.size()) >> (8 * i)) & 0xff);
   }
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << prefix << text << data;

@@ -1,5 +1,6 @@
-// A minimal safetensors writer for tests: builds checkpoints (or damaged copies of real ones)
-// in memory and writes them in the layout runtime/model/safetensors.h reads.
+// A minimal safetensors writer for tests: builds checkpoints (or damaged copies
+// of real ones) in memory and writes them in the layout
+// runtime/model/safetensors.h reads.
 #ifndef TESSERA_TESTS_TESTING_SAFETENSORS_WRITER_H_
 #define TESSERA_TESTS_TESTING_SAFETENSORS_WRITER_H_
 

@@ -1,0 +1,950 @@
+// Tests of `tessera generate` as a function (launch/commands.h): the
+// command-line contract on the golden fixtures and the demo checkpoint, and one
+// clear error (never a crash) for every kind of bad input.
+#include "launch/commands.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/engine/generator.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/safetensors.h"
+#include "tests/test_paths.h"
+#include "tests/testing/safetensors_writer.h"
+
+namespace tessera {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Helpers.
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EXPECT_TRUE(in.good()) << path;
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  return contents.str();
+}
+
+void WriteFile(const std::string& path, const std::string& contents) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << contents;
+  out.close();
+  ASSERT_TRUE(out.good()) << path;
+}
+
+json ReadJson(const std::string& path) { return json::parse(ReadFile(path)); }
+
+std::vector<int32_t> Ids(const json& j) {
+  return j.get<std::vector<int32_t>>();
+}
+
+std::string Join(const std::vector<int32_t>& ids) {
+  return absl::StrJoin(ids, ",");
+}
+
+// A fresh, empty directory under the test's temporary directory.
+std::string TempDir(const std::string& name) {
+  const fs::path dir = fs::path(::testing::TempDir()) / "commands_test" / name;
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir.string();
+}
+
+// A writable copy of tests/fixtures/golden/<arch> (runfiles are read-only
+// symlinks, so the files are copied by content).
+std::string CopyFixture(const std::string& arch, const std::string& name) {
+  const std::string dir = TempDir(name);
+  for (const auto& entry : fs::directory_iterator(GoldenDir() + "/" + arch)) {
+    const std::string file = entry.path().filename().string();
+    WriteFile(dir + "/" + file, ReadFile(entry.path().string()));
+  }
+  return dir;
+}
+
+// Edits <dir>/config.json (or another JSON file of the folder) in place.
+template <typename Edit>
+void EditJson(const std::string& path, Edit edit) {
+  json j = ReadJson(path);
+  edit(j);
+  WriteFile(path, j.dump(2));
+}
+
+GenerateOptions Greedy(const std::string& model_dir) {
+  GenerateOptions o;
+  o.model_dir = model_dir;
+  o.sampling.temperature = 0.0f;
+  return o;
+}
+
+struct RunResult {
+  absl::Status status;
+  std::string out;
+};
+
+RunResult Generate(const GenerateOptions& options) {
+  std::ostringstream out;
+  RunResult run;
+  run.status = RunGenerate(options, out);
+  run.out = out.str();
+  return run;
+}
+
+// The JSON objects of --output json, one per non-empty line.
+std::vector<json> JsonLines(const std::string& out) {
+  std::vector<json> lines;
+  for (absl::string_view line : absl::StrSplit(out, '\n', absl::SkipEmpty())) {
+    lines.push_back(json::parse(line));
+  }
+  return lines;
+}
+
+::testing::AssertionResult Contains(const absl::Status& status,
+                                    const std::string& needle) {
+  if (std::string(status.message()).find(needle) != std::string::npos) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure()
+         << "message of " << status << " lacks \"" << needle << "\"";
+}
+
+// A failed run: the status has `code`, a one-line message naming every one of
+// `needles`, and nothing was written to the output.
+void ExpectError(const RunResult& run, absl::StatusCode code,
+                 const std::vector<std::string>& needles) {
+  EXPECT_FALSE(run.status.ok());
+  EXPECT_EQ(run.status.code(), code) << run.status;
+  EXPECT_FALSE(run.status.message().empty());
+  EXPECT_EQ(run.status.message().find('\n'), absl::string_view::npos)
+      << run.status;
+  for (const std::string& needle : needles) {
+    EXPECT_TRUE(Contains(run.status, needle));
+  }
+  EXPECT_EQ(run.out, "");
+}
+
+constexpr char kFixture[] = "llama";  // hidden 64, 2 layers, 2 kv heads x 16.
+
+// The first golden case of a fixture.
+json FirstCase(const std::string& arch = kFixture) {
+  return ReadJson(GoldenDir() + "/" + arch + "/golden.json")["cases"][0];
+}
+
+// ---------------------------------------------------------------------------
+// Output contract.
+
+class GoldenJsonTest : public ::testing::TestWithParam<std::string> {};
+
+// --prompt-ids with --output json reproduces transformers' greedy tokens.
+TEST_P(GoldenJsonTest, PromptIdsGiveGoldenOutputIds) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  const json golden = ReadJson(dir + "/golden.json");
+  ASSERT_FALSE(golden["cases"].empty());
+  for (const json& c : golden["cases"]) {
+    GenerateOptions o = Greedy(dir);
+    o.prompt_ids = Join(Ids(c["prompt_ids"]));
+    o.max_tokens = c["max_new_tokens"].get<int64_t>();
+    o.output = "json";
+    const RunResult run = Generate(o);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    const std::vector<json> lines = JsonLines(run.out);
+    ASSERT_EQ(lines.size(), 1u) << run.out;
+    const json& line = lines[0];
+    EXPECT_EQ(line.size(), 4u) << line;
+    EXPECT_EQ(line["prompt_ids"], c["prompt_ids"]) << "no BOS may be added";
+    EXPECT_EQ(line["output_ids"], c["output_ids"]) << o.prompt_ids;
+    EXPECT_EQ(line["finish_reason"], c["finish_reason"]);
+    EXPECT_TRUE(line["text"].is_null()) << "the fixtures have no tokenizer";
+  }
+}
+
+std::vector<std::string> FixtureNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : fs::directory_iterator(GoldenDir())) {
+    if (entry.is_directory()) names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, GoldenJsonTest,
+                         ::testing::ValuesIn(FixtureNames()),
+                         [](const auto& info) { return info.param; });
+
+TEST(RunGenerate, TextOutputWithoutTokenizerListsIds) {
+  const json c = FirstCase();
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt_ids = Join(Ids(c["prompt_ids"]));
+  o.max_tokens = 3;
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::vector<int32_t> want = Ids(c["output_ids"]);
+  EXPECT_EQ(run.out, "output_ids: " + std::to_string(want[0]) + " " +
+                         std::to_string(want[1]) + " " +
+                         std::to_string(want[2]) + "\n");
+}
+
+TEST(RunGenerate, PromptIdsAcceptSpacesAfterCommas) {
+  const json c =
+      ReadJson(GoldenDir() + "/" + kFixture + "/golden.json")["cases"][1];
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt_ids = absl::StrJoin(Ids(c["prompt_ids"]), ", ");
+  o.max_tokens = c["max_new_tokens"].get<int64_t>();
+  o.output = "json";
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"], c["output_ids"]);
+}
+
+// Every line of a prompts file gives the line that prompt gives alone.
+TEST(RunGenerate, PromptsFileGivesOneLinePerPromptAsIfRunAlone) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  const json golden = ReadJson(dir + "/golden.json");
+  ASSERT_GE(golden["cases"].size(), 3u);
+  const std::string file = TempDir("prompts_file") + "/prompts.jsonl";
+  std::string lines;
+  for (int i = 0; i < 3; ++i) {
+    lines +=
+        json{{"prompt_ids", golden["cases"][i]["prompt_ids"]}}.dump() + "\n";
+    if (i == 0) lines += "\n";  // Blank lines are skipped.
+  }
+  WriteFile(file, lines);
+
+  GenerateOptions o = Greedy(dir);
+  o.prompts_file = file;
+  o.max_tokens = 12;
+  o.output = "json";
+  const RunResult all = Generate(o);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  const std::vector<std::string> got =
+      absl::StrSplit(all.out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(got.size(), 3u) << all.out;
+  for (int i = 0; i < 3; ++i) {
+    GenerateOptions alone = Greedy(dir);
+    alone.prompt_ids = Join(Ids(golden["cases"][i]["prompt_ids"]));
+    alone.max_tokens = 12;
+    alone.output = "json";
+    const RunResult run = Generate(alone);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    EXPECT_EQ(got[i] + "\n", run.out) << "prompt " << i + 1;
+    const json line = json::parse(got[i]);
+    const std::vector<int32_t> want = Ids(golden["cases"][i]["output_ids"]);
+    EXPECT_EQ(Ids(line["output_ids"]),
+              std::vector<int32_t>(want.begin(), want.begin() + 12));
+  }
+}
+
+// A prompt that fills the whole context still yields one token; a long prompt
+// is cut short by the context (finish_reason "length").
+TEST(RunGenerate, ContextLimitsTheContinuation) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 256; ++i) ids.push_back(3 + i % 500);
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = Join(ids);
+  o.max_tokens = 20;
+  o.output = "json";
+  RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["finish_reason"], "length");
+
+  ids.resize(250);
+  o.prompt_ids = Join(ids);
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 7u);  // 256 - 250 + 1
+  EXPECT_EQ(JsonLines(run.out)[0]["finish_reason"], "length");
+}
+
+// The demo checkpoint: a text prompt gets BOS and the tokenizer's ids, and
+// greedy decoding follows transformers' story token for token.
+TEST(DemoModel, TextPromptFollowsTheGoldenStory) {
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  const std::vector<int32_t> story = Ids(golden["output_ids"]);
+  for (int64_t n : {1, 40, 200}) {
+    GenerateOptions o = Greedy(DemoModelDir());
+    o.prompt = golden["prompt"].get<std::string>();
+    o.max_tokens = n;
+    o.output = "json";
+    const RunResult run = Generate(o);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    const std::vector<json> lines = JsonLines(run.out);
+    ASSERT_EQ(lines.size(), 1u) << run.out;
+    EXPECT_EQ(lines[0]["prompt_ids"], golden["prompt_ids"]);
+    EXPECT_EQ(Ids(lines[0]["output_ids"]),
+              std::vector<int32_t>(story.begin(), story.begin() + n));
+    EXPECT_EQ(lines[0]["finish_reason"], "length");
+    ASSERT_TRUE(lines[0]["text"].is_string());
+    const std::string text = lines[0]["text"].get<std::string>();
+    EXPECT_EQ(golden["text"].get<std::string>().rfind(text, 0), 0u)
+        << "continuation \"" << text << "\" is not a prefix of the story";
+    if (n == static_cast<int64_t>(story.size())) {
+      EXPECT_EQ(text, golden["text"].get<std::string>());
+    }
+  }
+}
+
+TEST(DemoModel, TextOutputIsPromptThenContinuation) {
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = golden["prompt"].get<std::string>();
+  o.max_tokens = static_cast<int64_t>(golden["output_ids"].size());
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(run.out, golden["prompt"].get<std::string>() +
+                         golden["text"].get<std::string>() + "\n");
+}
+
+TEST(DemoModel, MoreGoldenPrompts) {
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  ASSERT_FALSE(golden["more_cases"].empty());
+  for (const json& c : golden["more_cases"]) {
+    GenerateOptions o = Greedy(DemoModelDir());
+    o.prompt = c["prompt"].get<std::string>();
+    o.max_tokens = static_cast<int64_t>(c["output_ids"].size());
+    o.output = "json";
+    const RunResult run = Generate(o);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    ASSERT_EQ(JsonLines(run.out).size(), 1u);
+    const json line = JsonLines(run.out)[0];
+    EXPECT_EQ(line["prompt_ids"], c["prompt_ids"]) << c["prompt"];
+    EXPECT_EQ(line["output_ids"], c["output_ids"]) << c["prompt"];
+    // "text" is the continuation as it appends to the prompt: transformers'
+    // decode(output_ids) drops the leading space of its first piece.
+    ASSERT_TRUE(line["text"].is_string());
+    const std::string text = line["text"].get<std::string>();
+    EXPECT_EQ(absl::StripLeadingAsciiWhitespace(text),
+              c["text"].get<std::string>())
+        << c["prompt"];
+    if (text != c["text"].get<std::string>()) {
+      EXPECT_EQ(text, " " + c["text"].get<std::string>()) << c["prompt"];
+    }
+
+    // Text mode prints the prompt and that continuation.
+    o.output = "text";
+    const RunResult plain = Generate(o);
+    ASSERT_TRUE(plain.status.ok()) << plain.status;
+    EXPECT_EQ(plain.out, c["prompt"].get<std::string>() + text + "\n");
+  }
+}
+
+// Text and id prompts mix in one file; each line equals its own run.
+TEST(DemoModel, MixedPromptsFile) {
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  const std::vector<json> prompts = {
+      {{"prompt", golden["prompt"]}},
+      {{"prompt_ids", golden["prompt_ids"]}},
+      {{"prompt", "The cat"}},
+  };
+  const std::string file = TempDir("mixed_prompts") + "/prompts.jsonl";
+  std::string text;
+  for (const json& p : prompts) text += p.dump() + "\n";
+  WriteFile(file, text);
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompts_file = file;
+  o.max_tokens = 30;
+  o.output = "json";
+  const RunResult all = Generate(o);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  const std::vector<json> lines = JsonLines(all.out);
+  ASSERT_EQ(lines.size(), 3u) << all.out;
+  EXPECT_EQ(lines[0], lines[1]) << "text and ids of the same prompt";
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions alone = Greedy(DemoModelDir());
+    if (prompts[i].contains("prompt")) {
+      alone.prompt = prompts[i]["prompt"].get<std::string>();
+    } else {
+      alone.prompt_ids = Join(Ids(prompts[i]["prompt_ids"]));
+    }
+    alone.max_tokens = 30;
+    alone.output = "json";
+    const RunResult run = Generate(alone);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    ASSERT_EQ(JsonLines(run.out).size(), 1u);
+    EXPECT_EQ(lines[i], JsonLines(run.out)[0]) << "prompt " << i + 1;
+  }
+}
+
+std::vector<int32_t> SampledIds(uint64_t seed) {
+  GenerateOptions o;
+  o.model_dir = DemoModelDir();
+  o.prompt = "Once upon a time";
+  o.max_tokens = 64;
+  o.ignore_eos = true;
+  o.sampling.temperature = 0.8f;
+  o.sampling.top_k = 20;
+  o.sampling.top_p = 0.9f;
+  o.sampling.seed = seed;
+  o.output = "json";
+  const RunResult run = Generate(o);
+  EXPECT_TRUE(run.status.ok()) << run.status;
+  const std::vector<json> lines = JsonLines(run.out);
+  EXPECT_EQ(lines.size(), 1u);
+  return lines.empty() ? std::vector<int32_t>{} : Ids(lines[0]["output_ids"]);
+}
+
+TEST(DemoModel, SeededSamplingIsReproducible) {
+  const std::vector<int32_t> a = SampledIds(42);
+  EXPECT_EQ(a.size(), 64u);
+  EXPECT_EQ(SampledIds(42), a);
+  EXPECT_NE(SampledIds(43), a);
+}
+
+// An EOS id ends the sequence: finish_reason "stop", the EOS token included.
+TEST(Generator, EosStopsAndIsIncluded) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  const json c = FirstCase();
+  const std::vector<int32_t> golden = Ids(c["output_ids"]);
+  CpuOps ops;
+  auto model = LlamaModel::Load(dir, &ops);
+  ASSERT_TRUE(model.ok()) << model.status();
+  Generator generator(model->get(), {golden[2]});
+  GenerationRequest request;
+  request.prompt_ids = Ids(c["prompt_ids"]);
+  request.max_tokens = static_cast<int64_t>(golden.size());
+  request.sampling.temperature = 0.0f;
+  std::vector<int32_t> streamed;
+  auto result =
+      generator.Generate(request, [&](int32_t t) { streamed.push_back(t); });
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(FinishReasonName(result->finish_reason), "stop");
+  EXPECT_EQ(result->output_ids,
+            std::vector<int32_t>(golden.begin(), golden.begin() + 3));
+  EXPECT_EQ(streamed, result->output_ids);
+
+  // EOS on the very first token.
+  Generator first(model->get(), {golden[0]});
+  result = first.Generate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(result->output_ids, std::vector<int32_t>{golden[0]});
+
+  // ignore_eos keeps going to max_tokens.
+  request.ignore_eos = true;
+  result = first.Generate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, FinishReason::kLength);
+  EXPECT_EQ(result->output_ids, golden);
+}
+
+// The same through the command: generation_config.json's eos_token_id.
+TEST(RunGenerate, GenerationConfigEosGivesStop) {
+  const std::string dir = CopyFixture(kFixture, "eos_stop");
+  const json c = FirstCase();
+  const std::vector<int32_t> golden = Ids(c["output_ids"]);
+  EditJson(dir + "/generation_config.json",
+           [&](json& j) { j["eos_token_id"] = golden[0]; });
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = Join(Ids(c["prompt_ids"]));
+  o.max_tokens = static_cast<int64_t>(golden.size());
+  o.output = "json";
+  RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["finish_reason"], "stop");
+  EXPECT_EQ(Ids(JsonLines(run.out)[0]["output_ids"]),
+            std::vector<int32_t>{golden[0]});
+
+  o.ignore_eos = true;
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["finish_reason"], "length");
+  EXPECT_EQ(Ids(JsonLines(run.out)[0]["output_ids"]), golden);
+}
+
+// ---------------------------------------------------------------------------
+// Bad model folders.
+
+GenerateOptions Simple(const std::string& dir) {
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = "1,2,3";
+  o.max_tokens = 2;
+  return o;
+}
+
+TEST(BadModel, MissingDirectory) {
+  const std::string dir = TempDir("missing_parent") + "/no_such_model";
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kNotFound,
+              {dir, "does not exist"});
+}
+
+TEST(BadModel, NoModelFlag) {
+  ExpectError(Generate(Simple("")), absl::StatusCode::kInvalidArgument,
+              {"--model"});
+}
+
+TEST(BadModel, FileInsteadOfDirectory) {
+  const std::string dir = CopyFixture(kFixture, "file_not_dir");
+  ExpectError(Generate(Simple(dir + "/config.json")),
+              absl::StatusCode::kNotFound, {"config.json"});
+}
+
+TEST(BadModel, MissingConfigJson) {
+  const std::string dir = CopyFixture(kFixture, "no_config");
+  fs::remove(dir + "/config.json");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kNotFound,
+              {dir + "/config.json", "not found"});
+}
+
+TEST(BadModel, MalformedConfigJson) {
+  const std::string dir = CopyFixture(kFixture, "bad_config_json");
+  WriteFile(dir + "/config.json", "{\"model_type\": \"llama\",\n");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"config.json", "malformed JSON"});
+}
+
+TEST(BadModel, MalformedGenerationConfig) {
+  const std::string dir = CopyFixture(kFixture, "bad_generation_config");
+  WriteFile(dir + "/generation_config.json", "[1, 2");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"generation_config.json", "malformed JSON"});
+}
+
+TEST(BadModel, UnknownModelType) {
+  const std::string dir = CopyFixture(kFixture, "gpt2");
+  EditJson(dir + "/config.json", [](json& j) { j["model_type"] = "gpt2"; });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"config.json", "unsupported model_type", "\"gpt2\"", "llama"});
+}
+
+TEST(BadModel, MissingModelType) {
+  const std::string dir = CopyFixture(kFixture, "no_model_type");
+  EditJson(dir + "/config.json", [](json& j) { j.erase("model_type"); });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"model_type"});
+}
+
+class KnownQuantizationTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KnownQuantizationTest, IsNotSupportedYet) {
+  const std::string dir = CopyFixture(kFixture, "quant_" + GetParam());
+  EditJson(dir + "/config.json", [&](json& j) {
+    j["quantization_config"] = {{"quant_method", GetParam()}, {"bits", 4}};
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kUnimplemented,
+              {"\"" + GetParam() + "\"", "not supported yet"});
+}
+
+INSTANTIATE_TEST_SUITE_P(Methods, KnownQuantizationTest,
+                         ::testing::Values("awq", "gptq", "fp8",
+                                           "compressed-tensors"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+TEST(BadModel, UnknownQuantizationMethod) {
+  const std::string dir = CopyFixture(kFixture, "quant_weird");
+  EditJson(dir + "/config.json", [](json& j) {
+    j["quantization_config"] = {{"quant_method", "weird"}};
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"unknown quantization method", "\"weird\""});
+}
+
+TEST(BadModel, QuantizationConfigWithoutMethod) {
+  const std::string dir = CopyFixture(kFixture, "quant_no_method");
+  EditJson(dir + "/config.json", [](json& j) {
+    j["quantization_config"] = {{"bits", 4}};
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"quantization_config", "quant_method"});
+}
+
+TEST(BadModel, NoSafetensors) {
+  const std::string dir = CopyFixture(kFixture, "no_weights");
+  fs::remove(dir + "/model.safetensors");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kNotFound,
+              {"no .safetensors files", dir});
+}
+
+// model.safetensors cut short at several points: inside the length prefix,
+// inside the header, inside the data, one byte short.
+TEST(BadModel, TruncatedSafetensors) {
+  const std::string original =
+      ReadFile(GoldenDir() + "/" + kFixture + "/model.safetensors");
+  ASSERT_GT(original.size(), 4096u);
+  const std::string dir = CopyFixture(kFixture, "truncated");
+  const std::string path = dir + "/model.safetensors";
+  struct Case {
+    size_t size;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {0, "too short"},
+           {5, "too short"},
+           {100, "truncated or not safetensors"},
+           {original.size() / 2, "outside the data region"},
+           {original.size() - 1, "outside the data region"},
+       }) {
+    WriteFile(path, original.substr(0, c.size));
+    SCOPED_TRACE(c.size);
+    ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+                {path, c.needle});
+  }
+}
+
+std::string LengthPrefix(uint64_t n) {
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+TEST(BadModel, GarbageSafetensorsHeader) {
+  const std::string dir = CopyFixture(kFixture, "garbage");
+  const std::string path = dir + "/model.safetensors";
+
+  // Not JSON (with a newline and control bytes: the message stays one line).
+  const std::string garbage = "this is\nnot \x01 json at all";
+  WriteFile(path, LengthPrefix(garbage.size()) + garbage + std::string(64, 0));
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {path, "malformed JSON"});
+
+  // JSON, but not an object.
+  WriteFile(path, LengthPrefix(8) + "[1, 2]  ");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {path, "not a JSON object"});
+
+  // A text file: its first 8 bytes read as an enormous header length.
+  WriteFile(path, "hello, this is a text file and not a checkpoint\n");
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {path, "exceeds the file size"});
+
+  // A valid layout whose tensor has an unknown dtype.
+  const std::string header =
+      R"({"model.norm.weight":{"dtype":"Q4","shape":[64],"data_offsets":[0,256]}})";
+  WriteFile(path, LengthPrefix(header.size()) + header + std::string(256, 0));
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {path, "model.norm.weight"});
+}
+
+// Rewrites <dir>/model.safetensors from the fixture's tensors after `edit`.
+template <typename Edit>
+void RewriteCheckpoint(const std::string& dir, Edit edit) {
+  auto checkpoint = Checkpoint::Open(GoldenDir() + "/" + kFixture);
+  ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+  SafetensorsWriter writer = CopyOf(**checkpoint);
+  edit(**checkpoint, writer);
+  const absl::Status status = writer.Write(dir + "/model.safetensors");
+  ASSERT_TRUE(status.ok()) << status;
+}
+
+TEST(BadModel, RewrittenCheckpointStillLoads) {
+  // The writer itself: an unchanged copy gives the golden tokens.
+  const std::string dir = CopyFixture(kFixture, "rewritten");
+  RewriteCheckpoint(dir, [](const Checkpoint&, SafetensorsWriter&) {});
+  const json c = FirstCase();
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = Join(Ids(c["prompt_ids"]));
+  o.max_tokens = c["max_new_tokens"].get<int64_t>();
+  o.output = "json";
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out).size(), 1u);
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"], c["output_ids"]);
+}
+
+TEST(BadModel, MissingTensor) {
+  for (const std::string name :
+       {"model.layers.1.mlp.up_proj.weight", "model.embed_tokens.weight",
+        "model.norm.weight", "lm_head.weight",
+        "model.layers.0.self_attn.k_proj.weight"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = CopyFixture(kFixture, "missing_tensor");
+    RewriteCheckpoint(dir, [&](const Checkpoint&, SafetensorsWriter& writer) {
+      ASSERT_TRUE(writer.Remove(name));
+    });
+    ExpectError(Generate(Simple(dir)), absl::StatusCode::kNotFound,
+                {"\"" + name + "\"", "not found"});
+  }
+}
+
+TEST(BadModel, TensorWithWrongShape) {
+  const std::string dir = CopyFixture(kFixture, "wrong_shape");
+  const std::string name = "model.layers.1.self_attn.k_proj.weight";
+  RewriteCheckpoint(dir, [&](const Checkpoint& ckpt, SafetensorsWriter& w) {
+    auto info = ckpt.Get(name);
+    ASSERT_TRUE(info.ok()) << info.status();
+    ASSERT_EQ(info->shape, Shape({32, 64}));
+    w.AddCopy(*info, Shape({64, 32}));  // Same bytes, transposed shape.
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {name, "expected shape [32, 64]", "found [64, 32]"});
+}
+
+TEST(BadModel, TensorWithWrongRank) {
+  const std::string dir = CopyFixture(kFixture, "wrong_rank");
+  const std::string name = "model.layers.0.input_layernorm.weight";
+  RewriteCheckpoint(dir, [&](const Checkpoint& ckpt, SafetensorsWriter& w) {
+    auto info = ckpt.Get(name);
+    ASSERT_TRUE(info.ok()) << info.status();
+    w.AddCopy(*info, Shape({8, 8}));
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {name, "expected shape [64]", "found [8, 8]"});
+}
+
+TEST(BadModel, TensorThatCannotBeReadAsFloat) {
+  const std::string dir = CopyFixture(kFixture, "int_tensor");
+  const std::string name = "model.norm.weight";
+  RewriteCheckpoint(dir, [&](const Checkpoint&, SafetensorsWriter& w) {
+    w.Add(name, DType::kI32, Shape({64}), std::string(64 * 4, '\0'));
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {name, "i32"});
+}
+
+// config.json edited so that it disagrees with the weights.
+TEST(BadModel, ConfigDisagreesWithWeights) {
+  struct Case {
+    std::string key;
+    int64_t value;
+    absl::StatusCode code;
+    std::vector<std::string> needles;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"hidden_size",
+            128,
+            absl::StatusCode::kInvalidArgument,
+            {"model.embed_tokens.weight", "expected shape [512, 128]",
+             "found [512, 64]"}},
+           {"vocab_size",
+            1000,
+            absl::StatusCode::kInvalidArgument,
+            {"model.embed_tokens.weight", "expected shape [1000, 64]",
+             "found [512, 64]"}},
+           {"intermediate_size",
+            96,
+            absl::StatusCode::kInvalidArgument,
+            {"model.layers.0.mlp.gate_proj.weight", "expected shape [96, 64]",
+             "found [128, 64]"}},
+           {"num_key_value_heads",
+            4,
+            absl::StatusCode::kInvalidArgument,
+            {"model.layers.0.self_attn.k_proj.weight",
+             "expected shape [64, 64]", "found [32, 64]"}},
+           {"num_hidden_layers",
+            3,
+            absl::StatusCode::kNotFound,
+            {"model.layers.2."}},
+       }) {
+    SCOPED_TRACE(c.key);
+    const std::string dir = CopyFixture(kFixture, "config_" + c.key);
+    EditJson(dir + "/config.json", [&](json& j) { j[c.key] = c.value; });
+    ExpectError(Generate(Simple(dir)), c.code, c.needles);
+  }
+}
+
+TEST(BadModel, InvalidConfigValues) {
+  struct Case {
+    std::string key;
+    json value;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"hidden_size", 0},
+           {"num_attention_heads", -4},
+           {"num_key_value_heads", 3},
+           {"vocab_size", "512"},
+           {"hidden_act", "gelu"},
+           // Would size per-layer tables at terabytes (was std::bad_alloc).
+           {"num_hidden_layers", int64_t{1000000000000}},
+       }) {
+    SCOPED_TRACE(c.key);
+    const std::string dir = CopyFixture(kFixture, "invalid_" + c.key);
+    EditJson(dir + "/config.json", [&](json& j) { j[c.key] = c.value; });
+    const RunResult run = Generate(Simple(dir));
+    EXPECT_FALSE(run.status.ok());
+    EXPECT_TRUE(Contains(run.status, c.key));
+    EXPECT_EQ(run.out, "");
+  }
+}
+
+TEST(BadModel, TextPromptWithoutTokenizer) {
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt = "Once upon a time";
+  const RunResult run = Generate(o);
+  EXPECT_FALSE(run.status.ok());
+  EXPECT_TRUE(Contains(run.status, "tokenizer"));
+  EXPECT_EQ(run.out, "");
+}
+
+// ---------------------------------------------------------------------------
+// Bad prompts and options.
+
+TEST(BadPrompt, LongerThanTheContext) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 257; ++i) ids.push_back(3 + i % 500);
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt_ids = Join(ids);
+  ExpectError(Generate(o), absl::StatusCode::kOutOfRange,
+              {"257 tokens", "256", "max_position_embeddings"});
+
+  ids.resize(300);
+  for (int i = 257; i < 300; ++i) ids[i] = i;
+  o.prompt_ids = Join(ids);
+  ExpectError(Generate(o), absl::StatusCode::kOutOfRange, {"300 tokens"});
+}
+
+TEST(BadPrompt, TokenIdOutsideTheVocabulary) {
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt_ids = "1,512";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"512", "vocabulary", "[0, 512)"});
+  o.prompt_ids = "-1,5";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"-1", "vocabulary"});
+}
+
+TEST(BadPrompt, MalformedPromptIds) {
+  for (const std::string list :
+       {"1,,2", "1,x", "1;2", "1.5", "99999999999", "1,2,", " "}) {
+    SCOPED_TRACE(list);
+    GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+    o.prompt_ids = list;
+    ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+                {"--prompt-ids", "is not a token id"});
+  }
+}
+
+TEST(BadPrompt, NoPromptSource) {
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"exactly one of --prompt, --prompt-ids and --prompts-file"});
+}
+
+TEST(BadPrompt, TwoPromptSources) {
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt = "hello";
+  o.prompt_ids = "1,2";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"exactly one of"});
+  o.prompt = "";
+  o.prompts_file = "whatever.jsonl";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"exactly one of"});
+}
+
+TEST(BadPrompt, MissingPromptsFile) {
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompts_file = TempDir("missing_prompts") + "/nope.jsonl";
+  ExpectError(Generate(o), absl::StatusCode::kNotFound, {o.prompts_file});
+}
+
+TEST(BadPrompt, MalformedPromptsFileLines) {
+  const std::string good = R"({"prompt_ids": [1, 2, 3]})";
+  struct Case {
+    std::string line;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"not json", "not a JSON object"},
+           {R"({"prompt_ids": [1, 2)", "not a JSON object"},
+           {"[1, 2, 3]", "not a JSON object"},
+           {"42", "not a JSON object"},
+           {R"({"text": "hello"})", "needs \"prompt\" or \"prompt_ids\""},
+           {R"({"prompt": 5})", "\"prompt\" must be a string"},
+           {R"({"prompt_ids": "1,2"})", "\"prompt_ids\" must be a list"},
+           {R"({"prompt_ids": [1, "2"]})", "\"prompt_ids\" must be a list"},
+           {R"({"prompt_ids": [1.5]})", "\"prompt_ids\" must be a list"},
+           {R"({"prompt_ids": [4294967622]})", "not a token id"},
+           {R"({"prompt_ids": [-4294967296]})", "not a token id"},
+           {R"({"prompt_ids": [18446744073709551615]})", "not a token id"},
+       }) {
+    SCOPED_TRACE(c.line);
+    const std::string file = TempDir("bad_prompts") + "/prompts.jsonl";
+    WriteFile(file, good + "\n" + c.line + "\n" + good + "\n");
+    GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+    o.prompts_file = file;
+    ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+                {file + ":2: ", c.needle});
+  }
+}
+
+TEST(BadPrompt, EmptyPromptsFile) {
+  const std::string file = TempDir("empty_prompts") + "/prompts.jsonl";
+  WriteFile(file, "\n  \n");
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompts_file = file;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {file, "has no prompts"});
+}
+
+// A bad prompt after good ones: the good ones are printed, then the error
+// names which prompt failed.
+TEST(BadPrompt, BadPromptInAFileNamesThePrompt) {
+  const std::string file = TempDir("later_bad_prompt") + "/prompts.jsonl";
+  WriteFile(file, "{\"prompt_ids\": [1, 2]}\n{\"prompt_ids\": []}\n");
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompts_file = file;
+  o.max_tokens = 2;
+  o.output = "json";
+  const RunResult run = Generate(o);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Contains(run.status, "prompt 2"));
+  EXPECT_TRUE(Contains(run.status, "empty"));
+  EXPECT_EQ(JsonLines(run.out).size(), 1u);
+}
+
+TEST(BadOptions, OutputFormat) {
+  GenerateOptions o = Simple(GoldenDir() + "/" + kFixture);
+  o.output = "xml";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--output", "\"xml\""});
+}
+
+TEST(BadOptions, MaxTokens) {
+  GenerateOptions o = Simple(GoldenDir() + "/" + kFixture);
+  for (int64_t n : {0, -3}) {
+    o.max_tokens = n;
+    ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+                {"--max-tokens", std::to_string(n)});
+  }
+}
+
+TEST(BadOptions, Sampling) {
+  struct Case {
+    float temperature;
+    int32_t top_k;
+    float top_p;
+    std::string needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {-1.0f, 0, 1.0f, "temperature"},
+           {1.0f, -1, 1.0f, "top_k"},
+           {1.0f, 0, 0.0f, "top_p"},
+           {1.0f, 0, 1.5f, "top_p"},
+       }) {
+    SCOPED_TRACE(c.needle);
+    GenerateOptions o = Simple(GoldenDir() + "/" + kFixture);
+    o.sampling.temperature = c.temperature;
+    o.sampling.top_k = c.top_k;
+    o.sampling.top_p = c.top_p;
+    ExpectError(Generate(o), absl::StatusCode::kInvalidArgument, {c.needle});
+  }
+}
+
+}  // namespace
+}  // namespace tessera
