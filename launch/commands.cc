@@ -60,6 +60,10 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
           absl::StrCat(where, ": not a JSON object"));
     }
     Prompt p;
+    if (j.contains("prompt") && j.contains("prompt_ids")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": give \"prompt\" or \"prompt_ids\", not both"));
+    }
     if (auto it = j.find("prompt"); it != j.end()) {
       if (!it->is_string()) {
         return absl::InvalidArgumentError(
@@ -201,12 +205,16 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
       ASSIGN_OR_RETURN(prompt_text, tokenizer->Decode(p.ids));
     }
     if (o.output == "json") {
-      json line = {{"prompt_ids", p.ids},
-                   {"output_ids", result->output_ids},
-                   {"text", continuation ? json(*continuation) : json(nullptr)},
-                   {"finish_reason",
-                    std::string(FinishReasonName(result->finish_reason))}};
-      out << line.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      // Keys in the order of the command-line contract.
+      nlohmann::ordered_json line = {
+          {"prompt_ids", p.ids},
+          {"output_ids", result->output_ids},
+          {"text", continuation ? json(*continuation) : json(nullptr)},
+          {"finish_reason",
+           std::string(FinishReasonName(result->finish_reason))}};
+      out << line.dump(-1, ' ', false,
+                       nlohmann::ordered_json::error_handler_t::replace)
+          << "\n";
     } else if (continuation) {
       out << prompt_text << *continuation << "\n";
     } else {

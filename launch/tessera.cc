@@ -62,6 +62,8 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
     return absl::InvalidArgumentError("--top-k must be in [0, 2^31)");
   }
   o.sampling.top_k = static_cast<int32_t>(top_k);
+  if (seed < -1)
+    return absl::InvalidArgumentError("--seed must be >= 0 (or -1 for none)");
   if (seed >= 0) o.sampling.seed = static_cast<uint64_t>(seed);
   return tessera::RunGenerate(o, std::cout);
 }
@@ -88,10 +90,14 @@ absl::Status Bench(const std::vector<std::string>& args, bool* help) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2 || std::string(argv[1]) == "--help" ||
-      std::string(argv[1]) == "-h") {
-    std::cerr << kUsage;
-    return argc < 2 ? 2 : 0;
+  if (argc < 2) {
+    std::cerr << "tessera: no command given (commands: generate, bench; see "
+                 "tessera --help)\n";
+    return 2;
+  }
+  if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return 0;
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
@@ -102,7 +108,8 @@ int main(int argc, char** argv) {
   } else if (command == "bench") {
     status = Bench(args, &help);
   } else {
-    std::cerr << "tessera: unknown command \"" << command << "\"\n" << kUsage;
+    std::cerr << "tessera: unknown command \"" << command
+              << "\" (commands: generate, bench; see tessera --help)\n";
     return 2;
   }
   if (!status.ok()) {

@@ -297,15 +297,10 @@ expect_error "--top-p out of range" "top_p" \
 expect_error "--output other" "--output" \
   generate --model "$FIXTURE" --prompt-ids 1 --output xml
 
-# An unknown command is reported first, then the usage follows (exit 2).
-name="unknown command"
-run_tessera frobnicate
-if [ "$RC" -ne 2 ] || [ -s "$TMP/out" ] ||
-  ! head -n 1 "$TMP/err" | grep -q '^tessera: unknown command "frobnicate"'; then
-  fail "$name" "exit code $RC, stderr: $(head -c 300 "$TMP/err")"
-else
-  pass "$name"
-fi
+expect_error "negative --seed" "--seed" \
+  generate --model "$FIXTURE" --prompt-ids 1 --seed -7
+expect_error "unknown command" 'unknown command "frobnicate"' frobnicate
+expect_error "no command" "no command given"
 
 echo
 if [ "$failures" -ne 0 ]; then

@@ -186,8 +186,12 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
-  ASSIGN_OR_RETURN(LlamaWeights weights, LoadLlamaWeights(*ckpt, config));
-  return Create(std::move(config), std::move(weights), ops);
+  absl::StatusOr<LlamaWeights> weights = LoadLlamaWeights(*ckpt, config);
+  if (!weights.ok()) {
+    return Annotate(weights.status(),
+                    absl::StrCat("loading weights from ", model_dir));
+  }
+  return Create(std::move(config), *std::move(weights), ops);
 }
 
 absl::Status LlamaModel::EnsureScratch(int64_t tokens) {
