@@ -16,6 +16,11 @@ TEST(DTypeTest, SizesAndNames) {
   EXPECT_EQ(DTypeName(DType::kF16), "f16");
   EXPECT_EQ(*DTypeFromSafetensors("BF16"), DType::kBF16);
   EXPECT_FALSE(DTypeFromSafetensors("Q4_K").ok());
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF64,
+                  DType::kI64, DType::kI32, DType::kI8, DType::kU8,
+                  DType::kBool, DType::kF8E4M3, DType::kF8E5M2}) {
+    EXPECT_EQ(*DTypeFromSafetensors(DTypeToSafetensors(d)), d) << DTypeName(d);
+  }
 }
 
 TEST(DTypeTest, HalfPrecisionRoundTripsExactValues) {

@@ -72,6 +72,34 @@ absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name) {
       absl::StrCat("unsupported safetensors dtype \"", name, "\""));
 }
 
+absl::string_view DTypeToSafetensors(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return "F32";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kF16:
+      return "F16";
+    case DType::kF64:
+      return "F64";
+    case DType::kI64:
+      return "I64";
+    case DType::kI32:
+      return "I32";
+    case DType::kI8:
+      return "I8";
+    case DType::kU8:
+      return "U8";
+    case DType::kBool:
+      return "BOOL";
+    case DType::kF8E4M3:
+      return "F8_E4M3";
+    case DType::kF8E5M2:
+      return "F8_E5M2";
+  }
+  return "unknown";
+}
+
 bool IsFloatConvertible(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 ||
          dtype == DType::kF16 || dtype == DType::kF64;

@@ -36,6 +36,9 @@ absl::string_view DTypeName(DType dtype);
 // ...).
 absl::StatusOr<DType> DTypeFromSafetensors(absl::string_view name);
 
+// The inverse: "F32", "BF16", ... as a safetensors header spells the dtype.
+absl::string_view DTypeToSafetensors(DType dtype);
+
 // Whether values of this dtype can be widened to f32 by ConvertToF32.
 bool IsFloatConvertible(DType dtype);
 

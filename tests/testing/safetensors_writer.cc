@@ -11,34 +11,6 @@
 
 namespace tessera {
 
-absl::string_view SafetensorsDTypeName(DType dtype) {
-  switch (dtype) {
-    case DType::kF32:
-      return "F32";
-    case DType::kBF16:
-      return "BF16";
-    case DType::kF16:
-      return "F16";
-    case DType::kF64:
-      return "F64";
-    case DType::kI64:
-      return "I64";
-    case DType::kI32:
-      return "I32";
-    case DType::kI8:
-      return "I8";
-    case DType::kU8:
-      return "U8";
-    case DType::kBool:
-      return "BOOL";
-    case DType::kF8E4M3:
-      return "F8_E4M3";
-    case DType::kF8E5M2:
-      return "F8_E5M2";
-  }
-  return "unknown";
-}
-
 void SafetensorsWriter::Add(absl::string_view name, DType dtype,
                             const Shape& shape, std::string bytes) {
   Remove(name);
@@ -76,13 +48,13 @@ absl::Status SafetensorsWriter::Write(const std::string& path) const {
     const uint64_t expected =
         static_cast<uint64_t>(e.shape.numel()) * DTypeSize(e.dtype);
     if (e.bytes.size() != expected) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor ", e.name, ": ", e.bytes.size(), " bytes for shape ",
-          e.shape.ToString(), " of ", SafetensorsDTypeName(e.dtype), " (need ",
-          expected, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor ", e.name, ": ", e.bytes.size(),
+                       " bytes for shape ", e.shape.ToString(), " of ",
+                       DTypeToSafetensors(e.dtype), " (need ", expected, ")"));
     }
     header[e.name] = {
-        {"dtype", std::string(SafetensorsDTypeName(e.dtype))},
+        {"dtype", std::string(DTypeToSafetensors(e.dtype))},
         {"shape",
          std::vector<int64_t>(e.shape.dims().begin(), e.shape.dims().end())},
         {"data_offsets", {data.size(), data.size() + e.bytes.size()}}};

@@ -15,9 +15,6 @@
 
 namespace tessera {
 
-// The dtype as a safetensors header spells it ("F32", "BF16", ...).
-absl::string_view SafetensorsDTypeName(DType dtype);
-
 class SafetensorsWriter {
  public:
   // Adds a tensor from raw little-endian bytes, which must hold exactly
