@@ -201,8 +201,10 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
       all.insert(all.end(), result->output_ids.begin(),
                  result->output_ids.end());
       ASSIGN_OR_RETURN(continuation,
-                       tokenizer->DecodeSuffix(all, p.ids.size()));
-      ASSIGN_OR_RETURN(prompt_text, tokenizer->Decode(p.ids));
+                       tokenizer->DecodeSuffix(all, p.ids.size(),
+                                               /*skip_special_tokens=*/true));
+      ASSIGN_OR_RETURN(prompt_text,
+                       tokenizer->Decode(p.ids, /*skip_special_tokens=*/true));
     }
     if (o.output == "json") {
       // Keys in the order of the command-line contract.
@@ -303,6 +305,53 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
         prefill_tps,
         o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
         decode_tps);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,
+                         std::ostream& out) {
+  if (o.model_dir.empty())
+    return absl::InvalidArgumentError("--model DIR is required");
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                   LoadTokenizer(o.model_dir, /*config_bos_id=*/-1));
+  std::string line;
+  for (int line_no = 1; std::getline(in, line); ++line_no) {
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    auto bad = [&](absl::string_view what) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("stdin line ", line_no, ": ", what));
+    };
+    const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
+    nlohmann::ordered_json result;
+    if (o.decode) {
+      auto it = j.find("ids");
+      if (it == j.end() || !it->is_array())
+        return bad("needs \"ids\": [token ids]");
+      std::vector<int32_t> ids;
+      for (const json& id : *it) {
+        if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN ||
+            id.get<int64_t>() > INT32_MAX) {
+          return bad("\"ids\" must hold integer token ids");
+        }
+        ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
+      }
+      auto text = tokenizer->Decode(ids, o.skip_special_tokens);
+      if (!text.ok()) return bad(text.status().message());
+      result["text"] = *text;
+    } else {
+      auto it = j.find("text");
+      if (it == j.end() || !it->is_string())
+        return bad("needs \"text\": \"...\"");
+      auto ids = tokenizer->Encode(it->get<std::string>());
+      if (!ids.ok()) return bad(ids.status().message());
+      result["ids"] = *ids;
+    }
+    out << result.dump(-1, ' ', false,
+                       nlohmann::ordered_json::error_handler_t::replace)
+        << "\n";
+    out.flush();
   }
   return absl::OkStatus();
 }

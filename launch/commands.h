@@ -4,6 +4,7 @@
 #define TESSERA_LAUNCH_COMMANDS_H_
 
 #include <cstdint>
+#include <istream>
 #include <ostream>
 #include <string>
 
@@ -45,6 +46,20 @@ struct BenchOptions {
 // Times prefill and decode on random prompt ids (greedy, EOS ignored) and
 // reports the median over `iterations` runs after one warm-up.
 absl::Status RunBench(const BenchOptions& options, std::ostream& out);
+
+struct TokenizeOptions {
+  std::string
+      model_dir;  // A model folder, or a folder with only tokenizer files.
+  bool decode = false;               // ids -> text instead of text -> ids.
+  bool skip_special_tokens = false;  // --decode: drop special tokens' text.
+};
+
+// JSON lines on `in`: {"text": "..."} -> {"ids": [...]} (no special tokens
+// added), or with decode {"ids": [...]} -> {"text": "..."}. One output line per
+// input line, flushed as it is written. The first malformed line stops with an
+// error naming its line number.
+absl::Status RunTokenize(const TokenizeOptions& options, std::istream& in,
+                         std::ostream& out);
 
 }  // namespace tessera
 

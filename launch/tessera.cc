@@ -87,11 +87,30 @@ absl::Status Bench(const std::vector<std::string>& args, bool* help) {
   return tessera::RunBench(o, std::cout);
 }
 
+absl::Status Tokenize(const std::vector<std::string>& args, bool* help) {
+  tessera::TokenizeOptions o;
+  tessera::FlagParser flags("tokenize");
+  flags.Add("model", &o.model_dir,
+            "model folder, or a folder with only tokenizer files");
+  flags.Add("decode", &o.decode,
+            "read {\"ids\": [...]} lines and write {\"text\": ...}");
+  flags.Add("skip-special-tokens", &o.skip_special_tokens,
+            "with --decode: special tokens produce no text");
+  RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    *help = true;
+    return absl::OkStatus();
+  }
+  return tessera::RunTokenize(o, std::cin, std::cout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::cerr << "tessera: no command given (commands: generate, bench; see "
+    std::cerr << "tessera: no command given (commands: generate, bench, "
+                 "tokenize; see "
                  "tessera --help)\n";
     return 2;
   }
@@ -107,9 +126,12 @@ int main(int argc, char** argv) {
     status = Generate(args, &help);
   } else if (command == "bench") {
     status = Bench(args, &help);
+  } else if (command == "tokenize") {
+    status = Tokenize(args, &help);
   } else {
-    std::cerr << "tessera: unknown command \"" << command
-              << "\" (commands: generate, bench; see tessera --help)\n";
+    std::cerr
+        << "tessera: unknown command \"" << command
+        << "\" (commands: generate, bench, tokenize; see tessera --help)\n";
     return 2;
   }
   if (!status.ok()) {

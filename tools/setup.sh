@@ -12,6 +12,7 @@ packages=(
   libabsl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libsentencepiece-dev
+  libpcre2-dev libutf8proc-dev
   libopenblas-dev
   nlohmann-json3-dev
   clang-format

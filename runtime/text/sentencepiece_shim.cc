@@ -35,6 +35,16 @@ bool SentencePieceShim::Decode(const std::vector<int>& ids, std::string* text,
 int SentencePieceShim::PieceSize() const {
   return impl_->processor.GetPieceSize();
 }
+bool SentencePieceShim::IsControl(int id) const {
+  return impl_->processor.IsControl(id);
+}
+std::string SentencePieceShim::IdToPiece(int id) const {
+  return impl_->processor.IdToPiece(id);
+}
+int SentencePieceShim::PieceToId(const std::string& piece) const {
+  return impl_->processor.PieceToId(piece);
+}
+int SentencePieceShim::UnkId() const { return impl_->processor.unk_id(); }
 int SentencePieceShim::BosId() const { return impl_->processor.bos_id(); }
 int SentencePieceShim::EosId() const { return impl_->processor.eos_id(); }
 

@@ -26,6 +26,12 @@ class SentencePieceShim {
               std::string* error) const;
 
   int PieceSize() const;
+  // Control pieces (<s>, </s>) and the unknown piece's status, and piece <-> id
+  // lookups.
+  bool IsControl(int id) const;
+  std::string IdToPiece(int id) const;
+  int PieceToId(const std::string& piece) const;  // The unknown id when absent.
+  int UnkId() const;
   int BosId() const;
   int EosId() const;
 

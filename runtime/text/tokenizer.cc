@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
 #include "runtime/text/sentencepiece_shim.h"
@@ -41,23 +42,58 @@ class SentencePieceTokenizer final : public Tokenizer {
     return std::vector<int32_t>(ids.begin(), ids.end());
   }
 
-  absl::StatusOr<std::string> Decode(
-      absl::Span<const int32_t> ids) const override {
-    std::vector<int> in;
-    in.reserve(ids.size());
+  // SentencePiece itself renders control pieces (<s>, </s>) as nothing. Like
+  // transformers, Tessera prints their text unless asked to skip special
+  // tokens, decoding the ordinary pieces between them in runs so
+  // SentencePiece's space handling stays intact.
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     bool skip_special_tokens) const override {
+    std::string text;
+    std::vector<int> run;
+    auto flush = [&]() -> absl::Status {
+      if (run.empty()) return absl::OkStatus();
+      std::string piece_text, error;
+      if (!processor_.Decode(run, &piece_text, &error)) {
+        return absl::InternalError(
+            absl::StrCat("SentencePiece decode: ", error));
+      }
+      // SentencePiece drops the word-boundary space of a run's first piece,
+      // which is right only at the very start of the text (transformers'
+      // Metaspace decoder strips only there).
+      if (!text.empty() &&
+          absl::StartsWith(processor_.IdToPiece(run[0]), "\xE2\x96\x81")) {
+        text += ' ';
+      }
+      text += piece_text;
+      run.clear();
+      return absl::OkStatus();
+    };
     for (int32_t id : ids) {
       if (id < 0 || id >= vocab_size()) {
         return absl::InvalidArgumentError(
             absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
                          vocab_size(), ")"));
       }
-      in.push_back(id);
+      if (processor_.IsControl(id)) {
+        RETURN_IF_ERROR(flush());
+        if (!skip_special_tokens) text += processor_.IdToPiece(id);
+        continue;
+      }
+      run.push_back(id);
     }
-    std::string text, error;
-    if (!processor_.Decode(in, &text, &error)) {
-      return absl::InternalError(absl::StrCat("SentencePiece decode: ", error));
-    }
+    RETURN_IF_ERROR(flush());
     return text;
+  }
+
+  bool IsSpecial(int32_t id) const override {
+    return id >= 0 && id < vocab_size() && processor_.IsControl(id);
+  }
+
+  int32_t TokenToId(absl::string_view token) const override {
+    const int id = processor_.PieceToId(std::string(token));
+    if (id == processor_.UnkId() && processor_.IdToPiece(id) != token)
+      return -1;
+    return id;
   }
 
   int32_t vocab_size() const override { return processor_.PieceSize(); }
@@ -71,13 +107,15 @@ class SentencePieceTokenizer final : public Tokenizer {
 }  // namespace
 
 absl::StatusOr<std::string> Tokenizer::DecodeSuffix(
-    absl::Span<const int32_t> ids, size_t prefix_len) const {
+    absl::Span<const int32_t> ids, size_t prefix_len,
+    bool skip_special_tokens) const {
   if (prefix_len > ids.size()) {
     return absl::InvalidArgumentError(
         "DecodeSuffix: prefix longer than the ids");
   }
-  ASSIGN_OR_RETURN(std::string full, Decode(ids));
-  ASSIGN_OR_RETURN(std::string prefix, Decode(ids.subspan(0, prefix_len)));
+  ASSIGN_OR_RETURN(std::string full, Decode(ids, skip_special_tokens));
+  ASSIGN_OR_RETURN(std::string prefix,
+                   Decode(ids.subspan(0, prefix_len), skip_special_tokens));
   // Decoding is prefix-stable for SentencePiece except for the leading space of
   // the very first piece, which only ever makes the prefix's text shorter,
   // never different.

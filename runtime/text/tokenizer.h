@@ -22,24 +22,43 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
 
+  // Text to ids, with no special tokens added (Hugging Face's
+  // add_special_tokens=False). Added/special tokens that appear literally in
+  // the text ("<|im_start|>") are still matched as single tokens, as
+  // transformers does.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view text) const = 0;
+
+  // Ids to text. InvalidArgument for an id outside the vocabulary. With
+  // skip_special_tokens, special tokens (BOS, EOS, <|im_end|>, ...) produce no
+  // text.
   virtual absl::StatusOr<std::string> Decode(
-      absl::Span<const int32_t> ids) const = 0;
+      absl::Span<const int32_t> ids, bool skip_special_tokens) const = 0;
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const {
+    return Decode(ids, /*skip_special_tokens=*/false);
+  }
+
+  // Number of ids (the base vocabulary plus added tokens).
   virtual int32_t vocab_size() const = 0;
+  // Whether `id` is a special token (skipped by Decode(..., true)).
+  virtual bool IsSpecial(int32_t id) const = 0;
+  // The id of a token's exact text ("<|im_end|>"), or -1.
+  virtual int32_t TokenToId(absl::string_view token) const = 0;
 
   // -1 when the tokenizer has none.
   virtual int32_t bos_id() const = 0;
   virtual int32_t eos_id() const = 0;
 
   // Whether prompts get a BOS token prepended (tokenizer_config.json's
-  // add_bos_token, else the tokenizer family's default).
+  // add_bos_token, a tokenizer.json post-processor that adds one, or the
+  // tokenizer family's default).
   bool add_bos() const { return add_bos_; }
   void set_add_bos(bool add_bos) { add_bos_ = add_bos; }
 
-  // The text that `ids[prefix_len:]` adds when appended to `ids[:prefix_len]`.
-  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
-                                           size_t prefix_len) const;
+  // The text that `ids[prefix_len:]` adds when appended to `ids[:prefix_len]` (decoding the
+  // two together keeps word-boundary spaces right).
+  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids, size_t prefix_len,
+                                           bool skip_special_tokens) const;
 
  private:
   bool add_bos_ = false;

@@ -1,0 +1,75 @@
+#include "runtime/text/detokenizer.h"
+
+#include <algorithm>
+
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+constexpr absl::string_view kReplacementCharacter = "\xEF\xBF\xBD";  // U+FFFD
+
+bool EndsWith(absl::string_view text, absl::string_view suffix) {
+  return text.size() >= suffix.size() &&
+         text.substr(text.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+IncrementalDetokenizer::IncrementalDetokenizer(
+    const Tokenizer* tokenizer, absl::Span<const int32_t> prompt_ids,
+    bool skip_special_tokens)
+    : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {
+  const size_t context = std::min(prompt_ids.size(), kInitialContext);
+  ids_.assign(prompt_ids.end() - context, prompt_ids.end());
+  prefix_offset_ = 0;
+  read_offset_ = ids_.size();
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
+  ids_.push_back(id);
+  const absl::Span<const int32_t> all(ids_);
+  ASSIGN_OR_RETURN(
+      const std::string prefix_text,
+      tokenizer_->Decode(
+          all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
+          skip_special_tokens_));
+  ASSIGN_OR_RETURN(
+      const std::string new_text,
+      tokenizer_->Decode(all.subspan(prefix_offset_), skip_special_tokens_));
+  // A trailing U+FFFD means the last character is not complete yet: wait for
+  // more bytes.
+  if (new_text.size() <= prefix_text.size() ||
+      EndsWith(new_text, kReplacementCharacter)) {
+    return std::string();
+  }
+  std::string delta = new_text.substr(prefix_text.size());
+  prefix_offset_ = read_offset_;
+  read_offset_ = ids_.size();
+  // Keep the buffer small: only the window [prefix_offset_, end) is ever
+  // decoded again.
+  if (prefix_offset_ > 0) {
+    ids_.erase(ids_.begin(), ids_.begin() + prefix_offset_);
+    read_offset_ -= prefix_offset_;
+    prefix_offset_ = 0;
+  }
+  return delta;
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Finish() {
+  if (read_offset_ == ids_.size()) return std::string();
+  const absl::Span<const int32_t> all(ids_);
+  ASSIGN_OR_RETURN(
+      const std::string prefix_text,
+      tokenizer_->Decode(
+          all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
+          skip_special_tokens_));
+  ASSIGN_OR_RETURN(
+      const std::string new_text,
+      tokenizer_->Decode(all.subspan(prefix_offset_), skip_special_tokens_));
+  read_offset_ = ids_.size();
+  if (new_text.size() <= prefix_text.size()) return std::string();
+  return new_text.substr(prefix_text.size());
+}
+
+}  // namespace tessera
