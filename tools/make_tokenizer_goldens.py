@@ -25,6 +25,7 @@ Every reference is checked against transformers' AutoTokenizer where one loads.
 import argparse
 import json
 import os
+import shutil
 import sys
 
 import sentencepiece as spm
@@ -127,20 +128,31 @@ def main():
     write_lines(os.path.join(a.out, "demo_sp.jsonl"),
                 with_sp(os.path.join(a.demo, "tokenizer.model"), corpus))
 
-    # transformers' own conversion of the SentencePiece model to a tokenizer.json.
+    # transformers' own conversion of the SentencePiece model to a tokenizer.json: load the
+    # folder as a Llama tokenizer, as from_pretrained would for a Hub model without one.
     llama_dir = os.path.join(a.out, "llama2_hf")
     try:
-        slow = transformers.LlamaTokenizer(vocab_file=os.path.join(a.llama2, "tokenizer.model"))
-        slow.save_pretrained(llama_dir)
+        src = os.path.join(a.out, "llama2_src")
+        os.makedirs(src, exist_ok=True)
+        shutil.copy(os.path.join(a.llama2, "tokenizer.model"), src)
+        with open(os.path.join(src, "tokenizer_config.json"), "w") as f:
+            json.dump({"tokenizer_class": "LlamaTokenizer", "bos_token": "<s>", "eos_token": "</s>",
+                       "unk_token": "<unk>", "add_bos_token": True, "legacy": False}, f)
+        auto = transformers.AutoTokenizer.from_pretrained(src)
+        auto.save_pretrained(llama_dir)
         converted = Tokenizer.from_file(os.path.join(llama_dir, "tokenizer.json"))
+        if converted.get_vocab_size() < 32000:
+            raise RuntimeError(f"converted vocabulary has {converted.get_vocab_size()} entries")
         rows = with_hf(converted, corpus)
         check_against_transformers(llama_dir, rows, "llama2_hf")
         write_lines(os.path.join(a.out, "llama2_hf.jsonl"), rows)
         for name in os.listdir(llama_dir):  # Keep only what the test reads.
             if name not in ("tokenizer.json", "tokenizer_config.json"):
                 os.remove(os.path.join(llama_dir, name))
+        shutil.rmtree(src)
     except Exception as e:  # Reported, and the other references still get written.
         print(f"llama2_hf: conversion failed: {e!r}")
+        shutil.rmtree(llama_dir, ignore_errors=True)
 
     tok = train_llama3_style(corpus, os.path.join(a.out, "llama3_style"))
     write_lines(os.path.join(a.out, "llama3_style.jsonl"), with_hf(tok, corpus))

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/sentencepiece_shim.h"
 
 namespace tessera {
@@ -106,37 +107,19 @@ class SentencePieceTokenizer final : public Tokenizer {
 
 }  // namespace
 
-absl::StatusOr<std::string> Tokenizer::DecodeSuffix(
-    absl::Span<const int32_t> ids, size_t prefix_len,
-    bool skip_special_tokens) const {
-  if (prefix_len > ids.size()) {
-    return absl::InvalidArgumentError(
-        "DecodeSuffix: prefix longer than the ids");
-  }
-  ASSIGN_OR_RETURN(std::string full, Decode(ids, skip_special_tokens));
-  ASSIGN_OR_RETURN(std::string prefix,
-                   Decode(ids.subspan(0, prefix_len), skip_special_tokens));
-  // Decoding is prefix-stable for SentencePiece except for the leading space of
-  // the very first piece, which only ever makes the prefix's text shorter,
-  // never different.
-  if (full.compare(0, prefix.size(), prefix) == 0)
-    return full.substr(prefix.size());
-  return full;
-}
-
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(
     const std::string& model_dir, int64_t config_bos_id) {
+  // Like transformers, prefer tokenizer.json (the "fast" tokenizer) when a
+  // folder has both.
+  if (FileExists(model_dir + "/tokenizer.json")) {
+    ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer,
+                     LoadHfTokenizer(model_dir));
+    return tokenizer;
+  }
   const std::string sp_path = model_dir + "/tokenizer.model";
   if (!FileExists(sp_path)) {
-    if (FileExists(model_dir + "/tokenizer.json")) {
-      return absl::UnimplementedError(
-          absl::StrCat(model_dir,
-                       " has a Hugging Face tokenizer.json but no "
-                       "tokenizer.model; tokenizer.json "
-                       "is not supported yet (use --prompt-ids)"));
-    }
     return absl::NotFoundError(
-        absl::StrCat("no tokenizer.model in ", model_dir));
+        absl::StrCat("no tokenizer.json or tokenizer.model in ", model_dir));
   }
   ASSIGN_OR_RETURN(std::unique_ptr<SentencePieceTokenizer> tok,
                    SentencePieceTokenizer::Open(sp_path));

@@ -1,5 +1,6 @@
 #include "runtime/text/tokenizer.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
@@ -31,7 +32,7 @@ TEST(SentencePieceTokenizerTest, DecodeSuffixKeepsTheLeadingSpace) {
   ASSERT_TRUE(tok.ok());
   std::vector<int32_t> ids = *(*tok)->Encode("Once upon a time there was");
   const size_t prefix = (*(*tok)->Encode("Once upon a time")).size();
-  auto suffix = (*tok)->DecodeSuffix(ids, prefix);
+  auto suffix = (*tok)->DecodeSuffix(ids, prefix, false);
   ASSERT_TRUE(suffix.ok());
   EXPECT_EQ(*suffix, " there was");
   EXPECT_FALSE((*tok)->Decode(std::vector<int32_t>{600}).ok());
@@ -42,10 +43,12 @@ TEST(LoadTokenizerTest, MissingAndUnsupportedFiles) {
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
             absl::StatusCode::kNotFound);
+  // tokenizer.json wins when present: a broken one is an error, not a fallback.
   std::ofstream(dir + "/tokenizer.json") << "{}";
-  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
-            absl::StatusCode::kUnimplemented);
   std::ofstream(dir + "/tokenizer.model") << "not a sentencepiece model";
+  EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  std::remove((dir + "/tokenizer.json").c_str());
   EXPECT_EQ(LoadTokenizer(dir, -1).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
