@@ -25,6 +25,7 @@ std::vector<GoldenSet> Sets() {
       {"qwen3", "shared/tokenizers/qwen3"},
       {"llama2_sp", "shared/tokenizers/llama2"},
       {"demo_sp", "shared/models/stories260K"},
+      {"llama2_hf", "tessera/tests/fixtures/tokenizer/llama2_hf"},
       {"llama3_style", "tessera/tests/fixtures/tokenizer/llama3_style"},
       {"metaspace", "tessera/tests/fixtures/tokenizer/metaspace"},
   };
