@@ -302,6 +302,43 @@ expect_error "negative --seed" "--seed" \
 expect_error "unknown command" 'unknown command "frobnicate"' frobnicate
 expect_error "no command" "no command given"
 
+# tessera tokenize: JSON lines in, JSON lines out, on a folder with only tokenizer files.
+QWEN3="$RUNFILES/shared/tokenizers/qwen3"
+name="tokenize qwen3 (tokenizer files only)"
+printf '%s\n' '{"text": "Hello world"}' '{"text": "<|im_start|>user\nhi<|im_end|>"}' '{"text": ""}' >"$TMP/tok_in"
+"$TESSERA" tokenize --model "$QWEN3" <"$TMP/tok_in" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+want=$'{"ids":[9707,1879]}\n{"ids":[151644,872,198,6023,151645]}\n{"ids":[]}'
+if [ "$RC" -ne 0 ] || [ "$(cat "$TMP/out")" != "$want" ]; then
+  fail "$name" "exit $RC, got: $(cat "$TMP/out") $(cat "$TMP/err")"
+else
+  pass "$name"
+fi
+
+name="tokenize --decode round trip (demo SentencePiece)"
+printf '%s\n' '{"text": "Once upon a time, Lily 🙂 ran."}' >"$TMP/tok_in"
+"$TESSERA" tokenize --model "$DEMO" <"$TMP/tok_in" >"$TMP/ids" 2>"$TMP/err" &&
+  "$TESSERA" tokenize --model "$DEMO" --decode <"$TMP/ids" >"$TMP/out" 2>>"$TMP/err"
+RC=$?
+if [ "$RC" -ne 0 ] || [ "$(cat "$TMP/out")" != '{"text":"Once upon a time, Lily 🙂 ran."}' ]; then
+  fail "$name" "exit $RC, got: $(cat "$TMP/out") $(cat "$TMP/err")"
+else
+  pass "$name"
+fi
+
+name="tokenize: a malformed line is one clear error"
+printf '%s\n' '{"text": "ok"}' 'not json' >"$TMP/tok_in"
+"$TESSERA" tokenize --model "$QWEN3" <"$TMP/tok_in" >"$TMP/out" 2>"$TMP/err"
+RC=$?
+if [ "$RC" -eq 0 ] || [ "$RC" -ge 128 ] || [ "$(wc -l <"$TMP/err")" -ne 1 ] ||
+  ! grep -q '^tessera: stdin line 2' "$TMP/err"; then
+  fail "$name" "exit $RC, stderr: $(cat "$TMP/err")"
+else
+  pass "$name"
+fi
+expect_error "tokenize: no tokenizer in the folder" "no tokenizer.json or tokenizer.model" \
+  tokenize --model "$FIXTURE"
+
 echo
 if [ "$failures" -ne 0 ]; then
   echo "$failures of $cases cases FAILED"
