@@ -69,6 +69,19 @@ TEST(IncrementalDetokenizerTest, SentencePieceWithByteFallback) {
   }
 }
 
+// Byte-level BPE (Qwen3): emoji and CJK characters split across tokens at byte
+// boundaries.
+TEST(IncrementalDetokenizerTest, ByteLevelBpe) {
+  auto tok = LoadTokenizer(RunfilesRoot() + "/shared/tokenizers/qwen3", -1);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  for (const char* text : kTexts) {
+    ExpectStreamMatchesOneShot(**tok, "Hello", text, /*skip_special=*/false);
+  }
+  ExpectStreamMatchesOneShot(
+      **tok, "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n",
+      "Sure 🙂<|im_end|>", /*skip_special=*/true);
+}
+
 TEST(IncrementalDetokenizerTest, DemoTokenizer) {
   auto tok = LoadTokenizer(DemoModelDir(), 1);
   ASSERT_TRUE(tok.ok()) << tok.status();
