@@ -19,6 +19,8 @@
 #include "runtime/engine/generator.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
+#include "runtime/text/chat_template.h"
+#include "runtime/text/detokenizer.h"
 #include "runtime/text/tokenizer.h"
 
 namespace tessera {
@@ -28,8 +30,18 @@ using json = nlohmann::json;
 
 struct Prompt {
   std::optional<std::string> text;  // Set when the prompt came as text.
+  std::optional<nlohmann::ordered_json>
+      messages;  // Set for a chat conversation.
   std::vector<int32_t> ids;
 };
+
+// Whether a JSON integer is representable as an int32 token id (unsigned values
+// above INT64_MAX must not wrap through get<int64_t>()).
+bool FitsInt32(const json& id) {
+  if (id.is_number_unsigned()) return id.get<uint64_t>() <= INT32_MAX;
+  const int64_t v = id.get<int64_t>();
+  return v >= INT32_MIN && v <= INT32_MAX;
+}
 
 absl::StatusOr<std::vector<int32_t>> ParseIdList(absl::string_view list) {
   std::vector<int32_t> ids;
@@ -60,9 +72,16 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
           absl::StrCat(where, ": not a JSON object"));
     }
     Prompt p;
-    if (j.contains("prompt") && j.contains("prompt_ids")) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": give \"prompt\" or \"prompt_ids\", not both"));
+    const int keys = j.contains("prompt") + j.contains("prompt_ids") +
+                     j.contains("messages");
+    if (keys == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, ": needs \"prompt\" or \"prompt_ids\" (or \"messages\")"));
+    }
+    if (keys > 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          ": give only one of \"prompt\", \"prompt_ids\" and \"messages\""));
     }
     if (auto it = j.find("prompt"); it != j.end()) {
       if (!it->is_string()) {
@@ -70,32 +89,38 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
             absl::StrCat(where, ": \"prompt\" must be a string"));
       }
       p.text = it->get<std::string>();
-    } else if (auto it = j.find("prompt_ids"); it != j.end()) {
-      if (!it->is_array()) {
+    } else if (auto it = j.find("messages"); it != j.end()) {
+      if (!it->is_array() || it->empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            where, ": \"messages\" must be a non-empty list of messages"));
+      }
+      for (const json& m : *it) {
+        if (!m.is_object() || !m.contains("role")) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              where, ": each message must be an object with a \"role\""));
+        }
+      }
+      // Re-parse in order: templates see keys as the user wrote them (tojson
+      // output).
+      p.messages = nlohmann::ordered_json::parse(it->dump());
+    } else {
+      auto ids_it = j.find("prompt_ids");
+      if (!ids_it->is_array()) {
         return absl::InvalidArgumentError(absl::StrCat(
             where, ": \"prompt_ids\" must be a list of token ids"));
       }
-      for (const json& id : *it) {
+      for (const json& id : *ids_it) {
         if (!id.is_number_integer()) {
           return absl::InvalidArgumentError(absl::StrCat(
               where, ": \"prompt_ids\" must be a list of token ids"));
         }
-        // get<int32_t>() would wrap 4294967622 around to 326: reject what int32
-        // cannot hold.
-        const bool fits = id.is_number_unsigned()
-                              ? id.get<uint64_t>() <= INT32_MAX
-                              : id.get<int64_t>() >= INT32_MIN &&
-                                    id.get<int64_t>() <= INT32_MAX;
-        if (!fits) {
+        if (!FitsInt32(id)) {
           return absl::InvalidArgumentError(
               absl::StrCat(where, ": \"prompt_ids\" holds ", id.dump(),
                            ", which is not a token id"));
         }
-        p.ids.push_back(id.get<int32_t>());
+        p.ids.push_back(static_cast<int32_t>(id.get<int64_t>()));
       }
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": needs \"prompt\" or \"prompt_ids\""));
     }
     prompts.push_back(std::move(p));
   }
@@ -157,14 +182,43 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
   }
   RETURN_IF_ERROR(o.sampling.Validate());
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
-  const bool need_tokenizer = std::any_of(
-      prompts.begin(), prompts.end(), [](const Prompt& p) { return p.text; });
+  const bool need_tokenizer =
+      std::any_of(prompts.begin(), prompts.end(),
+                  [](const Prompt& p) { return p.text || p.messages; });
+  if (o.chat) {
+    for (Prompt& p : prompts) {
+      if (p.text) {
+        p.messages = nlohmann::ordered_json::array(
+            {{{"role", "user"}, {"content", *p.text}}});
+        p.text.reset();
+      }
+    }
+  }
+  const bool need_template =
+      std::any_of(prompts.begin(), prompts.end(),
+                  [](const Prompt& p) { return p.messages; });
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
                    LoadModel(o.model_dir, need_tokenizer));
   const ModelConfig& config = loaded->model->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
 
+  std::optional<ChatTemplate> chat_template;
+  if (need_template) {
+    ASSIGN_OR_RETURN(chat_template,
+                     ChatTemplate::FromTokenizerConfig(o.model_dir));
+  }
   for (Prompt& p : prompts) {
+    if (p.messages) {
+      // The template writes BOS and every other marker itself, as transformers'
+      // apply_chat_template(tokenize=True) encodes without adding special
+      // tokens.
+      ASSIGN_OR_RETURN(
+          const std::string rendered,
+          chat_template->Render(*p.messages, /*add_generation_prompt=*/true));
+      ASSIGN_OR_RETURN(p.ids, tokenizer->Encode(rendered));
+      p.text = rendered;
+      continue;
+    }
     if (p.text) {
       ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(*p.text));
       if (tokenizer->add_bos()) {
@@ -187,26 +241,57 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
     request.ignore_eos = o.ignore_eos;
     // Each prompt of a file gets its own stream, reproducible for a given seed.
     if (request.sampling.seed) *request.sampling.seed += i;
-    auto result = generator.Generate(request);
+    // Text mode streams the continuation as it is generated: the prompt first
+    // (a chat's rendered template is not echoed), then each piece of text as
+    // soon as it is final.
+    const bool stream = o.output == "text" && tokenizer != nullptr;
+    std::optional<IncrementalDetokenizer> detokenizer;
+    std::string prompt_text;
+    absl::Status stream_status;
+    if (stream) {
+      if (!p.messages) {
+        ASSIGN_OR_RETURN(prompt_text, tokenizer->Decode(
+                                          p.ids, /*skip_special_tokens=*/true));
+      }
+      detokenizer.emplace(tokenizer, p.ids, /*skip_special_tokens=*/true);
+    }
+    bool started = false;
+    auto on_token = [&](int32_t token) {
+      if (!detokenizer || !stream_status.ok()) return;
+      if (!started) {  // Echo the prompt only once generation has really begun.
+        out << prompt_text;
+        started = true;
+      }
+      absl::StatusOr<std::string> piece = detokenizer->Append(token);
+      if (!piece.ok()) {
+        stream_status = piece.status();
+        return;
+      }
+      out << *piece;
+      out.flush();
+    };
+    auto result = generator.Generate(request, on_token);
     if (!result.ok()) {
+      if (started) out << "\n";
       return Annotate(result.status(), prompts.size() > 1
                                            ? absl::StrCat("prompt ", i + 1)
                                            : "generate");
     }
+    RETURN_IF_ERROR(stream_status);
 
-    std::optional<std::string> continuation;
-    std::string prompt_text;
-    if (tokenizer != nullptr) {
-      std::vector<int32_t> all = p.ids;
-      all.insert(all.end(), result->output_ids.begin(),
-                 result->output_ids.end());
-      ASSIGN_OR_RETURN(continuation,
-                       tokenizer->DecodeSuffix(all, p.ids.size(),
-                                               /*skip_special_tokens=*/true));
-      ASSIGN_OR_RETURN(prompt_text,
-                       tokenizer->Decode(p.ids, /*skip_special_tokens=*/true));
-    }
-    if (o.output == "json") {
+    if (stream) {
+      ASSIGN_OR_RETURN(const std::string rest, detokenizer->Finish());
+      out << rest << "\n";
+    } else if (o.output == "json") {
+      std::optional<std::string> continuation;
+      if (tokenizer != nullptr) {
+        std::vector<int32_t> all = p.ids;
+        all.insert(all.end(), result->output_ids.begin(),
+                   result->output_ids.end());
+        ASSIGN_OR_RETURN(continuation,
+                         tokenizer->DecodeSuffix(all, p.ids.size(),
+                                                 /*skip_special_tokens=*/true));
+      }
       // Keys in the order of the command-line contract.
       nlohmann::ordered_json line = {
           {"prompt_ids", p.ids},
@@ -217,8 +302,6 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
       out << line.dump(-1, ' ', false,
                        nlohmann::ordered_json::error_handler_t::replace)
           << "\n";
-    } else if (continuation) {
-      out << prompt_text << *continuation << "\n";
     } else {
       out << "output_ids:";
       for (int32_t id : result->output_ids) out << " " << id;
@@ -331,8 +414,7 @@ absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,
         return bad("needs \"ids\": [token ids]");
       std::vector<int32_t> ids;
       for (const json& id : *it) {
-        if (!id.is_number_integer() || id.get<int64_t>() < INT32_MIN ||
-            id.get<int64_t>() > INT32_MAX) {
+        if (!id.is_number_integer() || !FitsInt32(id)) {
           return bad("\"ids\" must hold integer token ids");
         }
         ids.push_back(static_cast<int32_t>(id.get<int64_t>()));

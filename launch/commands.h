@@ -24,6 +24,11 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::string output = "text";  // "text" or "json".
+  // Wrap each text prompt as one user message and render it with the model's
+  // chat template (tokenizer_config.json), with the generation prompt; the
+  // template places any BOS itself. Prompts-file lines with "messages" are
+  // always rendered this way.
+  bool chat = false;
 };
 
 // Loads the model once and generates for every prompt, writing to `out`: in

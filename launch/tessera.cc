@@ -4,7 +4,7 @@
 //   --prompts-file F.jsonl)
 //                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
 //                    [--seed S]
-//                    [--ignore-eos] [--output text|json]
+//                    [--ignore-eos] [--output text|json] [--chat]
 //   tessera bench    --model DIR --batch-size 1 --input-len I --output-len O
 //   [--json]
 //
@@ -50,6 +50,9 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
+  flags.Add("chat", &o.chat,
+            "send each text prompt as a user message through the model's chat "
+            "template");
   RETURN_IF_ERROR(flags.Parse(args));
   if (flags.help_requested()) {
     std::cout << flags.Usage();

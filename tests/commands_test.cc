@@ -22,6 +22,7 @@
 #include "runtime/engine/generator.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 #include "tests/testing/safetensors_writer.h"
 
@@ -943,6 +944,94 @@ TEST(BadOptions, Sampling) {
     o.sampling.top_k = c.top_k;
     o.sampling.top_p = c.top_p;
     ExpectError(Generate(o), absl::StatusCode::kInvalidArgument, {c.needle});
+  }
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A copy of the demo checkpoint with a chat template that uses no special-token
+// text, so the rendered prompt's ids are just the tokenizer's encoding of the
+// rendered string.
+std::string DemoWithChatTemplate(const std::string& name) {
+  const std::string dir = TempDir(name);
+  for (const auto& entry : fs::directory_iterator(DemoModelDir())) {
+    WriteFile(dir + "/" + entry.path().filename().string(),
+              ReadFile(entry.path().string()));
+  }
+  const json config = {{"chat_template",
+                        "{% for m in messages %}{{ m['role'] }}: {{ "
+                        "m['content'] | trim }}\n{% endfor %}"
+                        "{% if add_generation_prompt %}assistant:{% endif %}"}};
+  WriteFile(dir + "/tokenizer_config.json", config.dump());
+  return dir;
+}
+
+TEST(ChatPrompts, ChatFlagRendersTheTemplateWithoutAddingBos) {
+  const std::string dir = DemoWithChatTemplate("chat_flag");
+  GenerateOptions o = Greedy(dir);
+  o.prompt = "Once upon a time ";
+  o.chat = true;
+  o.max_tokens = 8;
+  o.output = "json";
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::vector<json> lines = JsonLines(run.out);
+  ASSERT_EQ(lines.size(), 1u);
+  auto tokenizer = LoadTokenizer(dir, 1);
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ(lines[0]["prompt_ids"],
+            json(*(*tokenizer)->Encode("user: Once upon a time\nassistant:")));
+  EXPECT_EQ(lines[0]["output_ids"].size(), 8u);
+}
+
+TEST(ChatPrompts, PromptsFileMessagesMatchTheChatFlag) {
+  const std::string dir = DemoWithChatTemplate("chat_messages");
+  const std::string file = dir + "/prompts.jsonl";
+  WriteFile(file,
+            R"({"messages": [{"role": "system", "content": "Tell stories."}, )"
+            R"({"role": "user", "content": "Once upon a time"}]})"
+            "\n");
+  GenerateOptions o = Greedy(dir);
+  o.prompts_file = file;
+  o.max_tokens = 8;
+  o.output = "json";
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  auto tokenizer = LoadTokenizer(dir, 1);
+  ASSERT_TRUE(tokenizer.ok());
+  EXPECT_EQ(JsonLines(run.out)[0]["prompt_ids"],
+            json(*(*tokenizer)
+                      ->Encode("system: Tell stories.\nuser: Once upon a "
+                               "time\nassistant:")));
+}
+
+TEST(ChatPrompts, NoTemplateIsAClearError) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = "hi";
+  o.chat = true;
+  const RunResult run = Generate(o);
+  EXPECT_FALSE(run.status.ok());
+  EXPECT_TRUE(run.out.empty());
+  EXPECT_NE(run.status.message().find("chat"), absl::string_view::npos)
+      << run.status;
+}
+
+TEST(ChatPrompts, MalformedMessagesAreRejected) {
+  const std::string dir = DemoWithChatTemplate("chat_bad");
+  const std::string file = dir + "/prompts.jsonl";
+  for (const char* line :
+       {R"({"messages": []})", R"({"messages": [{"content": "x"}]})",
+        R"({"messages": "hi"})", R"({"messages": [], "prompt": "x"})"}) {
+    WriteFile(file, std::string(line) + "\n");
+    GenerateOptions o = Greedy(dir);
+    o.prompts_file = file;
+    const RunResult run = Generate(o);
+    EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument)
+        << line << run.status;
   }
 }
 
