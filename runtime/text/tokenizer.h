@@ -23,9 +23,12 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   // Text to ids, with no special tokens added (Hugging Face's
-  // add_special_tokens=False). Added/special tokens that appear literally in
-  // the text ("<|im_start|>") are still matched as single tokens, as
-  // transformers does.
+  // add_special_tokens=False). tokenizer.json: added/special tokens that
+  // appear literally in the text ("<|im_start|>") are matched as single
+  // tokens, as Hugging Face `tokenizers` does. tokenizer.model: the text is
+  // encoded exactly as the sentencepiece library does, which treats "<s>" as
+  // text; a folder whose chat template writes special-token text should ship
+  // a tokenizer.json, as Hugging Face Llama 2 and Mistral folders do.
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view text) const = 0;
 
