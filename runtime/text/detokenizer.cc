@@ -26,8 +26,8 @@ IncrementalDetokenizer::IncrementalDetokenizer(
   read_offset_ = ids_.size();
 }
 
-absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
-  ids_.push_back(id);
+absl::StatusOr<std::string> IncrementalDetokenizer::PendingText(
+    bool* complete) const {
   const absl::Span<const int32_t> all(ids_);
   ASSIGN_OR_RETURN(
       const std::string prefix_text,
@@ -37,39 +37,34 @@ absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
   ASSIGN_OR_RETURN(
       const std::string new_text,
       tokenizer_->Decode(all.subspan(prefix_offset_), skip_special_tokens_));
-  // A trailing U+FFFD means the last character is not complete yet: wait for
-  // more bytes.
-  if (new_text.size() <= prefix_text.size() ||
-      EndsWith(new_text, kReplacementCharacter)) {
-    return std::string();
-  }
-  std::string delta = new_text.substr(prefix_text.size());
+  // A trailing U+FFFD means the last character is not complete yet.
+  *complete = new_text.size() > prefix_text.size() &&
+              !EndsWith(new_text, kReplacementCharacter);
+  if (new_text.size() <= prefix_text.size()) return std::string();
+  return new_text.substr(prefix_text.size());
+}
+
+absl::StatusOr<std::string> IncrementalDetokenizer::Append(int32_t id) {
+  ids_.push_back(id);
+  bool complete = false;
+  ASSIGN_OR_RETURN(std::string delta, PendingText(&complete));
+  if (!complete) return std::string();  // Wait for more bytes.
   prefix_offset_ = read_offset_;
   read_offset_ = ids_.size();
   // Keep the buffer small: only the window [prefix_offset_, end) is ever
   // decoded again.
-  if (prefix_offset_ > 0) {
-    ids_.erase(ids_.begin(), ids_.begin() + prefix_offset_);
-    read_offset_ -= prefix_offset_;
-    prefix_offset_ = 0;
-  }
+  ids_.erase(ids_.begin(), ids_.begin() + prefix_offset_);
+  read_offset_ -= prefix_offset_;
+  prefix_offset_ = 0;
   return delta;
 }
 
 absl::StatusOr<std::string> IncrementalDetokenizer::Finish() {
   if (read_offset_ == ids_.size()) return std::string();
-  const absl::Span<const int32_t> all(ids_);
-  ASSIGN_OR_RETURN(
-      const std::string prefix_text,
-      tokenizer_->Decode(
-          all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
-          skip_special_tokens_));
-  ASSIGN_OR_RETURN(
-      const std::string new_text,
-      tokenizer_->Decode(all.subspan(prefix_offset_), skip_special_tokens_));
+  bool complete = false;
+  ASSIGN_OR_RETURN(std::string rest, PendingText(&complete));
   read_offset_ = ids_.size();
-  if (new_text.size() <= prefix_text.size()) return std::string();
-  return new_text.substr(prefix_text.size());
+  return rest;
 }
 
 }  // namespace tessera

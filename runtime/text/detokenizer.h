@@ -46,6 +46,11 @@ class IncrementalDetokenizer {
   absl::StatusOr<std::string> Finish();
 
  private:
+  // The text the tokens after read_offset_ add to the window's prefix;
+  // `complete` says whether it ends on a whole character (so it may be
+  // emitted).
+  absl::StatusOr<std::string> PendingText(bool* complete) const;
+
   // How many prompt tokens of left context the first decode gets.
   static constexpr size_t kInitialContext = 5;
 
