@@ -1037,3 +1037,41 @@ TEST(ChatPrompts, MalformedMessagesAreRejected) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A checkpoint larger than the machine's memory (a sparse file: the header is
+// real, the data region is a hole) is refused before anything is loaded, with
+// the sizes in the message.
+TEST(BadModel, CheckpointLargerThanMemoryIsRefusedUpFront) {
+  const std::string dir = CopyFixture("llama", "too_big");
+  const int64_t rows = int64_t{1} << 30;  // 1 Gi rows x 64 f32 = 256 GiB.
+  const json header = {{"model.embed_tokens.weight",
+                        {{"dtype", "F32"},
+                         {"shape", {rows, 64}},
+                         {"data_offsets", {0, rows * 64 * 4}}}}};
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  std::string bytes(8, '\0');
+  for (int i = 0; i < 8; ++i)
+    bytes[i] = static_cast<char>((text.size() >> (8 * i)) & 0xff);
+  const std::string path = dir + "/model.safetensors";
+  WriteFile(path, bytes + text);
+  std::error_code ec;
+  fs::resize_file(path, 8 + text.size() + rows * 64 * 4, ec);
+  if (ec)
+    GTEST_SKIP() << "this filesystem cannot hold a sparse 256 GiB file: "
+                 << ec.message();
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = "1";
+  const RunResult run = Generate(o);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kResourceExhausted)
+      << run.status;
+  EXPECT_NE(run.status.message().find("GiB"), absl::string_view::npos)
+      << run.status;
+  fs::remove(path);
+}
+
+}  // namespace
+}  // namespace tessera

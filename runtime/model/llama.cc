@@ -1,9 +1,12 @@
 #include "runtime/model/llama.h"
 
 #include <cmath>
+#include <fstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -23,6 +26,46 @@ absl::StatusOr<std::optional<Tensor>> LoadIf(bool present,
   if (!present) return std::optional<Tensor>();
   ASSIGN_OR_RETURN(Tensor t, ckpt.LoadF32(name, expected));
   return std::optional<Tensor>(std::move(t));
+}
+
+// Bytes the checkpoint's floating-point tensors take once widened to f32.
+int64_t F32WeightBytes(const Checkpoint& ckpt) {
+  int64_t bytes = 0;
+  for (const std::string& name : ckpt.Names()) {
+    absl::StatusOr<TensorInfo> info = ckpt.Get(name);
+    if (info.ok() && IsFloatConvertible(info->dtype))
+      bytes += 4 * info->shape.numel();
+  }
+  return bytes;
+}
+
+// MemAvailable from /proc/meminfo in bytes; -1 when it cannot be read.
+int64_t AvailableHostBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+// The CPU backend holds every weight as f32. Refuse up front when that cannot
+// fit, instead of letting the kernel's out-of-memory killer end the process
+// half-way through loading.
+absl::Status CheckHostMemory(const Checkpoint& ckpt,
+                             const std::string& model_dir) {
+  const int64_t needed = F32WeightBytes(ckpt);
+  const int64_t available = AvailableHostBytes();
+  if (available >= 0 && needed > available) {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s needs %.1f GiB for its weights as f32 on the CPU, "
+                        "but only %.1f GiB of memory is available",
+                        model_dir, needed / kGiB, available / kGiB));
+  }
+  return absl::OkStatus();
 }
 
 const TensorView* OptionalView(const std::optional<Tensor>& t,
@@ -186,6 +229,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
+  RETURN_IF_ERROR(CheckHostMemory(*ckpt, model_dir));
   absl::StatusOr<LlamaWeights> weights = LoadLlamaWeights(*ckpt, config);
   if (!weights.ok()) {
     return Annotate(weights.status(),
