@@ -50,6 +50,15 @@ class Ops {
                                  absl::Span<const int32_t> ids,
                                  const TensorView& out) = 0;
 
+  // The vocabulary-parallel form: `table` [V_local, H] holds ids first_id ..
+  // first_id + V_local - 1; rows of out for ids outside that range are zero
+  // (another rank has them, and a sum across ranks completes the lookup). Ids
+  // must still be >= 0.
+  virtual absl::Status EmbeddingShard(const TensorView& table,
+                                      absl::Span<const int32_t> ids,
+                                      int64_t first_id,
+                                      const TensorView& out) = 0;
+
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
   // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
   virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight,
@@ -72,6 +81,9 @@ class Ops {
   virtual absl::Status Rope(const TensorView& x,
                             absl::Span<const int32_t> positions,
                             const TensorView& inv_freq) = 0;
+
+  // x[t, :] += bias for every row: x [T, N], bias [N].
+  virtual absl::Status BiasAdd(const TensorView& x, const TensorView& bias) = 0;
 
   // out = silu(gate) * up, all [T, I]. out may alias gate or up.
   virtual absl::Status SiluMul(const TensorView& gate, const TensorView& up,

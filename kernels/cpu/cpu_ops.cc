@@ -63,6 +63,35 @@ absl::Status CpuOps::Embedding(const TensorView& table,
   return absl::OkStatus();
 }
 
+absl::Status CpuOps::EmbeddingShard(const TensorView& table,
+                                    absl::Span<const int32_t> ids,
+                                    int64_t first_id, const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("EmbeddingShard", "table", table));
+  RETURN_IF_ERROR(CheckF32("EmbeddingShard", "out", out));
+  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
+      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
+      out.shape()[1] != table.shape()[1]) {
+    return ShapeError("EmbeddingShard", "table [V, H] and out [T, H] disagree",
+                      table.shape(), out.shape());
+  }
+  const int64_t rows = table.shape()[0];
+  const int64_t hidden = table.shape()[1];
+  for (size_t t = 0; t < ids.size(); ++t) {
+    if (ids[t] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EmbeddingShard: negative token id ", ids[t]));
+    }
+    float* row = out.data_as<float>() + t * hidden;
+    const int64_t local = ids[t] - first_id;
+    if (local >= 0 && local < rows) {
+      std::copy_n(table.data_as<const float>() + local * hidden, hidden, row);
+    } else {
+      std::fill_n(row, hidden, 0.0f);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight,
                              float eps, const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("RmsNorm", "x", x));
@@ -191,6 +220,22 @@ absl::Status CpuOps::Rope(const TensorView& x,
         v[i + half] = b * cos_table[i] + a * sin_table[i];
       }
     }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::BiasAdd(const TensorView& x, const TensorView& bias) {
+  RETURN_IF_ERROR(CheckF32("BiasAdd", "x", x));
+  RETURN_IF_ERROR(CheckF32("BiasAdd", "bias", bias));
+  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
+    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
+                      bias.shape());
+  }
+  const int64_t n = x.shape()[1];
+  const float* b = bias.data_as<const float>();
+  for (int64_t r = 0; r < x.shape()[0]; ++r) {
+    float* row = x.data_as<float>() + r * n;
+    for (int64_t i = 0; i < n; ++i) row[i] += b[i];
   }
   return absl::OkStatus();
 }

@@ -12,6 +12,9 @@ class CpuOps final : public Ops {
  public:
   absl::Status Embedding(const TensorView& table, absl::Span<const int32_t> ids,
                          const TensorView& out) override;
+  absl::Status EmbeddingShard(const TensorView& table,
+                              absl::Span<const int32_t> ids, int64_t first_id,
+                              const TensorView& out) override;
   absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
                        const TensorView& out) override;
   absl::Status Add(const TensorView& a, const TensorView& b,
@@ -20,6 +23,7 @@ class CpuOps final : public Ops {
                       const TensorView* bias, const TensorView& out) override;
   absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
                     const TensorView& inv_freq) override;
+  absl::Status BiasAdd(const TensorView& x, const TensorView& bias) override;
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out) override;
   absl::Status StoreKv(const TensorView& k, const TensorView& v,

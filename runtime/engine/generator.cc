@@ -45,9 +45,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   // yields one token.
   const int64_t max_new =
       std::min(request.max_tokens, context - prompt_len + 1);
-  ASSIGN_OR_RETURN(
-      KvCache cache,
-      KvCache::Create(config, std::min(context, prompt_len + max_new - 1)));
+  ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(std::min(
+                                      context, prompt_len + max_new - 1)));
   Sampler sampler(request.sampling);
   std::vector<float> logits(config.vocab_size);
   GenerationResult result;

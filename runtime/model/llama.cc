@@ -12,21 +12,171 @@
 namespace tessera {
 namespace {
 
-// Loads `name` (f32 after conversion) after checking its shape against
-// `expected`.
-absl::StatusOr<Tensor> Load(const Checkpoint& ckpt, const std::string& name,
-                            Shape expected) {
-  return ckpt.LoadF32(name, expected);
+// Reads `name`, checks its full shape against `full`, and converts rows
+// [begin, end) of its outermost dimension to f32, followed by `pad_rows` rows
+// of zeros (vocabulary padding).
+absl::StatusOr<Tensor> LoadRows(const Checkpoint& ckpt, const std::string& name,
+                                const Shape& full, int64_t begin, int64_t end,
+                                int64_t pad_rows = 0) {
+  ASSIGN_OR_RETURN(const TensorInfo info, ckpt.Get(name));
+  if (info.shape != full) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
+                                                   full.ToString(), ", found ",
+                                                   info.shape.ToString()));
+  }
+  if (!IsFloatConvertible(info.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
+  }
+  const int64_t row = full.rank() == 0 ? 1 : full.numel() / full[0];
+  absl::InlinedVector<int64_t, 4> dims(full.dims().begin(), full.dims().end());
+  if (!dims.empty()) dims[0] = end - begin + pad_rows;
+  ASSIGN_OR_RETURN(
+      Tensor t, Tensor::Zeros(DType::kF32, Shape(absl::MakeConstSpan(dims))));
+  const char* src =
+      static_cast<const char*>(info.data) + begin * row * DTypeSize(info.dtype);
+  RETURN_IF_ERROR(
+      ConvertToF32(info.dtype, src, (end - begin) * row, t.data_as<float>()));
+  return t;
 }
 
-absl::StatusOr<std::optional<Tensor>> LoadIf(bool present,
-                                             const Checkpoint& ckpt,
-                                             const std::string& name,
-                                             Shape expected) {
-  if (!present) return std::optional<Tensor>();
-  ASSIGN_OR_RETURN(Tensor t, ckpt.LoadF32(name, expected));
-  return std::optional<Tensor>(std::move(t));
+absl::StatusOr<Tensor> LoadAll(const Checkpoint& ckpt, const std::string& name,
+                               const Shape& full) {
+  return LoadRows(ckpt, name, full, 0, full.rank() == 0 ? 1 : full[0]);
 }
+
+// Columns [begin, end) of a matrix [N, K]: the input-split half of a
+// row-parallel product (o_proj, down_proj).
+absl::StatusOr<Tensor> LoadColumns(const Checkpoint& ckpt,
+                                   const std::string& name, const Shape& full,
+                                   int64_t begin, int64_t end) {
+  ASSIGN_OR_RETURN(const TensorInfo info, ckpt.Get(name));
+  if (info.shape != full || full.rank() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
+                                                   full.ToString(), ", found ",
+                                                   info.shape.ToString()));
+  }
+  if (!IsFloatConvertible(info.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
+  }
+  const int64_t rows = full[0], cols = full[1], width = end - begin;
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {rows, width}));
+  const size_t elem = DTypeSize(info.dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    const char* src =
+        static_cast<const char*>(info.data) + (r * cols + begin) * elem;
+    RETURN_IF_ERROR(
+        ConvertToF32(info.dtype, src, width, t.data_as<float>() + r * width));
+  }
+  return t;
+}
+
+absl::StatusOr<std::optional<Tensor>> Optional(bool present,
+                                               absl::StatusOr<Tensor> loaded) {
+  if (!present) return std::optional<Tensor>();
+  if (!loaded.ok()) return loaded.status();
+  return std::optional<Tensor>(*std::move(loaded));
+}
+
+const TensorView* OptionalView(const std::optional<Tensor>& t,
+                               TensorView* storage) {
+  if (!t.has_value()) return nullptr;
+  *storage = t->view();
+  return storage;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
+                                              const ModelConfig& c,
+                                              const ShardSpec& s) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
+                D = c.head_dim;
+  const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
+  // This rank's slices.
+  const int64_t q_begin = s.tp_rank * s.local_heads * D;
+  const int64_t q_end = q_begin + s.local_heads * D;
+  const int64_t kv_begin = s.first_kv_head * D;
+  const int64_t kv_end = kv_begin + s.local_kv_heads * D;
+  const int64_t i_begin = s.tp_rank * s.local_intermediate;
+  const int64_t i_end = i_begin + s.local_intermediate;
+  const int64_t v_begin = std::min(V, s.first_vocab_id);
+  const int64_t v_end = std::min(V, s.first_vocab_id + s.vocab_per_rank);
+  const int64_t v_pad = s.vocab_per_rank - (v_end - v_begin);
+  // Row-parallel biases are added once, after the all-reduce, so every rank
+  // holds them whole.
+  LlamaWeights w;
+  if (s.first_stage()) {
+    ASSIGN_OR_RETURN(w.embed_tokens, LoadRows(ckpt, "model.embed_tokens.weight",
+                                              {V, H}, v_begin, v_end, v_pad));
+  }
+  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    LlamaLayerWeights L;
+    ASSIGN_OR_RETURN(L.input_norm,
+                     LoadAll(ckpt, p + "input_layernorm.weight", {H}));
+    ASSIGN_OR_RETURN(L.q_proj, LoadRows(ckpt, p + "self_attn.q_proj.weight",
+                                        {q_dim, H}, q_begin, q_end));
+    ASSIGN_OR_RETURN(L.k_proj, LoadRows(ckpt, p + "self_attn.k_proj.weight",
+                                        {kv_dim, H}, kv_begin, kv_end));
+    ASSIGN_OR_RETURN(L.v_proj, LoadRows(ckpt, p + "self_attn.v_proj.weight",
+                                        {kv_dim, H}, kv_begin, kv_end));
+    ASSIGN_OR_RETURN(L.o_proj, LoadColumns(ckpt, p + "self_attn.o_proj.weight",
+                                           {H, q_dim}, q_begin, q_end));
+    const bool qkv_bias = c.attention_bias;
+    ASSIGN_OR_RETURN(
+        L.q_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.q_proj.bias",
+                                              {q_dim}, q_begin, q_end)));
+    ASSIGN_OR_RETURN(
+        L.k_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.k_proj.bias",
+                                              {kv_dim}, kv_begin, kv_end)));
+    ASSIGN_OR_RETURN(
+        L.v_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.v_proj.bias",
+                                              {kv_dim}, kv_begin, kv_end)));
+    ASSIGN_OR_RETURN(L.o_bias,
+                     Optional(c.attention_out_bias,
+                              LoadAll(ckpt, p + "self_attn.o_proj.bias", {H})));
+    ASSIGN_OR_RETURN(
+        L.q_norm,
+        Optional(c.qk_norm, LoadAll(ckpt, p + "self_attn.q_norm.weight", {D})));
+    ASSIGN_OR_RETURN(
+        L.k_norm,
+        Optional(c.qk_norm, LoadAll(ckpt, p + "self_attn.k_norm.weight", {D})));
+    ASSIGN_OR_RETURN(L.post_attention_norm,
+                     LoadAll(ckpt, p + "post_attention_layernorm.weight", {H}));
+    ASSIGN_OR_RETURN(L.gate_proj, LoadRows(ckpt, p + "mlp.gate_proj.weight",
+                                           {I, H}, i_begin, i_end));
+    ASSIGN_OR_RETURN(L.up_proj, LoadRows(ckpt, p + "mlp.up_proj.weight", {I, H},
+                                         i_begin, i_end));
+    ASSIGN_OR_RETURN(L.down_proj, LoadColumns(ckpt, p + "mlp.down_proj.weight",
+                                              {H, I}, i_begin, i_end));
+    ASSIGN_OR_RETURN(
+        L.gate_bias,
+        Optional(c.mlp_bias, LoadRows(ckpt, p + "mlp.gate_proj.bias", {I},
+                                      i_begin, i_end)));
+    ASSIGN_OR_RETURN(L.up_bias,
+                     Optional(c.mlp_bias, LoadRows(ckpt, p + "mlp.up_proj.bias",
+                                                   {I}, i_begin, i_end)));
+    ASSIGN_OR_RETURN(
+        L.down_bias,
+        Optional(c.mlp_bias, LoadAll(ckpt, p + "mlp.down_proj.bias", {H})));
+    w.layers.push_back(std::move(L));
+  }
+  if (s.last_stage()) {
+    ASSIGN_OR_RETURN(w.final_norm, LoadAll(ckpt, "model.norm.weight", {H}));
+    const bool reuse_embedding = c.tie_word_embeddings && w.embed_tokens;
+    if (!reuse_embedding) {
+      const char* name = c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                               : "lm_head.weight";
+      ASSIGN_OR_RETURN(w.lm_head,
+                       LoadRows(ckpt, name, {V, H}, v_begin, v_end, v_pad));
+    }
+  }
+  return w;
+}
+
+namespace {
 
 // Bytes the checkpoint's floating-point tensors take once widened to f32.
 int64_t F32WeightBytes(const Checkpoint& ckpt) {
@@ -68,70 +218,7 @@ absl::Status CheckHostMemory(const Checkpoint& ckpt,
   return absl::OkStatus();
 }
 
-const TensorView* OptionalView(const std::optional<Tensor>& t,
-                               TensorView* storage) {
-  if (!t.has_value()) return nullptr;
-  *storage = t->view();
-  return storage;
-}
-
 }  // namespace
-
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
-                                              const ModelConfig& c) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
-                D = c.head_dim;
-  const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
-  LlamaWeights w;
-  ASSIGN_OR_RETURN(w.embed_tokens,
-                   Load(ckpt, "model.embed_tokens.weight", {V, H}));
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    LlamaLayerWeights L;
-    ASSIGN_OR_RETURN(L.input_norm,
-                     Load(ckpt, p + "input_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.q_proj,
-                     Load(ckpt, p + "self_attn.q_proj.weight", {q_dim, H}));
-    ASSIGN_OR_RETURN(L.k_proj,
-                     Load(ckpt, p + "self_attn.k_proj.weight", {kv_dim, H}));
-    ASSIGN_OR_RETURN(L.v_proj,
-                     Load(ckpt, p + "self_attn.v_proj.weight", {kv_dim, H}));
-    ASSIGN_OR_RETURN(L.o_proj,
-                     Load(ckpt, p + "self_attn.o_proj.weight", {H, q_dim}));
-    ASSIGN_OR_RETURN(L.q_bias, LoadIf(c.attention_bias, ckpt,
-                                      p + "self_attn.q_proj.bias", {q_dim}));
-    ASSIGN_OR_RETURN(L.k_bias, LoadIf(c.attention_bias, ckpt,
-                                      p + "self_attn.k_proj.bias", {kv_dim}));
-    ASSIGN_OR_RETURN(L.v_bias, LoadIf(c.attention_bias, ckpt,
-                                      p + "self_attn.v_proj.bias", {kv_dim}));
-    ASSIGN_OR_RETURN(L.o_bias, LoadIf(c.attention_out_bias, ckpt,
-                                      p + "self_attn.o_proj.bias", {H}));
-    ASSIGN_OR_RETURN(
-        L.q_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.q_norm.weight", {D}));
-    ASSIGN_OR_RETURN(
-        L.k_norm, LoadIf(c.qk_norm, ckpt, p + "self_attn.k_norm.weight", {D}));
-    ASSIGN_OR_RETURN(L.post_attention_norm,
-                     Load(ckpt, p + "post_attention_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.gate_proj,
-                     Load(ckpt, p + "mlp.gate_proj.weight", {I, H}));
-    ASSIGN_OR_RETURN(L.up_proj, Load(ckpt, p + "mlp.up_proj.weight", {I, H}));
-    ASSIGN_OR_RETURN(L.down_proj,
-                     Load(ckpt, p + "mlp.down_proj.weight", {H, I}));
-    ASSIGN_OR_RETURN(L.gate_bias,
-                     LoadIf(c.mlp_bias, ckpt, p + "mlp.gate_proj.bias", {I}));
-    ASSIGN_OR_RETURN(L.up_bias,
-                     LoadIf(c.mlp_bias, ckpt, p + "mlp.up_proj.bias", {I}));
-    ASSIGN_OR_RETURN(L.down_bias,
-                     LoadIf(c.mlp_bias, ckpt, p + "mlp.down_proj.bias", {H}));
-    w.layers.push_back(std::move(L));
-  }
-  ASSIGN_OR_RETURN(w.final_norm, Load(ckpt, "model.norm.weight", {H}));
-  if (!c.tie_word_embeddings) {
-    ASSIGN_OR_RETURN(Tensor lm_head, Load(ckpt, "lm_head.weight", {V, H}));
-    w.lm_head = std::move(lm_head);
-  }
-  return w;
-}
 
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   const int64_t dim = c.head_dim;
@@ -185,6 +272,7 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
 }
 
 absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c,
+                                        const ShardSpec& shard,
                                         int64_t capacity) {
   if (capacity <= 0) {
     return absl::InvalidArgumentError(
@@ -192,36 +280,57 @@ absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c,
   }
   KvCache cache;
   cache.capacity_ = capacity;
-  for (int64_t l = 0; l < c.num_layers; ++l) {
-    ASSIGN_OR_RETURN(
-        Tensor k,
-        Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
-    ASSIGN_OR_RETURN(
-        Tensor v,
-        Tensor::Zeros(DType::kF32, {capacity, c.num_kv_heads, c.head_dim}));
+  const Shape shape({capacity, shard.local_kv_heads, c.head_dim});
+  for (int64_t l = shard.first_layer; l < shard.end_layer; ++l) {
+    ASSIGN_OR_RETURN(Tensor k, Tensor::Zeros(DType::kF32, shape));
+    ASSIGN_OR_RETURN(Tensor v, Tensor::Zeros(DType::kF32, shape));
     cache.k_.push_back(std::move(k));
     cache.v_.push_back(std::move(v));
   }
   return cache;
 }
 
-LlamaModel::LlamaModel(ModelConfig config, LlamaWeights weights,
-                       Tensor inv_freq, Ops* ops)
+LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
+                       LlamaWeights weights, Tensor inv_freq, Ops* ops,
+                       Communicator* tp, Communicator* pp)
     : config_(std::move(config)),
+      shard_(shard),
       weights_(std::move(weights)),
       inv_freq_(std::move(inv_freq)),
-      ops_(ops) {}
+      ops_(ops),
+      tp_(tp != nullptr ? tp : &single_),
+      pp_(pp != nullptr ? pp : &single_) {}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, LlamaWeights weights, Ops* ops) {
-  if (static_cast<int64_t>(weights.layers.size()) != config.num_layers) {
+  const ShardSpec shard = FullModel(config);
+  return Create(std::move(config), shard, std::move(weights), ops, nullptr,
+                nullptr);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
+    ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
+    Communicator* tp, Communicator* pp) {
+  const int64_t local_layers = shard.end_layer - shard.first_layer;
+  if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
     return absl::InvalidArgumentError(
         absl::StrCat("weights have ", weights.layers.size(),
-                     " layers, config says ", config.num_layers));
+                     " layers, the shard holds ", local_layers));
+  }
+  if ((tp != nullptr ? tp->size() : 1) != shard.tp_size ||
+      (pp != nullptr ? pp->size() : 1) != shard.pp_size) {
+    return absl::InvalidArgumentError(
+        "communicator group sizes do not match the shard's tp and pp");
+  }
+  if (shard.first_stage() != weights.embed_tokens.has_value() ||
+      shard.last_stage() != weights.final_norm.has_value()) {
+    return absl::InvalidArgumentError(
+        "weights do not match the shard's pipeline stage");
   }
   ASSIGN_OR_RETURN(Tensor inv_freq, ComputeRopeInvFreq(config));
-  return std::unique_ptr<LlamaModel>(new LlamaModel(
-      std::move(config), std::move(weights), std::move(inv_freq), ops));
+  return std::unique_ptr<LlamaModel>(
+      new LlamaModel(std::move(config), shard, std::move(weights),
+                     std::move(inv_freq), ops, tp, pp));
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
@@ -230,7 +339,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
   RETURN_IF_ERROR(CheckHostMemory(*ckpt, model_dir));
-  absl::StatusOr<LlamaWeights> weights = LoadLlamaWeights(*ckpt, config);
+  const ShardSpec shard = FullModel(config);
+  absl::StatusOr<LlamaWeights> weights = LoadLlamaWeights(*ckpt, config, shard);
   if (!weights.ok()) {
     return Annotate(weights.status(),
                     absl::StrCat("loading weights from ", model_dir));
@@ -238,28 +348,64 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   return Create(std::move(config), *std::move(weights), ops);
 }
 
+int64_t LlamaModel::weight_bytes() const {
+  int64_t bytes = 0;
+  auto add = [&](const Tensor& t) { bytes += t.nbytes(); };
+  auto add_opt = [&](const std::optional<Tensor>& t) {
+    if (t) add(*t);
+  };
+  add_opt(weights_.embed_tokens);
+  add_opt(weights_.final_norm);
+  add_opt(weights_.lm_head);
+  for (const LlamaLayerWeights& L : weights_.layers) {
+    for (const Tensor* t :
+         {&L.input_norm, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj,
+          &L.post_attention_norm, &L.gate_proj, &L.up_proj, &L.down_proj}) {
+      add(*t);
+    }
+    for (const std::optional<Tensor>* t :
+         {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm,
+          &L.gate_bias, &L.up_bias, &L.down_bias}) {
+      add_opt(*t);
+    }
+  }
+  return bytes;
+}
+
 absl::Status LlamaModel::EnsureScratch(int64_t tokens) {
   if (tokens <= scratch_tokens_) return absl::OkStatus();
   const ModelConfig& c = config_;
+  const ShardSpec& s = shard_;
   const int64_t T = tokens;
   ASSIGN_OR_RETURN(hidden_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
   ASSIGN_OR_RETURN(normed_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
   ASSIGN_OR_RETURN(q_,
-                   Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(k_,
-                   Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(v_,
-                   Tensor::Empty(DType::kF32, {T, c.num_kv_heads, c.head_dim}));
+                   Tensor::Empty(DType::kF32, {T, s.local_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(
+      k_, Tensor::Empty(DType::kF32, {T, s.local_kv_heads, c.head_dim}));
+  ASSIGN_OR_RETURN(
+      v_, Tensor::Empty(DType::kF32, {T, s.local_kv_heads, c.head_dim}));
   ASSIGN_OR_RETURN(attn_,
-                   Tensor::Empty(DType::kF32, {T, c.num_heads, c.head_dim}));
+                   Tensor::Empty(DType::kF32, {T, s.local_heads, c.head_dim}));
   ASSIGN_OR_RETURN(proj_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
-  ASSIGN_OR_RETURN(gate_, Tensor::Empty(DType::kF32, {T, c.intermediate_size}));
-  ASSIGN_OR_RETURN(up_, Tensor::Empty(DType::kF32, {T, c.intermediate_size}));
+  ASSIGN_OR_RETURN(gate_,
+                   Tensor::Empty(DType::kF32, {T, s.local_intermediate}));
+  ASSIGN_OR_RETURN(up_, Tensor::Empty(DType::kF32, {T, s.local_intermediate}));
   ASSIGN_OR_RETURN(last_hidden_,
                    Tensor::Empty(DType::kF32, {1, c.hidden_size}));
+  ASSIGN_OR_RETURN(local_logits_,
+                   Tensor::Empty(DType::kF32, {1, s.vocab_per_rank}));
+  ASSIGN_OR_RETURN(gathered_logits_,
+                   Tensor::Empty(DType::kF32, {s.tp_size, s.vocab_per_rank}));
   positions_.resize(T);
   scratch_tokens_ = T;
   return absl::OkStatus();
+}
+
+absl::Status LlamaModel::AddBias(const std::optional<Tensor>& bias,
+                                 const TensorView& x) {
+  if (!bias.has_value()) return absl::OkStatus();
+  return ops_->BiasAdd(x, bias->view());
 }
 
 absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
@@ -274,39 +420,80 @@ absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
                      " exceed the KV cache capacity ", cache->capacity_,
                      " or the context length ", c.max_position_embeddings));
   }
-  if (static_cast<int64_t>(cache->k_.size()) != c.num_layers) {
+  if (static_cast<int64_t>(cache->k_.size()) !=
+      shard_.end_layer - shard_.first_layer) {
     return absl::InvalidArgumentError(
-        "Forward: KV cache was built for another model");
+        "Forward: KV cache was built for another model or shard");
+  }
+  if (shard_.last_stage() && logits == nullptr) {
+    return absl::InvalidArgumentError("Forward: the last stage needs logits");
   }
   RETURN_IF_ERROR(EnsureScratch(T));
   for (int64_t t = 0; t < T; ++t)
     positions_[t] = static_cast<int32_t>(start + t);
   const absl::Span<const int32_t> positions(positions_.data(), T);
 
+  // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
+  // ids it holds, the sum completes every row) or the previous stage's output.
   TensorView hidden = hidden_.view().Rows(0, T);
-  RETURN_IF_ERROR(
-      ops_->Embedding(weights_.embed_tokens.view(), tokens, hidden));
-  for (int l = 0; l < c.num_layers; ++l) {
+  if (shard_.first_stage()) {
+    for (int32_t id : tokens) {
+      if (id < 0 || id >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
+                         c.vocab_size, ")"));
+      }
+    }
+    if (shard_.tp_size == 1) {
+      RETURN_IF_ERROR(
+          ops_->Embedding(weights_.embed_tokens->view(), tokens, hidden));
+    } else {
+      RETURN_IF_ERROR(ops_->EmbeddingShard(weights_.embed_tokens->view(),
+                                           tokens, shard_.first_vocab_id,
+                                           hidden));
+      RETURN_IF_ERROR(tp_->AllReduceSum(hidden));
+    }
+  } else {
+    RETURN_IF_ERROR(pp_->Recv(hidden, shard_.pp_stage - 1));
+  }
+  for (int l = 0; l < shard_.end_layer - shard_.first_layer; ++l) {
     RETURN_IF_ERROR(Layer(l, T, positions, cache));
   }
   cache->length_ = start + T;
+  if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
+  return Head(T, logits);
+}
 
+absl::Status LlamaModel::Head(int64_t T, float* logits) {
+  const ModelConfig& c = config_;
   // Only the last position's logits are needed to pick the next token.
-  const TensorView last = hidden.Rows(T - 1, T);
-  RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm.view(),
+  const TensorView last = hidden_.view().Rows(T - 1, T);
+  RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm->view(),
                                 c.rms_norm_eps, last_hidden_.view()));
   const Tensor& lm_head =
-      weights_.lm_head.has_value() ? *weights_.lm_head : weights_.embed_tokens;
-  return ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
-                      TensorView(logits, DType::kF32, {1, c.vocab_size}));
+      weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
+  if (shard_.tp_size == 1) {
+    return ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
+                        TensorView(logits, DType::kF32, {1, c.vocab_size}));
+  }
+  // Vocabulary-parallel head: each rank scores its rows, the gather puts them
+  // in vocabulary order, and the padding past V is dropped.
+  RETURN_IF_ERROR(ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
+                               local_logits_.view()));
+  RETURN_IF_ERROR(
+      tp_->AllGather(local_logits_.view(), gathered_logits_.view()));
+  std::copy_n(gathered_logits_.data_as<const float>(), c.vocab_size, logits);
+  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::Layer(int l, int64_t T,
                                absl::Span<const int32_t> positions,
                                KvCache* cache) {
   const ModelConfig& c = config_;
+  const ShardSpec& s = shard_;
   const LlamaLayerWeights& w = weights_.layers[l];
   const int64_t start = positions[0];
+  const int64_t D = c.head_dim;
   TensorView hidden = hidden_.view().Rows(0, T);
   TensorView normed = normed_.view().Rows(0, T);
   TensorView q = q_.view().Rows(0, T);
@@ -318,12 +505,13 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
   TensorView up = up_.view().Rows(0, T);
   TensorView bias_storage[3];
 
-  // Attention block.
+  // Attention block: this rank's heads; the o_proj partial sums meet in the
+  // all-reduce.
   RETURN_IF_ERROR(
       ops_->RmsNorm(hidden, w.input_norm.view(), c.rms_norm_eps, normed));
-  ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, c.num_heads * c.head_dim}));
-  ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, c.num_kv_heads * c.head_dim}));
-  ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, c.num_kv_heads * c.head_dim}));
+  ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, s.local_heads * D}));
+  ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, s.local_kv_heads * D}));
+  ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, s.local_kv_heads * D}));
   RETURN_IF_ERROR(ops_->Linear(normed, w.q_proj.view(),
                                OptionalView(w.q_bias, &bias_storage[0]), q2d));
   RETURN_IF_ERROR(ops_->Linear(normed, w.k_proj.view(),
@@ -345,18 +533,19 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
   args.v_cache = v_cache;
   args.out = attn;
   args.start_pos = start;
-  args.sliding_window =
-      c.sliding_window_per_layer.empty() ? 0 : c.sliding_window_per_layer[l];
-  args.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  const int64_t global_layer = s.first_layer + l;
+  args.sliding_window = c.sliding_window_per_layer.empty()
+                            ? 0
+                            : c.sliding_window_per_layer[global_layer];
+  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
   RETURN_IF_ERROR(ops_->Attention(args));
-  ASSIGN_OR_RETURN(TensorView attn2d,
-                   attn.Reshape({T, c.num_heads * c.head_dim}));
-  TensorView o_bias;
-  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(),
-                               OptionalView(w.o_bias, &o_bias), proj));
+  ASSIGN_OR_RETURN(TensorView attn2d, attn.Reshape({T, s.local_heads * D}));
+  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), nullptr, proj));
+  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
+  RETURN_IF_ERROR(AddBias(w.o_bias, proj));
   RETURN_IF_ERROR(ops_->Add(hidden, proj, hidden));
 
-  // MLP block.
+  // MLP block: this rank's slice of the intermediate dimension.
   RETURN_IF_ERROR(ops_->RmsNorm(hidden, w.post_attention_norm.view(),
                                 c.rms_norm_eps, normed));
   RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(),
@@ -365,9 +554,9 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
   RETURN_IF_ERROR(ops_->Linear(normed, w.up_proj.view(),
                                OptionalView(w.up_bias, &bias_storage[1]), up));
   RETURN_IF_ERROR(ops_->SiluMul(gate, up, gate));
-  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(),
-                               OptionalView(w.down_bias, &bias_storage[2]),
-                               proj));
+  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(), nullptr, proj));
+  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
+  RETURN_IF_ERROR(AddBias(w.down_bias, proj));
   return ops_->Add(hidden, proj, hidden);
 }
 

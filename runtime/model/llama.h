@@ -24,8 +24,10 @@
 #include "absl/types/span.h"
 #include "kernels/ops.h"
 #include "runtime/core/tensor.h"
+#include "runtime/dist/communicator.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
+#include "runtime/model/shard.h"
 
 namespace tessera {
 
@@ -46,20 +48,27 @@ struct LlamaLayerWeights {
   std::optional<Tensor> gate_bias, up_bias, down_bias;
 };
 
+// One rank's weights. Shapes below are for the whole model; under tensor
+// parallelism each holds its shard (see shard.h): q/k/v/gate/up keep their
+// local rows, o/down their local columns, embedding and LM head their
+// vocabulary rows [Vp, H].
 struct LlamaWeights {
-  Tensor embed_tokens;  // [V, H]
-  std::vector<LlamaLayerWeights> layers;
-  Tensor final_norm;              // [H]
-  std::optional<Tensor> lm_head;  // [V, H]; nullopt when tied to embed_tokens.
+  std::optional<Tensor> embed_tokens;     // [V, H]; first pipeline stage only.
+  std::vector<LlamaLayerWeights> layers;  // This stage's layers, in order.
+  std::optional<Tensor> final_norm;       // [H]; last stage only.
+  // [V, H]; last stage only, and nullopt when tied to embed_tokens on a rank
+  // that holds both.
+  std::optional<Tensor> lm_head;
 };
 
-// Reads every tensor the config implies, by its Hugging Face name, checking
-// each shape
+// Reads every tensor the config implies for `shard`, by its Hugging Face name,
+// checking each full shape against the config
 // ("model.layers.3.self_attn.k_proj.weight: expected shape [64, 256], found
-// [128, 256]"). A missing tensor is NotFound naming it. Tensors the config does
-// not use are ignored.
+// [128, 256]") and converting only this rank's slice. A missing tensor is
+// NotFound naming it. Tensors the config does not use are ignored.
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
-                                              const ModelConfig& config);
+                                              const ModelConfig& config,
+                                              const ShardSpec& shard);
 
 // Rotary inverse frequencies [head_dim / 2] for the config's rope type,
 // computed as transformers does (f32).
@@ -69,7 +78,9 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 // [capacity, kv_heads, D].
 class KvCache {
  public:
+  // Caches for the layers and KV heads that `shard` holds.
   static absl::StatusOr<KvCache> Create(const ModelConfig& config,
+                                        const ShardSpec& shard,
                                         int64_t capacity);
 
   int64_t capacity() const { return capacity_; }
@@ -86,38 +97,64 @@ class KvCache {
 
 class LlamaModel {
  public:
-  // `ops` must outlive the model.
+  // A single-process model. `ops` must outlive the model.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, LlamaWeights weights, Ops* ops);
 
-  // Loads config.json and the safetensors of `model_dir`.
+  // One rank's part of a parallel model. `tp` is the tensor-parallel group
+  // (size shard.tp_size), `pp` the pipeline group (size shard.pp_size, ranks
+  // in stage order); both, like `ops`, must outlive the model.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
+      ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
+      Communicator* tp, Communicator* pp);
+
+  // Loads config.json and the safetensors of `model_dir` (whole model).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
       const std::string& model_dir, Ops* ops);
 
   const ModelConfig& config() const { return config_; }
+  const ShardSpec& shard() const { return shard_; }
 
-  // Runs `tokens` at positions cache->length() .. cache->length() + T - 1,
-  // appends their keys and values to `cache`, and writes the next-token logits
-  // of the last position to `logits` [V]. OutOfRange if the tokens do not fit
-  // the cache or the context.
+  // Bytes of weights this rank holds.
+  int64_t weight_bytes() const;
+
+  // A KV cache for this rank's layers and heads.
+  absl::StatusOr<KvCache> NewKvCache(int64_t capacity) const {
+    return KvCache::Create(config_, shard_, capacity);
+  }
+
+  // Runs `tokens` at positions cache->length() .. cache->length() + T - 1 and
+  // appends their keys and values to `cache`. On the last pipeline stage it
+  // writes the next-token logits of the last position to `logits` [V]; other
+  // stages pass their hidden states on and may give logits = nullptr. Every
+  // rank of the job calls Forward with the same tokens. OutOfRange if the
+  // tokens do not fit the cache or the context.
   absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
                        float* logits);
 
  private:
-  LlamaModel(ModelConfig config, LlamaWeights weights, Tensor inv_freq,
-             Ops* ops);
+  LlamaModel(ModelConfig config, ShardSpec shard, LlamaWeights weights,
+             Tensor inv_freq, Ops* ops, Communicator* tp, Communicator* pp);
   absl::Status EnsureScratch(int64_t tokens);
-  absl::Status Layer(int layer, int64_t tokens,
+  absl::Status Layer(int local_layer, int64_t tokens,
                      absl::Span<const int32_t> positions, KvCache* cache);
+  absl::Status Head(int64_t tokens, float* logits);
+  // Adds `bias` (if any) to every row of `x` [T, N].
+  absl::Status AddBias(const std::optional<Tensor>& bias, const TensorView& x);
 
   ModelConfig config_;
+  ShardSpec shard_;
   LlamaWeights weights_;
   Tensor inv_freq_;
   Ops* ops_;
+  Communicator* tp_;
+  Communicator* pp_;
+  SingleRankCommunicator single_;  // Stands in for tp_/pp_ in one process.
 
   // Scratch, sized for the largest step seen so far (grow-only).
   int64_t scratch_tokens_ = 0;
-  Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_, last_hidden_;
+  Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_, last_hidden_,
+      bias_rows_, local_logits_, gathered_logits_;
   std::vector<int32_t> positions_;
 };
 
