@@ -9,20 +9,20 @@
 namespace tessera {
 namespace {
 
-TEST(TesseraProtoTest, ManifestRoundTrips) {
-  proto::ModelManifest m;
-  m.set_model_type("qwen3");
-  m.set_num_layers(28);
-  m.set_head_dim(128);
-  m.set_rms_norm_eps(1e-6);
-  m.set_tensor_parallel(2);
-  const std::string bytes = m.SerializeAsString();
-  proto::ModelManifest back;
+TEST(TesseraProtoTest, PlanRoundTripsAndTruncationIsDetected) {
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::FORWARD);
+  plan.set_sequence_id(7);
+  plan.set_new_sequence(true);
+  for (int t : {1, 403, 407}) plan.add_tokens(t);
+  plan.mutable_sampling()->set_temperature(0.5f);
+  const std::string bytes = plan.SerializeAsString();
+  proto::StepPlan back;
   ASSERT_TRUE(back.ParseFromString(bytes));
-  EXPECT_EQ(back.model_type(), "qwen3");
-  EXPECT_EQ(back.num_layers(), 28);
-  EXPECT_EQ(back.tensor_parallel(), 2);
-  EXPECT_FALSE(back.ParseFromString(bytes.substr(0, bytes.size() - 3)));
+  EXPECT_EQ(back.tokens_size(), 3);
+  EXPECT_EQ(back.tokens(1), 403);
+  EXPECT_EQ(back.sampling().temperature(), 0.5f);
+  EXPECT_FALSE(back.ParseFromString(bytes.substr(0, bytes.size() - 2)));
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <utility>
 
@@ -15,10 +16,16 @@ namespace {
 // Reads `name`, checks its full shape against `full`, and converts rows
 // [begin, end) of its outermost dimension to f32, followed by `pad_rows` rows
 // of zeros (vocabulary padding).
-absl::StatusOr<Tensor> LoadRows(const Checkpoint& ckpt, const std::string& name,
+absl::StatusOr<Tensor> LoadRows(const Checkpoint* ckpt, const std::string& name,
                                 const Shape& full, int64_t begin, int64_t end,
                                 int64_t pad_rows = 0) {
-  ASSIGN_OR_RETURN(const TensorInfo info, ckpt.Get(name));
+  if (ckpt == nullptr) {  // Allocate only: the shape this rank's slice has.
+    absl::InlinedVector<int64_t, 4> dims(full.dims().begin(),
+                                         full.dims().end());
+    if (!dims.empty()) dims[0] = end - begin + pad_rows;
+    return Tensor::Zeros(DType::kF32, Shape(absl::MakeConstSpan(dims)));
+  }
+  ASSIGN_OR_RETURN(const TensorInfo info, ckpt->Get(name));
   if (info.shape != full) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
                                                    full.ToString(), ", found ",
@@ -40,17 +47,19 @@ absl::StatusOr<Tensor> LoadRows(const Checkpoint& ckpt, const std::string& name,
   return t;
 }
 
-absl::StatusOr<Tensor> LoadAll(const Checkpoint& ckpt, const std::string& name,
+absl::StatusOr<Tensor> LoadAll(const Checkpoint* ckpt, const std::string& name,
                                const Shape& full) {
   return LoadRows(ckpt, name, full, 0, full.rank() == 0 ? 1 : full[0]);
 }
 
 // Columns [begin, end) of a matrix [N, K]: the input-split half of a
 // row-parallel product (o_proj, down_proj).
-absl::StatusOr<Tensor> LoadColumns(const Checkpoint& ckpt,
+absl::StatusOr<Tensor> LoadColumns(const Checkpoint* ckpt,
                                    const std::string& name, const Shape& full,
                                    int64_t begin, int64_t end) {
-  ASSIGN_OR_RETURN(const TensorInfo info, ckpt.Get(name));
+  if (ckpt == nullptr)
+    return Tensor::Zeros(DType::kF32, {full[0], end - begin});
+  ASSIGN_OR_RETURN(const TensorInfo info, ckpt->Get(name));
   if (info.shape != full || full.rank() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
                                                    full.ToString(), ", found ",
@@ -86,11 +95,11 @@ const TensorView* OptionalView(const std::optional<Tensor>& t,
   return storage;
 }
 
-}  // namespace
-
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
-                                              const ModelConfig& c,
-                                              const ShardSpec& s) {
+// The table of tensors a shard holds, read from `ckpt` or, when it is null,
+// allocated (zeros) with the same shapes for a rank that receives its weights.
+absl::StatusOr<LlamaWeights> BuildLlamaWeights(const Checkpoint* ckpt,
+                                               const ModelConfig& c,
+                                               const ShardSpec& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
                 D = c.head_dim;
   const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
@@ -174,6 +183,51 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
     }
   }
   return w;
+}
+
+}  // namespace
+
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
+                                              const ModelConfig& config,
+                                              const ShardSpec& shard) {
+  return BuildLlamaWeights(&ckpt, config, shard);
+}
+
+absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
+                                                  const ShardSpec& shard) {
+  return BuildLlamaWeights(nullptr, config, shard);
+}
+
+void ForEachWeight(LlamaWeights* w,
+                   const std::function<void(const std::string&, Tensor*)>& fn) {
+  auto opt = [&](const std::string& name, std::optional<Tensor>* t) {
+    if (t->has_value()) fn(name, &**t);
+  };
+  opt("embed_tokens", &w->embed_tokens);
+  for (size_t l = 0; l < w->layers.size(); ++l) {
+    LlamaLayerWeights& L = w->layers[l];
+    const std::string p = absl::StrCat("layers[", l, "].");
+    fn(p + "input_norm", &L.input_norm);
+    fn(p + "q_proj", &L.q_proj);
+    fn(p + "k_proj", &L.k_proj);
+    fn(p + "v_proj", &L.v_proj);
+    fn(p + "o_proj", &L.o_proj);
+    opt(p + "q_bias", &L.q_bias);
+    opt(p + "k_bias", &L.k_bias);
+    opt(p + "v_bias", &L.v_bias);
+    opt(p + "o_bias", &L.o_bias);
+    opt(p + "q_norm", &L.q_norm);
+    opt(p + "k_norm", &L.k_norm);
+    fn(p + "post_attention_norm", &L.post_attention_norm);
+    fn(p + "gate_proj", &L.gate_proj);
+    fn(p + "up_proj", &L.up_proj);
+    fn(p + "down_proj", &L.down_proj);
+    opt(p + "gate_bias", &L.gate_bias);
+    opt(p + "up_bias", &L.up_bias);
+    opt(p + "down_bias", &L.down_bias);
+  }
+  opt("final_norm", &w->final_norm);
+  opt("lm_head", &w->lm_head);
 }
 
 namespace {

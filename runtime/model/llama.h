@@ -16,8 +16,10 @@
 #ifndef TESSERA_RUNTIME_MODEL_LLAMA_H_
 #define TESSERA_RUNTIME_MODEL_LLAMA_H_
 
+#include <functional>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -69,6 +71,15 @@ struct LlamaWeights {
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config,
                                               const ShardSpec& shard);
+
+// The same shapes, zero-filled: for a rank that receives its shard from rank 0.
+absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
+                                                  const ShardSpec& shard);
+
+// Visits every tensor a shard holds, in one canonical order (the order rank 0
+// sends them in), with a short name for messages.
+void ForEachWeight(LlamaWeights* weights,
+                   const std::function<void(const std::string&, Tensor*)>& fn);
 
 // Rotary inverse frequencies [head_dim / 2] for the config's rope type,
 // computed as transformers does (f32).
