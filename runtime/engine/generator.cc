@@ -15,10 +15,8 @@ absl::string_view FinishReasonName(FinishReason reason) {
 Generator::Generator(LlamaModel* model, std::vector<int64_t> eos_ids)
     : model_(model), eos_ids_(std::move(eos_ids)) {}
 
-absl::StatusOr<GenerationResult> Generator::Generate(
-    const GenerationRequest& request,
-    const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& config = model_->config();
+absl::Status ValidateRequest(const ModelConfig& config,
+                             const GenerationRequest& request) {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
   const int64_t context = config.max_position_embeddings;
   if (prompt_len == 0) return absl::InvalidArgumentError("the prompt is empty");
@@ -39,12 +37,29 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
   }
-  RETURN_IF_ERROR(request.sampling.Validate());
+  return request.sampling.Validate();
+}
 
-  // The last sampled token needs no forward pass, so a full context still
-  // yields one token.
-  const int64_t max_new =
-      std::min(request.max_tokens, context - prompt_len + 1);
+int64_t MaxNewTokens(const ModelConfig& config,
+                     const GenerationRequest& request) {
+  return std::min(request.max_tokens,
+                  config.max_position_embeddings -
+                      static_cast<int64_t>(request.prompt_ids.size()) + 1);
+}
+
+bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token) {
+  return std::find(eos_ids.begin(), eos_ids.end(),
+                   static_cast<int64_t>(token)) != eos_ids.end();
+}
+
+absl::StatusOr<GenerationResult> Generator::Generate(
+    const GenerationRequest& request,
+    const std::function<void(int32_t)>& on_token) {
+  const ModelConfig& config = model_->config();
+  RETURN_IF_ERROR(ValidateRequest(config, request));
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+  const int64_t context = config.max_position_embeddings;
+  const int64_t max_new = MaxNewTokens(config, request);
   ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(std::min(
                                       context, prompt_len + max_new - 1)));
   Sampler sampler(request.sampling);
@@ -62,10 +77,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
     ASSIGN_OR_RETURN(int32_t token, sampler.Sample(logits));
     result.output_ids.push_back(token);
     if (on_token) on_token(token);
-    const bool is_eos =
-        std::find(eos_ids_.begin(), eos_ids_.end(),
-                  static_cast<int64_t>(token)) != eos_ids_.end();
-    if (is_eos && !request.ignore_eos) {
+    if (IsEos(eos_ids_, token) && !request.ignore_eos) {
       result.finish_reason = FinishReason::kStop;
       break;
     }

@@ -38,11 +38,40 @@ struct GenerationResult {
   double decode_seconds = 0.0;   // Every later forward pass.
 };
 
-class Generator {
+// Something that turns a request into generated tokens: a model in this process
+// (Generator) or a parallel job driven from rank 0 (parallel/'s coordinator).
+class TokenGenerator {
+ public:
+  virtual ~TokenGenerator() = default;
+  virtual const ModelConfig& config() const = 0;
+  // See Generator::Generate.
+  virtual absl::StatusOr<GenerationResult> Generate(
+      const GenerationRequest& request,
+      const std::function<void(int32_t)>& on_token = {}) = 0;
+};
+
+// The checks every TokenGenerator makes before running a request: a non-empty
+// prompt of ids inside the vocabulary that fits the context, max_tokens >= 1,
+// valid sampling parameters.
+absl::Status ValidateRequest(const ModelConfig& config,
+                             const GenerationRequest& request);
+
+// How many tokens the request may generate: max_tokens, capped by the context
+// (the last sampled token needs no forward pass, so a full context still
+// yields one).
+int64_t MaxNewTokens(const ModelConfig& config,
+                     const GenerationRequest& request);
+
+// Whether `token` ends a sequence.
+bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token);
+
+class Generator final : public TokenGenerator {
  public:
   // `model` must outlive the generator. `eos_ids` end a sequence (the config's
   // eos ids).
   Generator(LlamaModel* model, std::vector<int64_t> eos_ids);
+
+  const ModelConfig& config() const override { return model_->config(); }
 
   // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad
   // sampling parameters or max_tokens < 1; OutOfRange for a prompt longer than
@@ -50,7 +79,7 @@ class Generator {
   // is sampled.
   absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
-      const std::function<void(int32_t)>& on_token = {});
+      const std::function<void(int32_t)>& on_token = {}) override;
 
  private:
   LlamaModel* model_;
