@@ -146,21 +146,32 @@ absl::StatusOr<std::vector<Prompt>> CollectPrompts(const GenerateOptions& o) {
   return std::vector<Prompt>{std::move(p)};
 }
 
-// The model folder with everything loaded once.
+// The model folder with everything loaded once. `generator` is either the
+// caller's (a parallel job) or a Generator over `model` loaded here.
 struct LoadedModel {
   CpuOps ops;
   std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Generator> local;
+  TokenGenerator* generator = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
 };
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
-    const std::string& model_dir, bool need_tokenizer) {
+    const std::string& model_dir, bool need_tokenizer,
+    TokenGenerator* generator) {
   if (model_dir.empty())
     return absl::InvalidArgumentError("--model DIR is required");
   auto loaded = std::make_unique<LoadedModel>();
-  ASSIGN_OR_RETURN(loaded->model, LlamaModel::Load(model_dir, &loaded->ops));
+  if (generator != nullptr) {
+    loaded->generator = generator;
+  } else {
+    ASSIGN_OR_RETURN(loaded->model, LlamaModel::Load(model_dir, &loaded->ops));
+    loaded->local = std::make_unique<Generator>(
+        loaded->model.get(), loaded->model->config().eos_token_ids);
+    loaded->generator = loaded->local.get();
+  }
   auto tokenizer =
-      LoadTokenizer(model_dir, loaded->model->config().bos_token_id);
+      LoadTokenizer(model_dir, loaded->generator->config().bos_token_id);
   if (tokenizer.ok()) {
     loaded->tokenizer = *std::move(tokenizer);
   } else if (need_tokenizer) {
@@ -171,7 +182,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
 
 }  // namespace
 
-absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
+absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
+                         std::ostream& out) {
   if (o.output != "text" && o.output != "json") {
     return absl::InvalidArgumentError(
         absl::StrCat("--output must be text or json, got \"", o.output, "\""));
@@ -198,8 +210,8 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
       std::any_of(prompts.begin(), prompts.end(),
                   [](const Prompt& p) { return p.messages; });
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, need_tokenizer));
-  const ModelConfig& config = loaded->model->config();
+                   LoadModel(o.model_dir, need_tokenizer, generator_in));
+  const ModelConfig& config = loaded->generator->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
 
   std::optional<ChatTemplate> chat_template;
@@ -231,7 +243,7 @@ absl::Status RunGenerate(const GenerateOptions& o, std::ostream& out) {
     }
   }
 
-  Generator generator(loaded->model.get(), config.eos_token_ids);
+  TokenGenerator& generator = *loaded->generator;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Prompt& p = prompts[i];
     GenerationRequest request;
@@ -333,8 +345,8 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
         "--input-len, --output-len and --iterations must be >= 1");
   }
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, false));
-  const ModelConfig& config = loaded->model->config();
+                   LoadModel(o.model_dir, false, nullptr));
+  const ModelConfig& config = loaded->generator->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("--input-len + --output-len exceeds the context of ",
@@ -350,7 +362,7 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   request.sampling.temperature = 0.0f;
   request.ignore_eos = true;
 
-  Generator generator(loaded->model.get(), config.eos_token_ids);
+  TokenGenerator& generator = *loaded->generator;
   std::vector<double> prefill, decode;
   for (int64_t it = 0; it <= o.iterations; ++it) {
     ASSIGN_OR_RETURN(GenerationResult r, generator.Generate(request));

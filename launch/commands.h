@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "runtime/engine/generator.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
@@ -37,7 +38,10 @@ struct GenerateOptions {
 // {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason":
 // "length"|"stop"}
 // ("text" is the continuation; null when the folder has no tokenizer).
-absl::Status RunGenerate(const GenerateOptions& options, std::ostream& out);
+// `generator` runs the requests (a parallel job on rank 0); null loads the
+// model into this process.
+absl::Status RunGenerate(const GenerateOptions& options,
+                         TokenGenerator* generator, std::ostream& out);
 
 struct BenchOptions {
   std::string model_dir;

@@ -5,18 +5,28 @@
 //                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
 //                    [--seed S]
 //                    [--ignore-eos] [--output text|json] [--chat]
+//                    [--tp N] [--pp M] [--pp-layers 3,2] [--weights
+//                    rank0|local]
+//   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size 1 --input-len I --output-len O
 //   [--json]
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "launch/commands.h"
 #include "launch/flag_parser.h"
+#include "parallel/mpi_world.h"
+#include "parallel/parallel_job.h"
 #include "runtime/core/status.h"
 
 namespace {
@@ -29,10 +39,78 @@ constexpr char kUsage[] =
     "--output-len O)\n"
     "Run 'tessera <command> --help' for the flags.\n";
 
-absl::Status Generate(const std::vector<std::string>& args, bool* help) {
+// Whether this process was started by an MPI launcher (mpirun, srun) as part of
+// a job of more than one rank.
+bool LaunchedAsMultiRankJob() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_SIZE", "PMIX_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    const char* value = std::getenv(var);
+    if (value != nullptr && std::atoi(value) > 1) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
+  std::vector<int64_t> layers;
+  if (text.empty()) return layers;
+  for (absl::string_view piece : absl::StrSplit(text, ',')) {
+    int64_t n;
+    if (!absl::SimpleAtoi(piece, &n)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--pp-layers: \"", piece, "\" is not a layer count"));
+    }
+    layers.push_back(n);
+  }
+  return layers;
+}
+
+// `tessera generate` as one rank of an MPI job: rank 0 runs the requests and
+// prints; the others serve steps. Returns the process exit code. A failure that
+// every rank sees alike (bad flags, a model that cannot be split, the world's
+// size) is printed once, by rank 0; one rank's own failure ends the whole job
+// through MPI_Abort, so nothing hangs.
+int GenerateParallel(const tessera::GenerateOptions& o,
+                     const tessera::ParallelOptions& p) {
+  auto world = tessera::MpiWorld::Init(nullptr, nullptr);
+  if (!world.ok()) {
+    std::cerr << "tessera: " << world.status().message() << "\n";
+    return 1;
+  }
+  const bool coordinator = (*world)->rank() == 0;
+  auto job = tessera::ParallelJob::Create(**world, o.model_dir, p);
+  if (!job.ok()) {
+    if (coordinator) std::cerr << "tessera: " << job.status().message() << "\n";
+    return 1;
+  }
+  if (!coordinator) {
+    const absl::Status served = (*job)->ServeSteps();
+    if (!served.ok()) (*world)->Abort(1, served.message());
+    return 0;
+  }
+  std::cerr << absl::StrFormat(
+      "[tessera] %d ranks (tp %d x pp %d); rank 0 holds layers %d-%d, %.1f MiB "
+      "of weights; "
+      "loaded in %.2f s\n",
+      (*world)->size(), p.tp, p.pp, (*job)->shard().first_layer,
+      (*job)->shard().end_layer - 1, (*job)->weight_bytes() / 1048576.0,
+      (*job)->load_seconds());
+  const absl::Status status = tessera::RunGenerate(o, job->get(), std::cout);
+  std::cout.flush();
+  const absl::Status shutdown = (*job)->Shutdown();
+  if (!shutdown.ok()) (*world)->Abort(1, shutdown.message());
+  if (!status.ok()) {
+    std::cerr << "tessera: " << status.message() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+absl::Status Generate(const std::vector<std::string>& args, bool* help,
+                      int* exit_code) {
   tessera::GenerateOptions o;
   double temperature = o.sampling.temperature, top_p = o.sampling.top_p;
-  int64_t top_k = 0, seed = -1;
+  int64_t top_k = 0, seed = -1, tp = 1, pp = 1;
+  std::string pp_layers, weights = "rank0";
   tessera::FlagParser flags("generate");
   flags.Add("model", &o.model_dir,
             "model folder (config.json, *.safetensors, tokenizer)");
@@ -50,6 +128,14 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
+  flags.Add("tp", &tp, "tensor-parallel ranks (under mpirun: world = tp x pp)");
+  flags.Add("pp", &pp, "pipeline-parallel stages");
+  flags.Add("pp-layers", &pp_layers,
+            "layers per stage, e.g. 3,2 (default: even split)");
+  flags.Add("weights", &weights,
+            "rank0 (rank 0 reads and sends each rank its shard) or local (each "
+            "rank reads "
+            "its own slices)");
   flags.Add("chat", &o.chat,
             "send each text prompt as a user message through the model's chat "
             "template");
@@ -68,7 +154,27 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help) {
   if (seed < -1)
     return absl::InvalidArgumentError("--seed must be >= 0 (or -1 for none)");
   if (seed >= 0) o.sampling.seed = static_cast<uint64_t>(seed);
-  return tessera::RunGenerate(o, std::cout);
+  if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) {
+    return absl::InvalidArgumentError(
+        "--tp and --pp must be between 1 and 4096");
+  }
+  if (weights != "rank0" && weights != "local") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--weights must be rank0 or local, got \"", weights, "\""));
+  }
+  tessera::ParallelOptions p;
+  p.tp = static_cast<int>(tp);
+  p.pp = static_cast<int>(pp);
+  ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
+  p.weights_local = weights == "local";
+  if (tp * pp > 1 || LaunchedAsMultiRankJob()) {
+    *exit_code = GenerateParallel(o, p);
+    return absl::OkStatus();
+  }
+  if (!p.pp_layers.empty()) {
+    return absl::InvalidArgumentError("--pp-layers needs --pp > 1");
+  }
+  return tessera::RunGenerate(o, nullptr, std::cout);
 }
 
 absl::Status Bench(const std::vector<std::string>& args, bool* help) {
@@ -126,7 +232,9 @@ int main(int argc, char** argv) {
   bool help = false;
   absl::Status status;
   if (command == "generate") {
-    status = Generate(args, &help);
+    int exit_code = 0;
+    status = Generate(args, &help, &exit_code);
+    if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "bench") {
     status = Bench(args, &help);
   } else if (command == "tokenize") {

@@ -102,7 +102,7 @@ struct RunResult {
 RunResult Generate(const GenerateOptions& options) {
   std::ostringstream out;
   RunResult run;
-  run.status = RunGenerate(options, out);
+  run.status = RunGenerate(options, nullptr, out);
   run.out = out.str();
   return run;
 }

@@ -1,0 +1,378 @@
+#include "parallel/parallel_job.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+#include "runtime/model/safetensors.h"
+
+namespace tessera {
+namespace {
+
+// Control-channel tags.
+constexpr int kShardTag = 10;
+constexpr int kResultTag = 11;
+// ShardChunk payloads stay far below protobuf's 2 GiB limit.
+constexpr int64_t kChunkBytes = int64_t{64} << 20;
+
+absl::StatusOr<std::string> ReadText(const std::string& path, bool required) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    if (!required) return std::string();
+    return absl::NotFoundError(absl::StrCat(path, " not found"));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The same config on every rank: parsed from the text rank 0 broadcast, with
+// the generation config's eos ids merged as LoadModelConfig does.
+absl::StatusOr<ModelConfig> ConfigFromManifest(const proto::ModelManifest& m) {
+  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(m.config_json()));
+  if (!m.generation_config_json().empty()) {
+    const nlohmann::json gen = nlohmann::json::parse(
+        m.generation_config_json(), nullptr, /*allow_exceptions=*/false);
+    if (gen.is_object() && gen.contains("eos_token_id")) {
+      std::vector<int64_t> ids;
+      const nlohmann::json& eos = gen["eos_token_id"];
+      if (eos.is_number_integer()) ids.push_back(eos.get<int64_t>());
+      if (eos.is_array()) {
+        for (const auto& id : eos) {
+          if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
+        }
+      }
+      for (int64_t id : ids) {
+        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
+                      id) == config.eos_token_ids.end()) {
+          config.eos_token_ids.push_back(id);
+        }
+      }
+    }
+  }
+  return config;
+}
+
+ShardSpec ShardOf(const ModelConfig& config, const ProcessGrid& grid,
+                  const std::vector<int64_t>& pp_layers, int rank) {
+  const GridPosition p = grid.Position(rank);
+  return *MakeShardSpec(config, p.tp_rank, grid.tp(), p.pp_stage, grid.pp(),
+                        pp_layers);
+}
+
+// Rank 0: sends `weights` (rank `dest`'s shard) as ShardChunks in ForEachWeight
+// order.
+absl::Status SendShard(ControlChannel& control, LlamaWeights& weights,
+                       int dest) {
+  std::vector<std::pair<std::string, Tensor*>> tensors;
+  ForEachWeight(&weights, [&](const std::string& name, Tensor* t) {
+    tensors.emplace_back(name, t);
+  });
+  proto::ShardChunk chunk;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const Tensor& t = *tensors[i].second;
+    const int64_t bytes = static_cast<int64_t>(t.nbytes());
+    for (int64_t offset = 0; offset == 0 || offset < bytes;
+         offset += kChunkBytes) {
+      const int64_t n = std::min(kChunkBytes, bytes - offset);
+      chunk.Clear();
+      chunk.set_index(static_cast<int32_t>(i));
+      chunk.set_name(tensors[i].first);
+      for (int64_t d : t.shape().dims()) chunk.add_shape(d);
+      chunk.set_byte_offset(offset);
+      chunk.set_data(static_cast<const char*>(t.data()) + offset, n);
+      chunk.set_last(i + 1 == tensors.size() && offset + n >= bytes);
+      RETURN_IF_ERROR(control.Send(chunk, dest, kShardTag));
+      if (bytes == 0) break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Other ranks: fills the allocated `weights` from rank 0's chunks, checking
+// each against the shard this rank expects.
+absl::Status ReceiveShard(ControlChannel& control, LlamaWeights& weights) {
+  std::vector<std::pair<std::string, Tensor*>> tensors;
+  ForEachWeight(&weights, [&](const std::string& name, Tensor* t) {
+    tensors.emplace_back(name, t);
+  });
+  proto::ShardChunk chunk;
+  while (true) {
+    RETURN_IF_ERROR(control.Recv(0, kShardTag, &chunk));
+    if (chunk.index() < 0 ||
+        chunk.index() >= static_cast<int32_t>(tensors.size())) {
+      return absl::DataLossError(absl::StrCat(
+          "weight chunk for tensor #", chunk.index(), " (", chunk.name(),
+          "): this shard has ", tensors.size(), " tensors"));
+    }
+    Tensor& t = *tensors[chunk.index()].second;
+    const Shape shape(
+        absl::MakeConstSpan(chunk.shape().data(), chunk.shape_size()));
+    if (chunk.name() != tensors[chunk.index()].first || shape != t.shape() ||
+        chunk.byte_offset() < 0 ||
+        chunk.byte_offset() + static_cast<int64_t>(chunk.data().size()) >
+            static_cast<int64_t>(t.nbytes())) {
+      return absl::DataLossError(absl::StrCat(
+          "weight chunk ", chunk.name(), " ", shape.ToString(), " at byte ",
+          chunk.byte_offset(), " does not fit tensor ",
+          tensors[chunk.index()].first, " ", t.shape().ToString()));
+    }
+    std::memcpy(static_cast<char*>(t.data()) + chunk.byte_offset(),
+                chunk.data().data(), chunk.data().size());
+    if (chunk.last()) return absl::OkStatus();
+  }
+}
+
+SamplingParams FromProto(const proto::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  if (p.has_seed()) s.seed = p.seed();
+  return s;
+}
+
+void ToProto(const SamplingParams& s, proto::SamplingParams* p) {
+  p->set_temperature(s.temperature);
+  p->set_top_k(s.top_k);
+  p->set_top_p(s.top_p);
+  p->set_has_seed(s.seed.has_value());
+  if (s.seed) p->set_seed(*s.seed);
+}
+
+float LogProb(absl::Span<const float> logits, int32_t token) {
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return static_cast<float>(logits[token] - max - std::log(sum));
+}
+
+}  // namespace
+
+ParallelJob::~ParallelJob() = default;
+
+absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
+    const MpiWorld& world, const std::string& model_dir,
+    const ParallelOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<ParallelJob> job(new ParallelJob());
+  job->world_ = &world;
+  job->world_rank_ = world.rank();
+  ASSIGN_OR_RETURN(ControlChannel control,
+                   ControlChannel::Create(world.comm()));
+  job->control_ = std::make_unique<ControlChannel>(std::move(control));
+
+  // Rank 0 reads the config once; everyone parses the same text.
+  proto::ModelManifest manifest;
+  if (job->is_coordinator()) {
+    manifest.set_model_dir(model_dir);
+    manifest.set_tensor_parallel(options.tp);
+    manifest.set_pipeline_parallel(options.pp);
+    for (int64_t n : options.pp_layers) manifest.add_pp_layers(n);
+    manifest.set_weights(options.weights_local
+                             ? proto::ModelManifest::WEIGHTS_LOCAL
+                             : proto::ModelManifest::WEIGHTS_FROM_RANK0);
+    absl::StatusOr<std::string> config =
+        ReadText(model_dir + "/config.json", true);
+    absl::StatusOr<std::string> gen =
+        ReadText(model_dir + "/generation_config.json", false);
+    if (!config.ok()) {
+      manifest.set_error(std::string(config.status().message()));
+    } else {
+      manifest.set_config_json(*config);
+      if (gen.ok()) manifest.set_generation_config_json(*gen);
+    }
+  }
+  RETURN_IF_ERROR(job->control_->Broadcast(&manifest, 0));
+  if (!manifest.error().empty()) return absl::NotFoundError(manifest.error());
+
+  // Everything below until the weights is computed identically on every rank,
+  // so an error here is the same everywhere and nobody waits for anybody.
+  ASSIGN_OR_RETURN(job->grid_,
+                   ProcessGrid::Create(world.size(), manifest.tensor_parallel(),
+                                       manifest.pipeline_parallel()));
+  ASSIGN_OR_RETURN(ModelConfig config, ConfigFromManifest(manifest));
+  const std::vector<int64_t> pp_layers(manifest.pp_layers().begin(),
+                                       manifest.pp_layers().end());
+  const GridPosition me = job->grid_.Position(world.rank());
+  ASSIGN_OR_RETURN(ShardSpec shard,
+                   MakeShardSpec(config, me.tp_rank, job->grid_.tp(),
+                                 me.pp_stage, job->grid_.pp(), pp_layers));
+  ASSIGN_OR_RETURN(job->comms_, SplitGrid(job->grid_, world.rank()));
+  ASSIGN_OR_RETURN(job->tp_comm_,
+                   MpiCommunicator::Create(std::move(job->comms_.tp)));
+  ASSIGN_OR_RETURN(job->pp_comm_,
+                   MpiCommunicator::Create(std::move(job->comms_.pp)));
+
+  // Weights: a failure here is this rank's alone, and the others are already
+  // waiting on it.
+  absl::StatusOr<LlamaWeights> weights;
+  if (manifest.weights() == proto::ModelManifest::WEIGHTS_LOCAL) {
+    absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
+        Checkpoint::Open(manifest.model_dir());
+    weights =
+        ckpt.ok() ? LoadLlamaWeights(**ckpt, config, shard) : ckpt.status();
+  } else if (job->is_coordinator()) {
+    absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
+        Checkpoint::Open(manifest.model_dir());
+    if (!ckpt.ok()) job->Fail(ckpt.status());
+    for (int rank = 1; rank < world.size(); ++rank) {
+      absl::StatusOr<LlamaWeights> theirs = LoadLlamaWeights(
+          **ckpt, config, ShardOf(config, job->grid_, pp_layers, rank));
+      if (!theirs.ok()) job->Fail(theirs.status());
+      const absl::Status sent = SendShard(*job->control_, *theirs, rank);
+      if (!sent.ok())
+        job->Fail(Annotate(
+            sent, absl::StrCat("sending rank ", rank, " its weights")));
+    }
+    weights = LoadLlamaWeights(**ckpt, config, shard);
+  } else {
+    weights = AllocateLlamaWeights(config, shard);
+    if (weights.ok()) {
+      const absl::Status received = ReceiveShard(*job->control_, *weights);
+      if (!received.ok()) weights = received;
+    }
+  }
+  if (!weights.ok()) {
+    job->Fail(Annotate(
+        weights.status(),
+        absl::StrCat("loading weights from ",
+                     model_dir.empty() ? manifest.model_dir() : model_dir)));
+  }
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
+      LlamaModel::Create(config, shard, *std::move(weights), &job->ops_,
+                         job->tp_comm_.get(), job->pp_comm_.get());
+  if (!model.ok()) job->Fail(model.status());
+  job->model_ = *std::move(model);
+  job->logits_.resize(config.vocab_size);
+  job->load_seconds_ =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return job;
+}
+
+void ParallelJob::Fail(const absl::Status& status) const {
+  world_->Abort(1, status.message());
+}
+
+int ParallelJob::sampler_rank() const {
+  return grid_.RankOf(grid_.pp() - 1, 0);
+}
+bool ParallelJob::is_sampler() const { return world_rank_ == sampler_rank(); }
+
+absl::Status ParallelJob::Execute(const proto::StepPlan& plan,
+                                  proto::StepResult* result) {
+  if (plan.new_sequence()) {
+    ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(plan.cache_capacity()));
+    cache_ = std::make_unique<KvCache>(std::move(cache));
+    if (is_sampler())
+      sampler_ = std::make_unique<Sampler>(FromProto(plan.sampling()));
+  }
+  if (cache_ == nullptr || cache_->length() != plan.start_position()) {
+    return absl::InternalError(absl::StrCat("step plan for position ",
+                                            plan.start_position(),
+                                            " does not follow the cache"));
+  }
+  const std::vector<int32_t> tokens(plan.tokens().begin(), plan.tokens().end());
+  RETURN_IF_ERROR(
+      model_->Forward(tokens, cache_.get(),
+                      model_->shard().last_stage() ? logits_.data() : nullptr));
+  if (!is_sampler()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int32_t token, sampler_->Sample(logits_));
+  result->Clear();
+  result->set_sequence_id(plan.sequence_id());
+  result->set_token(token);
+  result->set_logprob(LogProb(logits_, token));
+  if (plan.new_sequence() && plan.return_prefill_logits()) {
+    result->mutable_prefill_logits()->Add(logits_.begin(), logits_.end());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerationResult> ParallelJob::Generate(
+    const GenerationRequest& request,
+    const std::function<void(int32_t)>& on_token) {
+  if (!is_coordinator())
+    return absl::FailedPreconditionError("Generate runs on rank 0");
+  const ModelConfig& config = model_->config();
+  RETURN_IF_ERROR(ValidateRequest(config, request));
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+  const int64_t max_new = MaxNewTokens(config, request);
+
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::FORWARD);
+  plan.set_sequence_id(next_sequence_id_++);
+  plan.set_new_sequence(true);
+  plan.set_cache_capacity(
+      std::min(config.max_position_embeddings, prompt_len + max_new - 1));
+  plan.set_start_position(0);
+  plan.mutable_tokens()->Add(request.prompt_ids.begin(),
+                             request.prompt_ids.end());
+  ToProto(request.sampling, plan.mutable_sampling());
+  plan.set_return_prefill_logits(true);
+
+  GenerationResult out;
+  proto::StepResult result;
+  using Clock = std::chrono::steady_clock;
+  const auto t0 = Clock::now();
+  while (true) {
+    // From here on every rank is in the step: any failure ends the job.
+    absl::Status s = control_->Broadcast(&plan, 0);
+    if (s.ok()) s = Execute(plan, &result);
+    if (s.ok() && !is_sampler())
+      s = control_->Recv(sampler_rank(), kResultTag, &result);
+    if (!s.ok()) Fail(s);
+    if (plan.new_sequence()) {
+      out.prefill_seconds =
+          std::chrono::duration<double>(Clock::now() - t0).count();
+      out.prefill_logits.assign(result.prefill_logits().begin(),
+                                result.prefill_logits().end());
+    }
+    const int32_t token = result.token();
+    out.output_ids.push_back(token);
+    if (on_token) on_token(token);
+    if (IsEos(config.eos_token_ids, token) && !request.ignore_eos) {
+      out.finish_reason = FinishReason::kStop;
+      break;
+    }
+    if (static_cast<int64_t>(out.output_ids.size()) >= max_new) {
+      out.finish_reason = FinishReason::kLength;
+      break;
+    }
+    plan.set_start_position(plan.start_position() + plan.tokens_size());
+    plan.set_new_sequence(false);
+    plan.clear_tokens();
+    plan.add_tokens(token);
+  }
+  out.decode_seconds =
+      std::chrono::duration<double>(Clock::now() - t0).count() -
+      out.prefill_seconds;
+  return out;
+}
+
+absl::Status ParallelJob::Shutdown() {
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::SHUTDOWN);
+  return control_->Broadcast(&plan, 0);
+}
+
+absl::Status ParallelJob::ServeSteps() {
+  proto::StepPlan plan;
+  proto::StepResult result;
+  while (true) {
+    RETURN_IF_ERROR(control_->Broadcast(&plan, 0));
+    if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
+    absl::Status s = Execute(plan, &result);
+    if (s.ok() && is_sampler()) s = control_->Send(result, 0, kResultTag);
+    if (!s.ok()) Fail(s);
+  }
+}
+
+}  // namespace tessera

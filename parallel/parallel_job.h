@@ -1,0 +1,108 @@
+// ParallelJob: one rank's part of a tensor × pipeline parallel model under MPI,
+// and the two rank loops that drive it.
+//
+//   rank 0 (coordinator): reads config.json, broadcasts the ModelManifest,
+//   sends every rank its
+//     weight shard (or lets each read its own with --weights local), then
+//     serves generation requests through TokenGenerator: each step it
+//     broadcasts a StepPlan, runs its own stage, and receives the sampled token
+//     in a StepResult from the last stage.
+//   every other rank (worker): builds the same model from the manifest and runs
+//   ServeSteps()
+//     until the coordinator broadcasts SHUTDOWN.
+//
+// Which rank samples: tp-rank 0 of the last pipeline stage (it holds the full
+// logits after the vocabulary-parallel gather). Errors on any rank are fatal
+// for the job: the caller reports them through MpiWorld::Abort, so no rank is
+// ever left waiting.
+#ifndef TESSERA_PARALLEL_PARALLEL_JOB_H_
+#define TESSERA_PARALLEL_PARALLEL_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "parallel/control_channel.h"
+#include "parallel/mpi_communicator.h"
+#include "parallel/mpi_world.h"
+#include "parallel/process_grid.h"
+#include "proto/tessera.pb.h"
+#include "runtime/engine/generator.h"
+#include "runtime/model/llama.h"
+
+namespace tessera {
+
+struct ParallelOptions {
+  int tp = 1;
+  int pp = 1;
+  std::vector<int64_t> pp_layers;  // Layers per stage; empty = even split.
+  bool weights_local =
+      false;  // Each rank reads its own slices (shared filesystem).
+};
+
+class ParallelJob final : public TokenGenerator {
+ public:
+  // Collective over the world: every rank calls it. `model_dir` and `options`
+  // are read on rank 0 (and model_dir also on every rank with weights_local).
+  // InvalidArgument on every rank alike when the world's size is not tp × pp or
+  // the model cannot be split.
+  static absl::StatusOr<std::unique_ptr<ParallelJob>> Create(
+      const MpiWorld& world, const std::string& model_dir,
+      const ParallelOptions& options);
+
+  ~ParallelJob() override;
+
+  int rank() const { return world_rank_; }
+  bool is_coordinator() const {
+    return world_rank_ == ProcessGrid::kCoordinatorRank;
+  }
+  const ModelConfig& config() const override { return model_->config(); }
+  const ShardSpec& shard() const { return model_->shard(); }
+  int64_t weight_bytes() const { return model_->weight_bytes(); }
+  double load_seconds() const { return load_seconds_; }
+
+  // Coordinator only: runs one request across the job (see TokenGenerator).
+  absl::StatusOr<GenerationResult> Generate(
+      const GenerationRequest& request,
+      const std::function<void(int32_t)>& on_token = {}) override;
+
+  // Coordinator only: tells every worker to leave ServeSteps().
+  absl::Status Shutdown();
+
+  // Workers: executes StepPlans until SHUTDOWN.
+  absl::Status ServeSteps();
+
+ private:
+  ParallelJob() = default;
+  // Ends the job from inside a step: once a plan is out, a failure on one rank
+  // would leave the others blocked in a collective.
+  [[noreturn]] void Fail(const absl::Status& status) const;
+  // Runs one plan on this rank; the sampling rank fills *result.
+  absl::Status Execute(const proto::StepPlan& plan, proto::StepResult* result);
+  bool is_sampler() const;
+  int sampler_rank() const;
+
+  const MpiWorld* world_ = nullptr;
+  int world_rank_ = 0;
+  ProcessGrid grid_ = *ProcessGrid::Create(1, 1, 1);
+  std::unique_ptr<ControlChannel> control_;
+  GridComms comms_;
+  std::unique_ptr<MpiCommunicator> tp_comm_, pp_comm_;
+  CpuOps ops_;
+  std::unique_ptr<LlamaModel> model_;
+  double load_seconds_ = 0.0;
+
+  // The sequence being generated (one at a time until the batching scheduler
+  // lands).
+  uint64_t next_sequence_id_ = 1;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<Sampler> sampler_;
+  std::vector<float> logits_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_PARALLEL_PARALLEL_JOB_H_
