@@ -1,0 +1,90 @@
+#!/bin/bash
+# Distributed generation under mpirun equals transformers: for every golden fixture and the
+# demo checkpoint, greedy tokens at -np 2 --tp 2, -np 2 --pp 2 and -np 4 --tp 2 --pp 2, with
+# weights sent by rank 0 and read locally, are exactly the golden output_ids (the same ids the
+# single-process tests check). Also: a world size that is not tp × pp is one clear error.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+RUNFILES="${TEST_SRCDIR:-$PWD/..}"
+TESSERA="$RUNFILES/tessera/launch/tessera"
+GOLDEN="$RUNFILES/tessera/tests/fixtures/golden"
+DEMO="$RUNFILES/shared/models/stories260K"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}/mpi_generate"
+mkdir -p "$TMP"
+failures=0
+cases=0
+
+# Every golden case of $1/golden.json as prompts-file lines, and the expected output_ids.
+extract() {
+  grep -o '"prompt_ids":\[[0-9,]*\]' "$1/golden.json" | sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
+  grep -o '"output_ids":\[[0-9,]*\]' "$1/golden.json" >"$TMP/want"
+}
+
+run_case() {  # name, model dir, max tokens, np, flags...
+  local name="$1" model="$2" max="$3" np="$4"
+  shift 4
+  cases=$((cases + 1))
+  timeout 120 mpirun -np "$np" --bind-to none "$TESSERA" generate --model "$model" \
+    --prompts-file "$TMP/prompts.jsonl" --max-tokens "$max" --temperature 0 --output json \
+    "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  grep -o '"output_ids":\[[0-9,]*\]' "$TMP/out" >"$TMP/got"
+  if [ "$rc" -ne 0 ] || ! cmp -s "$TMP/got" "$TMP/want"; then
+    failures=$((failures + 1))
+    echo "FAIL: $name (exit $rc)"
+    head -c 600 "$TMP/err"
+    diff "$TMP/want" "$TMP/got" | head -5
+  else
+    echo "PASS: $name"
+  fi
+}
+
+for dir in "$GOLDEN"/*/; do
+  fixture=$(basename "$dir")
+  extract "$dir"
+  for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2"; do
+    for weights in rank0 local; do
+      # shellcheck disable=SC2086
+      run_case "$fixture np=$layout weights=$weights" "$dir" 20 $layout --weights "$weights"
+    done
+  done
+done
+
+# The demo checkpoint: transformers' 200-token greedy story for "Once upon a time".
+grep -o '"prompt_ids": *\[[0-9, ]*\]' "$RUNFILES/tessera/tests/fixtures/stories260K_golden.json" |
+  head -n 1 | tr -d ' ' | sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
+grep -o '"output_ids": *\[[0-9, ]*\]' "$RUNFILES/tessera/tests/fixtures/stories260K_golden.json" |
+  head -n 1 | tr -d ' ' >"$TMP/want"
+for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2"; do
+  # shellcheck disable=SC2086
+  run_case "stories260K np=$layout" "$DEMO" 200 $layout
+done
+
+# A world that is not tp × pp: one clear line from rank 0, non-zero exit, no hang.
+cases=$((cases + 1))
+timeout 60 mpirun -np 3 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
+  --tp 2 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: the job has 3 ranks but tp × pp = 2 × 1 = 2' "$TMP/err" ||
+  [ "$(grep -c '^tessera: ' "$TMP/err")" -ne 1 ]; then
+  failures=$((failures + 1))
+  echo "FAIL: world size mismatch (exit $rc): $(head -c 400 "$TMP/err")"
+else
+  echo "PASS: world size mismatch"
+fi
+
+# A model that cannot be split: every rank stops, rank 0 says why.
+cases=$((cases + 1))
+timeout 60 mpirun -np 3 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
+  --tp 3 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: cannot split' "$TMP/err"; then
+  failures=$((failures + 1))
+  echo "FAIL: unsplittable model (exit $rc): $(head -c 400 "$TMP/err")"
+else
+  echo "PASS: unsplittable model"
+fi
+
+echo "$((cases - failures)) of $cases cases passed"
+[ "$failures" -eq 0 ]
