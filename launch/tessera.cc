@@ -96,6 +96,16 @@ int GenerateParallel(const tessera::GenerateOptions& o,
       (*job)->load_seconds());
   const absl::Status status = tessera::RunGenerate(o, job->get(), std::cout);
   std::cout.flush();
+  const auto& stats = (*job)->control_stats();
+  if (stats.steps > 0) {
+    std::cerr << absl::StrFormat(
+        "[tessera] control plane: %d steps, %.1f plan bytes/step, broadcast "
+        "%.1f us/step, "
+        "waiting for results %.1f us/step\n",
+        stats.steps, static_cast<double>(stats.plan_bytes) / stats.steps,
+        stats.broadcast_seconds * 1e6 / stats.steps,
+        stats.result_seconds * 1e6 / stats.steps);
+  }
   const absl::Status shutdown = (*job)->Shutdown();
   if (!shutdown.ok()) (*world)->Abort(1, shutdown.message());
   if (!status.ok()) {

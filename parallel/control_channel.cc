@@ -4,6 +4,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
 
@@ -27,6 +28,13 @@ absl::Status AsDataLoss(const absl::Status& status, absl::string_view context) {
 
 }  // namespace
 
+void ControlChannel::TrimBuffer() {
+  // Steady-state messages (StepPlan, StepResult) are kilobytes and reuse the
+  // buffer without allocating; the tens of MiB that weight loading needed are
+  // given back rather than held for the life of the job.
+  if (buffer_.capacity() > kKeptBufferBytes) std::string().swap(buffer_);
+}
+
 absl::StatusOr<ControlChannel> ControlChannel::Create(
     const MpiComm& parent, ControlChannelOptions options) {
   RETURN_IF_ERROR(ValidateMaxMessageBytes(options.max_message_bytes));
@@ -49,6 +57,7 @@ absl::Status ControlChannel::CheckPeer(int peer, absl::string_view role,
 
 absl::Status ControlChannel::Send(const google::protobuf::MessageLite& msg,
                                   int dest, int tag) {
+  absl::Cleanup trim = [this] { TrimBuffer(); };
   RETURN_IF_ERROR(CheckPeer(dest, "destination", /*allow_any=*/false));
   const absl::Status encoded =
       EncodeFrame(msg, options_.max_message_bytes, &buffer_);
@@ -67,6 +76,7 @@ absl::Status ControlChannel::Send(const google::protobuf::MessageLite& msg,
 absl::Status ControlChannel::Recv(int source, int tag,
                                   google::protobuf::MessageLite* msg,
                                   int* from) {
+  absl::Cleanup trim = [this] { TrimBuffer(); };
   RETURN_IF_ERROR(CheckPeer(source, "source", /*allow_any=*/true));
   const auto what = [&] {
     return absl::StrCat("receiving control message ", msg->GetTypeName(),
@@ -122,6 +132,7 @@ absl::Status ControlChannel::Recv(int source, int tag,
 
 absl::Status ControlChannel::Broadcast(google::protobuf::MessageLite* msg,
                                        int root) {
+  absl::Cleanup trim = [this] { TrimBuffer(); };
   RETURN_IF_ERROR(CheckPeer(root, "broadcast root", /*allow_any=*/false));
   const auto what = [&](absl::string_view part) {
     return absl::StrCat("broadcasting the ", part, " of control message ",

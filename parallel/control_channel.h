@@ -94,6 +94,10 @@ class ControlChannel {
 
   absl::Status CheckPeer(int peer, absl::string_view role,
                          bool allow_any) const;
+  void TrimBuffer();
+
+  // The buffer keeps at most this much capacity between calls.
+  static constexpr size_t kKeptBufferBytes = size_t{1} << 20;
 
   MpiComm comm_;
   ControlChannelOptions options_;

@@ -324,11 +324,20 @@ absl::StatusOr<GenerationResult> ParallelJob::Generate(
   const auto t0 = Clock::now();
   while (true) {
     // From here on every rank is in the step: any failure ends the job.
+    const auto b0 = Clock::now();
     absl::Status s = control_->Broadcast(&plan, 0);
+    const auto b1 = Clock::now();
     if (s.ok()) s = Execute(plan, &result);
+    const auto r0 = Clock::now();
     if (s.ok() && !is_sampler())
       s = control_->Recv(sampler_rank(), kResultTag, &result);
     if (!s.ok()) Fail(s);
+    ++control_stats_.steps;
+    control_stats_.plan_bytes += static_cast<int64_t>(plan.ByteSizeLong());
+    control_stats_.broadcast_seconds +=
+        std::chrono::duration<double>(b1 - b0).count();
+    control_stats_.result_seconds +=
+        std::chrono::duration<double>(Clock::now() - r0).count();
     if (plan.new_sequence()) {
       out.prefill_seconds =
           std::chrono::duration<double>(Clock::now() - t0).count();

@@ -64,6 +64,17 @@ class ParallelJob final : public TokenGenerator {
   int64_t weight_bytes() const { return model_->weight_bytes(); }
   double load_seconds() const { return load_seconds_; }
 
+  // Control-plane cost on the coordinator so far: steps broadcast, their
+  // serialized plan bytes, and the time spent in those broadcasts (plan out)
+  // and in receiving results.
+  struct ControlStats {
+    int64_t steps = 0;
+    int64_t plan_bytes = 0;
+    double broadcast_seconds = 0.0;
+    double result_seconds = 0.0;
+  };
+  const ControlStats& control_stats() const { return control_stats_; }
+
   // Coordinator only: runs one request across the job (see TokenGenerator).
   absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
@@ -94,6 +105,7 @@ class ParallelJob final : public TokenGenerator {
   CpuOps ops_;
   std::unique_ptr<LlamaModel> model_;
   double load_seconds_ = 0.0;
+  ControlStats control_stats_;
 
   // The sequence being generated (one at a time until the batching scheduler
   // lands).
