@@ -56,10 +56,23 @@ grep -o '"prompt_ids": *\[[0-9, ]*\]' "$RUNFILES/tessera/tests/fixtures/stories2
   head -n 1 | tr -d ' ' | sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
 grep -o '"output_ids": *\[[0-9, ]*\]' "$RUNFILES/tessera/tests/fixtures/stories260K_golden.json" |
   head -n 1 | tr -d ' ' >"$TMP/want"
-for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2"; do
+for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2" "2 --pp 2 --pp-layers 4,1" \
+  "2 --pp 2 --pp-layers 1,4 --weights local"; do
   # shellcheck disable=SC2086
   run_case "stories260K np=$layout" "$DEMO" 200 $layout
 done
+
+# --pp-layers that do not add up to the model's 5 layers: one clear error.
+cases=$((cases + 1))
+timeout 60 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
+  --pp 2 --pp-layers 3,3 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: --pp-layers 3,3' "$TMP/err"; then
+  failures=$((failures + 1))
+  echo "FAIL: bad --pp-layers (exit $rc): $(head -c 400 "$TMP/err")"
+else
+  echo "PASS: bad --pp-layers"
+fi
 
 # A world that is not tp × pp: one clear line from rank 0, non-zero exit, no hang.
 cases=$((cases + 1))
