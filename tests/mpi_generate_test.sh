@@ -51,6 +51,23 @@ for dir in "$GOLDEN"/*/; do
   done
 done
 
+# Prefill logits through the vocabulary-parallel head, within 1e-4 of transformers'.
+for dir in "$GOLDEN"/*/; do
+  for layout in "2 2 1" "2 1 2" "4 2 2"; do
+    set -- $layout
+    cases=$((cases + 1))
+    if timeout 120 mpirun -np "$1" --bind-to none "$RUNFILES/tessera/tests/mpi_logits_check" \
+      "$dir" "$2" "$3" >"$TMP/out" 2>"$TMP/err"; then
+      echo "PASS: logits $(basename "$dir") tp$2 pp$3"
+    else
+      failures=$((failures + 1))
+      echo "FAIL: logits $(basename "$dir") tp$2 pp$3"
+      cat "$TMP/out"
+      head -c 600 "$TMP/err"
+    fi
+  done
+done
+
 # The demo checkpoint: transformers' 200-token greedy story for "Once upon a time".
 grep -o '"prompt_ids": *\[[0-9, ]*\]' "$RUNFILES/tessera/tests/fixtures/stories260K_golden.json" |
   head -n 1 | tr -d ' ' | sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
