@@ -88,12 +88,20 @@ int GenerateParallel(const tessera::GenerateOptions& o,
     return 0;
   }
   std::cerr << absl::StrFormat(
-      "[tessera] %d ranks (tp %d x pp %d); rank 0 holds layers %d-%d, %.1f MiB "
-      "of weights; "
-      "loaded in %.2f s\n",
-      (*world)->size(), p.tp, p.pp, (*job)->shard().first_layer,
-      (*job)->shard().end_layer - 1, (*job)->weight_bytes() / 1048576.0,
+      "[tessera] %d ranks (tp %d x pp %d); rank 0 holds %.1f MiB of weights; "
+      "loaded in "
+      "%.2f s\n",
+      (*world)->size(), p.tp, p.pp, (*job)->weight_bytes() / 1048576.0,
       (*job)->load_seconds());
+  for (const auto& l : (*job)->layout()) {
+    std::cerr << absl::StrFormat(
+        "[tessera]   rank %d: tp %d, stage %d, layers %d-%d, %d heads, %d KV "
+        "heads, vocab rows "
+        "%d-%d\n",
+        l.rank(), l.tp_rank(), l.pp_stage(), l.first_layer(), l.end_layer() - 1,
+        l.local_heads(), l.local_kv_heads(), l.first_vocab_id(),
+        l.first_vocab_id() + l.vocab_rows() - 1);
+  }
   const absl::Status status = tessera::RunGenerate(o, job->get(), std::cout);
   std::cout.flush();
   const auto& stats = (*job)->control_stats();

@@ -154,6 +154,37 @@ float LogProb(absl::Span<const float> logits, int32_t token) {
   return static_cast<float>(logits[token] - max - std::log(sum));
 }
 
+// Rank 0 records which rank holds what, when the split is valid (an invalid one
+// is reported by every rank alike right after the broadcast).
+void DescribeLayout(proto::ModelManifest* m, int world_size) {
+  absl::StatusOr<ModelConfig> config = ConfigFromManifest(*m);
+  absl::StatusOr<ProcessGrid> grid = ProcessGrid::Create(
+      world_size, m->tensor_parallel(), m->pipeline_parallel());
+  if (!config.ok() || !grid.ok()) return;
+  m->set_dtype(config->torch_dtype);
+  const std::vector<int64_t> pp_layers(m->pp_layers().begin(),
+                                       m->pp_layers().end());
+  for (int rank = 0; rank < world_size; ++rank) {
+    const GridPosition p = grid->Position(rank);
+    absl::StatusOr<ShardSpec> s = MakeShardSpec(
+        *config, p.tp_rank, grid->tp(), p.pp_stage, grid->pp(), pp_layers);
+    if (!s.ok()) {
+      m->clear_layout();
+      return;
+    }
+    proto::RankLayout* l = m->add_layout();
+    l->set_rank(rank);
+    l->set_tp_rank(p.tp_rank);
+    l->set_pp_stage(p.pp_stage);
+    l->set_first_layer(s->first_layer);
+    l->set_end_layer(s->end_layer);
+    l->set_local_heads(s->local_heads);
+    l->set_local_kv_heads(s->local_kv_heads);
+    l->set_first_vocab_id(s->first_vocab_id);
+    l->set_vocab_rows(s->vocab_per_rank);
+  }
+}
+
 }  // namespace
 
 ParallelJob::~ParallelJob() = default;
@@ -188,6 +219,7 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
     } else {
       manifest.set_config_json(*config);
       if (gen.ok()) manifest.set_generation_config_json(*gen);
+      DescribeLayout(&manifest, world.size());
     }
   }
   RETURN_IF_ERROR(job->control_->Broadcast(&manifest, 0));
@@ -205,6 +237,15 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   ASSIGN_OR_RETURN(ShardSpec shard,
                    MakeShardSpec(config, me.tp_rank, job->grid_.tp(),
                                  me.pp_stage, job->grid_.pp(), pp_layers));
+  if (manifest.layout_size() != world.size() ||
+      manifest.layout(world.rank()).first_layer() != shard.first_layer ||
+      manifest.layout(world.rank()).end_layer() != shard.end_layer ||
+      manifest.layout(world.rank()).local_heads() != shard.local_heads) {
+    return absl::InternalError(
+        absl::StrCat("rank ", world.rank(),
+                     " computed a shard that differs from rank 0's layout"));
+  }
+  job->layout_.assign(manifest.layout().begin(), manifest.layout().end());
   ASSIGN_OR_RETURN(job->comms_, SplitGrid(job->grid_, world.rank()));
   ASSIGN_OR_RETURN(job->tp_comm_,
                    MpiCommunicator::Create(std::move(job->comms_.tp)));

@@ -63,6 +63,9 @@ class ParallelJob final : public TokenGenerator {
   const ShardSpec& shard() const { return model_->shard(); }
   int64_t weight_bytes() const { return model_->weight_bytes(); }
   double load_seconds() const { return load_seconds_; }
+  // Which rank holds what (from the manifest): layers, heads and vocabulary
+  // rows per rank.
+  const std::vector<proto::RankLayout>& layout() const { return layout_; }
 
   // Control-plane cost on the coordinator so far: steps broadcast, their
   // serialized plan bytes, and the time spent in those broadcasts (plan out)
@@ -105,6 +108,7 @@ class ParallelJob final : public TokenGenerator {
   CpuOps ops_;
   std::unique_ptr<LlamaModel> model_;
   double load_seconds_ = 0.0;
+  std::vector<proto::RankLayout> layout_;
   ControlStats control_stats_;
 
   // The sequence being generated (one at a time until the batching scheduler
