@@ -244,6 +244,7 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
   }
 
   TokenGenerator& generator = *loaded->generator;
+  int64_t decode_allocations = 0;
   for (size_t i = 0; i < prompts.size(); ++i) {
     const Prompt& p = prompts[i];
     GenerationRequest request;
@@ -268,7 +269,15 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
       detokenizer.emplace(tokenizer, p.ids, /*skip_special_tokens=*/true);
     }
     bool started = false;
+    // The second token is sampled right after the first decode step: from then
+    // on the allocator must not need its source again.
+    int tokens_seen = 0;
+    int64_t allocations_at_first_decode = -1;
     auto on_token = [&](int32_t token) {
+      if (++tokens_seen == 2) {
+        allocations_at_first_decode =
+            generator.memory_stats().underlying_allocations;
+      }
       if (!detokenizer || !stream_status.ok()) return;
       if (!started) {  // Echo the prompt only once generation has really begun.
         out << prompt_text;
@@ -290,6 +299,10 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
                                            : "generate");
     }
     RETURN_IF_ERROR(stream_status);
+    if (allocations_at_first_decode >= 0) {
+      decode_allocations += generator.memory_stats().underlying_allocations -
+                            allocations_at_first_decode;
+    }
 
     if (stream) {
       ASSIGN_OR_RETURN(const std::string rest, detokenizer->Finish());
@@ -330,6 +343,25 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
             ? decode_tokens / result->decode_seconds
             : 0.0,
         FinishReasonName(result->finish_reason));
+  }
+  if (!o.stats_json.empty()) {
+    const AllocatorStats stats = generator.memory_stats();
+    nlohmann::ordered_json j;
+    j["allocator"] = {
+        {"underlying_allocations", stats.underlying_allocations},
+        {"underlying_allocations_decode", decode_allocations},
+        {"underlying_frees", stats.underlying_frees},
+        {"underlying_allocated_bytes", stats.underlying_allocated_bytes},
+        {"reserved_bytes", stats.reserved_bytes},
+        {"in_use_bytes", stats.in_use_bytes},
+        {"peak_in_use_bytes", stats.peak_in_use_bytes},
+        {"pinned_bytes", stats.pinned_bytes}};
+    std::ofstream file(o.stats_json);
+    file << j.dump(2) << "\n";
+    if (!file) {
+      return absl::InternalError(
+          absl::StrCat("cannot write --stats-json file ", o.stats_json));
+    }
   }
   return absl::OkStatus();
 }

@@ -30,6 +30,14 @@ struct GenerateOptions {
   // template places any BOS itself. Prompts-file lines with "messages" are
   // always rendered this way.
   bool chat = false;
+  // When set, a JSON file of memory statistics is written here at the end:
+  // {"allocator": {"underlying_allocations", "underlying_allocations_decode",
+  // "reserved_bytes",
+  //  "peak_in_use_bytes", "pinned_bytes", ...}}, where
+  //  underlying_allocations_decode counts the
+  // source allocations made after each prompt's first decode step (summed over
+  // prompts).
+  std::string stats_json;
 };
 
 // Loads the model once and generates for every prompt, writing to `out`: in

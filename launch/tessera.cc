@@ -146,6 +146,8 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help,
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
+  flags.Add("stats-json", &o.stats_json,
+            "write memory statistics to this JSON file");
   flags.Add("tp", &tp, "tensor-parallel ranks (under mpirun: world = tp x pp)");
   flags.Add("pp", &pp, "pipeline-parallel stages");
   flags.Add("pp-layers", &pp_layers,

@@ -60,6 +60,9 @@ class ParallelJob final : public TokenGenerator {
     return world_rank_ == ProcessGrid::kCoordinatorRank;
   }
   const ModelConfig& config() const override { return model_->config(); }
+  AllocatorStats memory_stats() const override {
+    return model_->memory_stats();
+  }
   const ShardSpec& shard() const { return model_->shard(); }
   int64_t weight_bytes() const { return model_->weight_bytes(); }
   double load_seconds() const { return load_seconds_; }

@@ -1075,3 +1075,38 @@ TEST(BadModel, CheckpointLargerThanMemoryIsRefusedUpFront) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// The acceptance: 256 tokens on the demo checkpoint make no allocation
+// from the memory source after the first decode step, as the --stats-json
+// statistics show.
+TEST(MemoryStats, DecodeAllocatesNothingAfterTheFirstStep) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = "Once upon a time";
+  o.max_tokens = 256;
+  o.ignore_eos = true;
+  o.output = "json";
+  o.stats_json = TempDir("stats") + "/stats.json";
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  ASSERT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 256u);
+  const json stats = ReadJson(o.stats_json);
+  ASSERT_TRUE(stats.contains("allocator")) << stats;
+  const json& a = stats["allocator"];
+  for (const char* key :
+       {"underlying_allocations", "underlying_allocations_decode",
+        "reserved_bytes", "peak_in_use_bytes", "pinned_bytes"}) {
+    ASSERT_TRUE(a.contains(key)) << key;
+  }
+  EXPECT_GE(a["underlying_allocations"].get<int64_t>(),
+            1);  // The workspace, at least.
+  EXPECT_EQ(a["underlying_allocations_decode"].get<int64_t>(), 0) << a;
+  EXPECT_GT(a["peak_in_use_bytes"].get<int64_t>(), 0);
+  EXPECT_GE(a["reserved_bytes"].get<int64_t>(),
+            a["peak_in_use_bytes"].get<int64_t>() / 2);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -321,9 +321,11 @@ absl::Status CpuOps::Attention(const AttentionArgs& args) {
 
 #pragma omp parallel if (work > kParallelThreshold)
   {
-    // Softmax weights of one (token, head), reused across the loop: no
-    // allocation per head.
-    std::vector<float> weights(kv_len);
+    // Softmax weights of one (token, head), reused across heads and calls:
+    // grows to the longest context once per thread, then a decode step
+    // allocates nothing.
+    thread_local std::vector<float> weights;
+    if (weights.size() < static_cast<size_t>(kv_len)) weights.resize(kv_len);
 #pragma omp for collapse(2) schedule(static)
     for (int64_t t = 0; t < tokens; ++t) {
       for (int64_t h = 0; h < num_heads; ++h) {

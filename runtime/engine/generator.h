@@ -44,6 +44,8 @@ class TokenGenerator {
  public:
   virtual ~TokenGenerator() = default;
   virtual const ModelConfig& config() const = 0;
+  // The working-memory allocator's statistics (rank 0's in a parallel job).
+  virtual AllocatorStats memory_stats() const = 0;
   // See Generator::Generate.
   virtual absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
@@ -72,6 +74,9 @@ class Generator final : public TokenGenerator {
   Generator(LlamaModel* model, std::vector<int64_t> eos_ids);
 
   const ModelConfig& config() const override { return model_->config(); }
+  AllocatorStats memory_stats() const override {
+    return model_->memory_stats();
+  }
 
   // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad
   // sampling parameters or max_tokens < 1; OutOfRange for a prompt longer than

@@ -327,21 +327,53 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
 
 absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c,
                                         const ShardSpec& shard,
-                                        int64_t capacity) {
+                                        int64_t capacity,
+                                        PinnableBlockAllocator* allocator) {
   if (capacity <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache capacity ", capacity));
   }
   KvCache cache;
+  cache.allocator_ = allocator;
   cache.capacity_ = capacity;
   const Shape shape({capacity, shard.local_kv_heads, c.head_dim});
+  const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
   for (int64_t l = shard.first_layer; l < shard.end_layer; ++l) {
-    ASSIGN_OR_RETURN(Tensor k, Tensor::Zeros(DType::kF32, shape));
-    ASSIGN_OR_RETURN(Tensor v, Tensor::Zeros(DType::kF32, shape));
-    cache.k_.push_back(std::move(k));
-    cache.v_.push_back(std::move(v));
+    for (std::vector<TensorView>* side : {&cache.k_, &cache.v_}) {
+      absl::StatusOr<void*> block = allocator->Allocate(bytes);
+      if (!block.ok()) {
+        return Annotate(block.status(),
+                        absl::StrCat("allocating the KV cache for ", capacity,
+                                     " positions"));
+      }
+      side->emplace_back(*block, DType::kF32, shape);
+    }
   }
   return cache;
+}
+
+KvCache& KvCache::operator=(KvCache&& other) noexcept {
+  if (this != &other) {
+    Release();
+    allocator_ = other.allocator_;
+    capacity_ = other.capacity_;
+    length_ = other.length_;
+    k_ = std::move(other.k_);
+    v_ = std::move(other.v_);
+    other.k_.clear();
+    other.v_.clear();
+    other.allocator_ = nullptr;
+  }
+  return *this;
+}
+
+void KvCache::Release() {
+  if (allocator_ == nullptr) return;
+  for (std::vector<TensorView>* side : {&k_, &v_}) {
+    for (const TensorView& t : *side) allocator_->Free(t.data()).IgnoreError();
+    side->clear();
+  }
+  allocator_ = nullptr;
 }
 
 LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
@@ -353,7 +385,13 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
       inv_freq_(std::move(inv_freq)),
       ops_(ops),
       tp_(tp != nullptr ? tp : &single_),
-      pp_(pp != nullptr ? pp : &single_) {}
+      pp_(pp != nullptr ? pp : &single_),
+      own_source_(std::make_unique<HostMemorySource>()),
+      own_allocator_(
+          std::make_unique<PinnableBlockAllocator>(own_source_.get())),
+      allocator_(own_allocator_.get()),
+      max_step_tokens_(
+          std::min<int64_t>(2048, config_.max_position_embeddings)) {}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, LlamaWeights weights, Ops* ops) {
@@ -382,9 +420,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
         "weights do not match the shard's pipeline stage");
   }
   ASSIGN_OR_RETURN(Tensor inv_freq, ComputeRopeInvFreq(config));
-  return std::unique_ptr<LlamaModel>(
+  std::unique_ptr<LlamaModel> model(
       new LlamaModel(std::move(config), shard, std::move(weights),
                      std::move(inv_freq), ops, tp, pp));
+  RETURN_IF_ERROR(model->BindScratch());
+  return model;
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
@@ -426,33 +466,40 @@ int64_t LlamaModel::weight_bytes() const {
   return bytes;
 }
 
-absl::Status LlamaModel::EnsureScratch(int64_t tokens) {
-  if (tokens <= scratch_tokens_) return absl::OkStatus();
+absl::Status LlamaModel::BindScratch() {
   const ModelConfig& c = config_;
   const ShardSpec& s = shard_;
-  const int64_t T = tokens;
-  ASSIGN_OR_RETURN(hidden_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
-  ASSIGN_OR_RETURN(normed_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
-  ASSIGN_OR_RETURN(q_,
-                   Tensor::Empty(DType::kF32, {T, s.local_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(
-      k_, Tensor::Empty(DType::kF32, {T, s.local_kv_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(
-      v_, Tensor::Empty(DType::kF32, {T, s.local_kv_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(attn_,
-                   Tensor::Empty(DType::kF32, {T, s.local_heads, c.head_dim}));
-  ASSIGN_OR_RETURN(proj_, Tensor::Empty(DType::kF32, {T, c.hidden_size}));
-  ASSIGN_OR_RETURN(gate_,
-                   Tensor::Empty(DType::kF32, {T, s.local_intermediate}));
-  ASSIGN_OR_RETURN(up_, Tensor::Empty(DType::kF32, {T, s.local_intermediate}));
-  ASSIGN_OR_RETURN(last_hidden_,
-                   Tensor::Empty(DType::kF32, {1, c.hidden_size}));
-  ASSIGN_OR_RETURN(local_logits_,
-                   Tensor::Empty(DType::kF32, {1, s.vocab_per_rank}));
-  ASSIGN_OR_RETURN(gathered_logits_,
-                   Tensor::Empty(DType::kF32, {s.tp_size, s.vocab_per_rank}));
+  const int64_t T = max_step_tokens_;
+  const int64_t D = c.head_dim;
+  struct Spec {
+    const char* name;
+    TensorView* view;
+    Shape shape;
+  };
+  const Spec specs[] = {
+      {"hidden", &hidden_, {T, c.hidden_size}},
+      {"normed", &normed_, {T, c.hidden_size}},
+      {"q", &q_, {T, s.local_heads, D}},
+      {"k", &k_, {T, s.local_kv_heads, D}},
+      {"v", &v_, {T, s.local_kv_heads, D}},
+      {"attn", &attn_, {T, s.local_heads, D}},
+      {"proj", &proj_, {T, c.hidden_size}},
+      {"gate", &gate_, {T, s.local_intermediate}},
+      {"up", &up_, {T, s.local_intermediate}},
+      {"last_hidden", &last_hidden_, {1, c.hidden_size}},
+      {"local_logits", &local_logits_, {1, s.vocab_per_rank}},
+      {"gathered_logits", &gathered_logits_, {s.tp_size, s.vocab_per_rank}},
+  };
+  for (const Spec& spec : specs) {
+    RETURN_IF_ERROR(workspace_.RegisterBuffer(
+        spec.name, static_cast<size_t>(spec.shape.numel()) * sizeof(float)));
+  }
+  RETURN_IF_ERROR(workspace_.FinalizeAndBind(allocator_));
+  for (const Spec& spec : specs) {
+    ASSIGN_OR_RETURN(*spec.view,
+                     workspace_.View(spec.name, DType::kF32, spec.shape));
+  }
   positions_.resize(T);
-  scratch_tokens_ = T;
   return absl::OkStatus();
 }
 
@@ -482,14 +529,28 @@ absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
   if (shard_.last_stage() && logits == nullptr) {
     return absl::InvalidArgumentError("Forward: the last stage needs logits");
   }
-  RETURN_IF_ERROR(EnsureScratch(T));
+  // Long inputs run in chunks of at most max_step_tokens_ (chunked prefill):
+  // each chunk appends to the cache, and only the last one produces logits.
+  for (int64_t begin = 0; begin < T; begin += max_step_tokens_) {
+    const int64_t end = std::min(T, begin + max_step_tokens_);
+    RETURN_IF_ERROR(ForwardChunk(tokens.subspan(begin, end - begin), cache,
+                                 end == T ? logits : nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::ForwardChunk(absl::Span<const int32_t> tokens,
+                                      KvCache* cache, float* logits) {
+  const ModelConfig& c = config_;
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const int64_t start = cache->length_;
   for (int64_t t = 0; t < T; ++t)
     positions_[t] = static_cast<int32_t>(start + t);
   const absl::Span<const int32_t> positions(positions_.data(), T);
 
   // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
   // ids it holds, the sum completes every row) or the previous stage's output.
-  TensorView hidden = hidden_.view().Rows(0, T);
+  TensorView hidden = hidden_.Rows(0, T);
   if (shard_.first_stage()) {
     for (int32_t id : tokens) {
       if (id < 0 || id >= c.vocab_size) {
@@ -515,27 +576,27 @@ absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
   }
   cache->length_ = start + T;
   if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
+  if (logits == nullptr) return absl::OkStatus();  // An earlier prefill chunk.
   return Head(T, logits);
 }
 
 absl::Status LlamaModel::Head(int64_t T, float* logits) {
   const ModelConfig& c = config_;
   // Only the last position's logits are needed to pick the next token.
-  const TensorView last = hidden_.view().Rows(T - 1, T);
+  const TensorView last = hidden_.Rows(T - 1, T);
   RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm->view(),
-                                c.rms_norm_eps, last_hidden_.view()));
+                                c.rms_norm_eps, last_hidden_));
   const Tensor& lm_head =
       weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
   if (shard_.tp_size == 1) {
-    return ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
+    return ops_->Linear(last_hidden_, lm_head.view(), nullptr,
                         TensorView(logits, DType::kF32, {1, c.vocab_size}));
   }
   // Vocabulary-parallel head: each rank scores its rows, the gather puts them
   // in vocabulary order, and the padding past V is dropped.
-  RETURN_IF_ERROR(ops_->Linear(last_hidden_.view(), lm_head.view(), nullptr,
-                               local_logits_.view()));
   RETURN_IF_ERROR(
-      tp_->AllGather(local_logits_.view(), gathered_logits_.view()));
+      ops_->Linear(last_hidden_, lm_head.view(), nullptr, local_logits_));
+  RETURN_IF_ERROR(tp_->AllGather(local_logits_, gathered_logits_));
   std::copy_n(gathered_logits_.data_as<const float>(), c.vocab_size, logits);
   return absl::OkStatus();
 }
@@ -548,15 +609,15 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
   const LlamaLayerWeights& w = weights_.layers[l];
   const int64_t start = positions[0];
   const int64_t D = c.head_dim;
-  TensorView hidden = hidden_.view().Rows(0, T);
-  TensorView normed = normed_.view().Rows(0, T);
-  TensorView q = q_.view().Rows(0, T);
-  TensorView k = k_.view().Rows(0, T);
-  TensorView v = v_.view().Rows(0, T);
-  TensorView attn = attn_.view().Rows(0, T);
-  TensorView proj = proj_.view().Rows(0, T);
-  TensorView gate = gate_.view().Rows(0, T);
-  TensorView up = up_.view().Rows(0, T);
+  TensorView hidden = hidden_.Rows(0, T);
+  TensorView normed = normed_.Rows(0, T);
+  TensorView q = q_.Rows(0, T);
+  TensorView k = k_.Rows(0, T);
+  TensorView v = v_.Rows(0, T);
+  TensorView attn = attn_.Rows(0, T);
+  TensorView proj = proj_.Rows(0, T);
+  TensorView gate = gate_.Rows(0, T);
+  TensorView up = up_.Rows(0, T);
   TensorView bias_storage[3];
 
   // Attention block: this rank's heads; the o_proj partial sums meet in the
@@ -578,8 +639,8 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
   }
   RETURN_IF_ERROR(ops_->Rope(q, positions, inv_freq_.view()));
   RETURN_IF_ERROR(ops_->Rope(k, positions, inv_freq_.view()));
-  const TensorView k_cache = cache->k_[l].view();
-  const TensorView v_cache = cache->v_[l].view();
+  const TensorView k_cache = cache->k_[l];
+  const TensorView v_cache = cache->v_[l];
   RETURN_IF_ERROR(ops_->StoreKv(k, v, start, k_cache, v_cache));
   AttentionArgs args;
   args.q = q;

@@ -25,7 +25,9 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/ops.h"
+#include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
+#include "runtime/core/workspace.h"
 #include "runtime/dist/communicator.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
@@ -87,12 +89,24 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
 // Keys and values of one sequence, contiguous per layer: k[l], v[l] are
 // [capacity, kv_heads, D].
+// Keys and values of one sequence, contiguous per layer: k(l), v(l) are
+// [capacity, kv_heads, D]. The memory comes from the model's allocator (one
+// block per layer and side) and goes back to it when the cache is destroyed.
+// Move-only; must not outlive the allocator.
 class KvCache {
  public:
   // Caches for the layers and KV heads that `shard` holds.
   static absl::StatusOr<KvCache> Create(const ModelConfig& config,
                                         const ShardSpec& shard,
-                                        int64_t capacity);
+                                        int64_t capacity,
+                                        PinnableBlockAllocator* allocator);
+
+  KvCache() = default;
+  KvCache(KvCache&& other) noexcept { *this = std::move(other); }
+  KvCache& operator=(KvCache&& other) noexcept;
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+  ~KvCache() { Release(); }
 
   int64_t capacity() const { return capacity_; }
   // Number of positions already written (the next token's position).
@@ -101,9 +115,12 @@ class KvCache {
 
  private:
   friend class LlamaModel;
+  void Release();
+
+  PinnableBlockAllocator* allocator_ = nullptr;
   int64_t capacity_ = 0;
   int64_t length_ = 0;
-  std::vector<Tensor> k_, v_;
+  std::vector<TensorView> k_, v_;
 };
 
 class LlamaModel {
@@ -129,9 +146,16 @@ class LlamaModel {
   // Bytes of weights this rank holds.
   int64_t weight_bytes() const;
 
+  // The most tokens one forward step computes at once: longer inputs (prompts)
+  // are run in chunks of this size, the scratch workspace is sized for it.
+  // min(2048, context).
+  int64_t max_step_tokens() const { return max_step_tokens_; }
+  // The statistics of the allocator behind the model's working memory.
+  AllocatorStats memory_stats() const { return allocator_->stats(); }
+
   // A KV cache for this rank's layers and heads.
   absl::StatusOr<KvCache> NewKvCache(int64_t capacity) const {
-    return KvCache::Create(config_, shard_, capacity);
+    return KvCache::Create(config_, shard_, capacity, allocator_);
   }
 
   // Runs `tokens` at positions cache->length() .. cache->length() + T - 1 and
@@ -146,7 +170,11 @@ class LlamaModel {
  private:
   LlamaModel(ModelConfig config, ShardSpec shard, LlamaWeights weights,
              Tensor inv_freq, Ops* ops, Communicator* tp, Communicator* pp);
-  absl::Status EnsureScratch(int64_t tokens);
+  absl::Status BindScratch();
+  // One chunk of at most max_step_tokens_ tokens; logits only when `logits` is
+  // set.
+  absl::Status ForwardChunk(absl::Span<const int32_t> tokens, KvCache* cache,
+                            float* logits);
   absl::Status Layer(int local_layer, int64_t tokens,
                      absl::Span<const int32_t> positions, KvCache* cache);
   absl::Status Head(int64_t tokens, float* logits);
@@ -162,10 +190,15 @@ class LlamaModel {
   Communicator* pp_;
   SingleRankCommunicator single_;  // Stands in for tp_/pp_ in one process.
 
-  // Scratch, sized for the largest step seen so far (grow-only).
-  int64_t scratch_tokens_ = 0;
-  Tensor hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_, last_hidden_,
-      bias_rows_, local_logits_, gathered_logits_;
+  // Scratch: views into one workspace block, sized for max_step_tokens_ and
+  // bound at creation, so a forward pass allocates nothing.
+  std::unique_ptr<HostMemorySource> own_source_;
+  std::unique_ptr<PinnableBlockAllocator> own_allocator_;
+  PinnableBlockAllocator* allocator_ = nullptr;
+  Workspace workspace_;
+  int64_t max_step_tokens_ = 0;
+  TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
+      last_hidden_, local_logits_, gathered_logits_;
   std::vector<int32_t> positions_;
 };
 
