@@ -402,7 +402,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-    Communicator* tp, Communicator* pp) {
+    Communicator* tp, Communicator* pp, int64_t max_step_tokens) {
   const int64_t local_layers = shard.end_layer - shard.first_layer;
   if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
     return absl::InvalidArgumentError(
@@ -423,6 +423,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
   std::unique_ptr<LlamaModel> model(
       new LlamaModel(std::move(config), shard, std::move(weights),
                      std::move(inv_freq), ops, tp, pp));
+  if (max_step_tokens > 0) model->max_step_tokens_ = max_step_tokens;
   RETURN_IF_ERROR(model->BindScratch());
   return model;
 }

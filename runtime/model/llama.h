@@ -132,9 +132,11 @@ class LlamaModel {
   // One rank's part of a parallel model. `tp` is the tensor-parallel group
   // (size shard.tp_size), `pp` the pipeline group (size shard.pp_size, ranks
   // in stage order); both, like `ops`, must outlive the model.
+  // `max_step_tokens` > 0 overrides the default chunk size (see
+  // max_step_tokens()).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-      Communicator* tp, Communicator* pp);
+      Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0);
 
   // Loads config.json and the safetensors of `model_dir` (whole model).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
