@@ -241,9 +241,9 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
       manifest.layout(world.rank()).first_layer() != shard.first_layer ||
       manifest.layout(world.rank()).end_layer() != shard.end_layer ||
       manifest.layout(world.rank()).local_heads() != shard.local_heads) {
-    return absl::InternalError(
+    job->Fail(absl::InternalError(
         absl::StrCat("rank ", world.rank(),
-                     " computed a shard that differs from rank 0's layout"));
+                     " computed a shard that differs from rank 0's layout")));
   }
   job->layout_.assign(manifest.layout().begin(), manifest.layout().end());
   ASSIGN_OR_RETURN(job->comms_, SplitGrid(job->grid_, world.rank()));

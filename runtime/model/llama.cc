@@ -13,6 +13,24 @@
 namespace tessera {
 namespace {
 
+// The checkpoint's entry for `name`, after checking that it has the full shape
+// the config implies and a floating-point dtype.
+absl::StatusOr<TensorInfo> GetChecked(const Checkpoint& ckpt,
+                                      const std::string& name,
+                                      const Shape& full) {
+  ASSIGN_OR_RETURN(TensorInfo info, ckpt.Get(name));
+  if (info.shape != full) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
+                                                   full.ToString(), ", found ",
+                                                   info.shape.ToString()));
+  }
+  if (!IsFloatConvertible(info.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
+  }
+  return info;
+}
+
 // Reads `name`, checks its full shape against `full`, and converts rows
 // [begin, end) of its outermost dimension to f32, followed by `pad_rows` rows
 // of zeros (vocabulary padding).
@@ -25,16 +43,7 @@ absl::StatusOr<Tensor> LoadRows(const Checkpoint* ckpt, const std::string& name,
     if (!dims.empty()) dims[0] = end - begin + pad_rows;
     return Tensor::Zeros(DType::kF32, Shape(absl::MakeConstSpan(dims)));
   }
-  ASSIGN_OR_RETURN(const TensorInfo info, ckpt->Get(name));
-  if (info.shape != full) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
-                                                   full.ToString(), ", found ",
-                                                   info.shape.ToString()));
-  }
-  if (!IsFloatConvertible(info.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
-  }
+  ASSIGN_OR_RETURN(const TensorInfo info, GetChecked(*ckpt, name, full));
   const int64_t row = full.rank() == 0 ? 1 : full.numel() / full[0];
   absl::InlinedVector<int64_t, 4> dims(full.dims().begin(), full.dims().end());
   if (!dims.empty()) dims[0] = end - begin + pad_rows;
@@ -59,16 +68,7 @@ absl::StatusOr<Tensor> LoadColumns(const Checkpoint* ckpt,
                                    int64_t begin, int64_t end) {
   if (ckpt == nullptr)
     return Tensor::Zeros(DType::kF32, {full[0], end - begin});
-  ASSIGN_OR_RETURN(const TensorInfo info, ckpt->Get(name));
-  if (info.shape != full || full.rank() != 2) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
-                                                   full.ToString(), ", found ",
-                                                   info.shape.ToString()));
-  }
-  if (!IsFloatConvertible(info.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
-  }
+  ASSIGN_OR_RETURN(const TensorInfo info, GetChecked(*ckpt, name, full));
   const int64_t rows = full[0], cols = full[1], width = end - begin;
   ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {rows, width}));
   const size_t elem = DTypeSize(info.dtype);
