@@ -79,42 +79,27 @@ for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2" "2 --pp 2 --pp-layers 4,1"
   run_case "stories260K np=$layout" "$DEMO" 200 $layout
 done
 
-# --pp-layers that do not add up to the model's 5 layers: one clear error.
-cases=$((cases + 1))
-timeout 60 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
-  --pp 2 --pp-layers 3,3 >"$TMP/out" 2>"$TMP/err"
-rc=$?
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: --pp-layers 3,3' "$TMP/err"; then
-  failures=$((failures + 1))
-  echo "FAIL: bad --pp-layers (exit $rc): $(head -c 400 "$TMP/err")"
-else
-  echo "PASS: bad --pp-layers"
-fi
+# A job that must refuse to start: non-zero exit without hanging, and exactly one line from
+# rank 0 that starts with `pattern`.
+expect_job_error() {  # name, pattern, np, generate flags...
+  local name="$1" pattern="$2" np="$3"
+  shift 3
+  cases=$((cases + 1))
+  timeout 60 mpirun -np "$np" --bind-to none "$TESSERA" generate --model "$DEMO" \
+    --prompt-ids 1 "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q "^tessera: $pattern" "$TMP/err" ||
+    [ "$(grep -c '^tessera: ' "$TMP/err")" -ne 1 ]; then
+    failures=$((failures + 1))
+    echo "FAIL: $name (exit $rc): $(head -c 400 "$TMP/err")"
+  else
+    echo "PASS: $name"
+  fi
+}
 
-# A world that is not tp × pp: one clear line from rank 0, non-zero exit, no hang.
-cases=$((cases + 1))
-timeout 60 mpirun -np 3 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
-  --tp 2 >"$TMP/out" 2>"$TMP/err"
-rc=$?
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: the job has 3 ranks but tp × pp = 2 × 1 = 2' "$TMP/err" ||
-  [ "$(grep -c '^tessera: ' "$TMP/err")" -ne 1 ]; then
-  failures=$((failures + 1))
-  echo "FAIL: world size mismatch (exit $rc): $(head -c 400 "$TMP/err")"
-else
-  echo "PASS: world size mismatch"
-fi
-
-# A model that cannot be split: every rank stops, rank 0 says why.
-cases=$((cases + 1))
-timeout 60 mpirun -np 3 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
-  --tp 3 >"$TMP/out" 2>"$TMP/err"
-rc=$?
-if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] || ! grep -q '^tessera: cannot split' "$TMP/err"; then
-  failures=$((failures + 1))
-  echo "FAIL: unsplittable model (exit $rc): $(head -c 400 "$TMP/err")"
-else
-  echo "PASS: unsplittable model"
-fi
+expect_job_error "bad --pp-layers" "--pp-layers 3,3" 2 --pp 2 --pp-layers 3,3
+expect_job_error "world size mismatch" "the job has 3 ranks but tp × pp = 2 × 1 = 2" 3 --tp 2
+expect_job_error "unsplittable model" "cannot split" 3 --tp 3
 
 echo "$((cases - failures)) of $cases cases passed"
 [ "$failures" -eq 0 ]
