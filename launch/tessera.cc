@@ -39,6 +39,18 @@ constexpr char kUsage[] =
     "--output-len O)\n"
     "Run 'tessera <command> --help' for the flags.\n";
 
+// Parses `args` into `flags`; on --help prints the usage instead and returns
+// false (the command has nothing else to do).
+absl::StatusOr<bool> ParseOrPrintHelp(tessera::FlagParser& flags,
+                                      const std::vector<std::string>& args) {
+  RETURN_IF_ERROR(flags.Parse(args));
+  if (flags.help_requested()) {
+    std::cout << flags.Usage();
+    return false;
+  }
+  return true;
+}
+
 // Whether this process was started by an MPI launcher (mpirun, srun) as part of
 // a job of more than one rank.
 bool LaunchedAsMultiRankJob() {
@@ -123,8 +135,7 @@ int GenerateParallel(const tessera::GenerateOptions& o,
   return 0;
 }
 
-absl::Status Generate(const std::vector<std::string>& args, bool* help,
-                      int* exit_code) {
+absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   tessera::GenerateOptions o;
   double temperature = o.sampling.temperature, top_p = o.sampling.top_p;
   int64_t top_k = 0, seed = -1, tp = 1, pp = 1;
@@ -159,12 +170,8 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help,
   flags.Add("chat", &o.chat,
             "send each text prompt as a user message through the model's chat "
             "template");
-  RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    *help = true;
-    return absl::OkStatus();
-  }
+  ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
+  if (!run) return absl::OkStatus();
   o.sampling.temperature = static_cast<float>(temperature);
   o.sampling.top_p = static_cast<float>(top_p);
   if (top_k < 0 || top_k > INT32_MAX) {
@@ -197,7 +204,7 @@ absl::Status Generate(const std::vector<std::string>& args, bool* help,
   return tessera::RunGenerate(o, nullptr, std::cout);
 }
 
-absl::Status Bench(const std::vector<std::string>& args, bool* help) {
+absl::Status Bench(const std::vector<std::string>& args) {
   tessera::BenchOptions o;
   tessera::FlagParser flags("bench");
   flags.Add("model", &o.model_dir, "model folder");
@@ -207,16 +214,12 @@ absl::Status Bench(const std::vector<std::string>& args, bool* help) {
   flags.Add("iterations", &o.iterations,
             "timed repetitions; the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
-  RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    *help = true;
-    return absl::OkStatus();
-  }
+  ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
+  if (!run) return absl::OkStatus();
   return tessera::RunBench(o, std::cout);
 }
 
-absl::Status Tokenize(const std::vector<std::string>& args, bool* help) {
+absl::Status Tokenize(const std::vector<std::string>& args) {
   tessera::TokenizeOptions o;
   tessera::FlagParser flags("tokenize");
   flags.Add("model", &o.model_dir,
@@ -225,12 +228,8 @@ absl::Status Tokenize(const std::vector<std::string>& args, bool* help) {
             "read {\"ids\": [...]} lines and write {\"text\": ...}");
   flags.Add("skip-special-tokens", &o.skip_special_tokens,
             "with --decode: special tokens produce no text");
-  RETURN_IF_ERROR(flags.Parse(args));
-  if (flags.help_requested()) {
-    std::cout << flags.Usage();
-    *help = true;
-    return absl::OkStatus();
-  }
+  ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
+  if (!run) return absl::OkStatus();
   return tessera::RunTokenize(o, std::cin, std::cout);
 }
 
@@ -249,16 +248,15 @@ int main(int argc, char** argv) {
   }
   const std::string command = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  bool help = false;
   absl::Status status;
   if (command == "generate") {
     int exit_code = 0;
-    status = Generate(args, &help, &exit_code);
+    status = Generate(args, &exit_code);
     if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "bench") {
-    status = Bench(args, &help);
+    status = Bench(args);
   } else if (command == "tokenize") {
-    status = Tokenize(args, &help);
+    status = Tokenize(args);
   } else {
     std::cerr
         << "tessera: unknown command \"" << command
