@@ -154,6 +154,15 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("top-k", &top_k, "keep the k most likely tokens (0: off)");
   flags.Add("top-p", &top_p, "nucleus sampling mass in (0, 1]");
   flags.Add("seed", &seed, "random seed (-1: nondeterministic)");
+  double min_p = 0.0, repetition_penalty = 1.0, presence_penalty = 0.0,
+         frequency_penalty = 0.0;
+  flags.Add("min-p", &min_p, "drop tokens below min_p x the top probability");
+  flags.Add("repetition-penalty", &repetition_penalty,
+            "penalise tokens of the prompt and output (1: off)");
+  flags.Add("presence-penalty", &presence_penalty,
+            "OpenAI presence penalty, [-2, 2]");
+  flags.Add("frequency-penalty", &frequency_penalty,
+            "OpenAI frequency penalty, [-2, 2]");
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
@@ -174,6 +183,10 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   if (!run) return absl::OkStatus();
   o.sampling.temperature = static_cast<float>(temperature);
   o.sampling.top_p = static_cast<float>(top_p);
+  o.sampling.min_p = static_cast<float>(min_p);
+  o.sampling.repetition_penalty = static_cast<float>(repetition_penalty);
+  o.sampling.presence_penalty = static_cast<float>(presence_penalty);
+  o.sampling.frequency_penalty = static_cast<float>(frequency_penalty);
   if (top_k < 0 || top_k > INT32_MAX) {
     return absl::InvalidArgumentError("--top-k must be in [0, 2^31)");
   }

@@ -136,6 +136,11 @@ SamplingParams FromProto(const proto::SamplingParams& p) {
   s.top_k = p.top_k();
   s.top_p = p.top_p();
   if (p.has_seed()) s.seed = p.seed();
+  s.min_p = p.min_p();
+  s.repetition_penalty =
+      p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
   return s;
 }
 
@@ -145,6 +150,10 @@ void ToProto(const SamplingParams& s, proto::SamplingParams* p) {
   p->set_top_p(s.top_p);
   p->set_has_seed(s.seed.has_value());
   if (s.seed) p->set_seed(*s.seed);
+  p->set_min_p(s.min_p);
+  p->set_repetition_penalty(s.repetition_penalty);
+  p->set_presence_penalty(s.presence_penalty);
+  p->set_frequency_penalty(s.frequency_penalty);
 }
 
 float LogProb(absl::Span<const float> logits, int32_t token) {
@@ -313,8 +322,11 @@ absl::Status ParallelJob::Execute(const proto::StepPlan& plan,
   if (plan.new_sequence()) {
     ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(plan.cache_capacity()));
     cache_ = std::make_unique<KvCache>(std::move(cache));
-    if (is_sampler())
+    if (is_sampler()) {
       sampler_ = std::make_unique<Sampler>(FromProto(plan.sampling()));
+      sampled_prompt_.assign(plan.tokens().begin(), plan.tokens().end());
+      sampled_output_.clear();
+    }
   }
   if (cache_ == nullptr || cache_->length() != plan.start_position()) {
     return absl::InternalError(absl::StrCat("step plan for position ",
@@ -326,7 +338,9 @@ absl::Status ParallelJob::Execute(const proto::StepPlan& plan,
       model_->Forward(tokens, cache_.get(),
                       model_->shard().last_stage() ? logits_.data() : nullptr));
   if (!is_sampler()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t token, sampler_->Sample(logits_));
+  ASSIGN_OR_RETURN(const int32_t token,
+                   sampler_->Sample(logits_, sampled_prompt_, sampled_output_));
+  sampled_output_.push_back(token);
   result->Clear();
   result->set_sequence_id(plan.sequence_id());
   result->set_token(token);

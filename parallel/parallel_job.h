@@ -120,6 +120,9 @@ class ParallelJob final : public TokenGenerator {
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<Sampler> sampler_;
   std::vector<float> logits_;
+  // The sampling rank's view of the sequence, for repetition/presence/frequency
+  // penalties.
+  std::vector<int32_t> sampled_prompt_, sampled_output_;
 };
 
 }  // namespace tessera

@@ -1110,3 +1110,28 @@ TEST(MemoryStats, DecodeAllocatesNothingAfterTheFirstStep) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Penalties reach the sampler through the command: a repetition penalty changes
+// the demo's greedy story (which repeats itself), deterministically.
+TEST(SamplingFlags, RepetitionPenaltyChangesGreedyOutputDeterministically) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = "Once upon a time";
+  o.max_tokens = 60;
+  o.output = "json";
+  const RunResult plain = Generate(o);
+  o.sampling.repetition_penalty = 1.3f;
+  const RunResult penalized = Generate(o);
+  const RunResult again = Generate(o);
+  ASSERT_TRUE(plain.status.ok() && penalized.status.ok() && again.status.ok());
+  EXPECT_NE(JsonLines(plain.out)[0]["output_ids"],
+            JsonLines(penalized.out)[0]["output_ids"]);
+  EXPECT_EQ(penalized.out, again.out);
+  o.sampling.repetition_penalty = 0.0f;
+  EXPECT_EQ(Generate(o).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

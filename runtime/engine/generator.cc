@@ -74,7 +74,8 @@ absl::StatusOr<GenerationResult> Generator::Generate(
   result.prefill_logits = logits;
 
   while (true) {
-    ASSIGN_OR_RETURN(int32_t token, sampler.Sample(logits));
+    ASSIGN_OR_RETURN(int32_t token, sampler.Sample(logits, request.prompt_ids,
+                                                   result.output_ids));
     result.output_ids.push_back(token);
     if (on_token) on_token(token);
     if (IsEos(eos_ids_, token) && !request.ignore_eos) {

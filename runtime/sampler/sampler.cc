@@ -16,6 +16,22 @@ absl::Status SamplingParams::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("top_k must be >= 0, got ", top_k));
   }
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("min_p must be in [0, 1], got ", min_p));
+  }
+  if (!(repetition_penalty > 0.0f) || std::isinf(repetition_penalty)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "repetition_penalty must be > 0, got ", repetition_penalty));
+  }
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "presence_penalty must be in [-2, 2], got ", presence_penalty));
+  }
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "frequency_penalty must be in [-2, 2], got ", frequency_penalty));
+  }
   if (!(top_p > 0.0f && top_p <= 1.0f)) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_p must be in (0, 1], got ", top_p));
@@ -39,8 +55,43 @@ Sampler::Sampler(const SamplingParams& params)
     : params_(params),
       rng_(params.seed.has_value() ? *params.seed : std::random_device{}()) {}
 
-absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
+absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits,
+                                        absl::Span<const int32_t> prompt,
+                                        absl::Span<const int32_t> output) {
   if (logits.empty()) return absl::InvalidArgumentError("Sample: empty logits");
+  if (params_.has_penalties()) {
+    penalized_.assign(logits.begin(), logits.end());
+    const int64_t vocab = static_cast<int64_t>(penalized_.size());
+    auto valid = [&](int32_t id) { return id >= 0 && id < vocab; };
+    if (params_.repetition_penalty != 1.0f) {
+      // Each distinct token once: mark by making the penalty idempotent per
+      // pass.
+      std::vector<bool>& seen = seen_;
+      seen.assign(vocab, false);
+      for (absl::Span<const int32_t> part : {prompt, output}) {
+        for (int32_t id : part) {
+          if (!valid(id) || seen[id]) continue;
+          seen[id] = true;
+          float& l = penalized_[id];
+          l = l > 0 ? l / params_.repetition_penalty
+                    : l * params_.repetition_penalty;
+        }
+      }
+    }
+    if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+      counts_.assign(vocab, 0);
+      for (int32_t id : output) {
+        if (valid(id)) ++counts_[id];
+      }
+      for (int32_t id : output) {
+        if (!valid(id) || counts_[id] == 0) continue;
+        penalized_[id] -=
+            params_.frequency_penalty * counts_[id] + params_.presence_penalty;
+        counts_[id] = 0;  // Applied once per distinct token.
+      }
+    }
+    logits = penalized_;
+  }
   if (params_.temperature == 0.0f) return ArgMax(logits);
 
   // Tempered logits, sorted descending (stable by id so ties break
@@ -53,6 +104,17 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits) {
   }
   if (candidates_.empty())
     return absl::InvalidArgumentError("Sample: every logit is NaN");
+  if (params_.min_p > 0.0f) {
+    // p(token) >= min_p * p(best)  <=>  logit >= best + log(min_p), in tempered
+    // logits.
+    float best = -INFINITY;
+    for (const auto& c : candidates_) best = std::max(best, c.first);
+    const float floor = best + std::log(params_.min_p);
+    candidates_.erase(
+        std::remove_if(candidates_.begin(), candidates_.end(),
+                       [&](const auto& c) { return c.first < floor; }),
+        candidates_.end());
+  }
   size_t keep = candidates_.size();
   if (params_.top_k > 0) keep = std::min<size_t>(keep, params_.top_k);
   auto by_logit = [](const std::pair<float, int32_t>& a,

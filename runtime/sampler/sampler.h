@@ -26,6 +26,22 @@ struct SamplingParams {
   float top_p =
       1.0f;  // In (0, 1]; keep the smallest set whose mass reaches top_p.
   std::optional<uint64_t> seed;  // Unset: seeded from std::random_device.
+  // In [0, 1]: drop tokens whose probability is below min_p times the most
+  // likely token's (after temperature). 0 = off.
+  float min_p = 0.0f;
+  // > 0; 1 = off. Tokens already in the prompt or the output have positive
+  // logits divided by it and negative ones multiplied (as transformers and
+  // vLLM do).
+  float repetition_penalty = 1.0f;
+  // In [-2, 2] (OpenAI): subtracted once from every token that appears in the
+  // output so far (presence), or once per appearance (frequency).
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || presence_penalty != 0.0f ||
+           frequency_penalty != 0.0f;
+  }
 
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;
@@ -35,14 +51,23 @@ class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
 
-  // Picks the next token from `logits` [vocab].
-  absl::StatusOr<int32_t> Sample(absl::Span<const float> logits);
+  // Picks the next token from `logits` [vocab]. Penalties look at `prompt`
+  // (repetition only) and `output` (the tokens generated so far).
+  absl::StatusOr<int32_t> Sample(absl::Span<const float> logits,
+                                 absl::Span<const int32_t> prompt,
+                                 absl::Span<const int32_t> output);
+  absl::StatusOr<int32_t> Sample(absl::Span<const float> logits) {
+    return Sample(logits, {}, {});
+  }
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::vector<std::pair<float, int32_t>>
-      candidates_;  // Reused: no allocation per token.
+  // Reused between calls: no allocation per token once they have grown.
+  std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<float> penalized_;  // Logits after penalties.
+  std::vector<bool> seen_;
+  std::vector<int32_t> counts_;
 };
 
 // Index of the largest value; the first one on ties. NaN never wins.

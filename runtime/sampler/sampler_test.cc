@@ -70,3 +70,61 @@ TEST(SamplerTest, ValidateRejectsOutOfRange) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(SamplerPenaltiesTest, RepetitionPenaltyFollowsTransformers) {
+  // Logits 2.0 (seen, positive) / -1.0 (seen, negative) / 1.5 (unseen): with
+  // penalty 2 they become 1.0, -2.0, 1.5, so greedy now picks the unseen token.
+  SamplingParams p{0.0f, 0, 1.0f, 1};
+  p.repetition_penalty = 2.0f;
+  Sampler s(p);
+  const std::vector<float> logits = {2.0f, -1.0f, 1.5f};
+  const std::vector<int32_t> prompt = {0, 1};
+  EXPECT_EQ(*s.Sample(logits, prompt, {}), 2);
+  EXPECT_EQ(
+      *Sampler(SamplingParams{0.0f, 0, 1.0f, 1}).Sample(logits, prompt, {}), 0);
+}
+
+TEST(SamplerPenaltiesTest, PresenceAndFrequencyCountOnlyTheOutput) {
+  const std::vector<float> logits = {3.0f, 2.5f, 0.0f};
+  SamplingParams p{0.0f, 0, 1.0f, 1};
+  p.presence_penalty =
+      0.4f;  // Token 0 appears in the output: 3.0 - 0.4 = 2.6 > 2.5.
+  EXPECT_EQ(*Sampler(p).Sample(logits, {}, std::vector<int32_t>{0}), 0);
+  p.frequency_penalty = 0.2f;  // Twice: 3.0 - 0.4 - 2 * 0.2 = 2.2 < 2.5.
+  EXPECT_EQ(*Sampler(p).Sample(logits, {}, std::vector<int32_t>{0, 0}), 1);
+  // The prompt does not count for presence/frequency.
+  EXPECT_EQ(*Sampler(p).Sample(logits, std::vector<int32_t>{0, 0, 0}, {}), 0);
+}
+
+TEST(SamplerPenaltiesTest, MinPDropsUnlikelyTokens) {
+  // Probabilities ~0.70, 0.26, 0.04: min_p 0.1 keeps tokens with p >= 0.07.
+  const std::vector<float> logits = {2.0f, 1.0f, -1.0f};
+  SamplingParams p{1.0f, 0, 1.0f, 9};
+  p.min_p = 0.1f;
+  Sampler s(p);
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 600; ++i) seen[*s.Sample(logits)]++;
+  EXPECT_EQ(seen.count(2), 0u);
+  EXPECT_GT(seen[1], 0);
+}
+
+TEST(SamplerPenaltiesTest, ValidateChecksRanges) {
+  SamplingParams p;
+  p.min_p = 1.5f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = SamplingParams();
+  p.repetition_penalty = 0.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = SamplingParams();
+  p.presence_penalty = 3.0f;
+  EXPECT_FALSE(p.Validate().ok());
+  p = SamplingParams();
+  p.frequency_penalty = -2.5f;
+  EXPECT_FALSE(p.Validate().ok());
+}
+
+}  // namespace
+}  // namespace tessera
