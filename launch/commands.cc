@@ -194,6 +194,15 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
   }
   RETURN_IF_ERROR(o.sampling.Validate());
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
+  std::vector<int32_t> stop_token_ids;
+  if (!o.stop_token_ids.empty()) {
+    absl::StatusOr<std::vector<int32_t>> ids = ParseIdList(o.stop_token_ids);
+    if (!ids.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--stop-token-ids: \"", o.stop_token_ids, "\" is not a list of ids"));
+    }
+    stop_token_ids = *std::move(ids);
+  }
   const bool need_tokenizer =
       std::any_of(prompts.begin(), prompts.end(),
                   [](const Prompt& p) { return p.text || p.messages; });
@@ -252,6 +261,7 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
     request.max_tokens = o.max_tokens;
     request.sampling = o.sampling;
     request.ignore_eos = o.ignore_eos;
+    request.stop_token_ids = stop_token_ids;
     // Each prompt of a file gets its own stream, reproducible for a given seed.
     if (request.sampling.seed) *request.sampling.seed += i;
     // Text mode streams the continuation as it is generated: the prompt first

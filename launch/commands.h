@@ -24,6 +24,7 @@ struct GenerateOptions {
   int64_t max_tokens = 256;
   SamplingParams sampling;
   bool ignore_eos = false;
+  std::string stop_token_ids;  // "7,42": more ids that end a sequence like EOS.
   std::string output = "text";  // "text" or "json".
   // Wrap each text prompt as one user message and render it with the model's
   // chat template (tokenizer_config.json), with the generation prompt; the

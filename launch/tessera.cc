@@ -163,6 +163,9 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
             "OpenAI presence penalty, [-2, 2]");
   flags.Add("frequency-penalty", &frequency_penalty,
             "OpenAI frequency penalty, [-2, 2]");
+  flags.Add(
+      "stop-token-ids", &o.stop_token_ids,
+      "comma-separated ids that also end a sequence (finish_reason stop)");
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");

@@ -402,7 +402,7 @@ absl::StatusOr<GenerationResult> ParallelJob::Generate(
     const int32_t token = result.token();
     out.output_ids.push_back(token);
     if (on_token) on_token(token);
-    if (IsEos(config.eos_token_ids, token) && !request.ignore_eos) {
+    if (IsStopToken(request, config.eos_token_ids, token)) {
       out.finish_reason = FinishReason::kStop;
       break;
     }

@@ -1135,3 +1135,33 @@ TEST(SamplingFlags, RepetitionPenaltyChangesGreedyOutputDeterministically) {
 
 }  // namespace
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// --stop-token-ids ends the story at the first such token (included, like EOS),
+// with finish_reason "stop"; the ids are the golden story's, so the cut point
+// is known.
+TEST(SamplingFlags, StopTokenIdsEndTheSequence) {
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  const std::vector<int32_t> story = golden["output_ids"];
+  const int32_t stop = story[10];
+  const size_t first =
+      std::find(story.begin(), story.end(), stop) - story.begin();
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = "Once upon a time";
+  o.max_tokens = 60;
+  o.output = "json";
+  o.stop_token_ids = std::to_string(stop);
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const json line = JsonLines(run.out)[0];
+  EXPECT_EQ(line["finish_reason"], "stop");
+  EXPECT_EQ(line["output_ids"], json(std::vector<int32_t>(
+                                    story.begin(), story.begin() + first + 1)));
+  o.stop_token_ids = "1,x";
+  EXPECT_EQ(Generate(o).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -52,6 +52,13 @@ bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token) {
                    static_cast<int64_t>(token)) != eos_ids.end();
 }
 
+bool IsStopToken(const GenerationRequest& request,
+                 const std::vector<int64_t>& eos_ids, int32_t token) {
+  if (!request.ignore_eos && IsEos(eos_ids, token)) return true;
+  return std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
+                   token) != request.stop_token_ids.end();
+}
+
 absl::StatusOr<GenerationResult> Generator::Generate(
     const GenerationRequest& request,
     const std::function<void(int32_t)>& on_token) {
@@ -78,7 +85,7 @@ absl::StatusOr<GenerationResult> Generator::Generate(
                                                    result.output_ids));
     result.output_ids.push_back(token);
     if (on_token) on_token(token);
-    if (IsEos(eos_ids_, token) && !request.ignore_eos) {
+    if (IsStopToken(request, eos_ids_, token)) {
       result.finish_reason = FinishReason::kStop;
       break;
     }

@@ -26,7 +26,10 @@ struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
   int64_t max_tokens = 256;         // >= 1.
   SamplingParams sampling;
-  bool ignore_eos = false;  // Keep going after EOS (benchmarks).
+  bool ignore_eos = false;
+  // More ids that end the sequence like EOS (finish_reason "stop", the id
+  // included in output_ids); they apply even with ignore_eos.
+  std::vector<int32_t> stop_token_ids;  // Keep going after EOS (benchmarks).
 };
 
 struct GenerationResult {
@@ -66,6 +69,11 @@ int64_t MaxNewTokens(const ModelConfig& config,
 
 // Whether `token` ends a sequence.
 bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token);
+
+// Whether `token` ends `request`'s sequence: an EOS id (unless ignore_eos) or
+// one of its stop_token_ids.
+bool IsStopToken(const GenerationRequest& request,
+                 const std::vector<int64_t>& eos_ids, int32_t token);
 
 class Generator final : public TokenGenerator {
  public:
