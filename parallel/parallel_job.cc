@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
-#include <nlohmann/json.hpp>
 #include <sstream>
 #include <utility>
 
@@ -38,24 +37,9 @@ absl::StatusOr<std::string> ReadText(const std::string& path, bool required) {
 absl::StatusOr<ModelConfig> ConfigFromManifest(const proto::ModelManifest& m) {
   ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(m.config_json()));
   if (!m.generation_config_json().empty()) {
-    const nlohmann::json gen = nlohmann::json::parse(
-        m.generation_config_json(), nullptr, /*allow_exceptions=*/false);
-    if (gen.is_object() && gen.contains("eos_token_id")) {
-      std::vector<int64_t> ids;
-      const nlohmann::json& eos = gen["eos_token_id"];
-      if (eos.is_number_integer()) ids.push_back(eos.get<int64_t>());
-      if (eos.is_array()) {
-        for (const auto& id : eos) {
-          if (id.is_number_integer()) ids.push_back(id.get<int64_t>());
-        }
-      }
-      for (int64_t id : ids) {
-        if (std::find(config.eos_token_ids.begin(), config.eos_token_ids.end(),
-                      id) == config.eos_token_ids.end()) {
-          config.eos_token_ids.push_back(id);
-        }
-      }
-    }
+    const absl::Status merged =
+        MergeGenerationConfig(m.generation_config_json(), &config);
+    if (!merged.ok()) return Annotate(merged, "generation_config.json");
   }
   return config;
 }

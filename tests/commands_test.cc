@@ -68,15 +68,20 @@ std::string TempDir(const std::string& name) {
   return dir.string();
 }
 
-// A writable copy of tests/fixtures/golden/<arch> (runfiles are read-only
-// symlinks, so the files are copied by content).
-std::string CopyFixture(const std::string& arch, const std::string& name) {
+// A writable copy of the files of `source` (runfiles are read-only symlinks,
+// so the files are copied by content).
+std::string CopyDir(const std::string& source, const std::string& name) {
   const std::string dir = TempDir(name);
-  for (const auto& entry : fs::directory_iterator(GoldenDir() + "/" + arch)) {
+  for (const auto& entry : fs::directory_iterator(source)) {
     const std::string file = entry.path().filename().string();
     WriteFile(dir + "/" + file, ReadFile(entry.path().string()));
   }
   return dir;
+}
+
+// A writable copy of tests/fixtures/golden/<arch>.
+std::string CopyFixture(const std::string& arch, const std::string& name) {
+  return CopyDir(GoldenDir() + "/" + arch, name);
 }
 
 // Edits <dir>/config.json (or another JSON file of the folder) in place.
@@ -947,21 +952,11 @@ TEST(BadOptions, Sampling) {
   }
 }
 
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
 // A copy of the demo checkpoint with a chat template that uses no special-token
 // text, so the rendered prompt's ids are just the tokenizer's encoding of the
 // rendered string.
 std::string DemoWithChatTemplate(const std::string& name) {
-  const std::string dir = TempDir(name);
-  for (const auto& entry : fs::directory_iterator(DemoModelDir())) {
-    WriteFile(dir + "/" + entry.path().filename().string(),
-              ReadFile(entry.path().string()));
-  }
+  const std::string dir = CopyDir(DemoModelDir(), name);
   const json config = {{"chat_template",
                         "{% for m in messages %}{{ m['role'] }}: {{ "
                         "m['content'] | trim }}\n{% endfor %}"
@@ -1035,12 +1030,6 @@ TEST(ChatPrompts, MalformedMessagesAreRejected) {
   }
 }
 
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
 // A checkpoint larger than the machine's memory (a sparse file: the header is
 // real, the data region is a hole) is refused before anything is loaded, with
 // the sizes in the message.
@@ -1073,12 +1062,6 @@ TEST(BadModel, CheckpointLargerThanMemoryIsRefusedUpFront) {
   fs::remove(path);
 }
 
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
 // The acceptance: 256 tokens on the demo checkpoint make no allocation
 // from the memory source after the first decode step, as the --stats-json
 // statistics show.
@@ -1108,12 +1091,6 @@ TEST(MemoryStats, DecodeAllocatesNothingAfterTheFirstStep) {
             a["peak_in_use_bytes"].get<int64_t>() / 2);
 }
 
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
-
 // Penalties reach the sampler through the command: a repetition penalty changes
 // the demo's greedy story (which repeats itself), deterministically.
 TEST(SamplingFlags, RepetitionPenaltyChangesGreedyOutputDeterministically) {
@@ -1132,12 +1109,6 @@ TEST(SamplingFlags, RepetitionPenaltyChangesGreedyOutputDeterministically) {
   o.sampling.repetition_penalty = 0.0f;
   EXPECT_EQ(Generate(o).status.code(), absl::StatusCode::kInvalidArgument);
 }
-
-}  // namespace
-}  // namespace tessera
-
-namespace tessera {
-namespace {
 
 // --stop-token-ids ends the story at the first such token (included, like EOS),
 // with finish_reason "stop"; the ids are the golden story's, so the cut point

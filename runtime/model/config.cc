@@ -584,17 +584,20 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
       (fs::path(model_dir) / "generation_config.json").string();
   if (fs::is_regular_file(gen_path, ec)) {
     ASSIGN_OR_RETURN(const std::string gen_text, ReadFile(gen_path));
-    absl::StatusOr<Json> gen = ParseJson(gen_text);
-    if (!gen.ok()) return Annotate(gen.status(), gen_path);
-    if (!gen->is_object()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(gen_path, ": must hold a JSON object"));
-    }
-    absl::Status status = AppendTokenIds(
-        Find(*gen, "eos_token_id"), "eos_token_id", &config->eos_token_ids);
-    if (!status.ok()) return Annotate(status, gen_path);
+    const absl::Status merged = MergeGenerationConfig(gen_text, &*config);
+    if (!merged.ok()) return Annotate(merged, gen_path);
   }
   return config;
+}
+
+absl::Status MergeGenerationConfig(absl::string_view json_text,
+                                   ModelConfig* config) {
+  ASSIGN_OR_RETURN(const Json gen, ParseJson(json_text));
+  if (!gen.is_object()) {
+    return absl::InvalidArgumentError("must hold a JSON object");
+  }
+  return AppendTokenIds(Find(gen, "eos_token_id"), "eos_token_id",
+                        &config->eos_token_ids);
 }
 
 }  // namespace tessera

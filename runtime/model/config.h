@@ -97,6 +97,12 @@ struct ModelConfig {
 //    Never a silent fallback.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
+// Adds the eos ids of a generation_config.json text to config->eos_token_ids
+// (deduplicated): Hugging Face's generate() stops on those too. InvalidArgument
+// for malformed JSON or a malformed eos_token_id.
+absl::Status MergeGenerationConfig(absl::string_view json_text,
+                                   ModelConfig* config);
+
 // Reads and parses `<model_dir>/config.json`; also merges eos ids from
 // `<model_dir>/generation_config.json` when present. NotFound if the directory
 // or config.json is missing.
