@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "kernels/attention_metadata.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -36,6 +37,44 @@ struct AttentionArgs {
   TensorView v_cache;
   TensorView out;
   int64_t start_pos = 0;
+  int64_t sliding_window = 0;
+  float scale = 1.0f;  // Usually 1 / sqrt(D).
+};
+
+// One layer's KV cache in slot form (see attention_metadata.h for how
+// positions map to slots): k [num_slots, kv_heads, D], v [num_slots, kv_heads,
+// Dv].
+//  - f32 cache: k and v are f32; k_scale and v_scale are empty views.
+//  - int8 cache: k and v are int8 and k_scale, v_scale f32 [num_slots,
+//    kv_heads]: element i of (slot, head) stands for k[slot, head, i] *
+//    k_scale[slot, head] (symmetric, one scale per slot and head, so writing a
+//    token never rescales another). Kernels read the int8 values and apply the
+//    scale inside the dot products; nothing dequantizes the cache.
+struct KvCacheLayer {
+  TensorView k;
+  TensorView v;
+  TensorView k_scale;
+  TensorView v_scale;
+  bool quantized() const { return k.dtype() == DType::kI8; }
+};
+
+// Attention of the step's sequences [first_seq, end_seq) over a KV cache that
+// already holds their new keys and values (StoreKvCache ran first).
+//
+//  q:   [num_tokens, num_heads, D], the whole step (metadata order).
+//  out: [num_tokens, num_heads, Dv]; only the rows of the chosen sequences are
+//       written.
+// The query at row query_start_loc[s] + i sits at position context_lens[s] + i
+// and sees keys at positions max(0, p - window + 1) .. p of its own sequence
+// (causal; window = 0: all). Query head h reads KV head h / (num_heads /
+// num_kv_heads) (GQA; MQA when num_kv_heads = 1).
+struct PagedAttentionArgs {
+  TensorView q;
+  KvCacheLayer cache;
+  const AttentionMetadata* metadata = nullptr;
+  int32_t first_seq = 0;
+  int32_t end_seq = 0;
+  TensorView out;
   int64_t sliding_window = 0;
   float scale = 1.0f;  // Usually 1 / sqrt(D).
 };
@@ -98,6 +137,26 @@ class Ops {
 
   // See AttentionArgs.
   virtual absl::Status Attention(const AttentionArgs& args) = 0;
+
+  // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
+  // and v [T, kv_heads, Dv] f32, slot_mapping size T with every slot in
+  // [0, num_slots). An int8 cache quantizes each (token, head) row with scale
+  // max|x| / 127 (0 for an all-zero row) and rounds to nearest.
+  virtual absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
+                                    absl::Span<const int64_t> slot_mapping,
+                                    const KvCacheLayer& cache) = 0;
+
+  // Paged backends. PrefillAttention takes any query lengths (varlen, causal,
+  // GQA); DecodeAttention requires query_len == 1 for every chosen sequence
+  // and parallelizes over sequences and heads (InvalidArgument otherwise).
+  virtual absl::Status PrefillAttention(const PagedAttentionArgs& args) = 0;
+  virtual absl::Status DecodeAttention(const PagedAttentionArgs& args) = 0;
+
+  // Static backend: the cache is in the static layout (one block per
+  // sequence, block_size = its capacity), so each sequence's keys are
+  // contiguous slots and no block table is walked per position. Any query
+  // lengths.
+  virtual absl::Status StaticAttention(const PagedAttentionArgs& args) = 0;
 };
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include "launch/commands.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -16,7 +17,9 @@
 #include "absl/strings/strip.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/status.h"
+#include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
+#include "runtime/engine/local_executor.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
 #include "runtime/text/chat_template.h"
@@ -146,43 +149,112 @@ absl::StatusOr<std::vector<Prompt>> CollectPrompts(const GenerateOptions& o) {
   return std::vector<Prompt>{std::move(p)};
 }
 
-// The model folder with everything loaded once. `generator` is either the
-// caller's (a parallel job) or a Generator over `model` loaded here.
+// The model folder with everything loaded once: the engine over the caller's
+// executor (a parallel job) or over a model loaded into this process.
 struct LoadedModel {
   CpuOps ops;
   std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<Generator> local;
-  TokenGenerator* generator = nullptr;
+  std::unique_ptr<LocalExecutor> local;
+  StepExecutor* executor = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
+  std::unique_ptr<Engine> engine;
 };
 
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
-    const std::string& model_dir, bool need_tokenizer,
-    TokenGenerator* generator) {
+    const std::string& model_dir, const EngineFlags& flags, bool need_tokenizer,
+    StepExecutor* executor) {
   if (model_dir.empty())
     return absl::InvalidArgumentError("--model DIR is required");
+  EngineOptions engine_options;
+  KvCacheOptions kv;
+  RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &kv));
   auto loaded = std::make_unique<LoadedModel>();
-  if (generator != nullptr) {
-    loaded->generator = generator;
+  if (executor != nullptr) {
+    loaded->executor = executor;
   } else {
-    ASSIGN_OR_RETURN(loaded->model, LlamaModel::Load(model_dir, &loaded->ops));
-    loaded->local = std::make_unique<Generator>(
-        loaded->model.get(), loaded->model->config().eos_token_ids);
-    loaded->generator = loaded->local.get();
+    ASSIGN_OR_RETURN(
+        loaded->model,
+        LlamaModel::Load(model_dir, &loaded->ops, flags.max_num_batched_tokens,
+                         flags.max_num_seqs));
+    ASSIGN_OR_RETURN(loaded->local, LocalExecutor::Create(
+                                        loaded->model.get(), kv,
+                                        static_cast<int>(flags.max_num_seqs)));
+    loaded->executor = loaded->local.get();
   }
   auto tokenizer =
-      LoadTokenizer(model_dir, loaded->generator->config().bos_token_id);
+      LoadTokenizer(model_dir, loaded->executor->config().bos_token_id);
   if (tokenizer.ok()) {
     loaded->tokenizer = *std::move(tokenizer);
   } else if (need_tokenizer) {
     return tokenizer.status();
   }
+  ASSIGN_OR_RETURN(loaded->engine,
+                   Engine::Create(loaded->executor, engine_options,
+                                  loaded->tokenizer.get()));
   return loaded;
+}
+
+// One finished prompt as json mode prints it.
+nlohmann::ordered_json ResultJson(const std::vector<int32_t>& prompt_ids,
+                                  const GenerationResult& r, bool logprobs) {
+  nlohmann::ordered_json line = {
+      {"prompt_ids", prompt_ids},
+      {"output_ids", r.output_ids},
+      {"text", r.text ? json(*r.text) : json(nullptr)},
+      {"finish_reason", std::string(FinishReasonName(r.finish_reason))}};
+  if (logprobs) {
+    nlohmann::ordered_json steps = nlohmann::ordered_json::array();
+    for (size_t i = 0; i < r.output_ids.size(); ++i) {
+      nlohmann::ordered_json top = nlohmann::ordered_json::array();
+      if (i < r.top_logprobs.size()) {
+        for (const auto& [id, lp] : r.top_logprobs[i]) top.push_back({id, lp});
+      }
+      steps.push_back(
+          {{"id", r.output_ids[i]}, {"logprob", r.logprobs[i]}, {"top", top}});
+    }
+    line["logprobs"] = steps;
+  }
+  return line;
 }
 
 }  // namespace
 
-absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
+absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
+                                KvCacheOptions* kv) {
+  if (f.max_num_seqs < 1 || f.max_num_seqs > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-num-seqs must be in [1, 2^20], got ", f.max_num_seqs));
+  }
+  if (f.max_num_batched_tokens < 1 || f.max_num_batched_tokens > (1 << 24)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-num-batched-tokens must be in [1, 2^24], got ",
+                     f.max_num_batched_tokens));
+  }
+  if (f.block_size < 1 || f.block_size > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--block-size must be in [1, 4096], got ", f.block_size));
+  }
+  if (f.num_kv_blocks < 0 || f.kv_cache_memory < 0) {
+    return absl::InvalidArgumentError(
+        "--num-kv-blocks and --kv-cache-memory must be >= 0");
+  }
+  if (!(f.kv_cache_fraction > 0.0 && f.kv_cache_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kv-cache-fraction must be in (0, 1], got ", f.kv_cache_fraction));
+  }
+  engine->scheduler.max_num_seqs = static_cast<int>(f.max_num_seqs);
+  engine->scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
+  engine->enable_prefix_caching = !f.no_prefix_cache;
+  kv->block_size = f.block_size;
+  kv->num_blocks = f.num_kv_blocks;
+  kv->memory_bytes = f.kv_cache_memory;
+  kv->memory_fraction = f.kv_cache_fraction;
+  ASSIGN_OR_RETURN(kv->dtype, ParseKvDType(f.kv_dtype));
+  ASSIGN_OR_RETURN(kv->backend, ParseAttentionBackend(f.attention));
+  return absl::OkStatus();
+}
+
+absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
                          std::ostream& out) {
   if (o.output != "text" && o.output != "json") {
     return absl::InvalidArgumentError(
@@ -191,6 +263,10 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
   if (o.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-tokens must be >= 1, got ", o.max_tokens));
+  }
+  if (o.logprobs > 20) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--logprobs must be at most 20, got ", o.logprobs));
   }
   RETURN_IF_ERROR(o.sampling.Validate());
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
@@ -204,6 +280,7 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
     stop_token_ids = *std::move(ids);
   }
   const bool need_tokenizer =
+      !o.stop.empty() ||
       std::any_of(prompts.begin(), prompts.end(),
                   [](const Prompt& p) { return p.text || p.messages; });
   if (o.chat) {
@@ -218,10 +295,12 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
   const bool need_template =
       std::any_of(prompts.begin(), prompts.end(),
                   [](const Prompt& p) { return p.messages; });
-  ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, need_tokenizer, generator_in));
-  const ModelConfig& config = loaded->generator->config();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<LoadedModel> loaded,
+      LoadModel(o.model_dir, o.engine, need_tokenizer, executor_in));
+  const ModelConfig& config = loaded->executor->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
+  Engine& engine = *loaded->engine;
 
   std::optional<ChatTemplate> chat_template;
   if (need_template) {
@@ -252,120 +331,148 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
     }
   }
 
-  TokenGenerator& generator = *loaded->generator;
-  int64_t decode_allocations = 0;
+  // Text mode with one prompt streams the continuation as it is generated:
+  // the prompt first (a chat's rendered template is not echoed), then each
+  // piece of text as soon as it is final. Otherwise each prompt is printed,
+  // in order, once it is done.
+  const bool stream =
+      o.output == "text" && tokenizer != nullptr && prompts.size() == 1;
+  std::string stream_prompt_text;
+  if (stream && !prompts[0].messages) {
+    ASSIGN_OR_RETURN(stream_prompt_text,
+                     tokenizer->Decode(prompts[0].ids,
+                                       /*skip_special_tokens=*/true));
+  }
+  bool stream_started = false;
+  // The first decode step is the first time any request gets its second
+  // token: from then on the allocator must not need its source again.
+  int64_t allocations_at_first_decode = -1;
+  std::vector<int> tokens_seen(prompts.size(), 0);
+  std::vector<int64_t> ids(prompts.size());
+  const auto t0 = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    const Prompt& p = prompts[i];
     GenerationRequest request;
-    request.prompt_ids = p.ids;
+    request.prompt_ids = prompts[i].ids;
     request.max_tokens = o.max_tokens;
     request.sampling = o.sampling;
     request.ignore_eos = o.ignore_eos;
     request.stop_token_ids = stop_token_ids;
+    request.stop = o.stop;
+    request.top_logprobs =
+        static_cast<int32_t>(std::max<int64_t>(0, o.logprobs));
     // Each prompt of a file gets its own stream, reproducible for a given seed.
     if (request.sampling.seed) *request.sampling.seed += i;
-    // Text mode streams the continuation as it is generated: the prompt first
-    // (a chat's rendered template is not echoed), then each piece of text as
-    // soon as it is final.
-    const bool stream = o.output == "text" && tokenizer != nullptr;
-    std::optional<IncrementalDetokenizer> detokenizer;
-    std::string prompt_text;
-    absl::Status stream_status;
-    if (stream) {
-      if (!p.messages) {
-        ASSIGN_OR_RETURN(prompt_text, tokenizer->Decode(
-                                          p.ids, /*skip_special_tokens=*/true));
-      }
-      detokenizer.emplace(tokenizer, p.ids, /*skip_special_tokens=*/true);
-    }
-    bool started = false;
-    // The second token is sampled right after the first decode step: from then
-    // on the allocator must not need its source again.
-    int tokens_seen = 0;
-    int64_t allocations_at_first_decode = -1;
-    auto on_token = [&](int32_t token) {
-      if (++tokens_seen == 2) {
+    auto on_token = [&, i](const TokenEvent& e) {
+      if (++tokens_seen[i] == 2 && allocations_at_first_decode < 0) {
         allocations_at_first_decode =
-            generator.memory_stats().underlying_allocations;
+            engine.memory_stats().underlying_allocations;
       }
-      if (!detokenizer || !stream_status.ok()) return;
-      if (!started) {  // Echo the prompt only once generation has really begun.
-        out << prompt_text;
-        started = true;
+      if (!stream) return;
+      if (!stream_started) {  // Echo the prompt once generation has begun.
+        out << stream_prompt_text;
+        stream_started = true;
       }
-      absl::StatusOr<std::string> piece = detokenizer->Append(token);
-      if (!piece.ok()) {
-        stream_status = piece.status();
-        return;
-      }
-      out << *piece;
+      out << e.text;
+      if (e.finished) out << "\n";
       out.flush();
     };
-    auto result = generator.Generate(request, on_token);
-    if (!result.ok()) {
-      if (started) out << "\n";
-      return Annotate(result.status(), prompts.size() > 1
-                                           ? absl::StrCat("prompt ", i + 1)
-                                           : "generate");
+    absl::StatusOr<int64_t> id = engine.Submit(request, on_token);
+    if (!id.ok()) {
+      return Annotate(id.status(), prompts.size() > 1
+                                       ? absl::StrCat("prompt ", i + 1)
+                                       : "generate");
     }
-    RETURN_IF_ERROR(stream_status);
-    if (allocations_at_first_decode >= 0) {
-      decode_allocations += generator.memory_stats().underlying_allocations -
-                            allocations_at_first_decode;
-    }
+    ids[i] = *id;
+  }
 
-    if (stream) {
-      ASSIGN_OR_RETURN(const std::string rest, detokenizer->Finish());
-      out << rest << "\n";
-    } else if (o.output == "json") {
-      std::optional<std::string> continuation;
-      if (tokenizer != nullptr) {
-        std::vector<int32_t> all = p.ids;
-        all.insert(all.end(), result->output_ids.begin(),
-                   result->output_ids.end());
-        ASSIGN_OR_RETURN(continuation,
-                         tokenizer->DecodeSuffix(all, p.ids.size(),
-                                                 /*skip_special_tokens=*/true));
-      }
-      // Keys in the order of the command-line contract.
-      nlohmann::ordered_json line = {
-          {"prompt_ids", p.ids},
-          {"output_ids", result->output_ids},
-          {"text", continuation ? json(*continuation) : json(nullptr)},
-          {"finish_reason",
-           std::string(FinishReasonName(result->finish_reason))}};
-      out << line.dump(-1, ' ', false,
-                       nlohmann::ordered_json::error_handler_t::replace)
-          << "\n";
-    } else {
-      out << "output_ids:";
-      for (int32_t id : result->output_ids) out << " " << id;
-      out << "\n";
+  std::vector<std::optional<GenerationResult>> results(prompts.size());
+  size_t next_to_print = 0;
+  int64_t generated = 0;
+  while (next_to_print < prompts.size()) {
+    const absl::Status step = engine.Step();
+    if (!step.ok()) {
+      if (stream_started) out << "\n";
+      return Annotate(step, "generate");
     }
-    out.flush();
-    const double decode_tokens =
-        static_cast<double>(result->output_ids.size()) - 1.0;
+    for (size_t i = next_to_print; i < prompts.size(); ++i) {
+      if (results[i]) continue;
+      absl::StatusOr<GenerationResult> r = engine.TakeResult(ids[i]);
+      if (r.ok()) results[i] = *std::move(r);
+    }
+    // Print every finished prompt whose predecessors are printed.
+    while (next_to_print < prompts.size() && results[next_to_print]) {
+      const size_t i = next_to_print++;
+      const Prompt& p = prompts[i];
+      const GenerationResult& r = *results[i];
+      generated += static_cast<int64_t>(r.output_ids.size());
+      if (o.output == "json") {
+        out << ResultJson(p.ids, r, o.logprobs >= 0)
+                   .dump(-1, ' ', false,
+                         nlohmann::ordered_json::error_handler_t::replace)
+            << "\n";
+      } else if (tokenizer != nullptr && !stream) {
+        std::string prompt_text;
+        if (!p.messages) {
+          ASSIGN_OR_RETURN(
+              prompt_text,
+              tokenizer->Decode(p.ids, /*skip_special_tokens=*/true));
+        }
+        out << prompt_text << r.text.value_or("") << "\n";
+      } else if (tokenizer == nullptr) {
+        out << "output_ids:";
+        for (int32_t id : r.output_ids) out << " " << id;
+        out << "\n";
+      }
+      out.flush();
+      const double decode_tokens = static_cast<double>(r.output_ids.size()) - 1;
+      std::cerr << absl::StrFormat(
+          "[tessera] prompt %d tokens (%d cached), first token after %.2f ms; "
+          "%d tokens generated, %.1f tokens/s decode (%s)\n",
+          p.ids.size(), r.cached_prompt_tokens, r.prefill_seconds * 1e3,
+          r.output_ids.size(),
+          decode_tokens > 0 && r.decode_seconds > 0
+              ? decode_tokens / r.decode_seconds
+              : 0.0,
+          FinishReasonName(r.finish_reason));
+    }
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+          .count();
+  const Engine::Stats stats = engine.stats();
+  if (prompts.size() > 1) {
     std::cerr << absl::StrFormat(
-        "[tessera] prompt %d tokens in %.2f ms; %d tokens generated, %.1f "
-        "tokens/s decode (%s)\n",
-        p.ids.size(), result->prefill_seconds * 1e3, result->output_ids.size(),
-        decode_tokens > 0 && result->decode_seconds > 0
-            ? decode_tokens / result->decode_seconds
-            : 0.0,
-        FinishReasonName(result->finish_reason));
+        "[tessera] %d prompts: %d tokens generated in %.3f s (%.1f tokens/s); "
+        "%d steps, largest batch %d, %d preemptions, %d of %d prompt tokens "
+        "from the prefix cache\n",
+        prompts.size(), generated, seconds,
+        seconds > 0 ? generated / seconds : 0.0, stats.scheduler.steps,
+        stats.scheduler.max_batch, stats.scheduler.preemptions,
+        stats.blocks.hit_tokens, stats.blocks.queried_tokens);
   }
   if (!o.stats_json.empty()) {
-    const AllocatorStats stats = generator.memory_stats();
+    const AllocatorStats mem = engine.memory_stats();
     nlohmann::ordered_json j;
     j["allocator"] = {
-        {"underlying_allocations", stats.underlying_allocations},
-        {"underlying_allocations_decode", decode_allocations},
-        {"underlying_frees", stats.underlying_frees},
-        {"underlying_allocated_bytes", stats.underlying_allocated_bytes},
-        {"reserved_bytes", stats.reserved_bytes},
-        {"in_use_bytes", stats.in_use_bytes},
-        {"peak_in_use_bytes", stats.peak_in_use_bytes},
-        {"pinned_bytes", stats.pinned_bytes}};
+        {"underlying_allocations", mem.underlying_allocations},
+        {"underlying_allocations_decode",
+         allocations_at_first_decode < 0
+             ? 0
+             : mem.underlying_allocations - allocations_at_first_decode},
+        {"underlying_frees", mem.underlying_frees},
+        {"underlying_allocated_bytes", mem.underlying_allocated_bytes},
+        {"reserved_bytes", mem.reserved_bytes},
+        {"in_use_bytes", mem.in_use_bytes},
+        {"peak_in_use_bytes", mem.peak_in_use_bytes},
+        {"pinned_bytes", mem.pinned_bytes}};
+    j["scheduler"] = {{"steps", stats.scheduler.steps},
+                      {"preemptions", stats.scheduler.preemptions},
+                      {"max_batch", stats.scheduler.max_batch}};
+    j["prefix_cache"] = {{"hit_tokens", stats.blocks.hit_tokens},
+                         {"queried_tokens", stats.blocks.queried_tokens}};
+    const KvLayout layout = loaded->executor->kv_layout();
+    j["kv_cache"] = {{"num_blocks", layout.num_blocks},
+                     {"block_size", layout.block_size}};
     std::ofstream file(o.stats_json);
     file << j.dump(2) << "\n";
     if (!file) {
@@ -377,18 +484,18 @@ absl::Status RunGenerate(const GenerateOptions& o, TokenGenerator* generator_in,
 }
 
 absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
-  if (o.batch_size != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--batch-size ", o.batch_size,
-        ": only 1 is supported until the continuous-batching scheduler lands"));
-  }
-  if (o.input_len < 1 || o.output_len < 1 || o.iterations < 1) {
+  if (o.batch_size < 1 || o.input_len < 1 || o.output_len < 1 ||
+      o.iterations < 1) {
     return absl::InvalidArgumentError(
-        "--input-len, --output-len and --iterations must be >= 1");
+        "--batch-size, --input-len, --output-len and --iterations must be >= "
+        "1");
   }
+  EngineFlags flags = o.engine;
+  // Every sequence of the batch runs together.
+  flags.max_num_seqs = std::max(flags.max_num_seqs, o.batch_size);
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, false, nullptr));
-  const ModelConfig& config = loaded->generator->config();
+                   LoadModel(o.model_dir, flags, false, nullptr));
+  const ModelConfig& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("--input-len + --output-len exceeds the context of ",
@@ -397,20 +504,49 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(
       0, static_cast<int32_t>(config.vocab_size) - 1);
-  GenerationRequest request;
-  for (int64_t i = 0; i < o.input_len; ++i)
-    request.prompt_ids.push_back(token(rng));
-  request.max_tokens = o.output_len;
-  request.sampling.temperature = 0.0f;
-  request.ignore_eos = true;
+  // Distinct random prompts, so the prefix cache has nothing to share.
+  std::vector<GenerationRequest> requests(o.batch_size);
+  for (GenerationRequest& request : requests) {
+    for (int64_t i = 0; i < o.input_len; ++i)
+      request.prompt_ids.push_back(token(rng));
+    request.max_tokens = o.output_len;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+  }
 
-  TokenGenerator& generator = *loaded->generator;
-  std::vector<double> prefill, decode;
+  Engine& engine = *loaded->engine;
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> prefill, decode, total;
   for (int64_t it = 0; it <= o.iterations; ++it) {
-    ASSIGN_OR_RETURN(GenerationResult r, generator.Generate(request));
+    const auto t0 = Clock::now();
+    int64_t first_tokens = 0;
+    Clock::time_point prefilled = t0;
+    auto on_token = [&](const TokenEvent&) {};
+    std::vector<int64_t> ids;
+    for (const GenerationRequest& request : requests) {
+      ASSIGN_OR_RETURN(const int64_t id, engine.Submit(request, on_token));
+      ids.push_back(id);
+    }
+    std::vector<bool> started(ids.size(), false);
+    while (engine.HasWork()) {
+      RETURN_IF_ERROR(engine.Step());
+      if (first_tokens == o.batch_size) continue;
+      // Prefill ends when every request has its first token.
+      first_tokens = 0;
+      for (size_t i = 0; i < ids.size(); ++i) {
+        if (!started[i]) {
+          started[i] = engine.NumGenerated(ids[i]) > 0;
+        }
+        first_tokens += started[i];
+      }
+      if (first_tokens == o.batch_size) prefilled = Clock::now();
+    }
+    const auto t1 = Clock::now();
+    for (int64_t id : ids) RETURN_IF_ERROR(engine.TakeResult(id).status());
     if (it == 0) continue;  // Warm-up: first touches of weights and scratch.
-    prefill.push_back(r.prefill_seconds);
-    decode.push_back(r.decode_seconds);
+    prefill.push_back(std::chrono::duration<double>(prefilled - t0).count());
+    decode.push_back(std::chrono::duration<double>(t1 - prefilled).count());
+    total.push_back(std::chrono::duration<double>(t1 - t0).count());
   }
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
@@ -418,9 +554,11 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   };
   const double prefill_s = median(prefill);
   const double decode_s = median(decode);
-  const double prefill_tps = o.input_len / prefill_s;
+  const double total_s = median(total);
+  const double prefill_tps = o.batch_size * o.input_len / prefill_s;
   const double decode_tps =
-      o.output_len > 1 ? (o.output_len - 1) / decode_s : 0.0;
+      o.output_len > 1 ? o.batch_size * (o.output_len - 1) / decode_s : 0.0;
+  const double output_tps = o.batch_size * o.output_len / total_s;
   if (o.json) {
     json j = {{"model", o.model_dir},
               {"device", "cpu"},
@@ -430,18 +568,21 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
               {"iterations", o.iterations},
               {"prefill_seconds", prefill_s},
               {"decode_seconds", decode_s},
+              {"total_seconds", total_s},
               {"prefill_tokens_per_s", prefill_tps},
-              {"decode_tokens_per_s", decode_tps}};
+              {"decode_tokens_per_s", decode_tps},
+              {"output_tokens_per_s", output_tps}};
     out << j.dump() << "\n";
   } else {
     out << absl::StrFormat(
-        "model %s, cpu, batch 1, input %d, output %d (median of %d)\n"
+        "model %s, cpu, batch %d, input %d, output %d (median of %d)\n"
         "prefill: %.3f ms, %.1f tokens/s\n"
-        "decode:  %.3f ms/token, %.1f tokens/s\n",
-        o.model_dir, o.input_len, o.output_len, o.iterations, prefill_s * 1e3,
-        prefill_tps,
+        "decode:  %.3f ms/step, %.1f tokens/s\n"
+        "total:   %.3f ms, %.1f output tokens/s\n",
+        o.model_dir, o.batch_size, o.input_len, o.output_len, o.iterations,
+        prefill_s * 1e3, prefill_tps,
         o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
-        decode_tps);
+        decode_tps, total_s * 1e3, output_tps);
   }
   return absl::OkStatus();
 }

@@ -7,12 +7,32 @@
 #include <istream>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
+
+// The serving engine's knobs, shared by generate and bench (vLLM's names).
+struct EngineFlags {
+  int64_t max_num_seqs = 256;             // Sequences holding KV at once.
+  int64_t max_num_batched_tokens = 2048;  // Tokens per step.
+  int64_t block_size = 16;                // Tokens per KV block.
+  int64_t num_kv_blocks = 0;              // > 0: exactly this many blocks.
+  int64_t kv_cache_memory = 0;            // > 0: KV budget in bytes per rank.
+  double kv_cache_fraction = 0.5;         // Else this share of free memory.
+  std::string kv_dtype = "auto";          // auto (float32) or int8.
+  std::string attention = "paged";        // paged or static.
+  bool no_prefix_cache = false;
+};
+
+// Checks the flags and turns them into the engine's and the KV cache's
+// options. InvalidArgument naming the flag.
+absl::Status ResolveEngineFlags(const EngineFlags& flags, EngineOptions* engine,
+                                KvCacheOptions* kv);
 
 struct GenerateOptions {
   std::string model_dir;
@@ -25,6 +45,9 @@ struct GenerateOptions {
   SamplingParams sampling;
   bool ignore_eos = false;
   std::string stop_token_ids;  // "7,42": more ids that end a sequence like EOS.
+  std::vector<std::string> stop;  // Stop strings.
+  int64_t logprobs = -1;          // >= 0: report logprobs (and this many top).
+  EngineFlags engine;
   std::string output = "text";  // "text" or "json".
   // Wrap each text prompt as one user message and render it with the model's
   // chat template (tokenizer_config.json), with the generation prompt; the
@@ -36,21 +59,23 @@ struct GenerateOptions {
   // "reserved_bytes",
   //  "peak_in_use_bytes", "pinned_bytes", ...}}, where
   //  underlying_allocations_decode counts the
-  // source allocations made after each prompt's first decode step (summed over
-  // prompts).
+  // source allocations made after the first decode step; plus
+  // "scheduler": {"steps", "preemptions", "max_batch"} and
+  // "prefix_cache": {"hit_tokens", "queried_tokens"}.
   std::string stats_json;
 };
 
-// Loads the model once and generates for every prompt, writing to `out`: in
-// text mode the prompt followed by its continuation; in json mode one object
-// per prompt:
+// Loads the model once, submits every prompt to the engine at once (the
+// scheduler batches them) and writes to `out`, in prompt order: in text mode
+// the prompt followed by its continuation (streamed as it is generated when
+// there is one prompt); in json mode one object per prompt:
 // {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason":
-// "length"|"stop"}
-// ("text" is the continuation; null when the folder has no tokenizer).
-// `generator` runs the requests (a parallel job on rank 0); null loads the
-// model into this process.
-absl::Status RunGenerate(const GenerateOptions& options,
-                         TokenGenerator* generator, std::ostream& out);
+// "length"|"stop"} ("text" is the continuation, null when the folder has no
+// tokenizer), plus "logprobs": [{"id", "logprob", "top": [[id, logprob],
+// ...]}] with --logprobs. `executor` runs the steps (a parallel job on rank
+// 0); null loads the model into this process.
+absl::Status RunGenerate(const GenerateOptions& options, StepExecutor* executor,
+                         std::ostream& out);
 
 struct BenchOptions {
   std::string model_dir;
@@ -59,10 +84,12 @@ struct BenchOptions {
   int64_t output_len = 128;
   int64_t iterations = 5;
   bool json = false;
+  EngineFlags engine;
 };
 
-// Times prefill and decode on random prompt ids (greedy, EOS ignored) and
-// reports the median over `iterations` runs after one warm-up.
+// Times batch_size requests of random prompt ids submitted together (greedy,
+// EOS ignored): prefill (until every request has its first token) and decode
+// (the rest), the median over `iterations` runs after one warm-up.
 absl::Status RunBench(const BenchOptions& options, std::ostream& out);
 
 struct TokenizeOptions {

@@ -26,6 +26,12 @@ void FlagParser::Add(std::string name, bool* target, std::string help) {
       {std::move(name), target, std::move(help), *target ? "true" : "false"});
 }
 
+void FlagParser::Add(std::string name, std::vector<std::string>* target,
+                     std::string help) {
+  flags_.push_back({std::move(name), target,
+                    absl::StrCat(std::move(help), "; repeatable"), "none"});
+}
+
 FlagParser::Flag* FlagParser::Find(absl::string_view name) {
   for (Flag& f : flags_) {
     if (f.name == name) return &f;
@@ -53,6 +59,9 @@ absl::Status FlagParser::Assign(Flag& flag, absl::string_view value) {
     if (!absl::SimpleAtod(value, *d)) return bad("a number");
   } else if (auto* b = std::get_if<bool*>(&flag.target)) {
     if (!absl::SimpleAtob(value, *b)) return bad("true or false");
+  } else if (auto* list =
+                 std::get_if<std::vector<std::string>*>(&flag.target)) {
+    (*list)->emplace_back(value);
   }
   flag.set = true;
   return absl::OkStatus();

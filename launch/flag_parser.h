@@ -31,6 +31,9 @@ class FlagParser {
   void Add(std::string name, int64_t* target, std::string help);
   void Add(std::string name, double* target, std::string help);
   void Add(std::string name, bool* target, std::string help);
+  // A repeatable flag: each occurrence appends its value.
+  void Add(std::string name, std::vector<std::string>* target,
+           std::string help);
 
   // Parses args (without the program and command names). InvalidArgument naming
   // the flag for an unknown flag, a missing value, a malformed number or a
@@ -47,7 +50,9 @@ class FlagParser {
  private:
   struct Flag {
     std::string name;
-    std::variant<std::string*, int64_t*, double*, bool*> target;
+    std::variant<std::string*, int64_t*, double*, bool*,
+                 std::vector<std::string>*>
+        target;
     std::string help;
     std::string default_text;
     bool set = false;

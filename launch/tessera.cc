@@ -8,8 +8,11 @@
 //                    [--tp N] [--pp M] [--pp-layers 3,2] [--weights
 //                    rank0|local]
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
-//   tessera bench    --model DIR --batch-size 1 --input-len I --output-len O
+//   tessera bench    --model DIR --batch-size B --input-len I --output-len O
 //   [--json]
+//   engine flags (both): --max-num-seqs --max-num-batched-tokens --block-size
+//   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
+//   --attention paged|static --no-prefix-cache
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
@@ -38,6 +41,25 @@ constexpr char kUsage[] =
     "  bench     measure prefill and decode speed (--model DIR --input-len I "
     "--output-len O)\n"
     "Run 'tessera <command> --help' for the flags.\n";
+
+// The engine's flags, shared by generate and bench.
+void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
+  flags.Add("max-num-seqs", &e->max_num_seqs, "most sequences running at once");
+  flags.Add("max-num-batched-tokens", &e->max_num_batched_tokens,
+            "most tokens per step (prefills are chunked to fit)");
+  flags.Add("block-size", &e->block_size, "tokens per KV cache block");
+  flags.Add("num-kv-blocks", &e->num_kv_blocks,
+            "KV cache blocks per rank (0: from the memory budget)");
+  flags.Add("kv-cache-memory", &e->kv_cache_memory,
+            "KV cache budget in bytes per rank (0: --kv-cache-fraction)");
+  flags.Add("kv-cache-fraction", &e->kv_cache_fraction,
+            "share of free memory for the KV cache");
+  flags.Add("kv-dtype", &e->kv_dtype, "auto (float32) or int8");
+  flags.Add("attention", &e->attention,
+            "paged, or static (contiguous per sequence)");
+  flags.Add("no-prefix-cache", &e->no_prefix_cache,
+            "do not reuse the KV of shared prompt prefixes");
+}
 
 // Parses `args` into `flags`; on --help prints the usage instead and returns
 // false (the command has nothing else to do).
@@ -166,6 +188,11 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   flags.Add(
       "stop-token-ids", &o.stop_token_ids,
       "comma-separated ids that also end a sequence (finish_reason stop)");
+  flags.Add("stop", &o.stop, "a text that ends a sequence (cut from the text)");
+  flags.Add("logprobs", &o.logprobs,
+            "json output: each token's logprob and this many alternatives "
+            "(-1: off)");
+  AddEngineFlags(flags, &o.engine);
   flags.Add("ignore-eos", &o.ignore_eos,
             "keep generating after an end-of-sequence token");
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
@@ -210,6 +237,11 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   p.pp = static_cast<int>(pp);
   ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
   p.weights_local = weights == "local";
+  tessera::EngineOptions engine_options;
+  RETURN_IF_ERROR(
+      tessera::ResolveEngineFlags(o.engine, &engine_options, &p.kv));
+  p.max_num_seqs = static_cast<int>(o.engine.max_num_seqs);
+  p.max_num_batched_tokens = o.engine.max_num_batched_tokens;
   if (tp * pp > 1 || LaunchedAsMultiRankJob()) {
     *exit_code = GenerateParallel(o, p);
     return absl::OkStatus();
@@ -230,6 +262,7 @@ absl::Status Bench(const std::vector<std::string>& args) {
   flags.Add("iterations", &o.iterations,
             "timed repetitions; the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
+  AddEngineFlags(flags, &o.engine);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
   return tessera::RunBench(o, std::cout);

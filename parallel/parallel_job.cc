@@ -114,39 +114,6 @@ absl::Status ReceiveShard(ControlChannel& control, LlamaWeights& weights) {
   }
 }
 
-SamplingParams FromProto(const proto::SamplingParams& p) {
-  SamplingParams s;
-  s.temperature = p.temperature();
-  s.top_k = p.top_k();
-  s.top_p = p.top_p();
-  if (p.has_seed()) s.seed = p.seed();
-  s.min_p = p.min_p();
-  s.repetition_penalty =
-      p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  s.presence_penalty = p.presence_penalty();
-  s.frequency_penalty = p.frequency_penalty();
-  return s;
-}
-
-void ToProto(const SamplingParams& s, proto::SamplingParams* p) {
-  p->set_temperature(s.temperature);
-  p->set_top_k(s.top_k);
-  p->set_top_p(s.top_p);
-  p->set_has_seed(s.seed.has_value());
-  if (s.seed) p->set_seed(*s.seed);
-  p->set_min_p(s.min_p);
-  p->set_repetition_penalty(s.repetition_penalty);
-  p->set_presence_penalty(s.presence_penalty);
-  p->set_frequency_penalty(s.frequency_penalty);
-}
-
-float LogProb(absl::Span<const float> logits, int32_t token) {
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  return static_cast<float>(logits[token] - max - std::log(sum));
-}
-
 // Rank 0 records which rank holds what, when the split is valid (an invalid one
 // is reported by every rank alike right after the broadcast).
 void DescribeLayout(proto::ModelManifest* m, int world_size) {
@@ -200,6 +167,16 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
     manifest.set_tensor_parallel(options.tp);
     manifest.set_pipeline_parallel(options.pp);
     for (int64_t n : options.pp_layers) manifest.add_pp_layers(n);
+    proto::EngineSettings* e = manifest.mutable_engine();
+    e->set_max_num_seqs(options.max_num_seqs);
+    e->set_max_num_batched_tokens(options.max_num_batched_tokens);
+    e->set_block_size(options.kv.block_size);
+    e->set_num_kv_blocks(options.kv.num_blocks);
+    e->set_kv_cache_memory(options.kv.memory_bytes);
+    e->set_kv_cache_fraction(options.kv.memory_fraction);
+    e->set_kv_dtype(options.kv.dtype == DType::kI8 ? "int8" : "float32");
+    e->set_attention(options.kv.backend == AttentionBackend::kStatic ? "static"
+                                                                     : "paged");
     manifest.set_weights(options.weights_local
                              ? proto::ModelManifest::WEIGHTS_LOCAL
                              : proto::ModelManifest::WEIGHTS_FROM_RANK0);
@@ -280,12 +257,45 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
         absl::StrCat("loading weights from ",
                      model_dir.empty() ? manifest.model_dir() : model_dir)));
   }
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model =
-      LlamaModel::Create(config, shard, *std::move(weights), &job->ops_,
-                         job->tp_comm_.get(), job->pp_comm_.get());
+  const proto::EngineSettings& e = manifest.engine();
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(
+      config, shard, *std::move(weights), &job->ops_, job->tp_comm_.get(),
+      job->pp_comm_.get(), e.max_num_batched_tokens(), e.max_num_seqs());
   if (!model.ok()) job->Fail(model.status());
   job->model_ = *std::move(model);
-  job->logits_.resize(config.vocab_size);
+
+  // The KV pool: each rank sizes it against its own memory, and every rank
+  // takes the smallest count so that block ids mean the same everywhere.
+  KvCacheOptions kv;
+  kv.block_size = e.block_size();
+  kv.num_blocks = e.num_kv_blocks();
+  kv.memory_bytes = e.kv_cache_memory();
+  kv.memory_fraction = e.kv_cache_fraction();
+  absl::StatusOr<DType> kv_dtype = ParseKvDType(e.kv_dtype());
+  absl::StatusOr<AttentionBackend> backend =
+      ParseAttentionBackend(e.attention());
+  if (!kv_dtype.ok()) job->Fail(kv_dtype.status());
+  if (!backend.ok()) job->Fail(backend.status());
+  kv.dtype = *kv_dtype;
+  kv.backend = *backend;
+  const KvPoolShape pool_shape = job->model_->kv_pool_shape(kv.dtype);
+  absl::StatusOr<KvLayout> layout =
+      ResolveKvLayout(kv, pool_shape, config.max_position_embeddings,
+                      e.max_num_seqs(), AvailableHostMemory());
+  if (!layout.ok()) job->Fail(layout.status());
+  int64_t blocks = layout->num_blocks;
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, &blocks, 1, MPI_INT64_T, MPI_MIN,
+                               world.comm().get());
+  if (rc != MPI_SUCCESS) {
+    job->Fail(MpiError(rc, "MPI_Allreduce", "agreeing on the KV block count"));
+  }
+  job->kv_layout_ = *layout;
+  job->kv_layout_.num_blocks = blocks;
+  absl::StatusOr<KvPool> pool = KvPool::Create(
+      pool_shape, blocks, job->kv_layout_.block_size, job->model_->allocator());
+  if (!pool.ok()) job->Fail(pool.status());
+  job->runner_ = std::make_unique<StepRunner>(
+      job->model_.get(), *std::move(pool), kv.backend, job->is_sampler());
   job->load_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -303,106 +313,28 @@ bool ParallelJob::is_sampler() const { return world_rank_ == sampler_rank(); }
 
 absl::Status ParallelJob::Execute(const proto::StepPlan& plan,
                                   proto::StepResult* result) {
-  if (plan.new_sequence()) {
-    ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(plan.cache_capacity()));
-    cache_ = std::make_unique<KvCache>(std::move(cache));
-    if (is_sampler()) {
-      sampler_ = std::make_unique<Sampler>(FromProto(plan.sampling()));
-      sampled_prompt_.assign(plan.tokens().begin(), plan.tokens().end());
-      sampled_output_.clear();
-    }
+  if (!is_coordinator()) {
+    return absl::FailedPreconditionError("Execute runs on rank 0");
   }
-  if (cache_ == nullptr || cache_->length() != plan.start_position()) {
-    return absl::InternalError(absl::StrCat("step plan for position ",
-                                            plan.start_position(),
-                                            " does not follow the cache"));
-  }
-  const std::vector<int32_t> tokens(plan.tokens().begin(), plan.tokens().end());
-  RETURN_IF_ERROR(
-      model_->Forward(tokens, cache_.get(),
-                      model_->shard().last_stage() ? logits_.data() : nullptr));
-  if (!is_sampler()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t token,
-                   sampler_->Sample(logits_, sampled_prompt_, sampled_output_));
-  sampled_output_.push_back(token);
-  result->Clear();
-  result->set_sequence_id(plan.sequence_id());
-  result->set_token(token);
-  result->set_logprob(LogProb(logits_, token));
-  if (plan.new_sequence() && plan.return_prefill_logits()) {
-    result->mutable_prefill_logits()->Add(logits_.begin(), logits_.end());
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<GenerationResult> ParallelJob::Generate(
-    const GenerationRequest& request,
-    const std::function<void(int32_t)>& on_token) {
-  if (!is_coordinator())
-    return absl::FailedPreconditionError("Generate runs on rank 0");
-  const ModelConfig& config = model_->config();
-  RETURN_IF_ERROR(ValidateRequest(config, request));
-  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
-  const int64_t max_new = MaxNewTokens(config, request);
-
-  proto::StepPlan plan;
-  plan.set_kind(proto::StepPlan::FORWARD);
-  plan.set_sequence_id(next_sequence_id_++);
-  plan.set_new_sequence(true);
-  plan.set_cache_capacity(
-      std::min(config.max_position_embeddings, prompt_len + max_new - 1));
-  plan.set_start_position(0);
-  plan.mutable_tokens()->Add(request.prompt_ids.begin(),
-                             request.prompt_ids.end());
-  ToProto(request.sampling, plan.mutable_sampling());
-  plan.set_return_prefill_logits(true);
-
-  GenerationResult out;
-  proto::StepResult result;
   using Clock = std::chrono::steady_clock;
-  const auto t0 = Clock::now();
-  while (true) {
-    // From here on every rank is in the step: any failure ends the job.
-    const auto b0 = Clock::now();
-    absl::Status s = control_->Broadcast(&plan, 0);
-    const auto b1 = Clock::now();
-    if (s.ok()) s = Execute(plan, &result);
-    const auto r0 = Clock::now();
-    if (s.ok() && !is_sampler())
-      s = control_->Recv(sampler_rank(), kResultTag, &result);
-    if (!s.ok()) Fail(s);
-    ++control_stats_.steps;
-    control_stats_.plan_bytes += static_cast<int64_t>(plan.ByteSizeLong());
-    control_stats_.broadcast_seconds +=
-        std::chrono::duration<double>(b1 - b0).count();
-    control_stats_.result_seconds +=
-        std::chrono::duration<double>(Clock::now() - r0).count();
-    if (plan.new_sequence()) {
-      out.prefill_seconds =
-          std::chrono::duration<double>(Clock::now() - t0).count();
-      out.prefill_logits.assign(result.prefill_logits().begin(),
-                                result.prefill_logits().end());
-    }
-    const int32_t token = result.token();
-    out.output_ids.push_back(token);
-    if (on_token) on_token(token);
-    if (IsStopToken(request, config.eos_token_ids, token)) {
-      out.finish_reason = FinishReason::kStop;
-      break;
-    }
-    if (static_cast<int64_t>(out.output_ids.size()) >= max_new) {
-      out.finish_reason = FinishReason::kLength;
-      break;
-    }
-    plan.set_start_position(plan.start_position() + plan.tokens_size());
-    plan.set_new_sequence(false);
-    plan.clear_tokens();
-    plan.add_tokens(token);
+  // From here on every rank is in the step: any failure ends the job.
+  proto::StepPlan sent = plan;  // Broadcast needs a mutable message.
+  const auto b0 = Clock::now();
+  absl::Status s = control_->Broadcast(&sent, 0);
+  const auto b1 = Clock::now();
+  if (s.ok()) s = runner_->Run(sent, result);
+  const auto r0 = Clock::now();
+  if (s.ok() && !is_sampler()) {
+    s = control_->Recv(sampler_rank(), kResultTag, result);
   }
-  out.decode_seconds =
-      std::chrono::duration<double>(Clock::now() - t0).count() -
-      out.prefill_seconds;
-  return out;
+  if (!s.ok()) Fail(s);
+  ++control_stats_.steps;
+  control_stats_.plan_bytes += static_cast<int64_t>(sent.ByteSizeLong());
+  control_stats_.broadcast_seconds +=
+      std::chrono::duration<double>(b1 - b0).count();
+  control_stats_.result_seconds +=
+      std::chrono::duration<double>(Clock::now() - r0).count();
+  return absl::OkStatus();
 }
 
 absl::Status ParallelJob::Shutdown() {
@@ -417,7 +349,7 @@ absl::Status ParallelJob::ServeSteps() {
   while (true) {
     RETURN_IF_ERROR(control_->Broadcast(&plan, 0));
     if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
-    absl::Status s = Execute(plan, &result);
+    absl::Status s = runner_->Run(plan, &result);
     if (s.ok() && is_sampler()) s = control_->Send(result, 0, kResultTag);
     if (!s.ok()) Fail(s);
   }

@@ -2,14 +2,13 @@
 // and the two rank loops that drive it.
 //
 //   rank 0 (coordinator): reads config.json, broadcasts the ModelManifest,
-//   sends every rank its
-//     weight shard (or lets each read its own with --weights local), then
-//     serves generation requests through TokenGenerator: each step it
-//     broadcasts a StepPlan, runs its own stage, and receives the sampled token
-//     in a StepResult from the last stage.
-//   every other rank (worker): builds the same model from the manifest and runs
-//   ServeSteps()
-//     until the coordinator broadcasts SHUTDOWN.
+//     sends every rank its weight shard (or lets each read its own with
+//     --weights local), then is the engine's StepExecutor: each step it
+//     broadcasts the engine's StepPlan, runs its own stage, and receives the
+//     sampled tokens in a StepResult from the last stage.
+//   every other rank (worker): builds the same model and KV pool from the
+//     manifest and runs ServeSteps() until the coordinator broadcasts
+//     SHUTDOWN.
 //
 // Which rank samples: tp-rank 0 of the last pipeline stage (it holds the full
 // logits after the vocabulary-parallel gather). Errors on any rank are fatal
@@ -30,7 +29,8 @@
 #include "parallel/mpi_world.h"
 #include "parallel/process_grid.h"
 #include "proto/tessera.pb.h"
-#include "runtime/engine/generator.h"
+#include "runtime/engine/engine.h"
+#include "runtime/engine/step_runner.h"
 #include "runtime/model/llama.h"
 
 namespace tessera {
@@ -41,9 +41,12 @@ struct ParallelOptions {
   std::vector<int64_t> pp_layers;  // Layers per stage; empty = even split.
   bool weights_local =
       false;  // Each rank reads its own slices (shared filesystem).
+  int max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  KvCacheOptions kv;
 };
 
-class ParallelJob final : public TokenGenerator {
+class ParallelJob final : public StepExecutor {
  public:
   // Collective over the world: every rank calls it. `model_dir` and `options`
   // are read on rank 0 (and model_dir also on every rank with weights_local).
@@ -81,10 +84,12 @@ class ParallelJob final : public TokenGenerator {
   };
   const ControlStats& control_stats() const { return control_stats_; }
 
-  // Coordinator only: runs one request across the job (see TokenGenerator).
-  absl::StatusOr<GenerationResult> Generate(
-      const GenerationRequest& request,
-      const std::function<void(int32_t)>& on_token = {}) override;
+  KvLayout kv_layout() const override { return kv_layout_; }
+
+  // Coordinator only: runs one plan across the job (see StepExecutor). Any
+  // failure once the plan is out ends the job.
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override;
 
   // Coordinator only: tells every worker to leave ServeSteps().
   absl::Status Shutdown();
@@ -97,8 +102,6 @@ class ParallelJob final : public TokenGenerator {
   // Ends the job from inside a step: once a plan is out, a failure on one rank
   // would leave the others blocked in a collective.
   [[noreturn]] void Fail(const absl::Status& status) const;
-  // Runs one plan on this rank; the sampling rank fills *result.
-  absl::Status Execute(const proto::StepPlan& plan, proto::StepResult* result);
   bool is_sampler() const;
   int sampler_rank() const;
 
@@ -114,15 +117,8 @@ class ParallelJob final : public TokenGenerator {
   std::vector<proto::RankLayout> layout_;
   ControlStats control_stats_;
 
-  // The sequence being generated (one at a time until the batching scheduler
-  // lands).
-  uint64_t next_sequence_id_ = 1;
-  std::unique_ptr<KvCache> cache_;
-  std::unique_ptr<Sampler> sampler_;
-  std::vector<float> logits_;
-  // The sampling rank's view of the sequence, for repetition/presence/frequency
-  // penalties.
-  std::vector<int32_t> sampled_prompt_, sampled_output_;
+  KvLayout kv_layout_;
+  std::unique_ptr<StepRunner> runner_;
 };
 
 }  // namespace tessera

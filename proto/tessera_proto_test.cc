@@ -12,16 +12,18 @@ namespace {
 TEST(TesseraProtoTest, PlanRoundTripsAndTruncationIsDetected) {
   proto::StepPlan plan;
   plan.set_kind(proto::StepPlan::FORWARD);
-  plan.set_sequence_id(7);
-  plan.set_new_sequence(true);
-  for (int t : {1, 403, 407}) plan.add_tokens(t);
-  plan.mutable_sampling()->set_temperature(0.5f);
+  proto::SequenceStep* seq = plan.add_seqs();
+  seq->set_sequence_id(7);
+  seq->set_start(true);
+  for (int t : {1, 403, 407}) seq->add_tokens(t);
+  seq->mutable_sampling()->set_temperature(0.5f);
   const std::string bytes = plan.SerializeAsString();
   proto::StepPlan back;
   ASSERT_TRUE(back.ParseFromString(bytes));
-  EXPECT_EQ(back.tokens_size(), 3);
-  EXPECT_EQ(back.tokens(1), 403);
-  EXPECT_EQ(back.sampling().temperature(), 0.5f);
+  ASSERT_EQ(back.seqs_size(), 1);
+  EXPECT_EQ(back.seqs(0).tokens_size(), 3);
+  EXPECT_EQ(back.seqs(0).tokens(1), 403);
+  EXPECT_EQ(back.seqs(0).sampling().temperature(), 0.5f);
   EXPECT_FALSE(back.ParseFromString(bytes.substr(0, bytes.size() - 2)));
 }
 

@@ -19,7 +19,9 @@
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
+#include "runtime/engine/local_executor.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/text/tokenizer.h"
@@ -416,22 +418,42 @@ TEST(DemoModel, SeededSamplingIsReproducible) {
   EXPECT_NE(SampledIds(43), a);
 }
 
-// An EOS id ends the sequence: finish_reason "stop", the EOS token included.
-TEST(Generator, EosStopsAndIsIncluded) {
+// An engine over kFixture whose config says `eos` ends a sequence.
+std::unique_ptr<LocalEngine> EngineWithEos(Ops* ops, int32_t eos) {
   const std::string dir = GoldenDir() + "/" + kFixture;
+  auto config = LoadModelConfig(dir);
+  EXPECT_TRUE(config.ok()) << config.status();
+  config->eos_token_ids = {eos};
+  auto ckpt = Checkpoint::Open(dir);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  const ShardSpec shard = FullModel(*config);
+  auto weights = LoadLlamaWeights(**ckpt, *config, shard);
+  EXPECT_TRUE(weights.ok()) << weights.status();
+  auto model = LlamaModel::Create(*config, shard, *std::move(weights), ops,
+                                  nullptr, nullptr, 2048, 4);
+  EXPECT_TRUE(model.ok()) << model.status();
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 4;
+  KvCacheOptions kv;
+  kv.num_blocks = 64;
+  auto local = LocalEngine::Create(*std::move(model), options, kv);
+  EXPECT_TRUE(local.ok()) << local.status();
+  return *std::move(local);
+}
+
+// An EOS id ends the sequence: finish_reason "stop", the EOS token included.
+TEST(Engine, EosStopsAndIsIncluded) {
   const json c = FirstCase();
   const std::vector<int32_t> golden = Ids(c["output_ids"]);
   CpuOps ops;
-  auto model = LlamaModel::Load(dir, &ops);
-  ASSERT_TRUE(model.ok()) << model.status();
-  Generator generator(model->get(), {golden[2]});
+  std::unique_ptr<LocalEngine> third = EngineWithEos(&ops, golden[2]);
   GenerationRequest request;
   request.prompt_ids = Ids(c["prompt_ids"]);
   request.max_tokens = static_cast<int64_t>(golden.size());
   request.sampling.temperature = 0.0f;
   std::vector<int32_t> streamed;
-  auto result =
-      generator.Generate(request, [&](int32_t t) { streamed.push_back(t); });
+  auto result = third->engine().Generate(
+      request, [&](int32_t t) { streamed.push_back(t); });
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->finish_reason, FinishReason::kStop);
   EXPECT_EQ(FinishReasonName(result->finish_reason), "stop");
@@ -440,15 +462,15 @@ TEST(Generator, EosStopsAndIsIncluded) {
   EXPECT_EQ(streamed, result->output_ids);
 
   // EOS on the very first token.
-  Generator first(model->get(), {golden[0]});
-  result = first.Generate(request);
+  std::unique_ptr<LocalEngine> first = EngineWithEos(&ops, golden[0]);
+  result = first->engine().Generate(request);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->finish_reason, FinishReason::kStop);
   EXPECT_EQ(result->output_ids, std::vector<int32_t>{golden[0]});
 
   // ignore_eos keeps going to max_tokens.
   request.ignore_eos = true;
-  result = first.Generate(request);
+  result = first->engine().Generate(request);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->finish_reason, FinishReason::kLength);
   EXPECT_EQ(result->output_ids, golden);
@@ -911,7 +933,8 @@ TEST(BadPrompt, BadPromptInAFileNamesThePrompt) {
   EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Contains(run.status, "prompt 2"));
   EXPECT_TRUE(Contains(run.status, "empty"));
-  EXPECT_EQ(JsonLines(run.out).size(), 1u);
+  // Every prompt is checked when it is submitted, before any runs.
+  EXPECT_EQ(JsonLines(run.out).size(), 0u);
 }
 
 TEST(BadOptions, OutputFormat) {

@@ -13,9 +13,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
+#include "runtime/engine/local_executor.h"
 #include "runtime/model/llama.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
@@ -51,22 +54,40 @@ std::vector<int32_t> Ids(const json& j) {
   return j.get<std::vector<int32_t>>();
 }
 
+// An engine over a model folder in this process.
+std::unique_ptr<LocalEngine> LoadEngine(const std::string& dir, Ops* ops,
+                                        const EngineOptions& options = {},
+                                        const KvCacheOptions& kv = {}) {
+  KvCacheOptions sized = kv;
+  if (sized.num_blocks == 0 && sized.memory_bytes == 0) {
+    sized.memory_bytes = int64_t{64} << 20;
+  }
+  auto engine = LocalEngine::Load(dir, ops, options, sized);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+GenerationRequest GreedyRequest(const json& c) {
+  GenerationRequest request;
+  request.prompt_ids = Ids(c["prompt_ids"]);
+  request.max_tokens = c["max_new_tokens"].get<int64_t>();
+  request.sampling.temperature = 0.0f;
+  request.return_prefill_logits = true;
+  return request;
+}
+
 class GoldenFixtureTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GoldenFixtureTest, GreedyTokensAndLogitsMatchTransformers) {
   const std::string dir = GoldenDir() + "/" + GetParam();
   CpuOps ops;
-  auto model = LlamaModel::Load(dir, &ops);
-  ASSERT_TRUE(model.ok()) << model.status();
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
   const json golden = ReadJson(dir + "/golden.json");
-  Generator generator(model->get(), (*model)->config().eos_token_ids);
   ASSERT_FALSE(golden["cases"].empty());
   for (const json& c : golden["cases"]) {
-    GenerationRequest request;
-    request.prompt_ids = Ids(c["prompt_ids"]);
-    request.max_tokens = c["max_new_tokens"].get<int64_t>();
-    request.sampling.temperature = 0.0f;
-    auto result = generator.Generate(request);
+    const GenerationRequest request = GreedyRequest(c);
+    auto result = local->engine().Generate(request);
     ASSERT_TRUE(result.ok()) << result.status();
     const std::string what =
         GetParam() + " prompt of " + std::to_string(request.prompt_ids.size());
@@ -105,17 +126,99 @@ TEST_P(GoldenFixtureTest, ChunkedPrefillMatchesTransformers) {
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ((*model)->max_step_tokens(), 7);
   const json golden = ReadJson(dir + "/golden.json");
-  Generator generator(model->get(), (*model)->config().eos_token_ids);
+  EngineOptions options;
+  options.scheduler.max_num_batched_tokens = 7;
+  options.scheduler.max_num_seqs = 1;
+  KvCacheOptions kv;
+  kv.memory_bytes = int64_t{16} << 20;
+  auto local = LocalEngine::Create(*std::move(model), options, kv);
+  ASSERT_TRUE(local.ok()) << local.status();
   for (const json& c : golden["cases"]) {
-    GenerationRequest request;
-    request.prompt_ids = Ids(c["prompt_ids"]);
-    request.max_tokens = c["max_new_tokens"].get<int64_t>();
-    request.sampling.temperature = 0.0f;
-    auto result = generator.Generate(request);
+    auto result = (*local)->engine().Generate(GreedyRequest(c));
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->output_ids, Ids(c["output_ids"])) << GetParam();
     ExpectLogitsClose(result->prefill_logits, c["prefill_logits"],
                       GetParam() + " chunked");
+  }
+}
+
+// Continuous batching: every golden case submitted at once (twice, so equal
+// prompts share cached blocks), under several engine configurations —
+// paged/static attention, tiny token budgets that mix chunked prefills with
+// decodes, block sizes 1 and 5, a KV pool so small that sequences are
+// preempted and recomputed — gives transformers' tokens and logits for each,
+// exactly as each prompt run alone does.
+struct BatchConfig {
+  const char* name;
+  AttentionBackend backend;
+  int64_t budget;
+  int64_t block_size;
+  int64_t num_blocks;  // 0: plenty.
+  bool prefix_cache;
+};
+
+TEST_P(GoldenFixtureTest, BatchedRequestsMatchTransformers) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  const json golden = ReadJson(dir + "/golden.json");
+  std::vector<json> cases;
+  for (int copy = 0; copy < 2; ++copy) {
+    for (const json& c : golden["cases"]) cases.push_back(c);
+  }
+  int64_t longest = 0;
+  for (const json& c : cases) {
+    longest = std::max<int64_t>(
+        longest, c["prompt_ids"].size() + c["max_new_tokens"].get<int64_t>());
+  }
+  const BatchConfig configs[] = {
+      {"paged", AttentionBackend::kPaged, 2048, 16, 0, true},
+      {"paged_no_prefix_cache", AttentionBackend::kPaged, 2048, 16, 0, false},
+      {"static", AttentionBackend::kStatic, 2048, 16, 0, false},
+      {"budget5_block1", AttentionBackend::kPaged, 5, 1, 0, true},
+      {"budget16_block5", AttentionBackend::kPaged, 16, 5, 0, true},
+      // Room for about two sequences: the rest wait or are preempted.
+      {"tiny_pool", AttentionBackend::kPaged, 32, 4, (2 * longest + 3) / 4,
+       true},
+  };
+  for (const BatchConfig& config : configs) {
+    SCOPED_TRACE(config.name);
+    CpuOps ops;
+    EngineOptions options;
+    options.scheduler.max_num_batched_tokens = config.budget;
+    options.scheduler.max_num_seqs = 8;
+    options.enable_prefix_caching = config.prefix_cache;
+    KvCacheOptions kv;
+    kv.backend = config.backend;
+    kv.block_size = config.block_size;
+    kv.num_blocks = config.num_blocks;
+    std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops, options, kv);
+    ASSERT_NE(local, nullptr);
+    Engine& engine = local->engine();
+    std::vector<int64_t> ids;
+    for (const json& c : cases) {
+      auto id = engine.Submit(GreedyRequest(c));
+      ASSERT_TRUE(id.ok()) << id.status();
+      ids.push_back(*id);
+    }
+    ASSERT_TRUE(engine.RunUntilIdle().ok());
+    for (size_t i = 0; i < cases.size(); ++i) {
+      auto result = engine.TakeResult(ids[i]);
+      ASSERT_TRUE(result.ok()) << result.status();
+      const std::string what =
+          absl::StrCat(GetParam(), " ", config.name, " request ", i);
+      EXPECT_EQ(result->output_ids, Ids(cases[i]["output_ids"])) << what;
+      ExpectLogitsClose(result->prefill_logits, cases[i]["prefill_logits"],
+                        what);
+    }
+    const Engine::Stats stats = engine.stats();
+    EXPECT_GT(stats.scheduler.max_batch, 1) << config.name;
+    if (config.num_blocks > 0) {
+      EXPECT_GT(stats.scheduler.preemptions, 0) << config.name;
+    }
+    if (config.prefix_cache && config.num_blocks == 0 &&
+        config.block_size <= 5) {
+      // The second copy of each prompt finds the first's full blocks.
+      EXPECT_GT(stats.blocks.hit_tokens, 0) << config.name;
+    }
   }
 }
 
@@ -136,28 +239,28 @@ TEST(GoldenFixtures, EveryArchitectureIsCovered) {
 // time", token for token.
 TEST(DemoCheckpoint, ReproducesTransformersGreedyStory) {
   CpuOps ops;
-  auto model = LlamaModel::Load(DemoModelDir(), &ops);
-  ASSERT_TRUE(model.ok()) << model.status();
-  auto tokenizer =
-      LoadTokenizer(DemoModelDir(), (*model)->config().bos_token_id);
+  std::unique_ptr<LocalEngine> local = LoadEngine(DemoModelDir(), &ops);
+  ASSERT_NE(local, nullptr);
+  LlamaModel* model = &local->model();
+  auto tokenizer = LoadTokenizer(DemoModelDir(), model->config().bos_token_id);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
   std::vector<json> cases = {golden};
   for (const json& c : golden["more_cases"]) cases.push_back(c);
-  Generator generator(model->get(), (*model)->config().eos_token_ids);
   for (const json& c : cases) {
     // The tokenizer reproduces the reference prompt ids (BOS + pieces).
     auto ids = (*tokenizer)->Encode(c["prompt"].get<std::string>());
     ASSERT_TRUE(ids.ok());
     ASSERT_TRUE((*tokenizer)->add_bos());
-    ids->insert(ids->begin(), (*model)->config().bos_token_id);
+    ids->insert(ids->begin(), model->config().bos_token_id);
     ASSERT_EQ(*ids, Ids(c["prompt_ids"])) << c["prompt"];
 
     GenerationRequest request;
     request.prompt_ids = *ids;
     request.max_tokens = static_cast<int64_t>(c["output_ids"].size());
     request.sampling.temperature = 0.0f;
-    auto result = generator.Generate(request);
+    request.return_prefill_logits = true;
+    auto result = local->engine().Generate(request);
     ASSERT_TRUE(result.ok()) << result.status();
     EXPECT_EQ(result->output_ids, Ids(c["output_ids"])) << c["prompt"];
     ExpectLogitsClose(result->prefill_logits, c["prefill_logits"], c["prompt"]);

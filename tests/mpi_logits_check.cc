@@ -14,6 +14,7 @@
 
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_job.h"
+#include "runtime/engine/engine.h"
 
 int main(int argc, char** argv) {
   if (argc != 4) {
@@ -29,6 +30,12 @@ int main(int argc, char** argv) {
   tessera::ParallelOptions options;
   options.tp = std::atoi(argv[2]);
   options.pp = std::atoi(argv[3]);
+  // A small pool and token budget: prefills are chunked and mixed with
+  // decodes, and blocks are shared and recycled across the job.
+  options.max_num_seqs = 8;
+  options.max_num_batched_tokens = 32;
+  options.kv.block_size = 4;
+  options.kv.num_blocks = 256;
   auto job = tessera::ParallelJob::Create(**world, dir, options);
   if (!job.ok()) (*world)->Abort(1, job.status().message());
   if (!(*job)->is_coordinator()) {
@@ -38,13 +45,29 @@ int main(int argc, char** argv) {
   }
   std::ifstream in(dir + "/golden.json");
   const nlohmann::json golden = nlohmann::json::parse(in);
-  int failures = 0;
+  auto engine = tessera::Engine::Create(job->get(), {}, nullptr);
+  if (!engine.ok()) (*world)->Abort(1, engine.status().message());
+  // Every case at once: the scheduler batches them across the job.
+  std::vector<int64_t> ids;
+  std::vector<tessera::GenerationRequest> requests;
   for (const nlohmann::json& c : golden["cases"]) {
     tessera::GenerationRequest request;
     request.prompt_ids = c["prompt_ids"].get<std::vector<int32_t>>();
     request.max_tokens = c["max_new_tokens"].get<int64_t>();
     request.sampling.temperature = 0.0f;
-    auto result = (*job)->Generate(request);
+    request.return_prefill_logits = true;
+    auto id = (*engine)->Submit(request);
+    if (!id.ok()) (*world)->Abort(1, id.status().message());
+    ids.push_back(*id);
+    requests.push_back(request);
+  }
+  const absl::Status ran = (*engine)->RunUntilIdle();
+  if (!ran.ok()) (*world)->Abort(1, ran.message());
+  int failures = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const nlohmann::json& c = golden["cases"][i];
+    const tessera::GenerationRequest& request = requests[i];
+    auto result = (*engine)->TakeResult(ids[i]);
     if (!result.ok()) (*world)->Abort(1, result.status().message());
     double diff = 0, ref = 0;
     const std::vector<float>& got = result->prefill_logits;

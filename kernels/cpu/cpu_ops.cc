@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,6 +36,390 @@ absl::Status ShapeError(absl::string_view op, absl::string_view what,
                         const Shape& a, const Shape& b) {
   return absl::InvalidArgumentError(absl::StrCat(
       op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
+}
+
+
+// ---------------------------------------------------------------------------
+// Paged KV cache helpers.
+
+// Dimensions of a validated KvCacheLayer.
+struct CacheDims {
+  int64_t num_slots = 0;
+  int64_t num_kv_heads = 0;
+  int64_t dim = 0;
+  int64_t dim_v = 0;
+  bool quantized = false;
+};
+
+// A view that stands for "no tensor" (the scales of an f32 cache).
+bool IsAbsent(const TensorView& t) {
+  return t.data() == nullptr || t.numel() == 0;
+}
+
+absl::Status CheckStorage(absl::string_view op, absl::string_view name,
+                          const TensorView& t) {
+  if (t.data() == nullptr && t.numel() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " has no storage"));
+  }
+  return absl::OkStatus();
+}
+
+// k [S, kv_heads, D] and v [S, kv_heads, Dv], both f32 (scales absent) or
+// both int8 (scales f32 [S, kv_heads]).
+absl::Status CheckCache(absl::string_view op, const KvCacheLayer& cache,
+                        CacheDims* dims) {
+  const Shape& ks = cache.k.shape();
+  const Shape& vs = cache.v.shape();
+  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
+      ks[1] <= 0) {
+    return ShapeError(op,
+                      "cache k [S, kv_heads, D] and v [S, kv_heads, Dv] "
+                      "disagree",
+                      ks, vs);
+  }
+  if (cache.k.dtype() != cache.v.dtype() ||
+      (cache.k.dtype() != DType::kF32 && cache.k.dtype() != DType::kI8)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": cache k and v must both be f32 or both int8, got ",
+        DTypeName(cache.k.dtype()), " and ", DTypeName(cache.v.dtype())));
+  }
+  RETURN_IF_ERROR(CheckStorage(op, "cache k", cache.k));
+  RETURN_IF_ERROR(CheckStorage(op, "cache v", cache.v));
+  dims->num_slots = ks[0];
+  dims->num_kv_heads = ks[1];
+  dims->dim = ks[2];
+  dims->dim_v = vs[2];
+  dims->quantized = cache.quantized();
+  if (dims->quantized) {
+    if (IsAbsent(cache.k_scale) || IsAbsent(cache.v_scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": an int8 cache needs k_scale and v_scale"));
+    }
+    RETURN_IF_ERROR(CheckF32(op, "cache k_scale", cache.k_scale));
+    RETURN_IF_ERROR(CheckF32(op, "cache v_scale", cache.v_scale));
+    const Shape want({ks[0], ks[1]});
+    if (cache.k_scale.shape() != want || cache.v_scale.shape() != want) {
+      return ShapeError(op, "cache scales must be [S, kv_heads]",
+                        cache.k_scale.shape(), cache.v_scale.shape());
+    }
+  } else if (!IsAbsent(cache.k_scale) || !IsAbsent(cache.v_scale)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": an f32 cache takes no k_scale / v_scale"));
+  }
+  return absl::OkStatus();
+}
+
+// Symmetric int8 quantization of one row: scale = max|x| / 127 (0 for an
+// all-zero row), values rounded to nearest.
+void QuantizeRow(const float* x, int64_t n, int8_t* q, float* scale) {
+  float amax = 0.0f;
+  for (int64_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  if (!(amax > 0.0f)) {
+    *scale = 0.0f;
+    std::fill_n(q, n, int8_t{0});
+    return;
+  }
+  const float s = amax / 127.0f;
+  *scale = s;
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = std::nearbyint(x[i] / s);
+    q[i] = static_cast<int8_t>(std::min(127.0f, std::max(-127.0f, r)));
+  }
+}
+
+// sum_i a[i] * b[i] in f32 with a fixed association (kLanes partial sums by
+// index, then a fixed tree), so the result depends only on the values: not on
+// addresses, threads or the rest of the batch.
+template <typename T>
+inline float Dot(const float* a, const T* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (int j = 0; j < kLanes; ++j) {
+      acc[j] += a[i + j] * static_cast<float>(b[i + j]);
+    }
+  }
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * static_cast<float>(b[i]);
+  for (int width = kLanes / 2; width > 0; width /= 2) {
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  }
+  return acc[0] + tail;
+}
+
+// o[i] += p * b[i].
+template <typename T>
+inline void Axpy(float p, const T* b, int64_t n, float* o) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) o[i] += p * static_cast<float>(b[i]);
+}
+
+// Softmax weights of one (token, head): grows to the longest context once per
+// thread, then steady-state steps allocate nothing.
+float* ScratchWeights(int64_t n) {
+  thread_local std::vector<float> weights;
+  if (weights.size() < static_cast<size_t>(n)) weights.resize(n);
+  return weights.data();
+}
+
+enum class PagedKind { kPrefill, kDecode, kStatic };
+
+// What a validated paged-attention call runs.
+struct PagedPlan {
+  CacheDims cache;
+  int64_t num_heads = 0;
+  int64_t group = 1;
+  int64_t row_begin = 0;  // q rows of the chosen sequences.
+  int64_t row_end = 0;
+  int64_t max_keys = 0;  // Most keys one query attends.
+  int64_t work = 0;      // Multiply-adds.
+};
+
+absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
+                                const PagedAttentionArgs& args,
+                                PagedPlan* plan) {
+  if (args.metadata == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
+  }
+  const AttentionMetadata& m = *args.metadata;
+  const size_t num_seqs = m.num_seqs < 0 ? 0 : m.num_seqs;
+  if (m.block_size <= 0 || m.num_seqs < 0 || m.max_blocks_per_seq < 0 ||
+      m.query_start_loc.size() != num_seqs + 1 ||
+      m.context_lens.size() != num_seqs || m.seq_lens.size() != num_seqs ||
+      m.block_tables.size() < num_seqs * m.max_blocks_per_seq) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": malformed metadata (block_size ", m.block_size, ", ",
+        m.num_seqs, " sequences, query_start_loc size ",
+        m.query_start_loc.size(), ", block_tables size ",
+        m.block_tables.size(), ")"));
+  }
+  if (args.first_seq < 0 || args.first_seq > args.end_seq ||
+      args.end_seq > m.num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
+                     ") outside [0, ", m.num_seqs, "]"));
+  }
+  RETURN_IF_ERROR(CheckF32(op, "q", args.q));
+  RETURN_IF_ERROR(CheckF32(op, "out", args.out));
+  RETURN_IF_ERROR(CheckCache(op, args.cache, &plan->cache));
+  const CacheDims& c = plan->cache;
+  const Shape& qs = args.q.shape();
+  const Shape& os = args.out.shape();
+  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m.num_tokens ||
+      os[0] != m.num_tokens || qs[1] != os[1] || qs[2] != c.dim ||
+      os[2] != c.dim_v) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": q ", qs.ToString(), " and out ", os.ToString(),
+        " must be [num_tokens = ", m.num_tokens, ", heads, ", c.dim,
+        "] and [num_tokens, heads, ", c.dim_v, "]"));
+  }
+  if (qs[1] <= 0 || qs[1] % c.num_kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", qs[1], " query heads are not a multiple of ",
+                     c.num_kv_heads, " kv heads"));
+  }
+  if (args.sliding_window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": negative sliding window ", args.sliding_window));
+  }
+  plan->num_heads = qs[1];
+  plan->group = qs[1] / c.num_kv_heads;
+  plan->row_begin = m.query_start_loc[args.first_seq];
+  plan->row_end = m.query_start_loc[args.end_seq];
+  if (plan->row_begin < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": sequence #", args.first_seq, " starts at row ", plan->row_begin));
+  }
+  plan->max_keys = 0;
+  int64_t keys_total = 0;
+  const int64_t window = args.sliding_window;
+  const int64_t bs = m.block_size;
+  int64_t prev_end = plan->row_begin;
+  for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
+    const int64_t qb = m.query_start_loc[s];
+    const int64_t qe = m.query_start_loc[s + 1];
+    const int64_t ctx = m.context_lens[s];
+    const int64_t seq_len = m.seq_lens[s];
+    if (qb != prev_end || qe < qb || qe > m.num_tokens || ctx < 0 ||
+        seq_len != ctx + (qe - qb)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": sequence #", s, " has rows [", qb, ", ", qe, ") of ",
+          m.num_tokens, ", context ", ctx, " and length ", seq_len));
+    }
+    prev_end = qe;
+    if (kind == PagedKind::kDecode && qe - qb != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": sequence #", s, " has query_len ", qe - qb,
+                       "; the decode kernel needs 1"));
+    }
+    if (qe == qb) continue;
+    const int32_t* table = m.block_table(s);
+    if (kind == PagedKind::kStatic) {
+      if (m.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
+          table[0] * bs + seq_len > c.num_slots) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": sequence #", s, " of length ", seq_len,
+            " does not fit its static block ",
+            m.max_blocks_per_seq < 1 ? -1 : table[0], " of size ", bs, " in ",
+            c.num_slots, " slots"));
+      }
+    } else {
+      // Only the blocks some query reads must be valid (a sliding window
+      // leaves the older ones alone).
+      const int64_t first_read =
+          window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
+      const int64_t num_blocks = (seq_len + bs - 1) / bs;
+      if (num_blocks > m.max_blocks_per_seq) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            op, ": sequence #", s, " needs ", num_blocks, " blocks, tables have ",
+            m.max_blocks_per_seq));
+      }
+      for (int64_t b = first_read / bs; b < num_blocks; ++b) {
+        const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
+        if (table[b] < 0 ||
+            int64_t{table[b]} * bs + last_pos % bs >= c.num_slots) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              op, ": sequence #", s, " block #", b, " is ", table[b],
+              ", outside the cache of ", c.num_slots, " slots"));
+        }
+      }
+    }
+    for (int64_t p = ctx; p < seq_len; ++p) {
+      keys_total += window > 0 ? std::min(p + 1, window) : p + 1;
+    }
+    plan->max_keys = std::max(plan->max_keys,
+                              window > 0 ? std::min(seq_len, window) : seq_len);
+  }
+  plan->work = keys_total * plan->num_heads * (c.dim + c.dim_v);
+  return absl::OkStatus();
+}
+
+// Calls fn(first_slot, first_index, n) for each run of consecutive slots that
+// hold positions first .. last of a sequence (index = position - first).
+template <bool kStatic, typename Fn>
+inline void ForEachRun(const int32_t* table, int64_t block_size, int64_t first,
+                       int64_t last, Fn&& fn) {
+  if (kStatic) {
+    fn(int64_t{table[0]} * block_size + first, int64_t{0}, last - first + 1);
+    return;
+  }
+  for (int64_t pos = first; pos <= last;) {
+    const int64_t block = pos / block_size;
+    const int64_t offset = pos - block * block_size;
+    const int64_t n = std::min(block_size - offset, last - pos + 1);
+    fn(int64_t{table[block]} * block_size + offset, pos - first, n);
+    pos += n;
+  }
+}
+
+// Attention of one query row `row` (of sequence `seq`) and head `h`.
+template <typename T, bool kStatic>
+void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
+               int32_t seq, int64_t row, int64_t h, float* weights) {
+  const AttentionMetadata& m = *args.metadata;
+  const CacheDims& c = plan.cache;
+  const int64_t dim = c.dim;
+  const int64_t dim_v = c.dim_v;
+  const int64_t kv_heads = c.num_kv_heads;
+  const int64_t pos = m.context_lens[seq] + (row - m.query_start_loc[seq]);
+  const int64_t first =
+      args.sliding_window > 0
+          ? std::max<int64_t>(0, pos - args.sliding_window + 1)
+          : 0;
+  const int64_t kvh = h / plan.group;
+  const float* qv =
+      args.q.data_as<const float>() + (row * plan.num_heads + h) * dim;
+  const T* k = args.cache.k.data_as<const T>() + kvh * dim;
+  const T* v = args.cache.v.data_as<const T>() + kvh * dim_v;
+  const int64_t k_stride = kv_heads * dim;
+  const int64_t v_stride = kv_heads * dim_v;
+  constexpr bool kQuantized = std::is_same_v<T, int8_t>;
+  const float* k_scale =
+      kQuantized ? args.cache.k_scale.data_as<const float>() + kvh : nullptr;
+  const float* v_scale =
+      kQuantized ? args.cache.v_scale.data_as<const float>() + kvh : nullptr;
+  const int32_t* table = m.block_table(seq);
+  const int64_t block_size = m.block_size;
+  const float scale = args.scale;
+
+  float max_score = -INFINITY;
+  ForEachRun<kStatic>(
+      table, block_size, first, pos,
+      [&](int64_t slot, int64_t index, int64_t n) {
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t s = slot + j;
+          float score = Dot(qv, k + s * k_stride, dim);
+          if constexpr (kQuantized) {
+            score *= k_scale[s * kv_heads] * scale;
+          } else {
+            score *= scale;
+          }
+          weights[index + j] = score;
+          max_score = std::max(max_score, score);
+        }
+      });
+  const int64_t num_keys = pos - first + 1;
+  float denom = 0.0f;
+  for (int64_t i = 0; i < num_keys; ++i) {
+    weights[i] = std::exp(weights[i] - max_score);
+    denom += weights[i];
+  }
+  const float inv_denom = 1.0f / denom;
+  float* o = args.out.data_as<float>() + (row * plan.num_heads + h) * dim_v;
+  std::fill_n(o, dim_v, 0.0f);
+  ForEachRun<kStatic>(table, block_size, first, pos,
+                      [&](int64_t slot, int64_t index, int64_t n) {
+                        for (int64_t j = 0; j < n; ++j) {
+                          const int64_t s = slot + j;
+                          float p = weights[index + j] * inv_denom;
+                          if constexpr (kQuantized) p *= v_scale[s * kv_heads];
+                          Axpy(p, v + s * v_stride, dim_v, o);
+                        }
+                      });
+}
+
+// (row, head) pairs handed out in chunks: long causal rows and short ones mix
+// in a batch, so static shares would leave threads idle.
+constexpr int kAttentionChunk = 4;
+
+// Runs every (row, head) of the plan. Each pair is computed by one thread in
+// a fixed order, so its result does not depend on the batch or the threads.
+template <typename T, bool kStatic>
+void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
+                       bool one_row_per_seq) {
+  const int32_t* starts = args.metadata->query_start_loc.data();
+  const int64_t heads = plan.num_heads;
+  const int64_t items = (plan.row_end - plan.row_begin) * heads;
+#pragma omp parallel if (plan.work > kParallelThreshold)
+  {
+    float* weights = ScratchWeights(plan.max_keys);
+#pragma omp for schedule(dynamic, kAttentionChunk)
+    for (int64_t item = 0; item < items; ++item) {
+      const int64_t row = plan.row_begin + item / heads;
+      const int64_t h = item % heads;
+      // The sequence owning `row`: the last one starting at or before it.
+      const int32_t seq =
+          one_row_per_seq
+              ? static_cast<int32_t>(args.first_seq + (row - plan.row_begin))
+              : static_cast<int32_t>(
+                    std::upper_bound(starts + args.first_seq + 1,
+                                     starts + args.end_seq + 1, row) -
+                    (starts + 1));
+      AttendOne<T, kStatic>(args, plan, seq, row, h, weights);
+    }
+  }
+}
+
+template <bool kStatic>
+void DispatchPagedAttention(const PagedAttentionArgs& args,
+                            const PagedPlan& plan, bool one_row_per_seq) {
+  if (plan.cache.quantized) {
+    RunPagedAttention<int8_t, kStatic>(args, plan, one_row_per_seq);
+  } else {
+    RunPagedAttention<float, kStatic>(args, plan, one_row_per_seq);
+  }
 }
 
 }  // namespace
@@ -363,6 +749,82 @@ absl::Status CpuOps::Attention(const AttentionArgs& args) {
       }
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StoreKvCache(const TensorView& k, const TensorView& v,
+                                  absl::Span<const int64_t> slot_mapping,
+                                  const KvCacheLayer& cache) {
+  constexpr absl::string_view kOp = "StoreKvCache";
+  RETURN_IF_ERROR(CheckF32(kOp, "k", k));
+  RETURN_IF_ERROR(CheckF32(kOp, "v", v));
+  CacheDims c;
+  RETURN_IF_ERROR(CheckCache(kOp, cache, &c));
+  const int64_t tokens = static_cast<int64_t>(slot_mapping.size());
+  if (k.shape() != Shape({tokens, c.num_kv_heads, c.dim}) ||
+      v.shape() != Shape({tokens, c.num_kv_heads, c.dim_v})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": k ", k.shape().ToString(), " and v ", v.shape().ToString(),
+        " must be [", tokens, ", ", c.num_kv_heads, ", ", c.dim, "] and [",
+        tokens, ", ", c.num_kv_heads, ", ", c.dim_v, "]"));
+  }
+  for (int64_t t = 0; t < tokens; ++t) {
+    if (slot_mapping[t] < 0 || slot_mapping[t] >= c.num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kOp, ": slot ", slot_mapping[t], " of token ", t,
+                       " is outside [0, ", c.num_slots, ")"));
+    }
+  }
+  const int64_t k_row = c.num_kv_heads * c.dim;
+  const int64_t v_row = c.num_kv_heads * c.dim_v;
+  const float* kin = k.data_as<const float>();
+  const float* vin = v.data_as<const float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    const int64_t slot = slot_mapping[t];
+    if (!c.quantized) {
+      std::copy_n(kin + t * k_row, k_row,
+                  cache.k.data_as<float>() + slot * k_row);
+      std::copy_n(vin + t * v_row, v_row,
+                  cache.v.data_as<float>() + slot * v_row);
+      continue;
+    }
+    for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+      const int64_t scale_index = slot * c.num_kv_heads + h;
+      QuantizeRow(kin + t * k_row + h * c.dim, c.dim,
+                  cache.k.data_as<int8_t>() + slot * k_row + h * c.dim,
+                  cache.k_scale.data_as<float>() + scale_index);
+      QuantizeRow(vin + t * v_row + h * c.dim_v, c.dim_v,
+                  cache.v.data_as<int8_t>() + slot * v_row + h * c.dim_v,
+                  cache.v_scale.data_as<float>() + scale_index);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::PrefillAttention(const PagedAttentionArgs& args) {
+  PagedPlan plan;
+  RETURN_IF_ERROR(
+      PlanPagedAttention("PrefillAttention", PagedKind::kPrefill, args, &plan));
+  DispatchPagedAttention</*kStatic=*/false>(args, plan,
+                                            /*one_row_per_seq=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DecodeAttention(const PagedAttentionArgs& args) {
+  PagedPlan plan;
+  RETURN_IF_ERROR(
+      PlanPagedAttention("DecodeAttention", PagedKind::kDecode, args, &plan));
+  DispatchPagedAttention</*kStatic=*/false>(args, plan,
+                                            /*one_row_per_seq=*/true);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::StaticAttention(const PagedAttentionArgs& args) {
+  PagedPlan plan;
+  RETURN_IF_ERROR(
+      PlanPagedAttention("StaticAttention", PagedKind::kStatic, args, &plan));
+  DispatchPagedAttention</*kStatic=*/true>(args, plan,
+                                           /*one_row_per_seq=*/false);
   return absl::OkStatus();
 }
 

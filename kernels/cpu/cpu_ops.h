@@ -30,6 +30,17 @@ class CpuOps final : public Ops {
                        int64_t start_pos, const TensorView& k_cache,
                        const TensorView& v_cache) override;
   absl::Status Attention(const AttentionArgs& args) override;
+  absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
+                            absl::Span<const int64_t> slot_mapping,
+                            const KvCacheLayer& cache) override;
+  // All three kernels read an f32 or an int8 cache (scales applied inside the
+  // dot products and the value accumulation), run one (token, head) reduction
+  // on one thread in a fixed order (so a sequence's result does not depend on
+  // the rest of the batch) and spread (token, head) pairs over OpenMP threads
+  // when the step is large enough to pay for them.
+  absl::Status PrefillAttention(const PagedAttentionArgs& args) override;
+  absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
+  absl::Status StaticAttention(const PagedAttentionArgs& args) override;
 };
 
 }  // namespace tessera

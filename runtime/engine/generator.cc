@@ -9,11 +9,16 @@
 namespace tessera {
 
 absl::string_view FinishReasonName(FinishReason reason) {
-  return reason == FinishReason::kStop ? "stop" : "length";
+  switch (reason) {
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kAbort:
+      return "abort";
+    case FinishReason::kLength:
+      break;
+  }
+  return "length";
 }
-
-Generator::Generator(LlamaModel* model, std::vector<int64_t> eos_ids)
-    : model_(model), eos_ids_(std::move(eos_ids)) {}
 
 absl::Status ValidateRequest(const ModelConfig& config,
                              const GenerationRequest& request) {
@@ -37,6 +42,15 @@ absl::Status ValidateRequest(const ModelConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
   }
+  if (request.top_logprobs < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs must be >= 0, got ", request.top_logprobs));
+  }
+  for (const std::string& stop : request.stop) {
+    if (stop.empty()) {
+      return absl::InvalidArgumentError("a stop string must not be empty");
+    }
+  }
   return request.sampling.Validate();
 }
 
@@ -57,48 +71,6 @@ bool IsStopToken(const GenerationRequest& request,
   if (!request.ignore_eos && IsEos(eos_ids, token)) return true;
   return std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
                    token) != request.stop_token_ids.end();
-}
-
-absl::StatusOr<GenerationResult> Generator::Generate(
-    const GenerationRequest& request,
-    const std::function<void(int32_t)>& on_token) {
-  const ModelConfig& config = model_->config();
-  RETURN_IF_ERROR(ValidateRequest(config, request));
-  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
-  const int64_t context = config.max_position_embeddings;
-  const int64_t max_new = MaxNewTokens(config, request);
-  ASSIGN_OR_RETURN(KvCache cache, model_->NewKvCache(std::min(
-                                      context, prompt_len + max_new - 1)));
-  Sampler sampler(request.sampling);
-  std::vector<float> logits(config.vocab_size);
-  GenerationResult result;
-
-  using Clock = std::chrono::steady_clock;
-  auto t0 = Clock::now();
-  RETURN_IF_ERROR(model_->Forward(request.prompt_ids, &cache, logits.data()));
-  auto t1 = Clock::now();
-  result.prefill_seconds = std::chrono::duration<double>(t1 - t0).count();
-  result.prefill_logits = logits;
-
-  while (true) {
-    ASSIGN_OR_RETURN(int32_t token, sampler.Sample(logits, request.prompt_ids,
-                                                   result.output_ids));
-    result.output_ids.push_back(token);
-    if (on_token) on_token(token);
-    if (IsStopToken(request, eos_ids_, token)) {
-      result.finish_reason = FinishReason::kStop;
-      break;
-    }
-    if (static_cast<int64_t>(result.output_ids.size()) >= max_new) {
-      result.finish_reason = FinishReason::kLength;
-      break;
-    }
-    const int32_t next[1] = {token};
-    RETURN_IF_ERROR(model_->Forward(next, &cache, logits.data()));
-  }
-  result.decode_seconds =
-      std::chrono::duration<double>(Clock::now() - t1).count();
-  return result;
 }
 
 }  // namespace tessera

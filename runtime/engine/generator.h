@@ -1,11 +1,13 @@
-// Generator: runs one sequence from prompt to finish on a LlamaModel (single
-// process, one request at a time; the continuous-batching scheduler replaces
-// this loop for serving).
+// Generation requests and results, and the TokenGenerator interface that the
+// commands drive (the Engine, engine.h, implements it over the scheduler).
 #ifndef TESSERA_RUNTIME_ENGINE_GENERATOR_H_
 #define TESSERA_RUNTIME_ENGINE_GENERATOR_H_
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -16,11 +18,13 @@ namespace tessera {
 
 enum class FinishReason {
   kLength,  // max_tokens generated, or the context is full.
-  kStop,    // An end-of-sequence token was generated (it is included in
-            // output_ids).
+  kStop,    // An end-of-sequence token, a stop token id or a stop string was
+            // generated (the token is included in output_ids).
+  kAbort,   // Cancelled.
 };
 
-absl::string_view FinishReasonName(FinishReason reason);  // "length" / "stop"
+// "length" / "stop" / "abort"
+absl::string_view FinishReasonName(FinishReason reason);
 
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
@@ -29,27 +33,45 @@ struct GenerationRequest {
   bool ignore_eos = false;
   // More ids that end the sequence like EOS (finish_reason "stop", the id
   // included in output_ids); they apply even with ignore_eos.
-  std::vector<int32_t> stop_token_ids;  // Keep going after EOS (benchmarks).
+  std::vector<int32_t> stop_token_ids;
+  // Texts that end the sequence (finish_reason "stop") as soon as the output
+  // text contains one; the text is cut before it. Needs a tokenizer.
+  std::vector<std::string> stop;
+  // Report the log-probabilities of this many most likely tokens at each step
+  // (the sampled token's own log-probability is always reported).
+  int32_t top_logprobs = 0;
+  // Return the next-token logits after the prompt (tests, debugging).
+  bool return_prefill_logits = false;
 };
 
 struct GenerationResult {
   std::vector<int32_t> output_ids;
   FinishReason finish_reason = FinishReason::kLength;
-  std::vector<float>
-      prefill_logits;            // Next-token logits after the prompt [vocab].
-  double prefill_seconds = 0.0;  // Prompt forward pass.
-  double decode_seconds = 0.0;   // Every later forward pass.
+  // The continuation's text (special tokens skipped, cut before a stop
+  // string); set when the engine has a tokenizer.
+  std::optional<std::string> text;
+  std::vector<float> logprobs;  // Of each output token.
+  // With top_logprobs > 0: the most likely (id, log-probability) pairs at
+  // each step.
+  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  // With return_prefill_logits: next-token logits after the prompt [vocab].
+  std::vector<float> prefill_logits;
+  int64_t cached_prompt_tokens = 0;  // Served from the prefix cache.
+  double prefill_seconds = 0.0;      // Submission to the first token.
+  double decode_seconds = 0.0;       // First token to the last.
 };
 
-// Something that turns a request into generated tokens: a model in this process
-// (Generator) or a parallel job driven from rank 0 (parallel/'s coordinator).
+// Something that turns a request into generated tokens.
 class TokenGenerator {
  public:
   virtual ~TokenGenerator() = default;
   virtual const ModelConfig& config() const = 0;
   // The working-memory allocator's statistics (rank 0's in a parallel job).
   virtual AllocatorStats memory_stats() const = 0;
-  // See Generator::Generate.
+  // Runs one request to completion. InvalidArgument for an empty prompt, a
+  // token id outside the vocabulary, bad sampling parameters or max_tokens <
+  // 1; OutOfRange for a prompt longer than the context. `on_token`, when set,
+  // sees each generated token as soon as it is sampled.
   virtual absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
       const std::function<void(int32_t)>& on_token = {}) = 0;
@@ -74,30 +96,6 @@ bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token);
 // one of its stop_token_ids.
 bool IsStopToken(const GenerationRequest& request,
                  const std::vector<int64_t>& eos_ids, int32_t token);
-
-class Generator final : public TokenGenerator {
- public:
-  // `model` must outlive the generator. `eos_ids` end a sequence (the config's
-  // eos ids).
-  Generator(LlamaModel* model, std::vector<int64_t> eos_ids);
-
-  const ModelConfig& config() const override { return model_->config(); }
-  AllocatorStats memory_stats() const override {
-    return model_->memory_stats();
-  }
-
-  // InvalidArgument for an empty prompt, a token id outside the vocabulary, bad
-  // sampling parameters or max_tokens < 1; OutOfRange for a prompt longer than
-  // the context. `on_token`, when set, sees each generated token as soon as it
-  // is sampled.
-  absl::StatusOr<GenerationResult> Generate(
-      const GenerationRequest& request,
-      const std::function<void(int32_t)>& on_token = {}) override;
-
- private:
-  LlamaModel* model_;
-  std::vector<int64_t> eos_ids_;
-};
 
 }  // namespace tessera
 

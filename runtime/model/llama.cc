@@ -325,55 +325,12 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   return inv_freq;
 }
 
-absl::StatusOr<KvCache> KvCache::Create(const ModelConfig& c,
-                                        const ShardSpec& shard,
-                                        int64_t capacity,
-                                        PinnableBlockAllocator* allocator) {
-  if (capacity <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache capacity ", capacity));
-  }
-  KvCache cache;
-  cache.allocator_ = allocator;
-  cache.capacity_ = capacity;
-  const Shape shape({capacity, shard.local_kv_heads, c.head_dim});
-  const size_t bytes = static_cast<size_t>(shape.numel()) * sizeof(float);
-  for (int64_t l = shard.first_layer; l < shard.end_layer; ++l) {
-    for (std::vector<TensorView>* side : {&cache.k_, &cache.v_}) {
-      absl::StatusOr<void*> block = allocator->Allocate(bytes);
-      if (!block.ok()) {
-        return Annotate(block.status(),
-                        absl::StrCat("allocating the KV cache for ", capacity,
-                                     " positions"));
-      }
-      side->emplace_back(*block, DType::kF32, shape);
-    }
-  }
-  return cache;
-}
-
-KvCache& KvCache::operator=(KvCache&& other) noexcept {
-  if (this != &other) {
-    Release();
-    allocator_ = other.allocator_;
-    capacity_ = other.capacity_;
-    length_ = other.length_;
-    k_ = std::move(other.k_);
-    v_ = std::move(other.v_);
-    other.k_.clear();
-    other.v_.clear();
-    other.allocator_ = nullptr;
-  }
-  return *this;
-}
-
-void KvCache::Release() {
-  if (allocator_ == nullptr) return;
-  for (std::vector<TensorView>* side : {&k_, &v_}) {
-    for (const TensorView& t : *side) allocator_->Free(t.data()).IgnoreError();
-    side->clear();
-  }
-  allocator_ = nullptr;
+absl::StatusOr<AttentionBackend> ParseAttentionBackend(
+    const std::string& name) {
+  if (name == "paged") return AttentionBackend::kPaged;
+  if (name == "static") return AttentionBackend::kStatic;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown attention backend '", name, "' (expected paged or static)"));
 }
 
 LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
@@ -402,7 +359,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-    Communicator* tp, Communicator* pp, int64_t max_step_tokens) {
+    Communicator* tp, Communicator* pp, int64_t max_step_tokens,
+    int64_t max_logit_rows) {
   const int64_t local_layers = shard.end_layer - shard.first_layer;
   if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
     return absl::InvalidArgumentError(
@@ -424,12 +382,18 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
       new LlamaModel(std::move(config), shard, std::move(weights),
                      std::move(inv_freq), ops, tp, pp));
   if (max_step_tokens > 0) model->max_step_tokens_ = max_step_tokens;
+  if (max_logit_rows < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_logit_rows ", max_logit_rows, " must be >= 1"));
+  }
+  model->max_logit_rows_ = max_logit_rows;
   RETURN_IF_ERROR(model->BindScratch());
   return model;
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
-    const std::string& model_dir, Ops* ops) {
+    const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
+    int64_t max_logit_rows) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
@@ -440,7 +404,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     return Annotate(weights.status(),
                     absl::StrCat("loading weights from ", model_dir));
   }
-  return Create(std::move(config), *std::move(weights), ops);
+  return Create(std::move(config), shard, *std::move(weights), ops, nullptr,
+                nullptr, max_step_tokens, max_logit_rows);
 }
 
 int64_t LlamaModel::weight_bytes() const {
@@ -487,9 +452,11 @@ absl::Status LlamaModel::BindScratch() {
       {"proj", &proj_, {T, c.hidden_size}},
       {"gate", &gate_, {T, s.local_intermediate}},
       {"up", &up_, {T, s.local_intermediate}},
-      {"last_hidden", &last_hidden_, {1, c.hidden_size}},
-      {"local_logits", &local_logits_, {1, s.vocab_per_rank}},
-      {"gathered_logits", &gathered_logits_, {s.tp_size, s.vocab_per_rank}},
+      {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
+      {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
+      {"gathered_logits",
+       &gathered_logits_,
+       {s.tp_size * max_logit_rows_, s.vocab_per_rank}},
   };
   for (const Spec& spec : specs) {
     RETURN_IF_ERROR(workspace_.RegisterBuffer(
@@ -500,7 +467,6 @@ absl::Status LlamaModel::BindScratch() {
     ASSIGN_OR_RETURN(*spec.view,
                      workspace_.View(spec.name, DType::kF32, spec.shape));
   }
-  positions_.resize(T);
   return absl::OkStatus();
 }
 
@@ -510,50 +476,125 @@ absl::Status LlamaModel::AddBias(const std::optional<Tensor>& bias,
   return ops_->BiasAdd(x, bias->view());
 }
 
+KvPoolShape LlamaModel::kv_pool_shape(DType dtype) const {
+  KvPoolShape shape;
+  shape.num_layers = shard_.end_layer - shard_.first_layer;
+  shape.num_kv_heads = shard_.local_kv_heads;
+  shape.head_dim = config_.head_dim;
+  shape.dtype = dtype;
+  return shape;
+}
+
+absl::StatusOr<KvCache> LlamaModel::NewKvCache(int64_t capacity,
+                                               DType dtype) const {
+  if (capacity <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache capacity ", capacity));
+  }
+  KvCache cache;
+  ASSIGN_OR_RETURN(cache.pool_, KvPool::Create(kv_pool_shape(dtype), 1,
+                                               capacity, allocator_));
+  return cache;
+}
+
 absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
                                  KvCache* cache, float* logits) {
-  const ModelConfig& c = config_;
   const int64_t T = static_cast<int64_t>(tokens.size());
   const int64_t start = cache->length_;
   if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  if (start + T > cache->capacity_ || start + T > c.max_position_embeddings) {
-    return absl::OutOfRangeError(
-        absl::StrCat("Forward: positions ", start, "..", start + T - 1,
-                     " exceed the KV cache capacity ", cache->capacity_,
-                     " or the context length ", c.max_position_embeddings));
-  }
-  if (static_cast<int64_t>(cache->k_.size()) !=
-      shard_.end_layer - shard_.first_layer) {
-    return absl::InvalidArgumentError(
-        "Forward: KV cache was built for another model or shard");
-  }
-  if (shard_.last_stage() && logits == nullptr) {
-    return absl::InvalidArgumentError("Forward: the last stage needs logits");
+  if (start + T > cache->capacity() ||
+      start + T > config_.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "Forward: positions ", start, "..", start + T - 1,
+        " exceed the KV cache capacity ", cache->capacity(),
+        " or the context length ", config_.max_position_embeddings));
   }
   // Long inputs run in chunks of at most max_step_tokens_ (chunked prefill):
   // each chunk appends to the cache, and only the last one produces logits.
+  const int32_t block_table[1] = {0};
   for (int64_t begin = 0; begin < T; begin += max_step_tokens_) {
     const int64_t end = std::min(T, begin + max_step_tokens_);
-    RETURN_IF_ERROR(ForwardChunk(tokens.subspan(begin, end - begin), cache,
-                                 end == T ? logits : nullptr));
+    SequenceSlice slice;
+    slice.context_len = start + begin;
+    slice.query_len = end - begin;
+    slice.block_table = block_table;
+    ASSIGN_OR_RETURN(
+        AttentionMetadata metadata,
+        BuildAttentionMetadata(absl::MakeConstSpan(&slice, 1),
+                               static_cast<int32_t>(cache->capacity()), 1));
+    const int32_t rows[1] = {static_cast<int32_t>(end - begin - 1)};
+    StepBatch batch;
+    batch.tokens = tokens.subspan(begin, end - begin);
+    batch.metadata = &metadata;
+    batch.backend = AttentionBackend::kStatic;
+    if (end == T) batch.logit_rows = rows;
+    RETURN_IF_ERROR(
+        ForwardBatch(batch, cache->pool_, end == T ? logits : nullptr));
+    cache->length_ = end + start;
   }
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::ForwardChunk(absl::Span<const int32_t> tokens,
-                                      KvCache* cache, float* logits) {
+absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
+                                      const KvPool& pool, float* logits) {
   const ModelConfig& c = config_;
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t start = cache->length_;
-  for (int64_t t = 0; t < T; ++t)
-    positions_[t] = static_cast<int32_t>(start + t);
-  const absl::Span<const int32_t> positions(positions_.data(), T);
+  const AttentionMetadata* meta = batch.metadata;
+  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  if (meta == nullptr || meta->num_tokens != T || T == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ForwardBatch: ", T, " tokens do not match the attention metadata"));
+  }
+  if (T > max_step_tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ForwardBatch: ", T,
+                     " tokens in one step, the model's "
+                     "scratch holds ",
+                     max_step_tokens_));
+  }
+  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (rows > max_logit_rows_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ForwardBatch: logits for ", rows,
+        " sequences, the model's scratch holds ", max_logit_rows_));
+  }
+  for (int32_t r : batch.logit_rows) {
+    if (r < 0 || r >= T) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ForwardBatch: logit row ", r, " of ", T, " tokens"));
+    }
+  }
+  if (meta->max_seq_len > c.max_position_embeddings) {
+    return absl::OutOfRangeError(absl::StrCat(
+        "ForwardBatch: a sequence reaches ", meta->max_seq_len,
+        " positions, beyond the context length ", c.max_position_embeddings));
+  }
+  const int64_t local_layers = shard_.end_layer - shard_.first_layer;
+  const KvPoolShape expected = kv_pool_shape(pool.shape().dtype);
+  if (pool.shape().num_layers != local_layers ||
+      pool.shape().num_kv_heads != expected.num_kv_heads ||
+      pool.shape().head_dim != expected.head_dim ||
+      pool.block_size() != meta->block_size) {
+    return absl::InvalidArgumentError(
+        "ForwardBatch: the KV pool was built for another model, shard or "
+        "block size");
+  }
+  for (int64_t slot : meta->slot_mapping) {
+    if (slot < 0 || slot >= pool.num_slots()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ForwardBatch: slot ", slot, " outside the pool's ",
+                       pool.num_slots()));
+    }
+  }
+  if (shard_.last_stage() && rows > 0 && logits == nullptr) {
+    return absl::InvalidArgumentError(
+        "ForwardBatch: the last stage needs logits");
+  }
 
   // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
   // ids it holds, the sum completes every row) or the previous stage's output.
   TensorView hidden = hidden_.Rows(0, T);
   if (shard_.first_stage()) {
-    for (int32_t id : tokens) {
+    for (int32_t id : batch.tokens) {
       if (id < 0 || id >= c.vocab_size) {
         return absl::InvalidArgumentError(
             absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
@@ -562,53 +603,70 @@ absl::Status LlamaModel::ForwardChunk(absl::Span<const int32_t> tokens,
     }
     if (shard_.tp_size == 1) {
       RETURN_IF_ERROR(
-          ops_->Embedding(weights_.embed_tokens->view(), tokens, hidden));
+          ops_->Embedding(weights_.embed_tokens->view(), batch.tokens, hidden));
     } else {
       RETURN_IF_ERROR(ops_->EmbeddingShard(weights_.embed_tokens->view(),
-                                           tokens, shard_.first_vocab_id,
+                                           batch.tokens, shard_.first_vocab_id,
                                            hidden));
       RETURN_IF_ERROR(tp_->AllReduceSum(hidden));
     }
   } else {
     RETURN_IF_ERROR(pp_->Recv(hidden, shard_.pp_stage - 1));
   }
-  for (int l = 0; l < shard_.end_layer - shard_.first_layer; ++l) {
-    RETURN_IF_ERROR(Layer(l, T, positions, cache));
+  for (int64_t l = 0; l < local_layers; ++l) {
+    RETURN_IF_ERROR(Layer(static_cast<int>(l), batch, pool.layer(l)));
   }
-  cache->length_ = start + T;
   if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
-  if (logits == nullptr) return absl::OkStatus();  // An earlier prefill chunk.
-  return Head(T, logits);
+  if (rows == 0) return absl::OkStatus();  // An earlier prefill chunk.
+  return Head(batch.logit_rows, logits);
 }
 
-absl::Status LlamaModel::Head(int64_t T, float* logits) {
+absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
   const ModelConfig& c = config_;
-  // Only the last position's logits are needed to pick the next token.
-  const TensorView last = hidden_.Rows(T - 1, T);
-  RETURN_IF_ERROR(ops_->RmsNorm(last, weights_.final_norm->view(),
-                                c.rms_norm_eps, last_hidden_));
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t H = c.hidden_size;
+  // Only the sampled positions' logits are needed to pick next tokens.
+  TensorView last = last_hidden_.Rows(0, n);
+  for (int64_t i = 0; i < n; ++i) {
+    std::copy_n(hidden_.data_as<const float>() + rows[i] * H, H,
+                last.data_as<float>() + i * H);
+  }
+  RETURN_IF_ERROR(
+      ops_->RmsNorm(last, weights_.final_norm->view(), c.rms_norm_eps, last));
   const Tensor& lm_head =
       weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
   if (shard_.tp_size == 1) {
-    return ops_->Linear(last_hidden_, lm_head.view(), nullptr,
-                        TensorView(logits, DType::kF32, {1, c.vocab_size}));
+    return ops_->Linear(last, lm_head.view(), nullptr,
+                        TensorView(logits, DType::kF32, {n, c.vocab_size}));
   }
   // Vocabulary-parallel head: each rank scores its rows, the gather puts them
-  // in vocabulary order, and the padding past V is dropped.
-  RETURN_IF_ERROR(
-      ops_->Linear(last_hidden_, lm_head.view(), nullptr, local_logits_));
-  RETURN_IF_ERROR(tp_->AllGather(local_logits_, gathered_logits_));
-  std::copy_n(gathered_logits_.data_as<const float>(), c.vocab_size, logits);
+  // in [rank, row, vocab] order, and the padding past V is dropped.
+  const int64_t vp = shard_.vocab_per_rank;
+  TensorView local = local_logits_.Rows(0, n);
+  RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
+  const TensorView gathered(gathered_logits_.data(), DType::kF32,
+                            {shard_.tp_size * n, vp});
+  RETURN_IF_ERROR(tp_->AllGather(local, gathered));
+  const float* g = gathered.data_as<const float>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < shard_.tp_size; ++r) {
+      const int64_t first = r * vp;
+      if (first >= c.vocab_size) break;
+      const int64_t count = std::min(vp, c.vocab_size - first);
+      std::copy_n(g + (r * n + i) * vp, count,
+                  logits + i * c.vocab_size + first);
+    }
+  }
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::Layer(int l, int64_t T,
-                               absl::Span<const int32_t> positions,
-                               KvCache* cache) {
+absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
+                               const KvCacheLayer& cache) {
   const ModelConfig& c = config_;
   const ShardSpec& s = shard_;
   const LlamaLayerWeights& w = weights_.layers[l];
-  const int64_t start = positions[0];
+  const AttentionMetadata& meta = *batch.metadata;
+  const int64_t T = meta.num_tokens;
   const int64_t D = c.head_dim;
   TensorView hidden = hidden_.Rows(0, T);
   TensorView normed = normed_.Rows(0, T);
@@ -638,23 +696,37 @@ absl::Status LlamaModel::Layer(int l, int64_t T,
     RETURN_IF_ERROR(ops_->RmsNorm(q, w.q_norm->view(), c.rms_norm_eps, q));
     RETURN_IF_ERROR(ops_->RmsNorm(k, w.k_norm->view(), c.rms_norm_eps, k));
   }
-  RETURN_IF_ERROR(ops_->Rope(q, positions, inv_freq_.view()));
-  RETURN_IF_ERROR(ops_->Rope(k, positions, inv_freq_.view()));
-  const TensorView k_cache = cache->k_[l];
-  const TensorView v_cache = cache->v_[l];
-  RETURN_IF_ERROR(ops_->StoreKv(k, v, start, k_cache, v_cache));
-  AttentionArgs args;
+  RETURN_IF_ERROR(ops_->Rope(q, meta.positions, inv_freq_.view()));
+  RETURN_IF_ERROR(ops_->Rope(k, meta.positions, inv_freq_.view()));
+  // Every new key and value is in the cache before any sequence attends.
+  RETURN_IF_ERROR(ops_->StoreKvCache(k, v, meta.slot_mapping, cache));
+  PagedAttentionArgs args;
   args.q = q;
-  args.k_cache = k_cache;
-  args.v_cache = v_cache;
+  args.cache = cache;
+  args.metadata = &meta;
   args.out = attn;
-  args.start_pos = start;
   const int64_t global_layer = s.first_layer + l;
   args.sliding_window = c.sliding_window_per_layer.empty()
                             ? 0
                             : c.sliding_window_per_layer[global_layer];
   args.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  RETURN_IF_ERROR(ops_->Attention(args));
+  if (batch.backend == AttentionBackend::kStatic) {
+    args.first_seq = 0;
+    args.end_seq = meta.num_seqs;
+    RETURN_IF_ERROR(ops_->StaticAttention(args));
+  } else {
+    // Decodes lead the batch (see attention_metadata.h).
+    if (meta.num_decode_seqs > 0) {
+      args.first_seq = 0;
+      args.end_seq = meta.num_decode_seqs;
+      RETURN_IF_ERROR(ops_->DecodeAttention(args));
+    }
+    if (meta.num_decode_seqs < meta.num_seqs) {
+      args.first_seq = meta.num_decode_seqs;
+      args.end_seq = meta.num_seqs;
+      RETURN_IF_ERROR(ops_->PrefillAttention(args));
+    }
+  }
   ASSIGN_OR_RETURN(TensorView attn2d, attn.Reshape({T, s.local_heads * D}));
   RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), nullptr, proj));
   if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));

@@ -24,11 +24,13 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/attention_metadata.h"
 #include "kernels/ops.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
 #include "runtime/core/workspace.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/shard.h"
@@ -87,40 +89,37 @@ void ForEachWeight(LlamaWeights* weights,
 // computed as transformers does (f32).
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
-// Keys and values of one sequence, contiguous per layer: k[l], v[l] are
-// [capacity, kv_heads, D].
-// Keys and values of one sequence, contiguous per layer: k(l), v(l) are
-// [capacity, kv_heads, D]. The memory comes from the model's allocator (one
-// block per layer and side) and goes back to it when the cache is destroyed.
-// Move-only; must not outlive the allocator.
+// Which attention kernels a step uses (see kernels/ops.h): "paged" runs
+// decodes through the paged decode kernel and the other sequences through the
+// varlen prefill kernel; "static" expects the static layout (one block per
+// sequence) and runs every sequence through the static kernel.
+enum class AttentionBackend { kPaged, kStatic };
+absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string& name);
+
+// One forward step over a batch of sequences.
+struct StepBatch {
+  absl::Span<const int32_t> tokens;  // [num_tokens], metadata order.
+  const AttentionMetadata* metadata = nullptr;
+  AttentionBackend backend = AttentionBackend::kPaged;
+  // Rows of `tokens` whose next-token logits are wanted (each sampled
+  // sequence's last token), in the order the logits are written.
+  absl::Span<const int32_t> logit_rows;
+};
+
+// The KV cache of one sequence in the static layout: a KvPool of one block
+// whose size is the capacity. For callers that run one sequence at a time.
+// Move-only; must not outlive the model's allocator.
 class KvCache {
  public:
-  // Caches for the layers and KV heads that `shard` holds.
-  static absl::StatusOr<KvCache> Create(const ModelConfig& config,
-                                        const ShardSpec& shard,
-                                        int64_t capacity,
-                                        PinnableBlockAllocator* allocator);
-
-  KvCache() = default;
-  KvCache(KvCache&& other) noexcept { *this = std::move(other); }
-  KvCache& operator=(KvCache&& other) noexcept;
-  KvCache(const KvCache&) = delete;
-  KvCache& operator=(const KvCache&) = delete;
-  ~KvCache() { Release(); }
-
-  int64_t capacity() const { return capacity_; }
+  int64_t capacity() const { return pool_.block_size(); }
   // Number of positions already written (the next token's position).
   int64_t length() const { return length_; }
   void Reset() { length_ = 0; }
 
  private:
   friend class LlamaModel;
-  void Release();
-
-  PinnableBlockAllocator* allocator_ = nullptr;
-  int64_t capacity_ = 0;
+  KvPool pool_;
   int64_t length_ = 0;
-  std::vector<TensorView> k_, v_;
 };
 
 class LlamaModel {
@@ -133,14 +132,18 @@ class LlamaModel {
   // (size shard.tp_size), `pp` the pipeline group (size shard.pp_size, ranks
   // in stage order); both, like `ops`, must outlive the model.
   // `max_step_tokens` > 0 overrides the default chunk size (see
-  // max_step_tokens()).
+  // max_step_tokens()); `max_logit_rows` is the most sequences one step
+  // samples (the scratch for logits is sized for it).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-      Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0);
+      Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0,
+      int64_t max_logit_rows = 1);
 
-  // Loads config.json and the safetensors of `model_dir` (whole model).
+  // Loads config.json and the safetensors of `model_dir` (whole model);
+  // max_step_tokens and max_logit_rows as for Create.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
-      const std::string& model_dir, Ops* ops);
+      const std::string& model_dir, Ops* ops, int64_t max_step_tokens = 0,
+      int64_t max_logit_rows = 1);
 
   const ModelConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }
@@ -155,17 +158,34 @@ class LlamaModel {
   // The statistics of the allocator behind the model's working memory.
   AllocatorStats memory_stats() const { return allocator_->stats(); }
 
-  // A KV cache for this rank's layers and heads.
-  absl::StatusOr<KvCache> NewKvCache(int64_t capacity) const {
-    return KvCache::Create(config_, shard_, capacity, allocator_);
-  }
+  int64_t max_logit_rows() const { return max_logit_rows_; }
+  // The allocator behind the model's working memory (the KV pool comes from
+  // it too).
+  PinnableBlockAllocator* allocator() const { return allocator_; }
 
-  // Runs `tokens` at positions cache->length() .. cache->length() + T - 1 and
-  // appends their keys and values to `cache`. On the last pipeline stage it
-  // writes the next-token logits of the last position to `logits` [V]; other
+  // The shape of this rank's KV cache (its layers and KV heads).
+  KvPoolShape kv_pool_shape(DType dtype) const;
+
+  // Runs one step: every sequence of `batch.metadata` at its positions,
+  // writing their keys and values to their slots of `pool` (which must have
+  // this rank's kv_pool_shape). On the last pipeline stage it writes the
+  // logits of batch.logit_rows to `logits` [logit_rows.size(), V]; other
   // stages pass their hidden states on and may give logits = nullptr. Every
-  // rank of the job calls Forward with the same tokens. OutOfRange if the
-  // tokens do not fit the cache or the context.
+  // rank of the job calls it with the same batch. InvalidArgument when the
+  // step has more than max_step_tokens() tokens or max_logit_rows() logit
+  // rows, or a position beyond the context.
+  absl::Status ForwardBatch(const StepBatch& batch, const KvPool& pool,
+                            float* logits);
+
+  // A static-layout KV cache of `capacity` positions for this rank.
+  absl::StatusOr<KvCache> NewKvCache(int64_t capacity,
+                                     DType dtype = DType::kF32) const;
+
+  // One sequence: runs `tokens` at positions cache->length() .. + T - 1 (in
+  // chunks of max_step_tokens()) and appends their keys and values to
+  // `cache`. On the last stage it writes the next-token logits of the last
+  // position to `logits` [V]. OutOfRange if the tokens do not fit the cache or
+  // the context.
   absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
                        float* logits);
 
@@ -173,13 +193,9 @@ class LlamaModel {
   LlamaModel(ModelConfig config, ShardSpec shard, LlamaWeights weights,
              Tensor inv_freq, Ops* ops, Communicator* tp, Communicator* pp);
   absl::Status BindScratch();
-  // One chunk of at most max_step_tokens_ tokens; logits only when `logits` is
-  // set.
-  absl::Status ForwardChunk(absl::Span<const int32_t> tokens, KvCache* cache,
-                            float* logits);
-  absl::Status Layer(int local_layer, int64_t tokens,
-                     absl::Span<const int32_t> positions, KvCache* cache);
-  absl::Status Head(int64_t tokens, float* logits);
+  absl::Status Layer(int local_layer, const StepBatch& batch,
+                     const KvCacheLayer& cache);
+  absl::Status Head(absl::Span<const int32_t> rows, float* logits);
   // Adds `bias` (if any) to every row of `x` [T, N].
   absl::Status AddBias(const std::optional<Tensor>& bias, const TensorView& x);
 
@@ -199,9 +215,9 @@ class LlamaModel {
   PinnableBlockAllocator* allocator_ = nullptr;
   Workspace workspace_;
   int64_t max_step_tokens_ = 0;
+  int64_t max_logit_rows_ = 1;
   TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
       last_hidden_, local_logits_, gathered_logits_;
-  std::vector<int32_t> positions_;
 };
 
 }  // namespace tessera

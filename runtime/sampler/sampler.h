@@ -61,13 +61,19 @@ class Sampler {
   }
 
  private:
+  // Working buffers (vocabulary-sized), shared by every sampler of a thread so
+  // that a batch of many sequences does not hold one set each; reused between
+  // calls, so nothing is allocated per token once they have grown.
+  struct Scratch {
+    std::vector<std::pair<float, int32_t>> candidates;
+    std::vector<float> penalized;  // Logits after penalties.
+    std::vector<bool> seen;
+    std::vector<int32_t> counts;
+  };
+  static Scratch& ThreadScratch();
+
   SamplingParams params_;
   std::mt19937_64 rng_;
-  // Reused between calls: no allocation per token once they have grown.
-  std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<float> penalized_;  // Logits after penalties.
-  std::vector<bool> seen_;
-  std::vector<int32_t> counts_;
 };
 
 // Index of the largest value; the first one on ties. NaN never wins.

@@ -1,0 +1,662 @@
+// The paged KV-cache ops of the CPU backend (StoreKvCache, PrefillAttention,
+// DecodeAttention, StaticAttention) against a naive reference written here:
+// per sequence, the keys and values of its positions are gathered into
+// contiguous arrays, then plain causal softmax attention runs in float64. Every
+// case draws fresh random inputs, shuffled block tables and unused cache slots
+// filled with NaN, so a kernel that reads a wrong slot fails loudly.
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/attention_metadata.h"
+#include "kernels/cpu/cpu_ops.h"
+
+namespace tessera {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Config {
+  int32_t block_size = 16;
+  int64_t heads = 8;
+  int64_t kv_heads = 2;
+  int64_t dim = 32;
+  int64_t dim_v = 32;
+  int64_t window = 0;
+  bool int8 = false;
+
+  std::string ToString() const {
+    return absl::StrCat("block_size=", block_size, " heads=", heads,
+                        " kv_heads=", kv_heads, " D=", dim, " Dv=", dim_v,
+                        " window=", window, " int8=", int8);
+  }
+};
+
+// (context_len, query_len) of each sequence of a step.
+using Lens = std::vector<std::pair<int64_t, int64_t>>;
+
+// One step's inputs: metadata, queries, the original f32 keys and values of
+// every position of every sequence, and the cache that holds them.
+struct Problem {
+  Config config;
+  AttentionMetadata m;
+  int64_t num_slots = 0;
+  Tensor q;                              // [T, H, D]
+  std::vector<std::vector<float>> k, v;  // Per sequence [seq_len, kv, D(v)].
+  Tensor k_cache, v_cache, k_scale, v_scale;
+  KvCacheLayer layer;
+
+  float scale() const { return 1.0f / std::sqrt(static_cast<float>(config.dim)); }
+};
+
+class PagedAttentionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const uint32_t seed = std::random_device{}();
+    rng_.seed(seed);
+    RecordProperty("seed", std::to_string(seed));
+    std::cerr << "seed " << seed << "\n";
+  }
+
+  std::vector<float> RandomVector(int64_t n, float stddev = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, stddev);
+    std::vector<float> out(n);
+    for (float& x : out) x = dist(rng_);
+    return out;
+  }
+
+  int64_t Uniform(int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng_);
+  }
+
+  // A random mix of sequences: some decodes, some with no context.
+  Lens RandomLens(int n) {
+    Lens lens;
+    for (int i = 0; i < n; ++i) {
+      const int64_t ctx = Uniform(0, 2) == 0 ? 0 : Uniform(1, 45);
+      const int64_t qlen = Uniform(0, 2) == 0 ? 1 : Uniform(1, 24);
+      lens.push_back({ctx, qlen});
+    }
+    return lens;
+  }
+
+  // Builds the step. Paged: each sequence gets its blocks (plus sometimes a
+  // spare one at the end of its table) from a shuffled pool with unused
+  // blocks. Static (capacity > 0): block_size = capacity, one block each, in
+  // shuffled order.
+  Problem Make(const Config& config, const Lens& lens, int64_t capacity = 0) {
+    Problem p;
+    p.config = config;
+    const int32_t bs =
+        capacity > 0 ? static_cast<int32_t>(capacity) : config.block_size;
+    p.config.block_size = bs;
+    std::vector<int64_t> blocks_needed;
+    int64_t total_blocks = 3;  // Never handed out.
+    for (const auto& [ctx, qlen] : lens) {
+      const int64_t n =
+          capacity > 0 ? 1 : (ctx + qlen + bs - 1) / bs + Uniform(0, 1);
+      blocks_needed.push_back(n);
+      total_blocks += n;
+    }
+    std::vector<int32_t> pool(total_blocks);
+    std::iota(pool.begin(), pool.end(), 0);
+    std::shuffle(pool.begin(), pool.end(), rng_);
+    std::vector<std::vector<int32_t>> tables;
+    std::vector<SequenceSlice> slices;
+    size_t next = 0;
+    for (size_t s = 0; s < lens.size(); ++s) {
+      tables.emplace_back(pool.begin() + next,
+                          pool.begin() + next + blocks_needed[s]);
+      next += blocks_needed[s];
+    }
+    for (size_t s = 0; s < lens.size(); ++s) {
+      slices.push_back({lens[s].first, lens[s].second, tables[s]});
+    }
+    auto m = BuildAttentionMetadata(slices, bs, total_blocks);
+    EXPECT_TRUE(m.ok()) << m.status();
+    p.m = *std::move(m);
+    p.num_slots = total_blocks * bs;
+
+    const Config& c = p.config;
+    p.q = *Tensor::Empty(DType::kF32, {p.m.num_tokens, c.heads, c.dim});
+    const std::vector<float> qv = RandomVector(p.q.numel());
+    std::copy(qv.begin(), qv.end(), p.q.data_as<float>());
+
+    const DType dtype = c.int8 ? DType::kI8 : DType::kF32;
+    p.k_cache = *Tensor::Empty(dtype, {p.num_slots, c.kv_heads, c.dim});
+    p.v_cache = *Tensor::Empty(dtype, {p.num_slots, c.kv_heads, c.dim_v});
+    if (c.int8) {
+      // Garbage values and NaN scales in slots nobody writes.
+      std::memset(p.k_cache.data(), 0x5a, p.k_cache.nbytes());
+      std::memset(p.v_cache.data(), 0xa5, p.v_cache.nbytes());
+      p.k_scale = *Tensor::Empty(DType::kF32, {p.num_slots, c.kv_heads});
+      p.v_scale = *Tensor::Empty(DType::kF32, {p.num_slots, c.kv_heads});
+      std::fill_n(p.k_scale.data_as<float>(), p.k_scale.numel(), kNaN);
+      std::fill_n(p.v_scale.data_as<float>(), p.v_scale.numel(), kNaN);
+      p.layer = {p.k_cache.view(), p.v_cache.view(), p.k_scale.view(),
+                 p.v_scale.view()};
+    } else {
+      std::fill_n(p.k_cache.data_as<float>(), p.k_cache.numel(), kNaN);
+      std::fill_n(p.v_cache.data_as<float>(), p.v_cache.numel(), kNaN);
+      p.layer = {p.k_cache.view(), p.v_cache.view(), TensorView(),
+                 TensorView()};
+    }
+
+    // Every position of every sequence goes into the cache in one call.
+    int64_t total = 0;
+    for (int32_t s = 0; s < p.m.num_seqs; ++s) total += p.m.seq_lens[s];
+    Tensor k_all = *Tensor::Empty(DType::kF32, {total, c.kv_heads, c.dim});
+    Tensor v_all = *Tensor::Empty(DType::kF32, {total, c.kv_heads, c.dim_v});
+    std::vector<int64_t> slots;
+    const int64_t k_row = c.kv_heads * c.dim, v_row = c.kv_heads * c.dim_v;
+    for (int32_t s = 0; s < p.m.num_seqs; ++s) {
+      const int64_t len = p.m.seq_lens[s];
+      p.k.push_back(RandomVector(len * k_row));
+      p.v.push_back(RandomVector(len * v_row));
+      for (int64_t pos = 0; pos < len; ++pos) {
+        std::copy_n(p.k[s].data() + pos * k_row, k_row,
+                    k_all.data_as<float>() + slots.size() * k_row);
+        std::copy_n(p.v[s].data() + pos * v_row, v_row,
+                    v_all.data_as<float>() + slots.size() * v_row);
+        slots.push_back(p.m.Slot(s, pos));
+      }
+    }
+    const absl::Status st =
+        ops_.StoreKvCache(k_all.view(), v_all.view(), slots, p.layer);
+    EXPECT_TRUE(st.ok()) << st;
+    return p;
+  }
+
+  // What the cache holds for (sequence, position, kv head), as f32 values:
+  // dequantized for an int8 cache. Gathered through the block table.
+  static std::vector<double> CachedRow(const Problem& p, bool is_k, int32_t s,
+                                       int64_t pos, int64_t kvh) {
+    const Config& c = p.config;
+    const int64_t d = is_k ? c.dim : c.dim_v;
+    const int64_t slot = p.m.Slot(s, pos);
+    const Tensor& cache = is_k ? p.k_cache : p.v_cache;
+    const int64_t base = (slot * c.kv_heads + kvh) * d;
+    std::vector<double> row(d);
+    if (c.int8) {
+      const double scale =
+          (is_k ? p.k_scale : p.v_scale)
+              .data_as<float>()[slot * c.kv_heads + kvh];
+      for (int64_t i = 0; i < d; ++i) {
+        row[i] = cache.data_as<int8_t>()[base + i] * scale;
+      }
+    } else {
+      for (int64_t i = 0; i < d; ++i) row[i] = cache.data_as<float>()[base + i];
+    }
+    return row;
+  }
+
+  // Naive attention, [T, H, Dv] in float64. from_cache: keys and values are
+  // gathered from the cache through the block tables (dequantized); otherwise
+  // the original f32 inputs are used.
+  static std::vector<double> Reference(const Problem& p, bool from_cache) {
+    const Config& c = p.config;
+    const AttentionMetadata& m = p.m;
+    const int64_t group = c.heads / c.kv_heads;
+    std::vector<double> out(m.num_tokens * c.heads * c.dim_v, 0.0);
+    for (int32_t s = 0; s < m.num_seqs; ++s) {
+      const int64_t len = m.seq_lens[s];
+      // Contiguous [len, kv, D] copies of this sequence's keys and values.
+      std::vector<double> k(len * c.kv_heads * c.dim);
+      std::vector<double> v(len * c.kv_heads * c.dim_v);
+      for (int64_t pos = 0; pos < len; ++pos) {
+        for (int64_t kvh = 0; kvh < c.kv_heads; ++kvh) {
+          for (int is_k = 0; is_k < 2; ++is_k) {
+            const int64_t d = is_k ? c.dim : c.dim_v;
+            std::vector<double> row;
+            if (from_cache) {
+              row = CachedRow(p, is_k, s, pos, kvh);
+            } else {
+              const float* src = (is_k ? p.k[s] : p.v[s]).data() +
+                                 (pos * c.kv_heads + kvh) * d;
+              row.assign(src, src + d);
+            }
+            std::copy(row.begin(), row.end(),
+                      (is_k ? k : v).begin() + (pos * c.kv_heads + kvh) * d);
+          }
+        }
+      }
+      for (int64_t i = 0; i < m.query_len(s); ++i) {
+        const int64_t t = m.query_start_loc[s] + i;
+        const int64_t pos = m.context_lens[s] + i;
+        const int64_t first =
+            c.window > 0 ? std::max<int64_t>(0, pos - c.window + 1) : 0;
+        for (int64_t h = 0; h < c.heads; ++h) {
+          const int64_t kvh = h / group;
+          const float* qv = p.q.data_as<float>() + (t * c.heads + h) * c.dim;
+          std::vector<double> scores;
+          double max_score = -INFINITY;
+          for (int64_t j = first; j <= pos; ++j) {
+            double dot = 0;
+            for (int64_t d = 0; d < c.dim; ++d) {
+              dot += qv[d] * k[(j * c.kv_heads + kvh) * c.dim + d];
+            }
+            scores.push_back(dot * p.scale());
+            max_score = std::max(max_score, scores.back());
+          }
+          double denom = 0;
+          for (double& x : scores) denom += (x = std::exp(x - max_score));
+          double* o = out.data() + (t * c.heads + h) * c.dim_v;
+          for (int64_t j = first; j <= pos; ++j) {
+            const double w = scores[j - first] / denom;
+            for (int64_t d = 0; d < c.dim_v; ++d) {
+              o[d] += w * v[(j * c.kv_heads + kvh) * c.dim_v + d];
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  PagedAttentionArgs Args(const Problem& p, const Tensor& out, int32_t first,
+                          int32_t end) {
+    PagedAttentionArgs args;
+    args.q = p.q.view();
+    args.cache = p.layer;
+    args.metadata = &p.m;
+    args.first_seq = first;
+    args.end_seq = end;
+    args.out = out.view();
+    args.sliding_window = p.config.window;
+    args.scale = p.scale();
+    return args;
+  }
+
+  Tensor SentinelOut(const Problem& p) {
+    Tensor out = *Tensor::Empty(
+        DType::kF32, {p.m.num_tokens, p.config.heads, p.config.dim_v});
+    std::fill_n(out.data_as<float>(), out.numel(), 12345.0f);
+    return out;
+  }
+
+  // Rows of sequences [first, end) match `want`; the other rows still hold
+  // the sentinel.
+  static void ExpectRows(const Problem& p, const Tensor& out,
+                         const std::vector<double>& want, int32_t first,
+                         int32_t end, double tol) {
+    const int64_t row = p.config.heads * p.config.dim_v;
+    for (int32_t s = 0; s < p.m.num_seqs; ++s) {
+      const bool chosen = s >= first && s < end;
+      for (int64_t t = p.m.query_start_loc[s]; t < p.m.query_start_loc[s + 1];
+           ++t) {
+        for (int64_t i = t * row; i < (t + 1) * row; ++i) {
+          const float got = out.data_as<float>()[i];
+          if (chosen) {
+            ASSERT_NEAR(got, want[i], tol * (1.0 + std::fabs(want[i])))
+                << "sequence " << s << " row " << t << " element " << i - t * row;
+          } else {
+            ASSERT_EQ(got, 12345.0f) << "unchosen sequence " << s << " written";
+          }
+        }
+      }
+    }
+  }
+
+  // Checks PrefillAttention over the whole step, the runtime split (decode
+  // kernel on the leading decodes, prefill on the rest) and a sub-range.
+  void CheckPaged(const Config& config, const Lens& lens) {
+    SCOPED_TRACE(config.ToString());
+    Problem p = Make(config, lens);
+    const AttentionMetadata& m = p.m;
+    const std::vector<double> want = Reference(p, /*from_cache=*/true);
+    const std::vector<double> want_f32 = Reference(p, /*from_cache=*/false);
+    const double tight = 1e-5;
+
+    Tensor out = SentinelOut(p);
+    ASSERT_TRUE(ops_.PrefillAttention(Args(p, out, 0, m.num_seqs)).ok());
+    ExpectRows(p, out, want, 0, m.num_seqs, tight);
+    if (config.int8) ExpectRows(p, out, want_f32, 0, m.num_seqs, 3e-2);
+
+    Tensor split = SentinelOut(p);
+    ASSERT_TRUE(
+        ops_.DecodeAttention(Args(p, split, 0, m.num_decode_seqs)).ok());
+    ASSERT_TRUE(
+        ops_.PrefillAttention(Args(p, split, m.num_decode_seqs, m.num_seqs))
+            .ok());
+    ExpectRows(p, split, want, 0, m.num_seqs, tight);
+
+    if (m.num_seqs >= 3) {
+      Tensor part = SentinelOut(p);
+      ASSERT_TRUE(ops_.PrefillAttention(Args(p, part, 1, m.num_seqs - 1)).ok());
+      ExpectRows(p, part, want, 1, m.num_seqs - 1, tight);
+    }
+  }
+
+  std::mt19937 rng_;
+  CpuOps ops_;
+};
+
+TEST_F(PagedAttentionTest, PagedKernelsMatchReference) {
+  // Leading decodes (one with no context), a first prefill, chunked prefills
+  // and a decode after them.
+  const Lens fixed = {{0, 1}, {13, 1}, {40, 1}, {0, 7},
+                      {5, 20}, {41, 3}, {0, 33}, {17, 1}};
+  const std::vector<std::pair<int64_t, int64_t>> heads = {{8, 2}, {4, 1},
+                                                          {3, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> dims = {
+      {32, 32}, {20, 20}, {16, 24}};
+  int variant = 0;
+  for (int32_t block_size : {1, 5, 16}) {
+    for (const auto& [h, kv] : heads) {
+      for (int64_t window : {0, 6}) {
+        for (bool int8 : {false, true}) {
+          Config c;
+          c.block_size = block_size;
+          c.heads = h;
+          c.kv_heads = kv;
+          c.dim = dims[variant % dims.size()].first;
+          c.dim_v = dims[variant % dims.size()].second;
+          ++variant;
+          c.window = window;
+          c.int8 = int8;
+          CheckPaged(c, fixed);
+          CheckPaged(c, RandomLens(static_cast<int>(Uniform(1, 7))));
+          if (HasFatalFailure()) return;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(PagedAttentionTest, DecodeMatchesReference) {
+  for (bool int8 : {false, true}) {
+    for (int32_t block_size : {1, 5, 16}) {
+      Config c;
+      c.block_size = block_size;
+      c.heads = 8;
+      c.kv_heads = 2;
+      c.dim = c.dim_v = 64;
+      c.int8 = int8;
+      SCOPED_TRACE(c.ToString());
+      Lens lens;
+      for (int64_t ctx : {0, 1, 4, 5, 15, 16, 17, 100, 250}) {
+        lens.push_back({ctx, 1});
+      }
+      std::shuffle(lens.begin(), lens.end(), rng_);
+      Problem p = Make(c, lens);
+      ASSERT_EQ(p.m.num_decode_seqs, p.m.num_seqs);
+      Tensor out = SentinelOut(p);
+      ASSERT_TRUE(ops_.DecodeAttention(Args(p, out, 0, p.m.num_seqs)).ok());
+      ExpectRows(p, out, Reference(p, /*from_cache=*/true), 0, p.m.num_seqs,
+                 1e-5);
+      if (int8) {
+        ExpectRows(p, out, Reference(p, /*from_cache=*/false), 0,
+                   p.m.num_seqs, 3e-2);
+      }
+    }
+  }
+}
+
+// A sequence's decode result must not depend on the rest of the batch (nor on
+// whether the batch was large enough to run on several threads).
+TEST_F(PagedAttentionTest, DecodeIsBatchInvariant) {
+  for (bool int8 : {false, true}) {
+    Config c;
+    c.block_size = 16;
+    c.heads = 8;
+    c.kv_heads = 2;
+    c.dim = c.dim_v = 16;
+    c.int8 = int8;
+    SCOPED_TRACE(c.ToString());
+    Lens lens;
+    for (int i = 0; i < 16; ++i) lens.push_back({Uniform(0, 200), 1});
+    Problem p = Make(c, lens);
+    Tensor batch_out = SentinelOut(p);
+    ASSERT_TRUE(ops_.DecodeAttention(Args(p, batch_out, 0, 16)).ok());
+    const int64_t row = c.heads * c.dim_v;
+    for (int32_t s = 0; s < 16; ++s) {
+      // The same sequence alone: its own metadata, query and block table,
+      // over the same cache.
+      const int32_t* table = p.m.block_table(s);
+      const int64_t table_len =
+          std::find(table, table + p.m.max_blocks_per_seq, -1) - table;
+      SequenceSlice slice{p.m.context_lens[s], 1,
+                          absl::MakeConstSpan(table, table_len)};
+      AttentionMetadata alone = *BuildAttentionMetadata(
+          {slice}, c.block_size, p.num_slots / c.block_size);
+      Tensor q = *Tensor::Empty(DType::kF32, {1, c.heads, c.dim});
+      std::copy_n(p.q.data_as<float>() + s * c.heads * c.dim, c.heads * c.dim,
+                  q.data_as<float>());
+      Tensor out = *Tensor::Empty(DType::kF32, {1, c.heads, c.dim_v});
+      PagedAttentionArgs args = Args(p, out, 0, 1);
+      args.q = q.view();
+      args.metadata = &alone;
+      ASSERT_TRUE(ops_.DecodeAttention(args).ok());
+      EXPECT_EQ(std::memcmp(out.data(), batch_out.data_as<float>() + s * row,
+                            row * sizeof(float)),
+                0)
+          << "sequence " << s;
+    }
+  }
+}
+
+TEST_F(PagedAttentionTest, StaticMatchesPrefillAndReference) {
+  for (bool int8 : {false, true}) {
+    for (int64_t window : {0, 9}) {
+      Config c;
+      c.heads = 8;
+      c.kv_heads = 2;
+      c.dim = c.dim_v = 32;
+      c.window = window;
+      c.int8 = int8;
+      SCOPED_TRACE(c.ToString());
+      const Lens lens = {{0, 1}, {30, 1}, {0, 48}, {12, 9}, {47, 1}};
+      Problem p = Make(c, lens, /*capacity=*/48);
+      Tensor static_out = SentinelOut(p);
+      ASSERT_TRUE(
+          ops_.StaticAttention(Args(p, static_out, 0, p.m.num_seqs)).ok());
+      Tensor paged_out = SentinelOut(p);
+      ASSERT_TRUE(
+          ops_.PrefillAttention(Args(p, paged_out, 0, p.m.num_seqs)).ok());
+      for (int64_t i = 0; i < static_out.numel(); ++i) {
+        ASSERT_NEAR(static_out.data_as<float>()[i],
+                    paged_out.data_as<float>()[i],
+                    1e-6 * (1 + std::fabs(paged_out.data_as<float>()[i])))
+            << i;
+      }
+      ExpectRows(p, static_out, Reference(p, /*from_cache=*/true), 0,
+                 p.m.num_seqs, 1e-5);
+      // A sub-range only writes its rows.
+      Tensor part = SentinelOut(p);
+      ASSERT_TRUE(ops_.StaticAttention(Args(p, part, 2, 4)).ok());
+      ExpectRows(p, part, Reference(p, /*from_cache=*/true), 2, 4, 1e-5);
+    }
+  }
+}
+
+TEST_F(PagedAttentionTest, StoreKvCacheInt8RoundTrip) {
+  const int64_t tokens = 6, kv = 3, dim = 40, dim_v = 24, slots = 20;
+  std::vector<float> k = RandomVector(tokens * kv * dim, 3.0f);
+  std::vector<float> v = RandomVector(tokens * kv * dim_v, 0.01f);
+  // Token 2, head 1: an all-zero row in k and v.
+  std::fill_n(k.begin() + (2 * kv + 1) * dim, dim, 0.0f);
+  std::fill_n(v.begin() + (2 * kv + 1) * dim_v, dim_v, 0.0f);
+  TensorView kt(k.data(), DType::kF32, {tokens, kv, dim});
+  TensorView vt(v.data(), DType::kF32, {tokens, kv, dim_v});
+  Tensor kc = *Tensor::Zeros(DType::kI8, {slots, kv, dim});
+  Tensor vc = *Tensor::Zeros(DType::kI8, {slots, kv, dim_v});
+  Tensor ks = *Tensor::Empty(DType::kF32, {slots, kv});
+  Tensor vs = *Tensor::Empty(DType::kF32, {slots, kv});
+  std::fill_n(ks.data_as<float>(), ks.numel(), -1.0f);
+  std::fill_n(vs.data_as<float>(), vs.numel(), -1.0f);
+  const KvCacheLayer layer{kc.view(), vc.view(), ks.view(), vs.view()};
+  const std::vector<int64_t> slot_mapping = {7, 0, 19, 3, 12, 8};
+  ASSERT_TRUE(ops_.StoreKvCache(kt, vt, slot_mapping, layer).ok());
+
+  for (int is_k = 0; is_k < 2; ++is_k) {
+    const int64_t d = is_k ? dim : dim_v;
+    const std::vector<float>& src = is_k ? k : v;
+    const int8_t* q = (is_k ? kc : vc).data_as<int8_t>();
+    const float* sc = (is_k ? ks : vs).data_as<float>();
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < kv; ++h) {
+        const float* x = src.data() + (t * kv + h) * d;
+        const int64_t slot = slot_mapping[t];
+        const float scale = sc[slot * kv + h];
+        const int8_t* qr = q + (slot * kv + h) * d;
+        float amax = 0;
+        for (int64_t i = 0; i < d; ++i) amax = std::max(amax, std::fabs(x[i]));
+        if (t == 2 && h == 1) {
+          EXPECT_EQ(scale, 0.0f);
+          for (int64_t i = 0; i < d; ++i) EXPECT_EQ(qr[i], 0);
+          continue;
+        }
+        EXPECT_FLOAT_EQ(scale, amax / 127.0f);
+        int max_q = 0;
+        for (int64_t i = 0; i < d; ++i) {
+          max_q = std::max(max_q, std::abs(int{qr[i]}));
+          EXPECT_LE(std::fabs(x[i] - qr[i] * scale), scale * 0.5f * 1.0001f)
+              << "token " << t << " head " << h << " element " << i;
+        }
+        EXPECT_EQ(max_q, 127);
+      }
+    }
+  }
+  // Slots nobody wrote keep their scales.
+  EXPECT_EQ(ks.data_as<float>()[1 * kv], -1.0f);
+
+  // An out-of-range slot fails before anything is written.
+  Tensor kc2 = *Tensor::Zeros(DType::kI8, {slots, kv, dim});
+  const KvCacheLayer layer2{kc2.view(), vc.view(), ks.view(), vs.view()};
+  for (int64_t bad : {int64_t{-1}, slots}) {
+    std::vector<int64_t> bad_mapping = {1, 2, 3, 4, 5, bad};
+    const absl::Status st = ops_.StoreKvCache(kt, vt, bad_mapping, layer2);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(st.message().find("StoreKvCache"), absl::string_view::npos);
+  }
+  for (int64_t i = 0; i < kc2.numel(); ++i) {
+    ASSERT_EQ(kc2.data_as<int8_t>()[i], 0);
+  }
+}
+
+TEST_F(PagedAttentionTest, StoreKvCacheF32CopiesRows) {
+  const int64_t tokens = 3, kv = 2, dim = 8, slots = 5;
+  std::vector<float> k = RandomVector(tokens * kv * dim);
+  std::vector<float> v = RandomVector(tokens * kv * dim);
+  Tensor kc = *Tensor::Zeros(DType::kF32, {slots, kv, dim});
+  Tensor vc = *Tensor::Zeros(DType::kF32, {slots, kv, dim});
+  const std::vector<int64_t> slot_mapping = {4, 0, 2};
+  ASSERT_TRUE(ops_
+                  .StoreKvCache(TensorView(k.data(), DType::kF32, {3, 2, 8}),
+                                TensorView(v.data(), DType::kF32, {3, 2, 8}),
+                                slot_mapping, {kc.view(), vc.view()})
+                  .ok());
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < kv * dim; ++i) {
+      EXPECT_EQ(kc.data_as<float>()[slot_mapping[t] * kv * dim + i],
+                k[t * kv * dim + i]);
+      EXPECT_EQ(vc.data_as<float>()[slot_mapping[t] * kv * dim + i],
+                v[t * kv * dim + i]);
+    }
+  }
+}
+
+TEST_F(PagedAttentionTest, RejectsBadInputs) {
+  Config c;
+  c.block_size = 4;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.dim = c.dim_v = 8;
+  c.int8 = true;
+  Problem p = Make(c, {{3, 1}, {0, 2}, {5, 4}});
+  Tensor out = SentinelOut(p);
+  auto expect_invalid = [](const absl::Status& st, absl::string_view op) {
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find(op), absl::string_view::npos) << st;
+  };
+
+  const TensorView kAbsent;
+
+  // The decode kernel on a sequence with query_len 2.
+  expect_invalid(ops_.DecodeAttention(Args(p, out, 0, 2)), "DecodeAttention");
+  EXPECT_TRUE(ops_.DecodeAttention(Args(p, out, 0, 1)).ok());
+
+  // int8 cache without scales.
+  PagedAttentionArgs args = Args(p, out, 0, 3);
+  args.cache.k_scale = kAbsent;
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
+  expect_invalid(ops_.StaticAttention(args), "StaticAttention");
+  Tensor k_in = *Tensor::Zeros(DType::kF32, {1, 2, 8});
+  expect_invalid(
+      ops_.StoreKvCache(k_in.view(), k_in.view(), {int64_t{0}}, args.cache),
+      "StoreKvCache");
+
+  // f32 cache given scales.
+  Tensor kf = *Tensor::Zeros(DType::kF32, {p.num_slots, 2, 8});
+  args = Args(p, out, 0, 3);
+  args.cache.k = kf.view();
+  args.cache.v = kf.view();
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  // Mixed dtypes.
+  args.cache.k_scale = kAbsent;
+  args.cache.v_scale = kAbsent;
+  args.cache.v = p.v_cache.view();
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+
+  // Sequence range.
+  expect_invalid(ops_.PrefillAttention(Args(p, out, 0, 4)), "PrefillAttention");
+  expect_invalid(ops_.PrefillAttention(Args(p, out, 2, 1)), "PrefillAttention");
+  expect_invalid(ops_.PrefillAttention(Args(p, out, -1, 1)),
+                 "PrefillAttention");
+  // No metadata.
+  args = Args(p, out, 0, 3);
+  args.metadata = nullptr;
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+
+  // q / out rows differ from num_tokens; heads not a multiple of kv heads;
+  // head dimension differs from the cache's.
+  Tensor q_short = *Tensor::Zeros(DType::kF32, {p.m.num_tokens - 1, 4, 8});
+  args = Args(p, out, 0, 3);
+  args.q = q_short.view();
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  Tensor out_long = *Tensor::Zeros(DType::kF32, {p.m.num_tokens + 1, 4, 8});
+  args = Args(p, out_long, 0, 3);
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  Tensor q3 = *Tensor::Zeros(DType::kF32, {p.m.num_tokens, 3, 8});
+  Tensor out3 = *Tensor::Zeros(DType::kF32, {p.m.num_tokens, 3, 8});
+  args = Args(p, out3, 0, 3);
+  args.q = q3.view();
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  Tensor q_dim = *Tensor::Zeros(DType::kF32, {p.m.num_tokens, 4, 16});
+  args = Args(p, out, 0, 3);
+  args.q = q_dim.view();
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+
+  // A block id beyond the cache.
+  AttentionMetadata bad_blocks = p.m;
+  bad_blocks.block_tables[0] = static_cast<int32_t>(p.num_slots / 4);
+  args = Args(p, out, 0, 3);
+  args.metadata = &bad_blocks;
+  expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
+  args.end_seq = 1;
+  expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
+
+  // Static layout: a sequence longer than its block.
+  args = Args(p, out, 0, 3);
+  expect_invalid(ops_.StaticAttention(args), "StaticAttention");
+
+  // StoreKvCache: k rows disagree with the slot mapping.
+  Tensor k2 = *Tensor::Zeros(DType::kF32, {2, 2, 8});
+  expect_invalid(ops_.StoreKvCache(k2.view(), k2.view(), {int64_t{0}}, p.layer),
+                 "StoreKvCache");
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,350 @@
+#include "runtime/engine/engine.h"
+
+#include <algorithm>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// The longest prefix of `text` that ends on a UTF-8 character boundary and is
+// at most `limit` bytes.
+size_t Utf8Floor(const std::string& text, size_t limit) {
+  if (limit >= text.size()) return text.size();
+  while (limit > 0 && (static_cast<unsigned char>(text[limit]) & 0xC0) == 0x80)
+    --limit;
+  return limit;
+}
+
+}  // namespace
+
+int64_t AvailableHostMemory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& o,
+                                         const KvPoolShape& shape,
+                                         int64_t max_model_len,
+                                         int max_num_seqs, int64_t free_bytes) {
+  if (o.block_size < 1 || o.num_blocks < 0 || o.memory_bytes < 0 ||
+      !(o.memory_fraction > 0.0 && o.memory_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: block size ", o.block_size, ", ", o.num_blocks, " blocks, ",
+        o.memory_bytes, " bytes, fraction ", o.memory_fraction,
+        " (need block size >= 1, counts >= 0, fraction in (0, 1])"));
+  }
+  KvLayout layout;
+  layout.static_layout = o.backend == AttentionBackend::kStatic;
+  layout.block_size = layout.static_layout ? max_model_len : o.block_size;
+  // No use for more than every sequence's whole context.
+  const int64_t most_useful = static_cast<int64_t>(max_num_seqs) *
+                              CeilDiv(max_model_len, layout.block_size);
+  if (o.num_blocks > 0) {
+    layout.num_blocks = o.num_blocks;
+    return layout;
+  }
+  const int64_t block_bytes = layout.block_size * shape.BytesPerSlot();
+  int64_t budget = o.memory_bytes;
+  if (budget == 0) {
+    if (free_bytes < 0) {
+      return absl::FailedPreconditionError(
+          "cannot read the free memory to size the KV cache; give "
+          "--kv-cache-memory or --num-kv-blocks");
+    }
+    budget = static_cast<int64_t>(static_cast<double>(free_bytes) *
+                                  o.memory_fraction);
+  }
+  layout.num_blocks = std::min(most_useful, budget / block_bytes);
+  if (layout.num_blocks < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the KV cache budget of ", budget, " bytes holds no block of ",
+        layout.block_size, " tokens (", block_bytes,
+        " bytes); raise --kv-cache-memory or lower --block-size"));
+  }
+  return layout;
+}
+
+Engine::Engine(StepExecutor* executor, EngineOptions options,
+               const Tokenizer* tokenizer, BlockManager blocks)
+    : executor_(executor),
+      options_(options),
+      tokenizer_(tokenizer),
+      blocks_(std::make_unique<BlockManager>(std::move(blocks))) {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    StepExecutor* executor, EngineOptions options, const Tokenizer* tokenizer) {
+  const KvLayout layout = executor->kv_layout();
+  if (layout.num_blocks < 1 || layout.num_blocks > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV pool of ", layout.num_blocks, " blocks"));
+  }
+  BlockManager::Options bm;
+  bm.num_blocks = static_cast<int>(layout.num_blocks);
+  bm.block_size = static_cast<int>(layout.block_size);
+  // A static layout gives each sequence a block of its own: nothing to share.
+  bm.enable_prefix_caching =
+      options.enable_prefix_caching && !layout.static_layout;
+  ASSIGN_OR_RETURN(BlockManager blocks, BlockManager::Create(bm));
+  std::unique_ptr<Engine> engine(
+      new Engine(executor, options, tokenizer, std::move(blocks)));
+  ASSIGN_OR_RETURN(Scheduler scheduler,
+                   Scheduler::Create(options.scheduler, engine->blocks_.get()));
+  engine->scheduler_ = std::make_unique<Scheduler>(std::move(scheduler));
+  return engine;
+}
+
+absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
+                                       TokenCallback on_token) {
+  const ModelConfig& config = executor_->config();
+  RETURN_IF_ERROR(ValidateRequest(config, request));
+  if (!request.stop.empty() && tokenizer_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "stop strings need a tokenizer, and the model folder has none");
+  }
+  if (request.top_logprobs > config.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_logprobs ", request.top_logprobs,
+                     " exceeds the vocabulary of ", config.vocab_size));
+  }
+  const int64_t id = next_id_++;
+  Request r;
+  r.params = request;
+  r.on_token = std::move(on_token);
+  r.max_new_tokens = MaxNewTokens(config, request);
+  r.submitted = Clock::now();
+  // The last sampled token is never run, so it needs no KV.
+  const int64_t max_total =
+      static_cast<int64_t>(request.prompt_ids.size()) + r.max_new_tokens - 1;
+  RETURN_IF_ERROR(scheduler_->Add(id, request.prompt_ids, max_total));
+  if (tokenizer_ != nullptr) {
+    r.detokenizer.emplace(tokenizer_, request.prompt_ids,
+                          /*skip_special_tokens=*/true);
+    for (const std::string& s : request.stop)
+      r.max_stop_len = std::max(r.max_stop_len, s.size());
+    r.result.text.emplace();
+  }
+  requests_.emplace(id, std::move(r));
+  return id;
+}
+
+absl::Status Engine::Cancel(int64_t id) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("request ", id, " is not running or waiting"));
+  }
+  Finish(id, it->second, FinishReason::kAbort);
+  return absl::OkStatus();
+}
+
+void Engine::Finish(int64_t id, Request& r, FinishReason reason) {
+  scheduler_->Remove(id).IgnoreError();  // Present until now by construction.
+  if (r.runner_started) released_.push_back(static_cast<uint64_t>(id));
+  r.result.finish_reason = reason;
+  if (r.result.text.has_value()) *r.result.text = r.text;
+  const Clock::time_point now = Clock::now();
+  if (r.result.output_ids.empty()) {
+    r.result.prefill_seconds =
+        std::chrono::duration<double>(now - r.submitted).count();
+  } else {
+    r.result.decode_seconds =
+        std::chrono::duration<double>(now - r.first_token).count();
+  }
+  finished_.emplace(id, std::move(r.result));
+  requests_.erase(id);
+}
+
+absl::Status Engine::Step() {
+  if (!scheduler_->HasWork() && released_.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(SchedulerOutput out, scheduler_->Schedule());
+  if (out.seqs.empty() && scheduler_->HasWork()) {
+    return absl::InternalError(absl::StrCat(
+        "the scheduler found nothing to run with ", scheduler_->num_waiting(),
+        " waiting and ", scheduler_->num_running(), " running sequences"));
+  }
+  plan_.Clear();
+  plan_.set_kind(proto::StepPlan::FORWARD);
+  for (uint64_t id : released_) plan_.add_released(id);
+  released_.clear();
+  for (const ScheduledSequence& s : out.seqs) {
+    Request& r = requests_.at(s.seq_id);
+    ASSIGN_OR_RETURN(absl::Span<const int32_t> tokens,
+                     scheduler_->Tokens(s.seq_id));
+    ASSIGN_OR_RETURN(absl::Span<const int32_t> table,
+                     scheduler_->BlockTable(s.seq_id));
+    proto::SequenceStep* step = plan_.add_seqs();
+    step->set_sequence_id(static_cast<uint64_t>(s.seq_id));
+    step->set_context_len(s.context_len);
+    step->mutable_tokens()->Add(tokens.begin() + s.context_len,
+                                tokens.begin() + s.context_len + s.num_tokens);
+    step->mutable_block_table()->Add(table.begin(), table.end());
+    step->set_sample(s.sample);
+    if (s.first_chunk && r.result.output_ids.empty()) {
+      r.result.cached_prompt_tokens = s.context_len;
+    }
+    if (!r.runner_started) {
+      step->set_start(true);
+      SamplingToProto(r.params.sampling, step->mutable_sampling());
+      if (r.params.sampling.has_penalties()) {
+        step->mutable_prompt()->Add(r.params.prompt_ids.begin(),
+                                    r.params.prompt_ids.end());
+      }
+      r.runner_started = true;
+    }
+    step->set_top_logprobs(r.params.top_logprobs);
+    step->set_return_logits(s.sample && r.params.return_prefill_logits &&
+                            r.result.output_ids.empty());
+  }
+  RETURN_IF_ERROR(executor_->Execute(plan_, &result_));
+  for (const proto::SampledToken& sampled : result_.tokens()) {
+    RETURN_IF_ERROR(
+        OnSampled(static_cast<int64_t>(sampled.sequence_id()), sampled));
+  }
+  return absl::OkStatus();
+}
+
+bool Engine::AddText(Request& r, const std::string& piece) {
+  const size_t old_size = r.text.size();
+  r.text += piece;
+  if (r.max_stop_len == 0 || piece.empty()) return false;
+  // A stop string that ends in the new piece starts at most
+  // max_stop_len - 1 bytes before it.
+  const size_t from =
+      old_size >= r.max_stop_len ? old_size - (r.max_stop_len - 1) : 0;
+  size_t cut = std::string::npos;
+  for (const std::string& stop : r.params.stop) {
+    const size_t at = r.text.find(stop, from);
+    if (at != std::string::npos) cut = std::min(cut, at);
+  }
+  if (cut == std::string::npos) return false;
+  r.text.resize(cut);
+  return true;
+}
+
+std::string Engine::ReleaseText(Request& r, bool finishing) {
+  size_t end = r.text.size();
+  if (!finishing && r.max_stop_len > 1) {
+    // Hold back what could still be the start of a stop string.
+    end = Utf8Floor(r.text, r.text.size() >= r.max_stop_len - 1
+                                ? r.text.size() - (r.max_stop_len - 1)
+                                : 0);
+  }
+  if (end <= r.delivered) return std::string();
+  std::string out = r.text.substr(r.delivered, end - r.delivered);
+  r.delivered = end;
+  return out;
+}
+
+absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
+  auto it = requests_.find(id);
+  if (it == requests_.end()) {
+    return absl::InternalError(
+        absl::StrCat("a token came back for unknown sequence ", id));
+  }
+  Request& r = it->second;
+  const ModelConfig& config = executor_->config();
+  const int32_t token = sampled.token();
+  GenerationResult& result = r.result;
+  if (result.output_ids.empty()) {
+    r.first_token = Clock::now();
+    result.prefill_seconds =
+        std::chrono::duration<double>(r.first_token - r.submitted).count();
+    result.prefill_logits.assign(sampled.logits().begin(),
+                                 sampled.logits().end());
+  }
+  result.output_ids.push_back(token);
+  result.logprobs.push_back(sampled.logprob());
+  TokenEvent event;
+  event.token = token;
+  event.logprob = sampled.logprob();
+  if (r.params.top_logprobs > 0) {
+    std::vector<std::pair<int32_t, float>> top;
+    for (int i = 0; i < sampled.top_ids_size(); ++i) {
+      top.emplace_back(sampled.top_ids(i), sampled.top_logprobs(i));
+    }
+    event.top_logprobs = top;
+    result.top_logprobs.push_back(std::move(top));
+  }
+  std::optional<FinishReason> finish;
+  if (IsStopToken(r.params, config.eos_token_ids, token)) {
+    finish = FinishReason::kStop;
+  }
+  bool stopped_by_string = false;
+  if (r.detokenizer) {
+    ASSIGN_OR_RETURN(std::string piece, r.detokenizer->Append(token));
+    stopped_by_string = AddText(r, piece);
+    if (stopped_by_string) finish = FinishReason::kStop;
+  }
+  if (!finish &&
+      static_cast<int64_t>(result.output_ids.size()) >= r.max_new_tokens) {
+    finish = FinishReason::kLength;
+  }
+  if (finish && r.detokenizer && !stopped_by_string) {
+    // Whatever the detokenizer still holds (an incomplete character).
+    ASSIGN_OR_RETURN(std::string rest, r.detokenizer->Finish());
+    if (AddText(r, rest)) finish = FinishReason::kStop;
+  }
+  // The next step decodes the token; the last one is never run.
+  if (!finish) RETURN_IF_ERROR(scheduler_->AppendToken(id, token));
+  event.finished = finish.has_value();
+  if (r.detokenizer) event.text = ReleaseText(r, event.finished);
+  // The callback may not outlive Finish (which moves the request out).
+  TokenCallback callback = r.on_token;
+  if (finish) Finish(id, r, *finish);
+  if (callback) callback(event);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RunUntilIdle() {
+  while (scheduler_->HasWork()) RETURN_IF_ERROR(Step());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerationResult> Engine::TakeResult(int64_t id) {
+  auto it = finished_.find(id);
+  if (it == finished_.end()) {
+    return absl::NotFoundError(absl::StrCat("request ", id, " has no result"));
+  }
+  GenerationResult result = std::move(it->second);
+  finished_.erase(it);
+  return result;
+}
+
+int64_t Engine::NumGenerated(int64_t id) const {
+  if (auto it = requests_.find(id); it != requests_.end()) {
+    return static_cast<int64_t>(it->second.result.output_ids.size());
+  }
+  if (auto it = finished_.find(id); it != finished_.end()) {
+    return static_cast<int64_t>(it->second.output_ids.size());
+  }
+  return 0;
+}
+
+Engine::Stats Engine::stats() const {
+  return Stats{scheduler_->stats(), blocks_->stats()};
+}
+
+absl::StatusOr<GenerationResult> Engine::Generate(
+    const GenerationRequest& request,
+    const std::function<void(int32_t)>& on_token) {
+  TokenCallback callback;
+  if (on_token) {
+    callback = [&on_token](const TokenEvent& e) { on_token(e.token); };
+  }
+  ASSIGN_OR_RETURN(const int64_t id, Submit(request, std::move(callback)));
+  while (finished_.find(id) == finished_.end()) RETURN_IF_ERROR(Step());
+  return TakeResult(id);
+}
+
+}  // namespace tessera

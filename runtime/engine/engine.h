@@ -1,0 +1,188 @@
+// Engine: rank 0's serving loop. Requests are submitted at any time; each
+// Step() asks the scheduler what to run, turns that into one StepPlan
+// (sequences, tokens, positions, block tables, sampling parameters), has a
+// StepExecutor run it (this process, or every rank of a parallel job), and
+// hands each sampled token to its request: finish checks (EOS, stop ids, stop
+// strings, max_tokens, context), streaming text, logprobs.
+//
+// Stop strings need a tokenizer: the engine detokenizes every request
+// incrementally and holds back the last (longest stop string - 1) bytes of
+// text until they can no longer start a stop string, so streamed text never
+// contains one. The text ends before the stop string; output_ids include the
+// token that completed it.
+//
+// Thread safety: none; one thread drives Submit/Cancel/Step.
+#ifndef TESSERA_RUNTIME_ENGINE_ENGINE_H_
+#define TESSERA_RUNTIME_ENGINE_ENGINE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "proto/tessera.pb.h"
+#include "runtime/engine/generator.h"
+#include "runtime/engine/scheduler.h"
+#include "runtime/engine/step_runner.h"
+#include "runtime/kv/block_manager.h"
+#include "runtime/model/llama.h"
+#include "runtime/text/detokenizer.h"
+#include "runtime/text/tokenizer.h"
+
+namespace tessera {
+
+// The KV cache every rank holds, as the engine must know it.
+struct KvLayout {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  // Static layout: one block per sequence (block_size = the context), no
+  // prefix caching.
+  bool static_layout = false;
+};
+
+// What the user asks for (flags); see ResolveKvLayout.
+struct KvCacheOptions {
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;        // > 0: exactly this many.
+  int64_t memory_bytes = 0;      // > 0: this budget.
+  double memory_fraction = 0.5;  // Otherwise: this share of free memory.
+  DType dtype = DType::kF32;
+  AttentionBackend backend = AttentionBackend::kPaged;
+};
+
+// How many blocks (and of what size) one rank's pool gets: --num-kv-blocks as
+// given; else the budget (memory_bytes, or memory_fraction of
+// `free_bytes`) divided by the block's bytes, capped at what max_num_seqs
+// full contexts could use. In the static layout a block is a whole context
+// and num_blocks is the number of sequences. InvalidArgument for bad values;
+// ResourceExhausted (with the figures) when the budget holds no block.
+absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& options,
+                                         const KvPoolShape& shape,
+                                         int64_t max_model_len,
+                                         int max_num_seqs, int64_t free_bytes);
+
+// MemAvailable of this host in bytes (-1 when unknown).
+int64_t AvailableHostMemory();
+
+// Runs StepPlans across the job.
+class StepExecutor {
+ public:
+  virtual ~StepExecutor() = default;
+  virtual const ModelConfig& config() const = 0;
+  virtual AllocatorStats memory_stats() const = 0;
+  virtual KvLayout kv_layout() const = 0;
+  // Runs `plan` on every rank; `result` gets the sampling rank's result.
+  virtual absl::Status Execute(const proto::StepPlan& plan,
+                               proto::StepResult* result) = 0;
+};
+
+struct EngineOptions {
+  SchedulerConfig scheduler;
+  bool enable_prefix_caching = true;
+};
+
+// One generated token as a request's callback sees it.
+struct TokenEvent {
+  int32_t token = 0;
+  float logprob = 0.0f;  // Under the model's distribution.
+  std::vector<std::pair<int32_t, float>> top_logprobs;  // With logprobs > 0.
+  // Text that became final with this token (empty without a tokenizer); the
+  // last token's event also carries whatever was held back.
+  std::string text;
+  bool finished = false;  // The request's last event.
+};
+using TokenCallback = std::function<void(const TokenEvent&)>;
+
+class Engine final : public TokenGenerator {
+ public:
+  struct Stats {
+    Scheduler::Stats scheduler;
+    BlockManager::Stats blocks;
+  };
+
+  // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
+  // the engine.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      StepExecutor* executor, EngineOptions options,
+      const Tokenizer* tokenizer);
+
+  // Queues a request (validated as ValidateRequest does, plus stop strings
+  // needing a tokenizer and the pool being able to hold it) and returns its
+  // id. `on_token` sees each token as it is sampled.
+  absl::StatusOr<int64_t> Submit(const GenerationRequest& request,
+                                 TokenCallback on_token = {});
+  // Ends a request wherever it is (finish reason "abort") and frees its KV
+  // blocks. NotFound for an unknown or already finished id.
+  absl::Status Cancel(int64_t id);
+
+  bool HasWork() const { return scheduler_->HasWork(); }
+  // One scheduling step (nothing when there is no work). An error here means
+  // the job is unusable.
+  absl::Status Step();
+  // Steps until every submitted request has finished.
+  absl::Status RunUntilIdle();
+  // Tokens generated so far by a request (finished or not; 0 if unknown).
+  int64_t NumGenerated(int64_t id) const;
+  // The result of a finished request, once (NotFound otherwise).
+  absl::StatusOr<GenerationResult> TakeResult(int64_t id);
+
+  Stats stats() const;
+
+  // TokenGenerator: one request alone, run to completion.
+  const ModelConfig& config() const override { return executor_->config(); }
+  AllocatorStats memory_stats() const override {
+    return executor_->memory_stats();
+  }
+  absl::StatusOr<GenerationResult> Generate(
+      const GenerationRequest& request,
+      const std::function<void(int32_t)>& on_token = {}) override;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Request {
+    GenerationRequest params;
+    TokenCallback on_token;
+    int64_t max_new_tokens = 0;
+    bool runner_started = false;  // The sampling rank has its sampler.
+    GenerationResult result;
+    Clock::time_point submitted, first_token;
+    // Text (with a tokenizer): everything final so far, and how much of it
+    // the callback has been given.
+    std::optional<IncrementalDetokenizer> detokenizer;
+    std::string text;
+    size_t delivered = 0;
+    size_t max_stop_len = 0;
+  };
+
+  Engine(StepExecutor* executor, EngineOptions options,
+         const Tokenizer* tokenizer, BlockManager blocks);
+  absl::Status OnSampled(int64_t id, const proto::SampledToken& sampled);
+  // Appends `piece` to the request's text; true when a stop string appeared
+  // (the text is then cut where it starts).
+  bool AddText(Request& r, const std::string& piece);
+  // The event's text: what may be released now (all of it when finishing).
+  std::string ReleaseText(Request& r, bool finishing);
+  void Finish(int64_t id, Request& r, FinishReason reason);
+
+  StepExecutor* executor_;
+  EngineOptions options_;
+  const Tokenizer* tokenizer_;
+  std::unique_ptr<BlockManager> blocks_;
+  std::unique_ptr<Scheduler> scheduler_;
+  int64_t next_id_ = 1;
+  absl::flat_hash_map<int64_t, Request> requests_;  // Unfinished.
+  absl::flat_hash_map<int64_t, GenerationResult> finished_;
+  std::vector<uint64_t> released_;  // For the next plan.
+  proto::StepPlan plan_;
+  proto::StepResult result_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_ENGINE_ENGINE_H_

@@ -1,0 +1,145 @@
+#include "runtime/engine/step_runner.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+SamplingParams SamplingFromProto(const proto::SamplingParams& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  if (p.has_seed()) s.seed = p.seed();
+  s.min_p = p.min_p();
+  s.repetition_penalty =
+      p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  return s;
+}
+
+void SamplingToProto(const SamplingParams& s, proto::SamplingParams* p) {
+  p->set_temperature(s.temperature);
+  p->set_top_k(s.top_k);
+  p->set_top_p(s.top_p);
+  p->set_has_seed(s.seed.has_value());
+  if (s.seed) p->set_seed(*s.seed);
+  p->set_min_p(s.min_p);
+  p->set_repetition_penalty(s.repetition_penalty);
+  p->set_presence_penalty(s.presence_penalty);
+  p->set_frequency_penalty(s.frequency_penalty);
+}
+
+StepRunner::StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
+                       bool samples)
+    : model_(model),
+      pool_(std::move(pool)),
+      backend_(backend),
+      samples_(samples) {}
+
+absl::Status StepRunner::Run(const proto::StepPlan& plan,
+                             proto::StepResult* result) {
+  result->Clear();
+  for (uint64_t id : plan.released()) seqs_.erase(id);
+  if (plan.seqs_size() == 0) return absl::OkStatus();
+
+  slices_.clear();
+  tokens_.clear();
+  logit_rows_.clear();
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (step.tokens_size() == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step plan: sequence ", step.sequence_id(), " has no tokens"));
+    }
+    SequenceSlice slice;
+    slice.context_len = step.context_len();
+    slice.query_len = step.tokens_size();
+    slice.block_table =
+        absl::MakeConstSpan(step.block_table().data(), step.block_table_size());
+    slices_.push_back(slice);
+    tokens_.insert(tokens_.end(), step.tokens().begin(), step.tokens().end());
+    if (step.sample()) {
+      logit_rows_.push_back(static_cast<int32_t>(tokens_.size()) - 1);
+    }
+    if (samples_ && step.start()) {
+      auto state =
+          std::make_unique<SequenceState>(SamplingFromProto(step.sampling()));
+      state->prompt.assign(step.prompt().begin(), step.prompt().end());
+      seqs_[step.sequence_id()] = std::move(state);
+    }
+  }
+  ASSIGN_OR_RETURN(
+      AttentionMetadata metadata,
+      BuildAttentionMetadata(slices_, static_cast<int32_t>(pool_.block_size()),
+                             pool_.num_blocks()));
+  StepBatch batch;
+  batch.tokens = tokens_;
+  batch.metadata = &metadata;
+  batch.backend = backend_;
+  batch.logit_rows = logit_rows_;
+  const int64_t vocab = model_->config().vocab_size;
+  const bool last_stage = model_->shard().last_stage();
+  if (last_stage) logits_.resize(logit_rows_.size() * vocab);
+  RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_,
+                                       last_stage ? logits_.data() : nullptr));
+  if (!samples_) return absl::OkStatus();
+  int64_t row = 0;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (!step.sample()) continue;
+    const absl::Span<const float> logits(logits_.data() + row * vocab, vocab);
+    ++row;
+    RETURN_IF_ERROR(SampleRow(step, logits, result->add_tokens()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepRunner::SampleRow(const proto::SequenceStep& step,
+                                   absl::Span<const float> logits,
+                                   proto::SampledToken* out) {
+  auto it = seqs_.find(step.sequence_id());
+  if (it == seqs_.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("step plan samples sequence ", step.sequence_id(),
+                     ", which was never started"));
+  }
+  SequenceState& state = *it->second;
+  ASSIGN_OR_RETURN(const int32_t token,
+                   state.sampler.Sample(logits, state.prompt, state.output));
+  state.output.push_back(token);
+  out->set_sequence_id(step.sequence_id());
+  out->set_token(token);
+  // Log-probabilities under the model's distribution (before temperature,
+  // penalties and truncation), as OpenAI's logprobs report them.
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const float log_z = max + static_cast<float>(std::log(sum));
+  out->set_logprob(logits[token] - log_z);
+  const int n =
+      std::min<int>(step.top_logprobs(), static_cast<int>(logits.size()));
+  if (n > 0) {
+    top_.clear();
+    for (size_t i = 0; i < logits.size(); ++i) {
+      top_.emplace_back(logits[i], static_cast<int32_t>(i));
+    }
+    std::partial_sort(top_.begin(), top_.begin() + n, top_.end(),
+                      [](const auto& a, const auto& b) {
+                        return a.first > b.first ||
+                               (a.first == b.first && a.second < b.second);
+                      });
+    for (int i = 0; i < n; ++i) {
+      out->add_top_ids(top_[i].second);
+      out->add_top_logprobs(top_[i].first - log_z);
+    }
+  }
+  if (step.return_logits()) {
+    out->mutable_logits()->Add(logits.begin(), logits.end());
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

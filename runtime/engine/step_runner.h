@@ -1,0 +1,76 @@
+// StepRunner: executes StepPlans on one rank. The same code runs in a single
+// process and on every rank of a parallel job (parallel/ broadcasts the plan
+// and collects the result); it owns the rank's KV pool and, on the sampling
+// rank, one sampler per live sequence.
+//
+// Per step: the plan's sequences become one AttentionMetadata (built once,
+// shared by every layer), the model runs the whole batch, and the sampling
+// rank draws a token for every sequence marked `sample`, each with its own
+// sampler, so a seeded request draws the same tokens whatever else is in the
+// batch.
+#ifndef TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
+#define TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "proto/tessera.pb.h"
+#include "runtime/kv/kv_pool.h"
+#include "runtime/model/llama.h"
+#include "runtime/sampler/sampler.h"
+
+namespace tessera {
+
+SamplingParams SamplingFromProto(const proto::SamplingParams& p);
+void SamplingToProto(const SamplingParams& s, proto::SamplingParams* p);
+
+class StepRunner {
+ public:
+  // `model` must outlive the runner; `pool` must have the model's
+  // kv_pool_shape. `samples`: this rank samples (the last pipeline stage's
+  // tp-rank 0; the only rank in one process).
+  StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
+             bool samples);
+
+  // Runs one FORWARD plan. On the sampling rank `result` receives one
+  // SampledToken per sampled sequence, in plan order; elsewhere it is left
+  // empty. InvalidArgument for an inconsistent plan (a block outside the pool,
+  // a sampled sequence the runner has no sampler for, ...).
+  absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
+
+  const KvPool& pool() const { return pool_; }
+  LlamaModel* model() const { return model_; }
+  // Sequences with live sampler state (tests).
+  size_t num_live_sequences() const { return seqs_.size(); }
+
+ private:
+  struct SequenceState {
+    explicit SequenceState(const SamplingParams& params) : sampler(params) {}
+    Sampler sampler;
+    std::vector<int32_t> prompt;  // The penalties' view.
+    std::vector<int32_t> output;
+  };
+
+  absl::Status SampleRow(const proto::SequenceStep& step,
+                         absl::Span<const float> logits,
+                         proto::SampledToken* out);
+
+  LlamaModel* model_;
+  KvPool pool_;
+  AttentionBackend backend_;
+  bool samples_;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
+  // Reused between steps.
+  std::vector<SequenceSlice> slices_;
+  std::vector<int32_t> tokens_;
+  std::vector<int32_t> logit_rows_;
+  std::vector<float> logits_;
+  std::vector<std::pair<float, int32_t>> top_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
