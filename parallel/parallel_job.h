@@ -84,6 +84,8 @@ class ParallelJob final : public StepExecutor {
   };
   const ControlStats& control_stats() const { return control_stats_; }
 
+  int64_t max_step_tokens() const override { return model_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return model_->max_logit_rows(); }
   KvLayout kv_layout() const override { return kv_layout_; }
 
   // Coordinator only: runs one plan across the job (see StepExecutor). Any

@@ -45,7 +45,11 @@ int main(int argc, char** argv) {
   }
   std::ifstream in(dir + "/golden.json");
   const nlohmann::json golden = nlohmann::json::parse(in);
-  auto engine = tessera::Engine::Create(job->get(), {}, nullptr);
+  tessera::EngineOptions engine_options;
+  engine_options.scheduler.max_num_seqs = options.max_num_seqs;
+  engine_options.scheduler.max_num_batched_tokens =
+      options.max_num_batched_tokens;
+  auto engine = tessera::Engine::Create(job->get(), engine_options, nullptr);
   if (!engine.ok()) (*world)->Abort(1, engine.status().message());
   // Every case at once: the scheduler batches them across the job.
   std::vector<int64_t> ids;

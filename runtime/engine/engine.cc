@@ -84,6 +84,15 @@ Engine::Engine(StepExecutor* executor, EngineOptions options,
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     StepExecutor* executor, EngineOptions options, const Tokenizer* tokenizer) {
+  if (options.scheduler.max_num_batched_tokens > executor->max_step_tokens() ||
+      options.scheduler.max_num_seqs > executor->max_step_seqs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the scheduler may run ", options.scheduler.max_num_batched_tokens,
+        " tokens of ", options.scheduler.max_num_seqs,
+        " sequences per step; the model's steps hold ",
+        executor->max_step_tokens(), " tokens of ", executor->max_step_seqs(),
+        " sequences"));
+  }
   const KvLayout layout = executor->kv_layout();
   if (layout.num_blocks < 1 || layout.num_blocks > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(

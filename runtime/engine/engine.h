@@ -77,6 +77,10 @@ class StepExecutor {
   virtual const ModelConfig& config() const = 0;
   virtual AllocatorStats memory_stats() const = 0;
   virtual KvLayout kv_layout() const = 0;
+  // The most tokens and sampled sequences one step may hold (the model's
+  // scratch is sized for them on every rank).
+  virtual int64_t max_step_tokens() const = 0;
+  virtual int64_t max_step_seqs() const = 0;
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;
@@ -107,7 +111,8 @@ class Engine final : public TokenGenerator {
   };
 
   // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
-  // the engine.
+  // the engine. InvalidArgument when the scheduler's limits exceed what the
+  // executor's steps hold.
   static absl::StatusOr<std::unique_ptr<Engine>> Create(
       StepExecutor* executor, EngineOptions options,
       const Tokenizer* tokenizer);

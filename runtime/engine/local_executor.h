@@ -26,6 +26,8 @@ class LocalExecutor final : public StepExecutor {
   AllocatorStats memory_stats() const override {
     return model_->memory_stats();
   }
+  int64_t max_step_tokens() const override { return model_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return model_->max_logit_rows(); }
   KvLayout kv_layout() const override { return layout_; }
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {

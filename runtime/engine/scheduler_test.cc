@@ -505,7 +505,7 @@ void RunSimulation(bool prefix_caching, uint32_t seed) {
       if (uniform(0, 2) > 0) {
         for (int32_t t : prefixes[uniform(0, 2)]) push_token(sim, t);
       }
-      for (int n = uniform(1, 40); n > 0; --n) push_token(sim, uniform(0, 3));
+      for (int n = uniform(1, 80); n > 0; --n) push_token(sim, uniform(0, 3));
       sim.output_len = uniform(1, 40);
       const int64_t max_total =
           static_cast<int64_t>(sim.tokens.size()) + sim.output_len;
