@@ -36,7 +36,7 @@ TEST(AttentionMetadataTest, BuildsOffsetsPositionsSlotsAndTables) {
             (std::vector<int64_t>{2 * 4 + 1, 4 * 4 + 0, 0 * 4 + 3, 9 * 4 + 0,
                                   9 * 4 + 1, 9 * 4 + 2, 6 * 4 + 2}));
   EXPECT_EQ(m->max_blocks_per_seq, 3);
-  EXPECT_EQ(m->block_tables, (std::vector<int32_t>{7, 2, -1,  //
+  EXPECT_EQ(m->block_tables, (std::vector<int32_t>{7, 2, -1,   //
                                                    4, -1, -1,  //
                                                    0, 9, 3,    //
                                                    5, 1, 6}));

@@ -38,7 +38,6 @@ absl::Status ShapeError(absl::string_view op, absl::string_view what,
       op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
-
 // ---------------------------------------------------------------------------
 // Paged KV cache helpers.
 
@@ -143,10 +142,10 @@ inline float Dot(const float* a, const T* b, int64_t n) {
   }
   float tail = 0.0f;
   for (; i < n; ++i) tail += a[i] * static_cast<float>(b[i]);
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  }
-  return acc[0] + tail;
+  // Pairwise tree with constant trip counts (unrolled, kept in registers).
+  for (int j = 0; j < 8; ++j) acc[j] += acc[j + 8];
+  for (int j = 0; j < 4; ++j) acc[j] += acc[j + 4];
+  return ((acc[0] + acc[2]) + (acc[1] + acc[3])) + tail;
 }
 
 // o[i] += p * b[i].
@@ -190,10 +189,9 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
       m.context_lens.size() != num_seqs || m.seq_lens.size() != num_seqs ||
       m.block_tables.size() < num_seqs * m.max_blocks_per_seq) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": malformed metadata (block_size ", m.block_size, ", ",
-        m.num_seqs, " sequences, query_start_loc size ",
-        m.query_start_loc.size(), ", block_tables size ",
-        m.block_tables.size(), ")"));
+        op, ": malformed metadata (block_size ", m.block_size, ", ", m.num_seqs,
+        " sequences, query_start_loc size ", m.query_start_loc.size(),
+        ", block_tables size ", m.block_tables.size(), ")"));
   }
   if (args.first_seq < 0 || args.first_seq > args.end_seq ||
       args.end_seq > m.num_seqs) {
@@ -210,10 +208,10 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
   if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m.num_tokens ||
       os[0] != m.num_tokens || qs[1] != os[1] || qs[2] != c.dim ||
       os[2] != c.dim_v) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": q ", qs.ToString(), " and out ", os.ToString(),
-        " must be [num_tokens = ", m.num_tokens, ", heads, ", c.dim,
-        "] and [num_tokens, heads, ", c.dim_v, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": q ", qs.ToString(), " and out ", os.ToString(),
+                     " must be [num_tokens = ", m.num_tokens, ", heads, ",
+                     c.dim, "] and [num_tokens, heads, ", c.dim_v, "]"));
   }
   if (qs[1] <= 0 || qs[1] % c.num_kv_heads != 0) {
     return absl::InvalidArgumentError(
@@ -221,16 +219,17 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
                      c.num_kv_heads, " kv heads"));
   }
   if (args.sliding_window < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": negative sliding window ", args.sliding_window));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": negative sliding window ", args.sliding_window));
   }
   plan->num_heads = qs[1];
   plan->group = qs[1] / c.num_kv_heads;
   plan->row_begin = m.query_start_loc[args.first_seq];
   plan->row_end = m.query_start_loc[args.end_seq];
   if (plan->row_begin < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": sequence #", args.first_seq, " starts at row ", plan->row_begin));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequence #", args.first_seq, " starts at row ",
+                     plan->row_begin));
   }
   plan->max_keys = 0;
   int64_t keys_total = 0;
@@ -259,11 +258,11 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
     if (kind == PagedKind::kStatic) {
       if (m.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
           table[0] * bs + seq_len > c.num_slots) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": sequence #", s, " of length ", seq_len,
-            " does not fit its static block ",
-            m.max_blocks_per_seq < 1 ? -1 : table[0], " of size ", bs, " in ",
-            c.num_slots, " slots"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": sequence #", s, " of length ", seq_len,
+                         " does not fit its static block ",
+                         m.max_blocks_per_seq < 1 ? -1 : table[0], " of size ",
+                         bs, " in ", c.num_slots, " slots"));
       }
     } else {
       // Only the blocks some query reads must be valid (a sliding window
@@ -272,9 +271,9 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
           window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
       const int64_t num_blocks = (seq_len + bs - 1) / bs;
       if (num_blocks > m.max_blocks_per_seq) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            op, ": sequence #", s, " needs ", num_blocks, " blocks, tables have ",
-            m.max_blocks_per_seq));
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
+                         " blocks, tables have ", m.max_blocks_per_seq));
       }
       for (int64_t b = first_read / bs; b < num_blocks; ++b) {
         const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
@@ -296,25 +295,49 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
   return absl::OkStatus();
 }
 
-// Calls fn(first_slot, first_index, n) for each run of consecutive slots that
-// hold positions first .. last of a sequence (index = position - first).
-template <bool kStatic, typename Fn>
-inline void ForEachRun(const int32_t* table, int64_t block_size, int64_t first,
-                       int64_t last, Fn&& fn) {
-  if (kStatic) {
-    fn(int64_t{table[0]} * block_size + first, int64_t{0}, last - first + 1);
-    return;
-  }
-  for (int64_t pos = first; pos <= last;) {
-    const int64_t block = pos / block_size;
-    const int64_t offset = pos - block * block_size;
-    const int64_t n = std::min(block_size - offset, last - pos + 1);
-    fn(int64_t{table[block]} * block_size + offset, pos - first, n);
-    pos += n;
-  }
+// Asks for the cache lines of a row a few keys before it is read: rows are
+// short and scattered over blocks, so the hardware prefetchers miss them.
+inline void PrefetchRow(const void* row, int64_t bytes) {
+  const char* p = static_cast<const char*>(row);
+  for (int64_t i = 0; i < bytes; i += 64) __builtin_prefetch(p + i);
 }
+constexpr int64_t kPrefetchAhead = 8;
 
-// Attention of one query row `row` (of sequence `seq`) and head `h`.
+// Walks the slots of consecutive positions of one sequence without a
+// division per position. Static layout: slot = table[0] * block_size + pos.
+template <bool kStatic>
+class SlotCursor {
+ public:
+  SlotCursor(const int32_t* table, int64_t block_size, int64_t pos)
+      : table_(table), block_size_(block_size) {
+    if (kStatic) {
+      offset_ = int64_t{table[0]} * block_size + pos;
+    } else {
+      block_ = pos / block_size;
+      offset_ = pos - block_ * block_size;
+    }
+  }
+  int64_t slot() const {
+    return kStatic ? offset_ : int64_t{table_[block_]} * block_size_ + offset_;
+  }
+  void Next() {
+    ++offset_;
+    if (!kStatic && offset_ == block_size_) {
+      offset_ = 0;
+      ++block_;
+    }
+  }
+
+ private:
+  const int32_t* table_;
+  int64_t block_size_;
+  int64_t block_ = 0;
+  int64_t offset_ = 0;  // Static layout: the slot itself.
+};
+
+// Attention of one query row `row` (of sequence `seq`) and head `h`. The
+// association of every sum is fixed by the key index alone, so the result is
+// the same whatever batch, layout run or thread computes it.
 template <typename T, bool kStatic>
 void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
                int32_t seq, int64_t row, int64_t h, float* weights) {
@@ -328,6 +351,7 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
       args.sliding_window > 0
           ? std::max<int64_t>(0, pos - args.sliding_window + 1)
           : 0;
+  const int64_t num_keys = pos - first + 1;
   const int64_t kvh = h / plan.group;
   const float* qv =
       args.q.data_as<const float>() + (row * plan.num_heads + h) * dim;
@@ -335,7 +359,10 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const T* v = args.cache.v.data_as<const T>() + kvh * dim_v;
   const int64_t k_stride = kv_heads * dim;
   const int64_t v_stride = kv_heads * dim_v;
+  const int64_t k_bytes = dim * static_cast<int64_t>(sizeof(T));
+  const int64_t v_bytes = dim_v * static_cast<int64_t>(sizeof(T));
   constexpr bool kQuantized = std::is_same_v<T, int8_t>;
+  // Per-slot scales, stride kv_heads (int8 cache only).
   const float* k_scale =
       kQuantized ? args.cache.k_scale.data_as<const float>() + kvh : nullptr;
   const float* v_scale =
@@ -344,40 +371,79 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const int64_t block_size = m.block_size;
   const float scale = args.scale;
 
+  // Scores, then softmax with max subtraction.
   float max_score = -INFINITY;
-  ForEachRun<kStatic>(
-      table, block_size, first, pos,
-      [&](int64_t slot, int64_t index, int64_t n) {
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t s = slot + j;
-          float score = Dot(qv, k + s * k_stride, dim);
-          if constexpr (kQuantized) {
-            score *= k_scale[s * kv_heads] * scale;
-          } else {
-            score *= scale;
-          }
-          weights[index + j] = score;
-          max_score = std::max(max_score, score);
-        }
-      });
-  const int64_t num_keys = pos - first + 1;
+  SlotCursor<kStatic> cursor(table, block_size, first);
+  SlotCursor<kStatic> ahead(table, block_size, first);
+  for (int64_t i = 0; i < std::min(kPrefetchAhead, num_keys);
+       ++i, ahead.Next()) {
+    PrefetchRow(k + ahead.slot() * k_stride, k_bytes);
+  }
+  for (int64_t i = 0; i < num_keys; ++i, cursor.Next()) {
+    if (i + kPrefetchAhead < num_keys) {
+      PrefetchRow(k + ahead.slot() * k_stride, k_bytes);
+      ahead.Next();
+    }
+    const int64_t s = cursor.slot();
+    float score = Dot(qv, k + s * k_stride, dim);
+    if constexpr (kQuantized) {
+      score *= k_scale[s * kv_heads] * scale;
+    } else {
+      score *= scale;
+    }
+    weights[i] = score;
+    max_score = std::max(max_score, score);
+  }
   float denom = 0.0f;
   for (int64_t i = 0; i < num_keys; ++i) {
     weights[i] = std::exp(weights[i] - max_score);
     denom += weights[i];
   }
   const float inv_denom = 1.0f / denom;
+  auto prob = [&](int64_t i, int64_t s) {
+    const float p = weights[i] * inv_denom;
+    if constexpr (kQuantized) {
+      return p * v_scale[s * kv_heads];
+    } else {
+      return p;
+    }
+  };
+
+  // Weighted values, four keys per pass over the output row.
   float* o = args.out.data_as<float>() + (row * plan.num_heads + h) * dim_v;
   std::fill_n(o, dim_v, 0.0f);
-  ForEachRun<kStatic>(table, block_size, first, pos,
-                      [&](int64_t slot, int64_t index, int64_t n) {
-                        for (int64_t j = 0; j < n; ++j) {
-                          const int64_t s = slot + j;
-                          float p = weights[index + j] * inv_denom;
-                          if constexpr (kQuantized) p *= v_scale[s * kv_heads];
-                          Axpy(p, v + s * v_stride, dim_v, o);
-                        }
-                      });
+  SlotCursor<kStatic> vcursor(table, block_size, first);
+  SlotCursor<kStatic> vahead(table, block_size, first);
+  int64_t prefetched = 0;
+  for (; prefetched < std::min(kPrefetchAhead, num_keys);
+       ++prefetched, vahead.Next()) {
+    PrefetchRow(v + vahead.slot() * v_stride, v_bytes);
+  }
+  int64_t i = 0;
+  for (; i + 4 <= num_keys; i += 4) {
+    for (; prefetched < std::min(i + 4 + kPrefetchAhead, num_keys);
+         ++prefetched, vahead.Next()) {
+      PrefetchRow(v + vahead.slot() * v_stride, v_bytes);
+    }
+    int64_t s[4];
+    for (int j = 0; j < 4; ++j, vcursor.Next()) s[j] = vcursor.slot();
+    const float p0 = prob(i, s[0]), p1 = prob(i + 1, s[1]);
+    const float p2 = prob(i + 2, s[2]), p3 = prob(i + 3, s[3]);
+    const T* v0 = v + s[0] * v_stride;
+    const T* v1 = v + s[1] * v_stride;
+    const T* v2 = v + s[2] * v_stride;
+    const T* v3 = v + s[3] * v_stride;
+#pragma omp simd
+    for (int64_t d = 0; d < dim_v; ++d) {
+      o[d] +=
+          (p0 * static_cast<float>(v0[d]) + p1 * static_cast<float>(v1[d])) +
+          (p2 * static_cast<float>(v2[d]) + p3 * static_cast<float>(v3[d]));
+    }
+  }
+  for (; i < num_keys; ++i, vcursor.Next()) {
+    const int64_t s = vcursor.slot();
+    Axpy(prob(i, s), v + s * v_stride, dim_v, o);
+  }
 }
 
 // (row, head) pairs handed out in chunks: long causal rows and short ones mix

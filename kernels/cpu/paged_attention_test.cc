@@ -57,7 +57,9 @@ struct Problem {
   Tensor k_cache, v_cache, k_scale, v_scale;
   KvCacheLayer layer;
 
-  float scale() const { return 1.0f / std::sqrt(static_cast<float>(config.dim)); }
+  float scale() const {
+    return 1.0f / std::sqrt(static_cast<float>(config.dim));
+  }
 };
 
 class PagedAttentionTest : public ::testing::Test {
@@ -189,9 +191,8 @@ class PagedAttentionTest : public ::testing::Test {
     const int64_t base = (slot * c.kv_heads + kvh) * d;
     std::vector<double> row(d);
     if (c.int8) {
-      const double scale =
-          (is_k ? p.k_scale : p.v_scale)
-              .data_as<float>()[slot * c.kv_heads + kvh];
+      const double scale = (is_k ? p.k_scale : p.v_scale)
+                               .data_as<float>()[slot * c.kv_heads + kvh];
       for (int64_t i = 0; i < d; ++i) {
         row[i] = cache.data_as<int8_t>()[base + i] * scale;
       }
@@ -299,7 +300,8 @@ class PagedAttentionTest : public ::testing::Test {
           const float got = out.data_as<float>()[i];
           if (chosen) {
             ASSERT_NEAR(got, want[i], tol * (1.0 + std::fabs(want[i])))
-                << "sequence " << s << " row " << t << " element " << i - t * row;
+                << "sequence " << s << " row " << t << " element "
+                << i - t * row;
           } else {
             ASSERT_EQ(got, 12345.0f) << "unchosen sequence " << s << " written";
           }
@@ -345,10 +347,10 @@ class PagedAttentionTest : public ::testing::Test {
 TEST_F(PagedAttentionTest, PagedKernelsMatchReference) {
   // Leading decodes (one with no context), a first prefill, chunked prefills
   // and a decode after them.
-  const Lens fixed = {{0, 1}, {13, 1}, {40, 1}, {0, 7},
+  const Lens fixed = {{0, 1},  {13, 1}, {40, 1}, {0, 7},
                       {5, 20}, {41, 3}, {0, 33}, {17, 1}};
-  const std::vector<std::pair<int64_t, int64_t>> heads = {{8, 2}, {4, 1},
-                                                          {3, 3}};
+  const std::vector<std::pair<int64_t, int64_t>> heads = {
+      {8, 2}, {4, 1}, {3, 3}};
   const std::vector<std::pair<int64_t, int64_t>> dims = {
       {32, 32}, {20, 20}, {16, 24}};
   int variant = 0;
@@ -396,8 +398,8 @@ TEST_F(PagedAttentionTest, DecodeMatchesReference) {
       ExpectRows(p, out, Reference(p, /*from_cache=*/true), 0, p.m.num_seqs,
                  1e-5);
       if (int8) {
-        ExpectRows(p, out, Reference(p, /*from_cache=*/false), 0,
-                   p.m.num_seqs, 3e-2);
+        ExpectRows(p, out, Reference(p, /*from_cache=*/false), 0, p.m.num_seqs,
+                   3e-2);
       }
     }
   }
@@ -552,8 +554,7 @@ TEST_F(PagedAttentionTest, StoreKvCacheF32CopiesRows) {
   Tensor kc = *Tensor::Zeros(DType::kF32, {slots, kv, dim});
   Tensor vc = *Tensor::Zeros(DType::kF32, {slots, kv, dim});
   const std::vector<int64_t> slot_mapping = {4, 0, 2};
-  ASSERT_TRUE(ops_
-                  .StoreKvCache(TensorView(k.data(), DType::kF32, {3, 2, 8}),
+  ASSERT_TRUE(ops_.StoreKvCache(TensorView(k.data(), DType::kF32, {3, 2, 8}),
                                 TensorView(v.data(), DType::kF32, {3, 2, 8}),
                                 slot_mapping, {kc.view(), vc.view()})
                   .ok());

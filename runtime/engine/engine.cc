@@ -177,6 +177,11 @@ void Engine::Finish(int64_t id, Request& r, FinishReason reason) {
 absl::Status Engine::Step() {
   if (!scheduler_->HasWork() && released_.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(SchedulerOutput out, scheduler_->Schedule());
+  if (out.seqs.empty() && !out.preempted.empty()) {
+    // The only sequence that needed blocks gave its own back (no admission
+    // in a step that preempts); the next call readmits it.
+    ASSIGN_OR_RETURN(out, scheduler_->Schedule());
+  }
   if (out.seqs.empty() && scheduler_->HasWork()) {
     return absl::InternalError(absl::StrCat(
         "the scheduler found nothing to run with ", scheduler_->num_waiting(),

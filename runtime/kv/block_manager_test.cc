@@ -210,6 +210,27 @@ TEST(BlockManagerTest, EvictsLeastRecentlyReleasedFirst) {
   EXPECT_TRUE(bm.CheckConsistency().ok());
 }
 
+TEST(BlockManagerTest, AHitRefreshesABlocksPlaceInTheEvictionOrder) {
+  BlockManager bm = Make(4);
+  const auto a = Concat(Range(0, kBlockSize), {50});  // Full + partial.
+  const auto b = Concat(Range(100, kBlockSize), {60});
+  Alloc(bm, 1, a);               // Blocks 0 (cached), 1.
+  Alloc(bm, 2, b);               // Blocks 2 (cached), 3.
+  ASSERT_TRUE(bm.Free(1).ok());  // Queue: 1 0.
+  ASSERT_TRUE(bm.Free(2).ok());  // Queue: 1 0 3 2.
+  // A hit on A's root takes it out of the queue (touch) and the new tail
+  // comes from the front: queue 3 2. Releasing puts both behind B's blocks.
+  EXPECT_EQ(Alloc(bm, 3, Concat(Range(0, kBlockSize), {70})), kBlockSize);
+  EXPECT_EQ(Table(bm, 3), (std::vector<BlockId>{0, 1}));
+  ASSERT_TRUE(bm.Free(3).ok());  // Queue: 3 2 1 0.
+  // So two fresh blocks evict B's, although A was released first.
+  Alloc(bm, 4, Range(1000, 2 * kBlockSize));
+  EXPECT_EQ(Table(bm, 4), (std::vector<BlockId>{3, 2}));
+  EXPECT_EQ(bm.NumCachedTokens(b), 0);
+  EXPECT_EQ(bm.NumCachedTokens(a), kBlockSize);
+  EXPECT_TRUE(bm.CheckConsistency().ok());
+}
+
 TEST(BlockManagerTest, ReallocationDropsTheOldHash) {
   BlockManager bm = Make(2);
   const auto a = Range(0, kBlockSize + 1);
