@@ -1114,6 +1114,138 @@ TEST(MemoryStats, DecodeAllocatesNothingAfterTheFirstStep) {
             a["peak_in_use_bytes"].get<int64_t>() / 2);
 }
 
+// --prompts-file submits every prompt at once: the scheduler batches them
+// (several per step), a shared prefix is served from the cache, and the
+// outputs are each prompt's output alone. --stats-json reports the scheduler
+// and the prefix cache.
+TEST(Batching, PromptsFileIsScheduledTogether) {
+  const std::string dir = TempDir("batch");
+  const std::string file = dir + "/prompts.jsonl";
+  std::string lines;
+  std::vector<std::string> prompts;
+  for (int i = 0; i < 12; ++i) {
+    // A long common opening (several full blocks), then a different ending.
+    prompts.push_back(absl::StrCat(
+        "Once upon a time, there was a little girl named Lily. She loved to "
+        "play outside in the park with her friends. Story ",
+        i));
+    lines += json({{"prompt", prompts.back()}}).dump() + "\n";
+  }
+  WriteFile(file, lines);
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompts_file = file;
+  o.max_tokens = 24;
+  o.output = "json";
+  o.stats_json = dir + "/stats.json";
+  o.engine.block_size = 4;
+  const RunResult all = Generate(o);
+  ASSERT_TRUE(all.status.ok()) << all.status;
+  const std::vector<json> got = JsonLines(all.out);
+  ASSERT_EQ(got.size(), prompts.size());
+  const json stats = ReadJson(o.stats_json);
+  ASSERT_TRUE(stats.contains("scheduler")) << stats;
+  ASSERT_TRUE(stats.contains("prefix_cache")) << stats;
+  EXPECT_GT(stats["scheduler"]["max_batch"].get<int64_t>(), 1) << stats;
+  EXPECT_GE(stats["scheduler"]["steps"].get<int64_t>(), 24) << stats;
+  EXPECT_EQ(stats["scheduler"]["preemptions"].get<int64_t>(), 0) << stats;
+  EXPECT_GT(stats["prefix_cache"]["hit_tokens"].get<int64_t>(), 11 * 20)
+      << stats;
+  int64_t prompt_tokens = 0;
+  for (const json& line : got) prompt_tokens += line["prompt_ids"].size();
+  EXPECT_EQ(stats["prefix_cache"]["queried_tokens"].get<int64_t>(),
+            prompt_tokens);
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    GenerateOptions alone = Greedy(DemoModelDir());
+    alone.prompt = prompts[i];
+    alone.max_tokens = 24;
+    alone.output = "json";
+    alone.engine.no_prefix_cache = true;
+    alone.engine.max_num_seqs = 1;
+    const RunResult run = Generate(alone);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    EXPECT_EQ(JsonLines(run.out)[0]["output_ids"], got[i]["output_ids"]) << i;
+    EXPECT_EQ(JsonLines(run.out)[0]["text"], got[i]["text"]) << i;
+  }
+}
+
+// Text mode with several prompts prints each prompt and its continuation on
+// its own line, in the file's order.
+TEST(Batching, TextModePrintsPromptsInOrder) {
+  const std::string file = TempDir("batch_text") + "/prompts.jsonl";
+  WriteFile(file,
+            "{\"prompt\": \"Lily and Ben\"}\n{\"prompt\": \"The cat\"}\n"
+            "{\"prompt\": \"One day\"}\n");
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompts_file = file;
+  o.max_tokens = 16;
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::vector<std::string> lines =
+      absl::StrSplit(absl::StripSuffix(run.out, "\n"), '\n');
+  ASSERT_EQ(lines.size(), 3u) << run.out;
+  EXPECT_EQ(lines[0].rfind("Lily and Ben", 0), 0u) << lines[0];
+  EXPECT_EQ(lines[1].rfind("The cat", 0), 0u) << lines[1];
+  EXPECT_EQ(lines[2].rfind("One day", 0), 0u) << lines[2];
+}
+
+// --stop cuts the text before the stop string (finish_reason "stop");
+// --logprobs adds each token's log-probability and its alternatives.
+TEST(GenerateFlags, StopStringsAndLogprobs) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt = "Once upon a time";
+  o.max_tokens = 60;
+  o.output = "json";
+  const RunResult plain = Generate(o);
+  ASSERT_TRUE(plain.status.ok()) << plain.status;
+  const std::string text = JsonLines(plain.out)[0]["text"];
+  const size_t at = text.find("Lily");
+  ASSERT_NE(at, std::string::npos) << text;
+
+  o.stop = {"Lily"};
+  o.logprobs = 3;
+  const RunResult stopped = Generate(o);
+  ASSERT_TRUE(stopped.status.ok()) << stopped.status;
+  const json line = JsonLines(stopped.out)[0];
+  EXPECT_EQ(line["finish_reason"], "stop");
+  EXPECT_EQ(line["text"], text.substr(0, at));
+  ASSERT_TRUE(line.contains("logprobs")) << line;
+  ASSERT_EQ(line["logprobs"].size(), line["output_ids"].size());
+  for (size_t i = 0; i < line["logprobs"].size(); ++i) {
+    const json& step = line["logprobs"][i];
+    EXPECT_EQ(step["id"], line["output_ids"][i]);
+    EXPECT_LE(step["logprob"].get<double>(), 0.0);
+    ASSERT_EQ(step["top"].size(), 3u);
+    EXPECT_EQ(step["top"][0][0], step["id"]);  // Greedy takes the top.
+  }
+
+  // Streaming text mode never prints the stop string either.
+  o.output = "text";
+  o.logprobs = -1;
+  const RunResult streamed = Generate(o);
+  ASSERT_TRUE(streamed.status.ok()) << streamed.status;
+  EXPECT_EQ(streamed.out, "Once upon a time" + text.substr(0, at) + "\n");
+}
+
+// Bad engine flags are refused with the flag's name.
+TEST(BadOptions, EngineFlags) {
+  GenerateOptions o = Simple(GoldenDir() + "/" + kFixture);
+  o.engine.kv_dtype = "fp4";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"KV cache dtype", "fp4"});
+  o = Simple(GoldenDir() + "/" + kFixture);
+  o.engine.attention = "flash";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"attention", "flash"});
+  o = Simple(GoldenDir() + "/" + kFixture);
+  o.engine.max_num_seqs = 0;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--max-num-seqs"});
+  o = Simple(GoldenDir() + "/" + kFixture);
+  o.engine.kv_cache_memory = 1000;
+  ExpectError(Generate(o), absl::StatusCode::kResourceExhausted,
+              {"KV cache budget", "1000"});
+}
+
 // Penalties reach the sampler through the command: a repetition penalty changes
 // the demo's greedy story (which repeats itself), deterministically.
 TEST(SamplingFlags, RepetitionPenaltyChangesGreedyOutputDeterministically) {
