@@ -22,34 +22,17 @@
 
 namespace tessera {
 
-// Causal self-attention of one sequence over a contiguous KV cache.
-//
-//  q:        [T, num_heads, D]    queries for positions start_pos .. start_pos
-//  + T - 1. k_cache:  [S, num_kv_heads, D] keys for positions 0 .. start_pos +
-//  T - 1 (S >= that). v_cache:  [S, num_kv_heads, Dv] values, same positions.
-//  out:      [T, num_heads, Dv]
-// Query head h reads KV head h / (num_heads / num_kv_heads) (GQA; MQA when
-// num_kv_heads = 1). A query at position p sees keys at positions max(0, p -
-// window + 1) .. p (window = 0: all).
-struct AttentionArgs {
-  TensorView q;
-  TensorView k_cache;
-  TensorView v_cache;
-  TensorView out;
-  int64_t start_pos = 0;
-  int64_t sliding_window = 0;
-  float scale = 1.0f;  // Usually 1 / sqrt(D).
-};
-
 // One layer's KV cache in slot form (see attention_metadata.h for how
 // positions map to slots): k [num_slots, kv_heads, D], v [num_slots, kv_heads,
 // Dv].
-//  - f32 cache: k and v are f32; k_scale and v_scale are empty views.
+//  - f32 cache: k and v are f32; k_scale and v_scale are empty views (no
+//    data).
 //  - int8 cache: k and v are int8 and k_scale, v_scale f32 [num_slots,
 //    kv_heads]: element i of (slot, head) stands for k[slot, head, i] *
 //    k_scale[slot, head] (symmetric, one scale per slot and head, so writing a
 //    token never rescales another). Kernels read the int8 values and apply the
 //    scale inside the dot products; nothing dequantizes the cache.
+// k and v always share their dtype.
 struct KvCacheLayer {
   TensorView k;
   TensorView v;
@@ -63,7 +46,7 @@ struct KvCacheLayer {
 //
 //  q:   [num_tokens, num_heads, D], the whole step (metadata order).
 //  out: [num_tokens, num_heads, Dv]; only the rows of the chosen sequences are
-//       written.
+//       written. It must not alias q.
 // The query at row query_start_loc[s] + i sits at position context_lens[s] + i
 // and sees keys at positions max(0, p - window + 1) .. p of its own sequence
 // (causal; window = 0: all). Query head h reads KV head h / (num_heads /
@@ -127,16 +110,6 @@ class Ops {
   // out = silu(gate) * up, all [T, I]. out may alias gate or up.
   virtual absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                                const TensorView& out) = 0;
-
-  // Writes keys and values of T new positions into a contiguous cache at rows
-  // start_pos .. start_pos + T - 1: k [T, kv_heads, D] -> k_cache [S, kv_heads,
-  // D], same for v.
-  virtual absl::Status StoreKv(const TensorView& k, const TensorView& v,
-                               int64_t start_pos, const TensorView& k_cache,
-                               const TensorView& v_cache) = 0;
-
-  // See AttentionArgs.
-  virtual absl::Status Attention(const AttentionArgs& args) = 0;
 
   // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
   // and v [T, kv_heads, Dv] f32, slot_mapping size T with every slot in

@@ -26,10 +26,6 @@ class CpuOps final : public Ops {
   absl::Status BiasAdd(const TensorView& x, const TensorView& bias) override;
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out) override;
-  absl::Status StoreKv(const TensorView& k, const TensorView& v,
-                       int64_t start_pos, const TensorView& k_cache,
-                       const TensorView& v_cache) override;
-  absl::Status Attention(const AttentionArgs& args) override;
   absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
                             absl::Span<const int64_t> slot_mapping,
                             const KvCacheLayer& cache) override;

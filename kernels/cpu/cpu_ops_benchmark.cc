@@ -45,23 +45,6 @@ BENCHMARK(BM_Linear)
     ->Args({1, 11008, 4096})
     ->Args({128, 4096, 1024});
 
-// One decode token attending over `len` cached positions; args: len, heads,
-// kv_heads, D.
-void BM_DecodeAttention(benchmark::State& state) {
-  const int64_t len = state.range(0), heads = state.range(1),
-                kv = state.range(2), dim = state.range(3);
-  Tensor q = RandomTensor({1, heads, dim});
-  Tensor k = RandomTensor({len, kv, dim}), v = RandomTensor({len, kv, dim});
-  Tensor out = *Tensor::Empty(DType::kF32, {1, heads, dim});
-  CpuOps ops;
-  AttentionArgs args{q.view(), k.view(), v.view(), out.view(),
-                     len - 1,  0,        0.125f};
-  for (auto _ : state) benchmark::DoNotOptimize(ops.Attention(args));
-  state.SetBytesProcessed(state.iterations() * 2 * len * kv * dim *
-                          static_cast<int64_t>(sizeof(float)));
-}
-BENCHMARK(BM_DecodeAttention)->Args({512, 8, 4, 8})->Args({4096, 32, 8, 128});
-
 // A paged step: `num_seqs` sequences, each running `query_len` tokens after
 // `context_len` cached ones, over a cache of 16-slot blocks in shuffled order
 // (f32 or int8). Heads 8, KV heads 4, D = Dv = 64.

@@ -130,55 +130,7 @@ TEST_F(CpuOpsTest, EmbeddingRejectsOutOfRangeIds) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Causal GQA attention with and without a sliding window, checked against a
-// direct softmax.
-TEST_F(CpuOpsTest, AttentionMatchesDirectSoftmax) {
-  const int64_t heads = 4, kv_heads = 2, dim = 8, start = 5, tokens = 6,
-                cap = 16;
-  for (int64_t window : {0, 3}) {
-    Tensor q = Random({tokens, heads, dim});
-    Tensor k = Random({cap, kv_heads, dim});
-    Tensor v = Random({cap, kv_heads, dim});
-    Tensor out = *Tensor::Empty(DType::kF32, {tokens, heads, dim});
-    AttentionArgs args{q.view(), k.view(), v.view(), out.view(),
-                       start,    window,   0.35f};
-    ASSERT_TRUE(ops_.Attention(args).ok());
-    std::vector<double> want(tokens * heads * dim, 0.0);
-    for (int64_t t = 0; t < tokens; ++t) {
-      for (int64_t h = 0; h < heads; ++h) {
-        const int64_t pos = start + t, kvh = h / 2;
-        const int64_t first =
-            window ? std::max<int64_t>(0, pos - window + 1) : 0;
-        std::vector<double> s;
-        double mx = -1e300, den = 0;
-        for (int64_t j = first; j <= pos; ++j) {
-          double dot = 0;
-          for (int i = 0; i < dim; ++i) {
-            dot += double(q.data_as<float>()[(t * heads + h) * dim + i]) *
-                   k.data_as<float>()[(j * kv_heads + kvh) * dim + i];
-          }
-          s.push_back(dot * 0.35);
-          mx = std::max(mx, s.back());
-        }
-        for (double& x : s) den += (x = std::exp(x - mx));
-        for (int64_t j = first; j <= pos; ++j) {
-          for (int i = 0; i < dim; ++i) {
-            want[(t * heads + h) * dim + i] +=
-                s[j - first] / den *
-                v.data_as<float>()[(j * kv_heads + kvh) * dim + i];
-          }
-        }
-      }
-    }
-    ExpectClose(out, want, 1e-5);
-  }
-  // The cache must hold every position the step reads.
-  Tensor q = Random({4, heads, dim});
-  Tensor k = Random({6, kv_heads, dim});
-  Tensor out = *Tensor::Empty(DType::kF32, {4, heads, dim});
-  AttentionArgs bad{q.view(), k.view(), k.view(), out.view(), 3, 0, 1.0f};
-  EXPECT_EQ(ops_.Attention(bad).code(), absl::StatusCode::kInvalidArgument);
-}
+// Attention kernels: paged_attention_test.cc.
 
 }  // namespace
 }  // namespace tessera

@@ -84,11 +84,16 @@ class Scheduler {
   absl::Status Add(int64_t seq_id, std::vector<int32_t> prompt,
                    int64_t max_total_tokens);
 
-  // Picks the next step. Errors only on internal inconsistency.
+  // Picks the next step. Errors only on internal inconsistency. The output
+  // may be empty while work remains when the only sequence that needed
+  // blocks preempted itself (nothing is admitted in that call); the next call
+  // readmits it.
   absl::StatusOr<SchedulerOutput> Schedule();
 
   // After a step: appends the token sampled for `seq_id` (a sequence that was
   // scheduled with sample = true) so that the next step decodes it.
+  // OutOfRange when the sequence already holds the max_total_tokens it was
+  // added with (the pool was only checked for that many).
   absl::Status AppendToken(int64_t seq_id, int32_t token);
 
   // Removes a sequence wherever it is (waiting or running) and frees its
