@@ -3,20 +3,37 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
 
 namespace tessera {
 
 absl::StatusOr<AttentionMetadata> BuildAttentionMetadata(
     absl::Span<const SequenceSlice> seqs, int32_t block_size,
     int64_t num_blocks) {
+  AttentionMetadata m;
+  RETURN_IF_ERROR(BuildAttentionMetadata(seqs, block_size, num_blocks, &m));
+  return m;
+}
+
+absl::Status BuildAttentionMetadata(absl::Span<const SequenceSlice> seqs,
+                                    int32_t block_size, int64_t num_blocks,
+                                    AttentionMetadata* out) {
   if (block_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("attention metadata: block size ", block_size));
   }
-  AttentionMetadata m;
+  AttentionMetadata& m = *out;
   m.block_size = block_size;
   m.num_seqs = static_cast<int32_t>(seqs.size());
-  m.query_start_loc.reserve(seqs.size() + 1);
+  m.num_decode_seqs = 0;
+  m.max_query_len = 0;
+  m.max_seq_len = 0;
+  m.max_blocks_per_seq = 0;
+  m.query_start_loc.clear();
+  m.context_lens.clear();
+  m.seq_lens.clear();
+  m.positions.clear();
+  m.slot_mapping.clear();
   m.query_start_loc.push_back(0);
   bool decodes_leading = true;
   for (size_t s = 0; s < seqs.size(); ++s) {
@@ -70,7 +87,7 @@ absl::StatusOr<AttentionMetadata> BuildAttentionMetadata(
       m.slot_mapping.push_back(m.Slot(s, p));
     }
   }
-  return m;
+  return absl::OkStatus();
 }
 
 }  // namespace tessera

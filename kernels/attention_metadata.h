@@ -77,6 +77,11 @@ struct SequenceSlice {
 absl::StatusOr<AttentionMetadata> BuildAttentionMetadata(
     absl::Span<const SequenceSlice> seqs, int32_t block_size,
     int64_t num_blocks);
+// The same into `out`, reusing its vectors' memory (a step loop allocates
+// nothing once they have grown). On error `out` is unspecified.
+absl::Status BuildAttentionMetadata(absl::Span<const SequenceSlice> seqs,
+                                    int32_t block_size, int64_t num_blocks,
+                                    AttentionMetadata* out);
 
 }  // namespace tessera
 

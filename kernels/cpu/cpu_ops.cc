@@ -132,6 +132,19 @@ void QuantizeRow(const float* x, int64_t n, int8_t* q, float* scale) {
 // addresses, threads or the rest of the batch.
 template <typename T>
 inline float Dot(const float* a, const T* b, int64_t n) {
+  if (n < 16) {
+    // Small heads (the demo's D = 8): four partial sums, same order always.
+    float acc[4] = {};
+    int64_t i = 0;
+    for (; i + 4 <= n; i += 4) {
+      for (int j = 0; j < 4; ++j) {
+        acc[j] += a[i + j] * static_cast<float>(b[i + j]);
+      }
+    }
+    float tail = 0.0f;
+    for (; i < n; ++i) tail += a[i] * static_cast<float>(b[i]);
+    return ((acc[0] + acc[2]) + (acc[1] + acc[3])) + tail;
+  }
   constexpr int kLanes = 16;
   float acc[kLanes] = {};
   int64_t i = 0;

@@ -313,9 +313,13 @@ absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
   if (!finish) RETURN_IF_ERROR(scheduler_->AppendToken(id, token));
   event.finished = finish.has_value();
   if (r.detokenizer) event.text = ReleaseText(r, event.finished);
-  // The callback may not outlive Finish (which moves the request out).
-  TokenCallback callback = r.on_token;
-  if (finish) Finish(id, r, *finish);
+  if (!finish) {
+    if (r.on_token) r.on_token(event);
+    return absl::OkStatus();
+  }
+  // Finish moves the request out: keep its callback for the last event.
+  TokenCallback callback = std::move(r.on_token);
+  Finish(id, r, *finish);
   if (callback) callback(event);
   return absl::OkStatus();
 }

@@ -72,10 +72,10 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
       seqs_[step.sequence_id()] = std::move(state);
     }
   }
-  ASSIGN_OR_RETURN(
-      AttentionMetadata metadata,
+  AttentionMetadata& metadata = metadata_;
+  RETURN_IF_ERROR(
       BuildAttentionMetadata(slices_, static_cast<int32_t>(pool_.block_size()),
-                             pool_.num_blocks()));
+                             pool_.num_blocks(), &metadata));
   StepBatch batch;
   batch.tokens = tokens_;
   batch.metadata = &metadata;

@@ -64,6 +64,7 @@ class StepRunner {
   bool samples_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
   // Reused between steps.
+  AttentionMetadata metadata_;
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> logit_rows_;
