@@ -79,6 +79,39 @@ for layout in "2 --tp 2" "2 --pp 2" "4 --tp 2 --pp 2" "2 --pp 2 --pp-layers 4,1"
   run_case "stories260K np=$layout" "$DEMO" 200 $layout
 done
 
+# The scheduler across ranks: every golden case at once through a KV pool too small for all
+# of them (preemption by recompute on every rank), an 8-token step budget (chunked prefills
+# mixed with decodes), and the static attention backend: still transformers' tokens.
+for fixture in llama qwen3 mistral_1kv; do
+  extract "$GOLDEN/$fixture"
+  for layout in "2 --tp 2" "2 --pp 2"; do
+    # shellcheck disable=SC2086
+    run_case "$fixture np=$layout tiny pool" "$GOLDEN/$fixture" 20 $layout --num-kv-blocks 24 \
+      --block-size 4 --max-num-batched-tokens 8 --max-num-seqs 4 --stats-json "$TMP/stats.json"
+    cases=$((cases + 1))
+    if grep -Eq '"preemptions": [1-9]' "$TMP/stats.json"; then
+      echo "PASS: $fixture np=$layout tiny pool preempted"
+    else
+      failures=$((failures + 1))
+      echo "FAIL: $fixture np=$layout tiny pool: no preemption counted"
+      cat "$TMP/stats.json"
+    fi
+    # shellcheck disable=SC2086
+    run_case "$fixture np=$layout static attention" "$GOLDEN/$fixture" 20 $layout --attention static
+  done
+done
+
+# int8 KV under TP2 and PP2 gives the tokens it gives in one process (the demo's stories).
+printf '{"prompt": "Once upon a time"}\n{"prompt": "Lily and Ben"}\n{"prompt": "One day"}\n' \
+  >"$TMP/prompts.jsonl"
+"$TESSERA" generate --model "$DEMO" --prompts-file "$TMP/prompts.jsonl" --max-tokens 64 \
+  --temperature 0 --output json --kv-dtype int8 2>/dev/null |
+  grep -o '"output_ids":\[[0-9,]*\]' >"$TMP/want"
+for layout in "2 --tp 2" "2 --pp 2"; do
+  # shellcheck disable=SC2086
+  run_case "stories260K np=$layout int8 KV" "$DEMO" 64 $layout --kv-dtype int8
+done
+
 # A job that must refuse to start: non-zero exit without hanging, and exactly one line from
 # rank 0 that starts with `pattern`.
 expect_job_error() {  # name, pattern, np, generate flags...
