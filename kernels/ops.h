@@ -81,6 +81,25 @@ class Ops {
                                       int64_t first_id,
                                       const TensorView& out) = 0;
 
+  // Called at the start of every forward step, before its other ops, with
+  // the step's metadata (which stays alive and unchanged until the step's last
+  // op): a device backend uploads positions, slot mapping and block tables
+  // once here instead of once per layer.
+  virtual absl::Status BeginStep(const AttentionMetadata& metadata) {
+    (void)metadata;
+    return absl::OkStatus();
+  }
+
+  // dst[i, :] = src[rows[i], :]: src [R, N], dst [rows.size(), N], rows in
+  // [0, R).
+  virtual absl::Status GatherRows(const TensorView& src,
+                                  absl::Span<const int32_t> rows,
+                                  const TensorView& dst) = 0;
+
+  // Copies `src` (this backend's memory) to host memory at `dst`
+  // (src.nbytes() bytes), complete when the call returns.
+  virtual absl::Status CopyToHost(const TensorView& src, void* dst) = 0;
+
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
   // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
   virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight,

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -554,6 +555,34 @@ absl::Status CpuOps::EmbeddingShard(const TensorView& table,
       std::fill_n(row, hidden, 0.0f);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::GatherRows(const TensorView& src,
+                                absl::Span<const int32_t> rows,
+                                const TensorView& dst) {
+  RETURN_IF_ERROR(CheckF32("GatherRows", "src", src));
+  RETURN_IF_ERROR(CheckF32("GatherRows", "dst", dst));
+  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
+      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
+      dst.shape()[1] != src.shape()[1]) {
+    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
+                      src.shape(), dst.shape());
+  }
+  const int64_t n = src.shape()[1];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    if (rows[i] < 0 || rows[i] >= src.shape()[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GatherRows: row ", rows[i], " of ", src.shape()[0]));
+    }
+    std::copy_n(src.data_as<const float>() + rows[i] * n, n,
+                dst.data_as<float>() + static_cast<int64_t>(i) * n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::CopyToHost(const TensorView& src, void* dst) {
+  if (src.numel() > 0) std::memcpy(dst, src.data(), src.nbytes());
   return absl::OkStatus();
 }
 

@@ -33,7 +33,23 @@ absl::StatusOr<TensorView> TensorView::Reshape(Shape shape) const {
   return TensorView(data_, dtype_, std::move(shape));
 }
 
-void Tensor::FreeDeleter::operator()(void* p) const { std::free(p); }
+void Tensor::Deleter::operator()(void* p) const {
+  if (release) {
+    release(p);
+  } else {
+    std::free(p);
+  }
+}
+
+Tensor Tensor::Adopt(void* data, DType dtype, Shape shape,
+                     std::function<void(void*)> release) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.storage_ =
+      std::unique_ptr<void, Deleter>(data, Deleter{std::move(release)});
+  return t;
+}
 
 absl::StatusOr<Tensor> Tensor::Empty(DType dtype, Shape shape) {
   for (int64_t d : shape.dims()) {

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -61,6 +62,10 @@ class Tensor {
   static absl::StatusOr<Tensor> Empty(DType dtype, Shape shape);
   // Zero-filled storage.
   static absl::StatusOr<Tensor> Zeros(DType dtype, Shape shape);
+  // Takes ownership of storage that lives elsewhere (device memory, a pool):
+  // `release` is called once with `data` when the tensor dies.
+  static Tensor Adopt(void* data, DType dtype, Shape shape,
+                      std::function<void(void*)> release);
 
   void* data() const { return storage_.get(); }
   template <typename T>
@@ -77,11 +82,13 @@ class Tensor {
   TensorView view() const { return TensorView(data(), dtype_, shape_); }
 
  private:
-  struct FreeDeleter {
+  // Frees host storage with free(), or calls the adopted release function.
+  struct Deleter {
+    std::function<void(void*)> release;
     void operator()(void* p) const;
   };
 
-  std::unique_ptr<void, FreeDeleter> storage_;
+  std::unique_ptr<void, Deleter> storage_;
   DType dtype_ = DType::kF32;
   Shape shape_;
 };

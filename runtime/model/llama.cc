@@ -590,6 +590,7 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
         "ForwardBatch: the last stage needs logits");
   }
 
+  RETURN_IF_ERROR(ops_->BeginStep(*meta));
   // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
   // ids it holds, the sum completes every row) or the previous stage's output.
   TensorView hidden = hidden_.Rows(0, T);
@@ -618,36 +619,35 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
   }
   if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
   if (rows == 0) return absl::OkStatus();  // An earlier prefill chunk.
+  meta_tokens_ = T;
   return Head(batch.logit_rows, logits);
 }
 
 absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
   const ModelConfig& c = config_;
   const int64_t n = static_cast<int64_t>(rows.size());
-  const int64_t H = c.hidden_size;
   // Only the sampled positions' logits are needed to pick next tokens.
   TensorView last = last_hidden_.Rows(0, n);
-  for (int64_t i = 0; i < n; ++i) {
-    std::copy_n(hidden_.data_as<const float>() + rows[i] * H, H,
-                last.data_as<float>() + i * H);
-  }
+  RETURN_IF_ERROR(ops_->GatherRows(hidden_.Rows(0, meta_tokens_), rows, last));
   RETURN_IF_ERROR(
       ops_->RmsNorm(last, weights_.final_norm->view(), c.rms_norm_eps, last));
   const Tensor& lm_head =
       weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
-  if (shard_.tp_size == 1) {
-    return ops_->Linear(last, lm_head.view(), nullptr,
-                        TensorView(logits, DType::kF32, {n, c.vocab_size}));
-  }
-  // Vocabulary-parallel head: each rank scores its rows, the gather puts them
-  // in [rank, row, vocab] order, and the padding past V is dropped.
   const int64_t vp = shard_.vocab_per_rank;
   TensorView local = local_logits_.Rows(0, n);
   RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
+  if (shard_.tp_size == 1) {
+    // vocab_per_rank == V without tensor parallelism.
+    return ops_->CopyToHost(local, logits);
+  }
+  // Vocabulary-parallel head: each rank scores its rows, the gather puts them
+  // in [rank, row, vocab] order, and the padding past V is dropped.
   const TensorView gathered(gathered_logits_.data(), DType::kF32,
                             {shard_.tp_size * n, vp});
   RETURN_IF_ERROR(tp_->AllGather(local, gathered));
-  const float* g = gathered.data_as<const float>();
+  host_logits_.resize(static_cast<size_t>(shard_.tp_size * n * vp));
+  RETURN_IF_ERROR(ops_->CopyToHost(gathered, host_logits_.data()));
+  const float* g = host_logits_.data();
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t r = 0; r < shard_.tp_size; ++r) {
       const int64_t first = r * vp;

@@ -218,6 +218,8 @@ class LlamaModel {
   int64_t max_logit_rows_ = 1;
   TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
       last_hidden_, local_logits_, gathered_logits_;
+  int64_t meta_tokens_ = 0;         // Tokens of the step in Head.
+  std::vector<float> host_logits_;  // The gathered logits, on the host.
 };
 
 }  // namespace tessera
