@@ -81,6 +81,12 @@ class Ops {
                                       int64_t first_id,
                                       const TensorView& out) = 0;
 
+  // A copy of the host f32 tensor `host` in this backend's memory, stored as
+  // `dtype` (kF32, or kBF16 where the backend computes with it): weights and
+  // constants, once at load time. InvalidArgument for an unsupported dtype.
+  virtual absl::StatusOr<Tensor> Upload(const TensorView& host,
+                                        DType dtype) = 0;
+
   // Called at the start of every forward step, before its other ops, with
   // the step's metadata (which stays alive and unchanged until the step's last
   // op): a device backend uploads positions, slot mapping and block tables

@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
@@ -149,10 +150,41 @@ absl::StatusOr<std::vector<Prompt>> CollectPrompts(const GenerateOptions& o) {
   return std::vector<Prompt>{std::move(p)};
 }
 
+}  // namespace
+
+absl::StatusOr<DType> WeightDType(const EngineFlags& f) {
+  if (f.device != "cpu" && f.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got \"", f.device, "\""));
+  }
+  if (f.dtype == "float32" || f.dtype == "f32") return DType::kF32;
+  if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype must be auto, bfloat16 or float32, got \"", f.dtype, "\""));
+  }
+  if (f.device == "cpu" && f.dtype != "auto") {
+    return absl::InvalidArgumentError(
+        "--dtype bfloat16 needs --device cuda (the CPU computes in float32)");
+  }
+  return f.device == "cuda" ? DType::kBF16 : DType::kF32;
+}
+
+absl::StatusOr<DType> KvDType(const EngineFlags& f, DType weights) {
+  if (f.kv_dtype == "auto") return weights;
+  ASSIGN_OR_RETURN(const DType kv, ParseKvDType(f.kv_dtype));
+  if (kv == DType::kBF16 && f.device != "cuda") {
+    return absl::InvalidArgumentError(
+        "--kv-dtype bfloat16 needs --device cuda");
+  }
+  return kv;
+}
+
+namespace {
+
 // The model folder with everything loaded once: the engine over the caller's
 // executor (a parallel job) or over a model loaded into this process.
 struct LoadedModel {
-  CpuOps ops;
+  Backend backend;
   std::unique_ptr<LlamaModel> model;
   std::unique_ptr<LocalExecutor> local;
   StepExecutor* executor = nullptr;
@@ -172,13 +204,22 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   if (executor != nullptr) {
     loaded->executor = executor;
   } else {
-    ASSIGN_OR_RETURN(
-        loaded->model,
-        LlamaModel::Load(model_dir, &loaded->ops, flags.max_num_batched_tokens,
-                         flags.max_num_seqs));
-    ASSIGN_OR_RETURN(loaded->local, LocalExecutor::Create(
-                                        loaded->model.get(), kv,
-                                        static_cast<int>(flags.max_num_seqs)));
+    ASSIGN_OR_RETURN(loaded->backend, CreateBackend(flags.device, 0));
+    ASSIGN_OR_RETURN(const DType weights, WeightDType(flags));
+    LlamaModel::Placement placement;
+    if (loaded->backend.is_cuda()) {
+      placement.allocator = loaded->backend.allocator.get();
+      placement.upload_weights = true;
+      placement.matrix_dtype = weights;
+    }
+    ASSIGN_OR_RETURN(loaded->model,
+                     LlamaModel::Load(model_dir, loaded->backend.ops.get(),
+                                      flags.max_num_batched_tokens,
+                                      flags.max_num_seqs, placement));
+    ASSIGN_OR_RETURN(loaded->local,
+                     LocalExecutor::Create(loaded->model.get(), kv,
+                                           static_cast<int>(flags.max_num_seqs),
+                                           loaded->backend.FreeDeviceBytes()));
     loaded->executor = loaded->local.get();
   }
   auto tokenizer =
@@ -249,7 +290,8 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   kv->num_blocks = f.num_kv_blocks;
   kv->memory_bytes = f.kv_cache_memory;
   kv->memory_fraction = f.kv_cache_fraction;
-  ASSIGN_OR_RETURN(kv->dtype, ParseKvDType(f.kv_dtype));
+  ASSIGN_OR_RETURN(const DType weights, WeightDType(f));
+  ASSIGN_OR_RETURN(kv->dtype, KvDType(f, weights));
   ASSIGN_OR_RETURN(kv->backend, ParseAttentionBackend(f.attention));
   return absl::OkStatus();
 }

@@ -18,16 +18,28 @@ namespace tessera {
 
 // The serving engine's knobs, shared by generate and bench (vLLM's names).
 struct EngineFlags {
+  std::string device = "cpu";  // cpu or cuda.
+  // Weights on the GPU: auto (bfloat16), bfloat16 or float32 (golden mode).
+  // The CPU computes in float32 whatever the checkpoint holds.
+  std::string dtype = "auto";
   int64_t max_num_seqs = 256;             // Sequences holding KV at once.
   int64_t max_num_batched_tokens = 2048;  // Tokens per step.
   int64_t block_size = 16;                // Tokens per KV block.
   int64_t num_kv_blocks = 0;              // > 0: exactly this many blocks.
   int64_t kv_cache_memory = 0;            // > 0: KV budget in bytes per rank.
   double kv_cache_fraction = 0.5;         // Else this share of free memory.
-  std::string kv_dtype = "auto";          // auto (float32) or int8.
-  std::string attention = "paged";        // paged or static.
+  // auto (the weights' dtype on a GPU, float32 on the CPU), float32,
+  // bfloat16 (GPU) or int8.
+  std::string kv_dtype = "auto";
+  std::string attention = "paged";  // paged or static.
   bool no_prefix_cache = false;
 };
+
+// The weights' dtype on the device the flags name (bfloat16 on a GPU unless
+// --dtype float32; float32 on the CPU), and the KV cache's (--kv-dtype auto
+// follows the weights). InvalidArgument naming the flag.
+absl::StatusOr<DType> WeightDType(const EngineFlags& flags);
+absl::StatusOr<DType> KvDType(const EngineFlags& flags, DType weights);
 
 // Checks the flags and turns them into the engine's and the KV cache's
 // options. InvalidArgument naming the flag.

@@ -10,7 +10,8 @@
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size B --input-len I --output-len O
 //   [--json]
-//   engine flags (both): --max-num-seqs --max-num-batched-tokens --block-size
+//   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
+//   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
 //   --attention paged|static --no-prefix-cache
 //
@@ -44,6 +45,9 @@ constexpr char kUsage[] =
 
 // The engine's flags, shared by generate and bench.
 void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
+  flags.Add("device", &e->device, "cpu or cuda (one GPU per rank)");
+  flags.Add("dtype", &e->dtype,
+            "weights on the GPU: auto (bfloat16), bfloat16 or float32");
   flags.Add("max-num-seqs", &e->max_num_seqs, "most sequences running at once");
   flags.Add("max-num-batched-tokens", &e->max_num_batched_tokens,
             "most tokens per step (prefills are chunked to fit)");
@@ -241,6 +245,8 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   RETURN_IF_ERROR(
       tessera::ResolveEngineFlags(o.engine, &engine_options, &p.kv));
   p.max_num_seqs = static_cast<int>(o.engine.max_num_seqs);
+  p.device = o.engine.device;
+  ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(o.engine));
   p.max_num_batched_tokens = o.engine.max_num_batched_tokens;
   if (tp * pp > 1 || LaunchedAsMultiRankJob()) {
     *exit_code = GenerateParallel(o, p);

@@ -9,6 +9,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "parallel/nccl_communicator.h"
 #include "runtime/core/status.h"
 #include "runtime/model/safetensors.h"
 
@@ -174,7 +176,12 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
     e->set_num_kv_blocks(options.kv.num_blocks);
     e->set_kv_cache_memory(options.kv.memory_bytes);
     e->set_kv_cache_fraction(options.kv.memory_fraction);
-    e->set_kv_dtype(options.kv.dtype == DType::kI8 ? "int8" : "float32");
+    e->set_kv_dtype(options.kv.dtype == DType::kI8     ? "int8"
+                    : options.kv.dtype == DType::kBF16 ? "bfloat16"
+                                                       : "float32");
+    e->set_device(options.device);
+    e->set_weight_dtype(options.weight_dtype == DType::kBF16 ? "bfloat16"
+                                                             : "float32");
     e->set_attention(options.kv.backend == AttentionBackend::kStatic ? "static"
                                                                      : "paged");
     manifest.set_weights(options.weights_local
@@ -217,10 +224,35 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   }
   job->layout_.assign(manifest.layout().begin(), manifest.layout().end());
   ASSIGN_OR_RETURN(job->comms_, SplitGrid(job->grid_, world.rank()));
-  ASSIGN_OR_RETURN(job->tp_comm_,
-                   MpiCommunicator::Create(std::move(job->comms_.tp)));
-  ASSIGN_OR_RETURN(job->pp_comm_,
-                   MpiCommunicator::Create(std::move(job->comms_.pp)));
+  // The device: a failure here (no GPU on this host) is this rank's alone.
+  const proto::EngineSettings& settings = manifest.engine();
+  const std::string device =
+      settings.device().empty() ? "cpu" : settings.device();
+  absl::StatusOr<Backend> device_backend =
+      CreateBackend(device, world.local_rank());
+  if (!device_backend.ok()) {
+    job->Fail(
+        Annotate(device_backend.status(), absl::StrCat("rank ", world.rank())));
+  }
+  job->backend_ = *std::move(device_backend);
+  if (job->backend_.is_cuda()) {
+    // NCCL for tensors (collective over each group; ids travel over MPI).
+    cudaStream_t stream =
+        static_cast<CudaOps*>(job->backend_.ops.get())->stream();
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> tp =
+        NcclCommunicator::Create(job->comms_.tp, stream);
+    if (!tp.ok()) job->Fail(tp.status());
+    absl::StatusOr<std::unique_ptr<NcclCommunicator>> pp =
+        NcclCommunicator::Create(job->comms_.pp, stream);
+    if (!pp.ok()) job->Fail(pp.status());
+    job->tp_comm_ = *std::move(tp);
+    job->pp_comm_ = *std::move(pp);
+  } else {
+    ASSIGN_OR_RETURN(job->tp_comm_,
+                     MpiCommunicator::Create(std::move(job->comms_.tp)));
+    ASSIGN_OR_RETURN(job->pp_comm_,
+                     MpiCommunicator::Create(std::move(job->comms_.pp)));
+  }
 
   // Weights: a failure here is this rank's alone, and the others are already
   // waiting on it.
@@ -258,9 +290,17 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
                      model_dir.empty() ? manifest.model_dir() : model_dir)));
   }
   const proto::EngineSettings& e = manifest.engine();
+  Ops* ops = job->backend_.ops.get();
+  if (job->backend_.is_cuda()) {
+    const DType matrices =
+        e.weight_dtype() == "bfloat16" ? DType::kBF16 : DType::kF32;
+    const absl::Status uploaded = UploadLlamaWeights(&*weights, ops, matrices);
+    if (!uploaded.ok()) job->Fail(uploaded);
+  }
   absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::Create(
-      config, shard, *std::move(weights), &job->ops_, job->tp_comm_.get(),
-      job->pp_comm_.get(), e.max_num_batched_tokens(), e.max_num_seqs());
+      config, shard, *std::move(weights), ops, job->tp_comm_.get(),
+      job->pp_comm_.get(), e.max_num_batched_tokens(), e.max_num_seqs(),
+      job->backend_.allocator.get());
   if (!model.ok()) job->Fail(model.status());
   job->model_ = *std::move(model);
 
@@ -279,9 +319,10 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   kv.dtype = *kv_dtype;
   kv.backend = *backend;
   const KvPoolShape pool_shape = job->model_->kv_pool_shape(kv.dtype);
-  absl::StatusOr<KvLayout> layout =
-      ResolveKvLayout(kv, pool_shape, config.max_position_embeddings,
-                      e.max_num_seqs(), AvailableHostMemory());
+  absl::StatusOr<KvLayout> layout = ResolveKvLayout(
+      kv, pool_shape, config.max_position_embeddings, e.max_num_seqs(),
+      job->backend_.is_cuda() ? job->backend_.FreeDeviceBytes()
+                              : AvailableHostMemory());
   if (!layout.ok()) job->Fail(layout.status());
   int64_t blocks = layout->num_blocks;
   const int rc = MPI_Allreduce(MPI_IN_PLACE, &blocks, 1, MPI_INT64_T, MPI_MIN,

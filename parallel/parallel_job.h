@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/cpu/cpu_ops.h"
+#include "kernels/backend.h"
 #include "parallel/control_channel.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_world.h"
@@ -44,6 +44,8 @@ struct ParallelOptions {
   int max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
   KvCacheOptions kv;
+  std::string device = "cpu";        // cpu, or cuda (NCCL between ranks).
+  DType weight_dtype = DType::kF32;  // Matrices on a GPU: kF32 or kBF16.
 };
 
 class ParallelJob final : public StepExecutor {
@@ -112,8 +114,9 @@ class ParallelJob final : public StepExecutor {
   ProcessGrid grid_ = *ProcessGrid::Create(1, 1, 1);
   std::unique_ptr<ControlChannel> control_;
   GridComms comms_;
-  std::unique_ptr<MpiCommunicator> tp_comm_, pp_comm_;
-  CpuOps ops_;
+  // Declared before the communicators and the model that use it.
+  Backend backend_;
+  std::unique_ptr<Communicator> tp_comm_, pp_comm_;
   std::unique_ptr<LlamaModel> model_;
   double load_seconds_ = 0.0;
   std::vector<proto::RankLayout> layout_;

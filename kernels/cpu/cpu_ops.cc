@@ -558,6 +558,17 @@ absl::Status CpuOps::EmbeddingShard(const TensorView& table,
   return absl::OkStatus();
 }
 
+absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
+  RETURN_IF_ERROR(CheckF32("Upload", "host", host));
+  if (dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CPU backend computes in f32, not ", DTypeName(dtype)));
+  }
+  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, host.shape()));
+  if (host.numel() > 0) std::memcpy(t.data(), host.data(), host.nbytes());
+  return t;
+}
+
 absl::Status CpuOps::GatherRows(const TensorView& src,
                                 absl::Span<const int32_t> rows,
                                 const TensorView& dst) {

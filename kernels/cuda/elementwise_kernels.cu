@@ -1,3 +1,5 @@
+#include <cuda_bf16.h>
+
 #include "kernels/cuda/elementwise_kernels.h"
 
 namespace tessera {
@@ -50,6 +52,142 @@ __global__ void SiluMulKernel(const float* __restrict__ gate,
   }
 }
 
+// Fused residual add + RmsNorm, one block per row. Each thread updates and
+// later normalizes the same elements, so out may alias x.
+__global__ void AddRmsNormKernel(float* __restrict__ residual, const float* x,
+                                 const float* __restrict__ weight, float eps,
+                                 int64_t n, float* out) {
+  const int64_t row = blockIdx.x;
+  float* res = residual + row * n;
+  const float* in = x + row * n;
+  float* o = out + row * n;
+  float sum_sq = 0.0f;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    const float r = __fadd_rn(res[i], in[i]);
+    res[i] = r;
+    sum_sq += r * r;
+  }
+  __shared__ float warp_sums[kRmsNormThreads / 32];
+  sum_sq = WarpSum(sum_sq);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    v = WarpSum(v);
+    if (threadIdx.x == 0) warp_sums[0] = v;
+  }
+  __syncthreads();
+  const float inv_rms = rsqrtf(warp_sums[0] / static_cast<float>(n) + eps);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    o[i] = res[i] * inv_rms * weight[i];
+}
+
+// Grid size for the grid-stride loops below.
+constexpr int kThreads = 256;
+unsigned GridFor(int64_t count) {
+  const int64_t blocks = (count + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
+// One block per token (blockIdx.x), threads over the hidden dimension.
+template <typename T>
+__device__ float ToFloat(T v);
+template <>
+__device__ float ToFloat<float>(float v) {
+  return v;
+}
+template <>
+__device__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+
+template <typename T>
+__global__ void EmbeddingKernel(const T* __restrict__ table,
+                                const int32_t* __restrict__ ids, int64_t hidden,
+                                int64_t first_id, int64_t table_rows,
+                                float* __restrict__ out) {
+  const int64_t token = blockIdx.x;
+  const int64_t local = static_cast<int64_t>(ids[token]) - first_id;
+  float* o = out + token * hidden;
+  if (local >= 0 && local < table_rows) {
+    const T* src = table + local * hidden;
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
+      o[i] = ToFloat<T>(src[i]);
+  } else {
+    for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0.0f;
+  }
+}
+
+__global__ void AddKernel(const float* a, const float* b, int64_t n,
+                          float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __fadd_rn(a[i], b[i]);
+  }
+}
+
+// One thread per (token, head, pair) with a grid-stride loop. The products
+// and sums use explicit round-to-nearest intrinsics so nvcc cannot contract
+// them into FMAs (the CPU reference computes them separately).
+__global__ void RopeKernel(float* __restrict__ x,
+                           const int32_t* __restrict__ positions,
+                           const float* __restrict__ inv_freq, int64_t tokens,
+                           int64_t heads, int64_t dim) {
+  const int64_t half = dim / 2;
+  const int64_t total = tokens * heads * half;
+  for (int64_t idx =
+           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t th = idx / half;  // token * heads + head
+    const int64_t t = th / heads;
+    const float angle =
+        __fmul_rn(static_cast<float>(positions[t]), inv_freq[i]);
+    const float c = cosf(angle);
+    const float s = sinf(angle);
+    float* v = x + th * dim;
+    const float a = v[i];
+    const float b = v[i + half];
+    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[i + half] = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
+  }
+}
+
+// One block per row.
+__global__ void BiasAddKernel(float* __restrict__ x,
+                              const float* __restrict__ bias, int64_t n) {
+  float* row = x + static_cast<int64_t>(blockIdx.x) * n;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
+    row[i] = __fadd_rn(row[i], bias[i]);
+}
+
+__global__ void CastF32ToBF16Kernel(const float* __restrict__ in,
+                                    __nv_bfloat16* __restrict__ out,
+                                    int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __float2bfloat16_rn(in[i]);
+  }
+}
+
+__global__ void CastBF16ToF32Kernel(const __nv_bfloat16* __restrict__ in,
+                                    float* __restrict__ out, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[i] = __bfloat162float(in[i]);
+  }
+}
+
+// One block per gathered row.
+__global__ void GatherRowsKernel(const float* __restrict__ src,
+                                 const int32_t* __restrict__ rows,
+                                 int64_t row_elems, float* __restrict__ dst) {
+  const int64_t r = blockIdx.x;
+  const float* s = src + static_cast<int64_t>(rows[r]) * row_elems;
+  float* d = dst + r * row_elems;
+  for (int64_t i = threadIdx.x; i < row_elems; i += blockDim.x) d[i] = s[i];
+}
+
 }  // namespace
 
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, float eps,
@@ -64,10 +202,85 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, float eps,
 cudaError_t LaunchSiluMul(const float* gate, const float* up, int64_t count,
                           float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
-  constexpr int kThreads = 256;
-  const int64_t blocks = (count + kThreads - 1) / kThreads;
-  SiluMulKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535),
-                  kThreads, 0, stream>>>(gate, up, count, out);
+  SiluMulKernel<<<GridFor(count), kThreads, 0, stream>>>(gate, up, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchEmbedding(const void* table, bool table_bf16,
+                            const int32_t* ids, int64_t num_tokens,
+                            int64_t hidden, int64_t first_id,
+                            int64_t table_rows, float* out,
+                            cudaStream_t stream) {
+  if (num_tokens == 0 || hidden == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>(num_tokens);
+  if (table_bf16) {
+    EmbeddingKernel<__nv_bfloat16><<<blocks, kThreads, 0, stream>>>(
+        static_cast<const __nv_bfloat16*>(table), ids, hidden, first_id,
+        table_rows, out);
+  } else {
+    EmbeddingKernel<float>
+        <<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(table), ids,
+                                          hidden, first_id, table_rows, out);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAdd(const float* a, const float* b, int64_t n, float* out,
+                      cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  AddKernel<<<GridFor(n), kThreads, 0, stream>>>(a, b, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchAddRmsNorm(float* residual, const float* x,
+                             const float* weight, float eps, int64_t rows,
+                             int64_t n, float* out, cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  AddRmsNormKernel<<<static_cast<unsigned>(rows), kRmsNormThreads, 0, stream>>>(
+      residual, x, weight, eps, n, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRope(float* x, const int32_t* positions,
+                       const float* inv_freq, int64_t tokens, int64_t heads,
+                       int64_t dim, cudaStream_t stream) {
+  const int64_t total = tokens * heads * (dim / 2);
+  if (total == 0) return cudaSuccess;
+  RopeKernel<<<GridFor(total), kThreads, 0, stream>>>(x, positions, inv_freq,
+                                                      tokens, heads, dim);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchBiasAdd(float* x, const float* bias, int64_t rows, int64_t n,
+                          cudaStream_t stream) {
+  if (rows == 0 || n == 0) return cudaSuccess;
+  BiasAddKernel<<<static_cast<unsigned>(rows), kThreads, 0, stream>>>(x, bias,
+                                                                      n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastF32ToBF16(const float* in, void* out_bf16, int64_t n,
+                                cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastF32ToBF16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
+      in, static_cast<__nv_bfloat16*>(out_bf16), n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchCastBF16ToF32(const void* in_bf16, float* out, int64_t n,
+                                cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  CastBF16ToF32Kernel<<<GridFor(n), kThreads, 0, stream>>>(
+      static_cast<const __nv_bfloat16*>(in_bf16), out, n);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchGatherRows(const float* src, const int32_t* rows,
+                             int64_t num_rows, int64_t row_elems, float* dst,
+                             cudaStream_t stream) {
+  if (num_rows == 0 || row_elems == 0) return cudaSuccess;
+  GatherRowsKernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(
+      src, rows, row_elems, dst);
   return cudaGetLastError();
 }
 

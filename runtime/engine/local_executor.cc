@@ -6,7 +6,8 @@
 namespace tessera {
 
 absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
-    LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs) {
+    LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs,
+    int64_t free_bytes) {
   if (model->max_logit_rows() < max_num_seqs) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the model samples at most ", model->max_logit_rows(),
@@ -16,7 +17,8 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
   ASSIGN_OR_RETURN(
       const KvLayout layout,
       ResolveKvLayout(kv, shape, model->config().max_position_embeddings,
-                      max_num_seqs, AvailableHostMemory()));
+                      max_num_seqs,
+                      free_bytes >= 0 ? free_bytes : AvailableHostMemory()));
   ASSIGN_OR_RETURN(KvPool pool,
                    KvPool::Create(shape, layout.num_blocks, layout.block_size,
                                   model->allocator()));
@@ -28,17 +30,18 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Load(
     const std::string& model_dir, Ops* ops, const EngineOptions& options,
-    const KvCacheOptions& kv, const Tokenizer* tokenizer) {
+    const KvCacheOptions& kv, const Tokenizer* tokenizer,
+    const LlamaModel::Placement& placement, int64_t free_bytes) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<LlamaModel> model,
       LlamaModel::Load(model_dir, ops, options.scheduler.max_num_batched_tokens,
-                       options.scheduler.max_num_seqs));
-  return Create(std::move(model), options, kv, tokenizer);
+                       options.scheduler.max_num_seqs, placement));
+  return Create(std::move(model), options, kv, tokenizer, free_bytes);
 }
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(
     std::unique_ptr<LlamaModel> model, const EngineOptions& options,
-    const KvCacheOptions& kv, const Tokenizer* tokenizer) {
+    const KvCacheOptions& kv, const Tokenizer* tokenizer, int64_t free_bytes) {
   if (model->max_step_tokens() < options.scheduler.max_num_batched_tokens) {
     return absl::InvalidArgumentError(
         absl::StrCat("the model runs at most ", model->max_step_tokens(),
@@ -47,9 +50,10 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(
   }
   auto local = std::unique_ptr<LocalEngine>(new LocalEngine());
   local->model_ = std::move(model);
-  ASSIGN_OR_RETURN(local->executor_,
-                   LocalExecutor::Create(local->model_.get(), kv,
-                                         options.scheduler.max_num_seqs));
+  ASSIGN_OR_RETURN(
+      local->executor_,
+      LocalExecutor::Create(local->model_.get(), kv,
+                            options.scheduler.max_num_seqs, free_bytes));
   ASSIGN_OR_RETURN(local->engine_,
                    Engine::Create(local->executor_.get(), options, tokenizer));
   return local;

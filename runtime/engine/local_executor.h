@@ -19,8 +19,11 @@ class LocalExecutor final : public StepExecutor {
   // takes it from the model's allocator. `model` must outlive the executor
   // and sample at least `max_num_seqs` sequences per step
   // (max_logit_rows()); InvalidArgument otherwise.
+  // `free_bytes`: the memory the KV budget's fraction applies to (the
+  // device's free memory on a GPU); -1: this host's MemAvailable.
   static absl::StatusOr<std::unique_ptr<LocalExecutor>> Create(
-      LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs);
+      LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs,
+      int64_t free_bytes = -1);
 
   const ModelConfig& config() const override { return model_->config(); }
   AllocatorStats memory_stats() const override {
@@ -52,12 +55,14 @@ class LocalEngine {
   // max_num_seqs). `ops` and `tokenizer` (may be null) must outlive it.
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Load(
       const std::string& model_dir, Ops* ops, const EngineOptions& options,
-      const KvCacheOptions& kv, const Tokenizer* tokenizer = nullptr);
+      const KvCacheOptions& kv, const Tokenizer* tokenizer = nullptr,
+      const LlamaModel::Placement& placement = {}, int64_t free_bytes = -1);
   // The same over an already built model, whose max_step_tokens() and
   // max_logit_rows() must cover the options.
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(
       std::unique_ptr<LlamaModel> model, const EngineOptions& options,
-      const KvCacheOptions& kv, const Tokenizer* tokenizer = nullptr);
+      const KvCacheOptions& kv, const Tokenizer* tokenizer = nullptr,
+      int64_t free_bytes = -1);
 
   Engine& engine() { return *engine_; }
   LlamaModel& model() { return *model_; }

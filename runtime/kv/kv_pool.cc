@@ -8,8 +8,10 @@ namespace tessera {
 absl::StatusOr<DType> ParseKvDType(const std::string& name) {
   if (name == "auto" || name == "float32" || name == "f32") return DType::kF32;
   if (name == "int8") return DType::kI8;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown KV cache dtype '", name, "' (expected auto, float32 or int8)"));
+  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV cache dtype '", name,
+                   "' (expected auto, float32, bfloat16 or int8)"));
 }
 
 int64_t KvPoolShape::BytesPerSlot() const {
@@ -29,10 +31,11 @@ absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape,
                      " tokens, ", shape.num_layers, " layers, ",
                      shape.num_kv_heads, " KV heads of ", shape.head_dim));
   }
-  if (shape.dtype != DType::kF32 && shape.dtype != DType::kI8) {
+  if (shape.dtype != DType::kF32 && shape.dtype != DType::kI8 &&
+      shape.dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV cache dtype ", DTypeName(shape.dtype),
-                     " is not supported (float32 or int8)"));
+                     " is not supported (float32, bfloat16 or int8)"));
   }
   KvPool pool;
   pool.allocator_ = allocator;

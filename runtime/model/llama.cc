@@ -193,6 +193,24 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
   return BuildLlamaWeights(&ckpt, config, shard);
 }
 
+absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
+                                DType matrix_dtype) {
+  absl::Status status;
+  ForEachWeight(weights, [&](const std::string& name, Tensor* t) {
+    if (!status.ok()) return;
+    // Matrices (projections, embedding, head) in the compute dtype; norms and
+    // biases stay f32.
+    const DType dtype = t->shape().rank() == 2 ? matrix_dtype : DType::kF32;
+    absl::StatusOr<Tensor> device = ops->Upload(t->view(), dtype);
+    if (!device.ok()) {
+      status = Annotate(device.status(), absl::StrCat("uploading ", name));
+      return;
+    }
+    *t = *std::move(device);
+  });
+  return status;
+}
+
 absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
                                                   const ShardSpec& shard) {
   return BuildLlamaWeights(nullptr, config, shard);
@@ -360,7 +378,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
     Communicator* tp, Communicator* pp, int64_t max_step_tokens,
-    int64_t max_logit_rows) {
+    int64_t max_logit_rows, PinnableBlockAllocator* allocator) {
   const int64_t local_layers = shard.end_layer - shard.first_layer;
   if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
     return absl::InvalidArgumentError(
@@ -377,7 +395,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     return absl::InvalidArgumentError(
         "weights do not match the shard's pipeline stage");
   }
-  ASSIGN_OR_RETURN(Tensor inv_freq, ComputeRopeInvFreq(config));
+  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
+  ASSIGN_OR_RETURN(Tensor inv_freq,
+                   ops->Upload(host_inv_freq.view(), DType::kF32));
   std::unique_ptr<LlamaModel> model(
       new LlamaModel(std::move(config), shard, std::move(weights),
                      std::move(inv_freq), ops, tp, pp));
@@ -387,13 +407,14 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
         absl::StrCat("max_logit_rows ", max_logit_rows, " must be >= 1"));
   }
   model->max_logit_rows_ = max_logit_rows;
+  if (allocator != nullptr) model->allocator_ = allocator;
   RETURN_IF_ERROR(model->BindScratch());
   return model;
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
-    int64_t max_logit_rows) {
+    int64_t max_logit_rows, const Placement& placement) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
@@ -404,8 +425,11 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     return Annotate(weights.status(),
                     absl::StrCat("loading weights from ", model_dir));
   }
+  if (placement.upload_weights) {
+    RETURN_IF_ERROR(UploadLlamaWeights(&*weights, ops, placement.matrix_dtype));
+  }
   return Create(std::move(config), shard, *std::move(weights), ops, nullptr,
-                nullptr, max_step_tokens, max_logit_rows);
+                nullptr, max_step_tokens, max_logit_rows, placement.allocator);
 }
 
 int64_t LlamaModel::weight_bytes() const {

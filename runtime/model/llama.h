@@ -76,6 +76,12 @@ absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
                                               const ModelConfig& config,
                                               const ShardSpec& shard);
 
+// Replaces every host f32 tensor of `weights` by its copy in `ops`' memory:
+// matrices as `matrix_dtype` (f32 or bf16), norms and biases as f32. Each host
+// tensor is freed as soon as its copy exists.
+absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
+                                DType matrix_dtype);
+
 // The same shapes, zero-filled: for a rank that receives its shard from rank 0.
 absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
                                                   const ShardSpec& shard);
@@ -122,6 +128,17 @@ class KvCache {
   int64_t length_ = 0;
 };
 
+// Where a loaded model lives when not in host memory.
+struct ModelPlacement {
+  // The backend's memory for scratch and KV (null: host memory owned by
+  // the model).
+  PinnableBlockAllocator* allocator = nullptr;
+  // Copy the weights into the backend (Ops::Upload), matrices as
+  // `matrix_dtype`.
+  bool upload_weights = false;
+  DType matrix_dtype = DType::kF32;
+};
+
 class LlamaModel {
  public:
   // A single-process model. `ops` must outlive the model.
@@ -137,13 +154,15 @@ class LlamaModel {
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
       Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0,
-      int64_t max_logit_rows = 1);
+      int64_t max_logit_rows = 1, PinnableBlockAllocator* allocator = nullptr);
+
+  using Placement = ModelPlacement;
 
   // Loads config.json and the safetensors of `model_dir` (whole model);
   // max_step_tokens and max_logit_rows as for Create.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
       const std::string& model_dir, Ops* ops, int64_t max_step_tokens = 0,
-      int64_t max_logit_rows = 1);
+      int64_t max_logit_rows = 1, const Placement& placement = {});
 
   const ModelConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }

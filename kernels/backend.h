@@ -1,0 +1,41 @@
+// Backend: the op set and the memory for one rank's device, chosen by name
+// ("cpu" or "cuda"). The CPU backend computes in host memory the model owns;
+// the CUDA backend owns an allocator over the GPU's memory (weights, scratch,
+// KV cache) and the stream every op runs on.
+#ifndef TESSERA_KERNELS_BACKEND_H_
+#define TESSERA_KERNELS_BACKEND_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "runtime/core/memory.h"
+
+namespace tessera {
+
+struct Backend {
+  std::string device;  // "cpu" or "cuda".
+  int gpu = -1;        // The CUDA device, or -1.
+  std::unique_ptr<MemorySource> source;
+  std::unique_ptr<PinnableBlockAllocator> allocator;  // Null on the CPU.
+  std::unique_ptr<Ops> ops;
+  bool is_cuda() const { return device == "cuda"; }
+  // Bytes free on the device (CUDA), or -1 (CPU: see AvailableHostMemory).
+  int64_t FreeDeviceBytes() const;
+
+  Backend() = default;
+  Backend(Backend&&) = default;
+  Backend& operator=(Backend&&) = default;
+  ~Backend();
+};
+
+// "cpu", or "cuda" on GPU local_rank % device_count. InvalidArgument for an
+// unknown name; FailedPrecondition when CUDA is asked for and no GPU is
+// visible.
+absl::StatusOr<Backend> CreateBackend(const std::string& device,
+                                      int local_rank);
+
+}  // namespace tessera
+
+#endif  // TESSERA_KERNELS_BACKEND_H_

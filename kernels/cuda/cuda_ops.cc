@@ -1,0 +1,657 @@
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/elementwise_kernels.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+absl::Status LtStatus(cublasStatus_t status, absl::string_view call,
+                      absl::string_view doing) {
+  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(call, " failed while ", doing, ": ",
+                                          cublasGetStatusString(status), " (",
+                                          static_cast<int>(status), ")"));
+}
+
+absl::Status Launch(cudaError_t error, absl::string_view op) {
+  return CudaStatus(error, absl::StrCat(op, " kernel"),
+                    absl::StrCat("running ", op));
+}
+
+absl::Status CheckDType(absl::string_view op, absl::string_view name,
+                        const TensorView& t, DType want) {
+  if (t.dtype() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be ",
+                                                   DTypeName(want), ", got ",
+                                                   DTypeName(t.dtype())));
+  }
+  if (t.data() == nullptr && t.numel() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " has no storage"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShapeError(absl::string_view op, absl::string_view what,
+                        const Shape& a, const Shape& b) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
+}
+
+// Round to nearest even, as __float2bfloat16 does.
+uint16_t ToBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  if ((bits & 0x7f800000u) == 0x7f800000u && (bits & 0x7fffffu)) {
+    return static_cast<uint16_t>((bits >> 16) | 0x40);  // Quiet NaN.
+  }
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
+cuda::KvDType KvDTypeOf(DType dtype) {
+  switch (dtype) {
+    case DType::kBF16:
+      return cuda::KvDType::kBF16;
+    case DType::kI8:
+      return cuda::KvDType::kI8;
+    default:
+      return cuda::KvDType::kF32;
+  }
+}
+
+constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+
+}  // namespace
+
+struct CudaOps::GemmPlan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  cublasLtMatmulAlgo_t algo;
+  ~GemmPlan() {
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    for (cublasLtMatrixLayout_t l : {a, b, c}) {
+      if (l) cublasLtMatrixLayoutDestroy(l);
+    }
+  }
+};
+
+CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
+    : device_(device), allocator_(allocator) {}
+
+absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
+    int device, PinnableBlockAllocator* allocator) {
+  if (device < 0 || device >= CudaDeviceCount()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no CUDA device ", device, " (", CudaDeviceCount(), " visible)"));
+  }
+  std::unique_ptr<CudaOps> ops(new CudaOps(device, allocator));
+  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(device), "cudaSetDevice",
+                             absl::StrCat("selecting GPU ", device)));
+  RETURN_IF_ERROR(CudaStatus(
+      cudaStreamCreateWithFlags(&ops->stream_, cudaStreamNonBlocking),
+      "cudaStreamCreateWithFlags", "creating the compute stream"));
+  cublasLtHandle_t handle;
+  RETURN_IF_ERROR(LtStatus(cublasLtCreate(&handle), "cublasLtCreate",
+                           "creating the cuBLASLt handle"));
+  ops->lt_handle_ = handle;
+  return ops;
+}
+
+CudaOps::~CudaOps() {
+  if (stream_ != nullptr) cudaStreamSynchronize(stream_);
+  gemm_plans_.clear();
+  if (lt_handle_ != nullptr) {
+    cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
+  }
+  for (Scratch& s : scratch_) {
+    if (s.data != nullptr) allocator_->Free(s.data).IgnoreError();
+  }
+  if (stream_ != nullptr) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaOps::Synchronize() {
+  return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
+                    "waiting for the GPU");
+}
+
+absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {
+  Scratch& s = scratch_[which];
+  if (s.bytes >= bytes && s.data != nullptr) return s.data;
+  if (s.data != nullptr) {
+    // The old buffer may still be read by enqueued work.
+    RETURN_IF_ERROR(Synchronize());
+    RETURN_IF_ERROR(allocator_->Free(s.data));
+    s = Scratch{};
+  }
+  // Some headroom, so that slowly growing steps do not reallocate each time.
+  const size_t want = std::max<size_t>(bytes + bytes / 2, 256);
+  ASSIGN_OR_RETURN(s.data, allocator_->Allocate(want));
+  s.bytes = want;
+  return s.data;
+}
+
+absl::StatusOr<void*> CudaOps::Stage(enum Buffer which, const void* host,
+                                     size_t bytes) {
+  ASSIGN_OR_RETURN(void* device, Grow(which, std::max<size_t>(bytes, 1)));
+  if (bytes > 0) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync", "copying step data to the GPU"));
+  }
+  return device;
+}
+
+absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
+  RETURN_IF_ERROR(CheckDType("Upload", "host", host, DType::kF32));
+  if (dtype != DType::kF32 && dtype != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the CUDA backend stores weights as f32 or bf16, not ",
+                     DTypeName(dtype)));
+  }
+  const size_t bytes = static_cast<size_t>(host.numel()) * DTypeSize(dtype);
+  ASSIGN_OR_RETURN(void* device,
+                   allocator_->Allocate(std::max<size_t>(bytes, 1)));
+  PinnableBlockAllocator* allocator = allocator_;
+  Tensor t = Tensor::Adopt(device, dtype, host.shape(), [allocator](void* p) {
+    allocator->Free(p).IgnoreError();
+  });
+  if (bytes == 0) return t;
+  if (dtype == DType::kF32) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice),
+        "cudaMemcpy", "uploading a weight"));
+    return t;
+  }
+  // bf16: converted on the host in slices, so the staging stays small.
+  constexpr int64_t kSlice = int64_t{1} << 22;
+  std::vector<uint16_t> staged;
+  const float* src = host.data_as<const float>();
+  for (int64_t begin = 0; begin < host.numel(); begin += kSlice) {
+    const int64_t n = std::min(kSlice, host.numel() - begin);
+    staged.resize(n);
+    for (int64_t i = 0; i < n; ++i) staged[i] = ToBf16(src[begin + i]);
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy(static_cast<uint16_t*>(device) + begin, staged.data(),
+                   n * sizeof(uint16_t), cudaMemcpyHostToDevice),
+        "cudaMemcpy", "uploading a bf16 weight"));
+  }
+  return t;
+}
+
+absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
+  step_ = &m;
+  step_blocks_ = 0;
+  ASSIGN_OR_RETURN(void* p, Stage(kPositions, m.positions.data(),
+                                  m.positions.size() * sizeof(int32_t)));
+  (void)p;
+  ASSIGN_OR_RETURN(p, Stage(kSlots, m.slot_mapping.data(),
+                            m.slot_mapping.size() * sizeof(int64_t)));
+  ASSIGN_OR_RETURN(p, Stage(kQueryStarts, m.query_start_loc.data(),
+                            m.query_start_loc.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(p, Stage(kContextLens, m.context_lens.data(),
+                            m.context_lens.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(p, Stage(kSeqLens, m.seq_lens.data(),
+                            m.seq_lens.size() * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(p, Stage(kBlockTables, m.block_tables.data(),
+                            m.block_tables.size() * sizeof(int32_t)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const int32_t*> CudaOps::DevicePositions(
+    absl::Span<const int32_t> positions) {
+  if (step_ != nullptr && positions.data() == step_->positions.data() &&
+      positions.size() == step_->positions.size()) {
+    return static_cast<const int32_t*>(scratch_[kPositions].data);
+  }
+  // Outside a step (tests): staged through the ids buffer's neighbour.
+  ASSIGN_OR_RETURN(void* p, Stage(kRows, positions.data(),
+                                  positions.size() * sizeof(int32_t)));
+  return static_cast<const int32_t*>(p);
+}
+
+absl::StatusOr<const int64_t*> CudaOps::DeviceSlots(
+    absl::Span<const int64_t> slots) {
+  if (step_ != nullptr && slots.data() == step_->slot_mapping.data() &&
+      slots.size() == step_->slot_mapping.size()) {
+    return static_cast<const int64_t*>(scratch_[kSlots].data);
+  }
+  ASSIGN_OR_RETURN(void* p,
+                   Stage(kRows, slots.data(), slots.size() * sizeof(int64_t)));
+  return static_cast<const int64_t*>(p);
+}
+
+absl::Status CudaOps::GatherRows(const TensorView& src,
+                                 absl::Span<const int32_t> rows,
+                                 const TensorView& dst) {
+  RETURN_IF_ERROR(CheckDType("GatherRows", "src", src, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("GatherRows", "dst", dst, DType::kF32));
+  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
+      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
+      dst.shape()[1] != src.shape()[1]) {
+    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
+                      src.shape(), dst.shape());
+  }
+  for (int32_t r : rows) {
+    if (r < 0 || r >= src.shape()[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
+    }
+  }
+  if (rows.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* d_rows,
+                   Stage(kRows, rows.data(), rows.size() * sizeof(int32_t)));
+  return Launch(
+      cuda::LaunchGatherRows(src.data_as<const float>(),
+                             static_cast<const int32_t*>(d_rows),
+                             static_cast<int64_t>(rows.size()), src.shape()[1],
+                             dst.data_as<float>(), stream_),
+      "GatherRows");
+}
+
+absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
+  if (src.numel() == 0) return absl::OkStatus();
+  RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src.data(), src.nbytes(),
+                                             cudaMemcpyDeviceToHost, stream_),
+                             "cudaMemcpyAsync", "copying results to the host"));
+  return Synchronize();
+}
+
+absl::Status CudaOps::Embedding(const TensorView& table,
+                                absl::Span<const int32_t> ids,
+                                const TensorView& out) {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= table.shape()[0]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Embedding: token id ", id, " is outside the vocabulary [0, ",
+          table.shape()[0], ")"));
+    }
+  }
+  return EmbeddingShard(table, ids, 0, out);
+}
+
+absl::Status CudaOps::EmbeddingShard(const TensorView& table,
+                                     absl::Span<const int32_t> ids,
+                                     int64_t first_id, const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("EmbeddingShard", "out", out, DType::kF32));
+  if (table.dtype() != DType::kF32 && table.dtype() != DType::kBF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Embedding: table must be f32 or bf16, got ",
+                     DTypeName(table.dtype())));
+  }
+  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
+      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
+      out.shape()[1] != table.shape()[1]) {
+    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
+                      table.shape(), out.shape());
+  }
+  for (int32_t id : ids) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Embedding: negative token id ", id));
+    }
+  }
+  if (ids.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(void* d_ids,
+                   Stage(kIds, ids.data(), ids.size() * sizeof(int32_t)));
+  return Launch(cuda::LaunchEmbedding(
+                    table.data(), table.dtype() == DType::kBF16,
+                    static_cast<const int32_t*>(d_ids),
+                    static_cast<int64_t>(ids.size()), table.shape()[1],
+                    first_id, table.shape()[0], out.data_as<float>(), stream_),
+                "Embedding");
+}
+
+absl::Status CudaOps::RmsNorm(const TensorView& x, const TensorView& weight,
+                              float eps, const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("RmsNorm", "x", x, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("RmsNorm", "weight", weight, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("RmsNorm", "out", out, DType::kF32));
+  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
+      x.shape().rank() < 1 ||
+      x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
+    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
+                      x.shape(), weight.shape());
+  }
+  const int64_t n = weight.shape()[0];
+  if (n == 0 || x.numel() == 0) return absl::OkStatus();
+  return Launch(cuda::LaunchRmsNorm(
+                    x.data_as<const float>(), weight.data_as<const float>(),
+                    eps, x.numel() / n, n, out.data_as<float>(), stream_),
+                "RmsNorm");
+}
+
+absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
+                          const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("Add", "a", a, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("Add", "b", b, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("Add", "out", out, DType::kF32));
+  if (a.shape() != b.shape() || a.shape() != out.shape()) {
+    return ShapeError("Add", "operand shapes differ", a.shape(), b.shape());
+  }
+  if (a.numel() == 0) return absl::OkStatus();
+  return Launch(
+      cuda::LaunchAdd(a.data_as<const float>(), b.data_as<const float>(),
+                      a.numel(), out.data_as<float>(), stream_),
+      "Add");
+}
+
+absl::StatusOr<CudaOps::GemmPlan*> CudaOps::PlanGemm(int64_t t, int64_t n,
+                                                     int64_t k, DType dtype) {
+  const uint64_t key = (static_cast<uint64_t>(t) << 42) ^
+                       (static_cast<uint64_t>(n) << 21) ^
+                       static_cast<uint64_t>(k) ^
+                       (dtype == DType::kBF16 ? (uint64_t{1} << 63) : 0);
+  auto it = gemm_plans_.find(key);
+  if (it != gemm_plans_.end()) return it->second.get();
+  auto plan = std::make_unique<GemmPlan>();
+  const cudaDataType_t in_type =
+      dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
+  // Row-major out[T, N] = x[T, K] · W[N, K]ᵀ is, column-major,
+  // out[N, T] = W[K, N]ᵀ · x[K, T].
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
+      "cublasLtMatmulDescCreate", "planning a matrix product"));
+  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
+                                     &trans_a, sizeof(trans_a)),
+      "cublasLtMatmulDescSetAttribute", "planning a matrix product"));
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
+                                     &trans_b, sizeof(trans_b)),
+      "cublasLtMatmulDescSetAttribute", "planning a matrix product"));
+  RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->a, in_type, k, n, k),
+               "cublasLtMatrixLayoutCreate", "describing the weight"));
+  RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->b, in_type, k, t, k),
+               "cublasLtMatrixLayoutCreate", "describing the input"));
+  RETURN_IF_ERROR(
+      LtStatus(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, t, n),
+               "cublasLtMatrixLayoutCreate", "describing the output"));
+  cublasLtMatmulPreference_t pref;
+  RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref),
+                           "cublasLtMatmulPreferenceCreate",
+                           "planning a matrix product"));
+  const size_t ws = kGemmWorkspaceBytes;
+  cublasLtMatmulPreferenceSetAttribute(
+      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  cublasLtMatmulHeuristicResult_t result;
+  int found = 0;
+  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
+      static_cast<cublasLtHandle_t>(lt_handle_), plan->desc, plan->a, plan->b,
+      plan->c, plan->c, pref, 1, &result, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  RETURN_IF_ERROR(LtStatus(heuristic, "cublasLtMatmulAlgoGetHeuristic",
+                           absl::StrCat("finding an algorithm for [", t, ", ",
+                                        k, "] x [", n, ", ", k, "]")));
+  if (found == 0) {
+    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for [",
+                                            t, ", ", k, "] x [", n, ", ", k,
+                                            "] in ", DTypeName(dtype)));
+  }
+  plan->algo = result.algo;
+  GemmPlan* raw = plan.get();
+  gemm_plans_.emplace(key, std::move(plan));
+  return raw;
+}
+
+absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
+                             const TensorView* bias, const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("Linear", "x", x, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("Linear", "out", out, DType::kF32));
+  if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: weight must be f32 or bf16, got ", DTypeName(weight.dtype())));
+  }
+  if (x.shape().rank() != 2 || weight.shape().rank() != 2 ||
+      out.shape().rank() != 2 || x.shape()[1] != weight.shape()[1] ||
+      out.shape()[0] != x.shape()[0] || out.shape()[1] != weight.shape()[0]) {
+    return ShapeError("Linear",
+                      "x [T, K], weight [N, K] and out [T, N] disagree",
+                      x.shape(), weight.shape());
+  }
+  const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(CheckDType("Linear", "bias", *bias, DType::kF32));
+    if (bias->shape() != Shape({n})) {
+      return ShapeError("Linear", "bias must be [N]", bias->shape(),
+                        weight.shape());
+    }
+  }
+  if (t == 0 || n == 0) return absl::OkStatus();
+  const void* input = x.data();
+  if (weight.dtype() == DType::kBF16) {
+    ASSIGN_OR_RETURN(void* converted,
+                     Grow(kGemmInput, static_cast<size_t>(t * k) * 2));
+    RETURN_IF_ERROR(Launch(cuda::LaunchCastF32ToBF16(x.data_as<const float>(),
+                                                     converted, t * k, stream_),
+                           "CastF32ToBF16"));
+    input = converted;
+  }
+  ASSIGN_OR_RETURN(GemmPlan * plan, PlanGemm(t, n, k, weight.dtype()));
+  ASSIGN_OR_RETURN(void* workspace, Grow(kGemmWorkspace, kGemmWorkspaceBytes));
+  const float alpha = 1.0f, beta = 0.0f;
+  RETURN_IF_ERROR(LtStatus(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc,
+                     &alpha, weight.data(), plan->a, input, plan->b, &beta,
+                     out.data(), plan->c, out.data(), plan->c, &plan->algo,
+                     workspace, kGemmWorkspaceBytes, stream_),
+      "cublasLtMatmul",
+      absl::StrCat("multiplying [", t, ", ", k, "] by [", n, ", ", k, "]ᵀ")));
+  if (bias != nullptr) return BiasAdd(out, *bias);
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::Rope(const TensorView& x,
+                           absl::Span<const int32_t> positions,
+                           const TensorView& inv_freq) {
+  RETURN_IF_ERROR(CheckDType("Rope", "x", x, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("Rope", "inv_freq", inv_freq, DType::kF32));
+  if (x.shape().rank() != 3 ||
+      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
+      x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
+    return ShapeError("Rope",
+                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
+                      x.shape(), inv_freq.shape());
+  }
+  if (x.numel() == 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int32_t* d_positions, DevicePositions(positions));
+  return Launch(cuda::LaunchRope(x.data_as<float>(), d_positions,
+                                 inv_freq.data_as<const float>(), x.shape()[0],
+                                 x.shape()[1], x.shape()[2], stream_),
+                "Rope");
+}
+
+absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
+  RETURN_IF_ERROR(CheckDType("BiasAdd", "x", x, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("BiasAdd", "bias", bias, DType::kF32));
+  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
+    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
+                      bias.shape());
+  }
+  if (x.numel() == 0) return absl::OkStatus();
+  return Launch(
+      cuda::LaunchBiasAdd(x.data_as<float>(), bias.data_as<const float>(),
+                          x.shape()[0], x.shape()[1], stream_),
+      "BiasAdd");
+}
+
+absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
+                              const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("SiluMul", "gate", gate, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("SiluMul", "up", up, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("SiluMul", "out", out, DType::kF32));
+  if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
+    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
+                      up.shape());
+  }
+  if (gate.numel() == 0) return absl::OkStatus();
+  return Launch(cuda::LaunchSiluMul(gate.data_as<const float>(),
+                                    up.data_as<const float>(), gate.numel(),
+                                    out.data_as<float>(), stream_),
+                "SiluMul");
+}
+
+namespace {
+
+// The device view of one cache layer; InvalidArgument for a bad layout.
+absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
+                                                const KvCacheLayer& cache) {
+  const Shape& ks = cache.k.shape();
+  const Shape& vs = cache.v.shape();
+  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
+      cache.k.dtype() != cache.v.dtype() ||
+      (cache.k.dtype() != DType::kF32 && cache.k.dtype() != DType::kBF16 &&
+       cache.k.dtype() != DType::kI8)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op,
+                     ": the KV cache must be k [S, H, D], v [S, H, Dv] of "
+                     "one dtype (f32, bf16 or int8), got ",
+                     ks.ToString(), " ", DTypeName(cache.k.dtype()), " / ",
+                     vs.ToString(), " ", DTypeName(cache.v.dtype())));
+  }
+  const bool quantized = cache.k.dtype() == DType::kI8;
+  if (quantized != (cache.k_scale.data() != nullptr) ||
+      quantized != (cache.v_scale.data() != nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": scales are required for an int8 cache and only for it"));
+  }
+  cuda::DeviceKvLayer layer;
+  layer.k = cache.k.data();
+  layer.v = cache.v.data();
+  layer.k_scale = quantized ? cache.k_scale.data_as<float>() : nullptr;
+  layer.v_scale = quantized ? cache.v_scale.data_as<float>() : nullptr;
+  layer.dtype = KvDTypeOf(cache.k.dtype());
+  layer.num_slots = ks[0];
+  layer.num_kv_heads = static_cast<int32_t>(ks[1]);
+  layer.head_dim = static_cast<int32_t>(ks[2]);
+  layer.head_dim_v = static_cast<int32_t>(vs[2]);
+  return layer;
+}
+
+}  // namespace
+
+absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
+                                   absl::Span<const int64_t> slot_mapping,
+                                   const KvCacheLayer& cache) {
+  RETURN_IF_ERROR(CheckDType("StoreKvCache", "k", k, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("StoreKvCache", "v", v, DType::kF32));
+  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer,
+                   DeviceLayer("StoreKvCache", cache));
+  if (k.shape().rank() != 3 || v.shape().rank() != 3 ||
+      k.shape()[0] != static_cast<int64_t>(slot_mapping.size()) ||
+      v.shape()[0] != k.shape()[0] || k.shape()[1] != layer.num_kv_heads ||
+      v.shape()[1] != layer.num_kv_heads || k.shape()[2] != layer.head_dim ||
+      v.shape()[2] != layer.head_dim_v) {
+    return ShapeError("StoreKvCache", "k/v do not match the cache layer",
+                      k.shape(), cache.k.shape());
+  }
+  for (int64_t slot : slot_mapping) {
+    if (slot < 0 || slot >= layer.num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StoreKvCache: slot ", slot, " outside the cache's ",
+                       layer.num_slots));
+    }
+  }
+  if (slot_mapping.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const int64_t* d_slots, DeviceSlots(slot_mapping));
+  return Launch(cuda::LaunchStoreKvCache(k.data_as<const float>(),
+                                         v.data_as<const float>(), k.shape()[0],
+                                         d_slots, layer, stream_),
+                "StoreKvCache");
+}
+
+absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
+                                const char* op) {
+  const AttentionMetadata* m = args.metadata;
+  if (m == nullptr || m != step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        op, ": the metadata must be the current step's (BeginStep)"));
+  }
+  RETURN_IF_ERROR(CheckDType(op, "q", args.q, DType::kF32));
+  RETURN_IF_ERROR(CheckDType(op, "out", args.out, DType::kF32));
+  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer, DeviceLayer(op, args.cache));
+  const Shape& qs = args.q.shape();
+  const Shape& os = args.out.shape();
+  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m->num_tokens ||
+      os[0] != m->num_tokens || qs[1] != os[1] || qs[2] != layer.head_dim ||
+      os[2] != layer.head_dim_v || qs[1] % layer.num_kv_heads != 0 ||
+      args.first_seq < 0 || args.first_seq > args.end_seq ||
+      args.end_seq > m->num_seqs || args.sliding_window < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": q ", qs.ToString(), ", out ", os.ToString(), ", sequences [",
+        args.first_seq, ", ", args.end_seq, ") of ", m->num_seqs,
+        " do not fit the cache and the step"));
+  }
+  if (args.first_seq == args.end_seq) return absl::OkStatus();
+  if (kind == 1) {
+    for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
+      if (m->query_len(s) != 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": sequence ", s, " runs ", m->query_len(s),
+                         " tokens; decode takes one per sequence"));
+      }
+    }
+  }
+  cuda::DeviceAttentionMetadata dm;
+  dm.query_start_loc = static_cast<const int32_t*>(scratch_[kQueryStarts].data);
+  dm.context_lens = static_cast<const int32_t*>(scratch_[kContextLens].data);
+  dm.seq_lens = static_cast<const int32_t*>(scratch_[kSeqLens].data);
+  dm.block_tables = static_cast<const int32_t*>(scratch_[kBlockTables].data);
+  dm.max_blocks_per_seq = m->max_blocks_per_seq;
+  dm.block_size = m->block_size;
+  dm.num_seqs = m->num_seqs;
+  dm.num_tokens = m->num_tokens;
+  dm.max_query_len = m->max_query_len;
+  dm.max_seq_len = m->max_seq_len;
+  const int32_t heads = static_cast<int32_t>(qs[1]);
+  const float* q = args.q.data_as<const float>();
+  float* out = args.out.data_as<float>();
+  switch (kind) {
+    case 0:
+      return Launch(cuda::LaunchPrefillAttention(
+                        q, heads, layer, dm, args.first_seq, args.end_seq,
+                        args.sliding_window, args.scale, out, stream_),
+                    op);
+    case 1: {
+      const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
+          m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
+      ASSIGN_OR_RETURN(void* workspace,
+                       Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
+      return Launch(cuda::LaunchDecodeAttention(
+                        q, heads, layer, dm, args.first_seq, args.end_seq,
+                        args.sliding_window, args.scale, out, workspace,
+                        scratch_[kDecodeWorkspace].bytes, stream_),
+                    op);
+    }
+    default:
+      return Launch(cuda::LaunchStaticAttention(
+                        q, heads, layer, dm, args.first_seq, args.end_seq,
+                        args.sliding_window, args.scale, out, stream_),
+                    op);
+  }
+}
+
+absl::Status CudaOps::PrefillAttention(const PagedAttentionArgs& args) {
+  return Attention(args, 0, "PrefillAttention");
+}
+absl::Status CudaOps::DecodeAttention(const PagedAttentionArgs& args) {
+  return Attention(args, 1, "DecodeAttention");
+}
+absl::Status CudaOps::StaticAttention(const PagedAttentionArgs& args) {
+  return Attention(args, 2, "StaticAttention");
+}
+
+}  // namespace tessera
