@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Builds here what tools/gpu_check.sh runs on the GPU machine and puts it in .carry/gpu
+# (git-ignored; name it in the device call's carry list): the tessera binary, the GPU test
+# binaries, the shared libraries the GPU machine lacks, and the demo checkpoint.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
+  //kernels/cuda:sampling_kernels_test //kernels/cuda:attention_kernels_test
+  //kernels/cuda:cuda_memory_source_test //tests:mpi_logits_check)
+bazel build -c opt "${TARGETS[@]}"
+rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
+for t in "${TARGETS[@]}"; do
+  path=${t#//}
+  cp "bazel-bin/${path%%:*}/${path##*:}" .carry/gpu/bin/
+done
+for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libutf8proc.so.2 \
+  libsentencepiece.so.0 libpcre2-8.so.0; do
+  cp -L "/lib/x86_64-linux-gnu/$lib" .carry/gpu/lib/
+done
+cp -r ../shared/models/stories260K .carry/gpu/stories260K
+strip .carry/gpu/bin/*
+du -sh .carry/gpu

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Runs on the GPU machine (carry .carry/gpu, made by tools/gpu_build.sh): the CUDA kernel
+# tests against the CPU reference, then `tessera generate --device cuda` on every golden
+# fixture and the demo checkpoint against transformers' greedy tokens (f32 golden mode:
+# exact; bf16: agreement reported), paged and static attention, and a decode benchmark.
+# With two GPUs it also runs TP2 and PP2 under mpirun (NCCL).
+set -uo pipefail
+export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
+BIN=.carry/gpu/bin
+T=$BIN/tessera
+DEMO=.carry/gpu/stories260K
+OUT=${OUT:-/tmp/gpu_check}
+mkdir -p "$OUT"
+TMP=$(mktemp -d)
+failures=0
+cases=0
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+GPUS=$(nvidia-smi -L | wc -l)
+
+for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test \
+  attention_kernels_test; do
+  cases=$((cases + 1))
+  if timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then
+    echo "PASS: $test ($(grep -c '^\[       OK' "$OUT/$test.log") tests)"
+  else
+    failures=$((failures + 1))
+    echo "FAIL: $test"
+    grep -E "Failure|FAILED|error" "$OUT/$test.log" | head -20
+  fi
+done
+
+extract() {  # golden dir -> prompts.jsonl, want
+  grep -o '"prompt_ids":\[[0-9,]*\]' "$1/golden.json" | sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
+  grep -o '"output_ids":\[[0-9,]*\]' "$1/golden.json" >"$TMP/want"
+}
+run_case() {  # name, model, max tokens, launcher..., -- flags
+  local name="$1" model="$2" max="$3"
+  shift 3
+  cases=$((cases + 1))
+  timeout 300 "$@" generate --model "$model" --prompts-file "$TMP/prompts.jsonl" \
+    --max-tokens "$max" --temperature 0 --output json --device cuda >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  grep -o '"output_ids":\[[0-9,]*\]' "$TMP/out" >"$TMP/got"
+  if [ "$rc" -ne 0 ] || ! cmp -s "$TMP/got" "$TMP/want"; then
+    failures=$((failures + 1))
+    echo "FAIL: $name (exit $rc)"
+    head -c 800 "$TMP/err"
+    diff "$TMP/want" "$TMP/got" | head -4
+  else
+    echo "PASS: $name"
+  fi
+}
+agreement() {  # name: token agreement of got vs want, position by position
+  python3 - "$TMP/want" "$TMP/got" "$1" <<'PY'
+import json, sys
+want = [json.loads(l.split(":", 1)[1]) for l in open(sys.argv[1])]
+got = [json.loads(l.split(":", 1)[1]) for l in open(sys.argv[2])]
+same = total = 0
+for w, g in zip(want, got):
+    n = 0
+    while n < min(len(w), len(g)) and w[n] == g[n]:
+        n += 1
+    same += n; total += len(w)
+print(f"INFO: {sys.argv[3]}: greedy prefix agreement {same}/{total} tokens")
+PY
+}
+
+for dir in tests/fixtures/golden/*/; do
+  name=$(basename "$dir")
+  extract "$dir"
+  run_case "$name cuda f32 paged" "$dir" 20 "$T" --dtype float32
+  run_case "$name cuda f32 static" "$dir" 20 "$T" --dtype float32 --attention static
+  run_case "$name cuda f32 tiny pool" "$dir" 20 "$T" --dtype float32 --num-kv-blocks 24 \
+    --block-size 4 --max-num-batched-tokens 8 --max-num-seqs 4
+  timeout 300 "$T" generate --model "$dir" --prompts-file "$TMP/prompts.jsonl" --max-tokens 20 \
+    --temperature 0 --output json --device cuda >"$TMP/out" 2>"$TMP/err"
+  grep -o '"output_ids":\[[0-9,]*\]' "$TMP/out" >"$TMP/got"
+  agreement "$name cuda bf16"
+done
+
+grep -o '"prompt_ids": *\[[0-9, ]*\]' tests/fixtures/stories260K_golden.json | tr -d ' ' |
+  sed 's/^/{/; s/$/}/' | head -n 1 >"$TMP/prompts.jsonl"
+grep -o '"output_ids": *\[[0-9, ]*\]' tests/fixtures/stories260K_golden.json | tr -d ' ' |
+  head -n 1 >"$TMP/want"
+run_case "stories260K cuda f32" "$DEMO" 200 "$T" --dtype float32
+run_case "stories260K cuda f32 int8 KV" "$DEMO" 200 "$T" --dtype float32 --kv-dtype int8 || true
+"$T" generate --model "$DEMO" --prompt "Once upon a time" --max-tokens 60 --temperature 0 \
+  --device cuda 2>&1 | tail -2
+
+if [ "$GPUS" -ge 2 ]; then
+  for dir in tests/fixtures/golden/*/; do
+    name=$(basename "$dir")
+    extract "$dir"
+    for layout in "--tp 2" "--pp 2"; do
+      # shellcheck disable=SC2086
+      run_case "$name mpirun -np 2 $layout cuda f32" "$dir" 20 timeout 200 mpirun -np 2 \
+        --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$T" $layout --dtype float32
+    done
+  done
+fi
+
+"$T" bench --model "$DEMO" --device cuda --batch-size 1 --input-len 128 --output-len 128 \
+  --iterations 3 2>&1 | tail -4
+"$T" bench --model "$DEMO" --device cuda --batch-size 64 --input-len 128 --output-len 128 \
+  --iterations 3 2>&1 | tail -4
+echo "$((cases - failures)) of $cases cases passed"
+[ "$failures" -eq 0 ]
