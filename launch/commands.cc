@@ -603,7 +603,7 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   const double output_tps = o.batch_size * o.output_len / total_s;
   if (o.json) {
     json j = {{"model", o.model_dir},
-              {"device", "cpu"},
+              {"device", o.engine.device},
               {"batch_size", o.batch_size},
               {"input_len", o.input_len},
               {"output_len", o.output_len},
@@ -617,12 +617,12 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
     out << j.dump() << "\n";
   } else {
     out << absl::StrFormat(
-        "model %s, cpu, batch %d, input %d, output %d (median of %d)\n"
+        "model %s, %s, batch %d, input %d, output %d (median of %d)\n"
         "prefill: %.3f ms, %.1f tokens/s\n"
         "decode:  %.3f ms/step, %.1f tokens/s\n"
         "total:   %.3f ms, %.1f output tokens/s\n",
-        o.model_dir, o.batch_size, o.input_len, o.output_len, o.iterations,
-        prefill_s * 1e3, prefill_tps,
+        o.model_dir, o.engine.device, o.batch_size, o.input_len, o.output_len,
+        o.iterations, prefill_s * 1e3, prefill_tps,
         o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
         decode_tps, total_s * 1e3, output_tps);
   }
