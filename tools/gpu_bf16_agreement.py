@@ -59,8 +59,20 @@ def main():
                 out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False,
                                      min_new_tokens=NEW_TOKENS, pad_token_id=0)
                 sequences.append(out[0, len(p):].tolist())
+            # The same model in fp32, teacher-forced along the bf16 sequences: its argmax
+            # at each position (how far fp32 numerics alone move the greedy choice).
+            model = model.float()
+            fp32_argmax = []
+            for p, s in zip(prompts, sequences):
+                ids = torch.tensor([p + s], device="cuda")
+                logits = model(ids).logits[0, len(p) - 1:len(p) - 1 + NEW_TOKENS]
+                fp32_argmax.extend(logits.argmax(-1).tolist())
         del model
         torch.cuda.empty_cache()
+        want = [t for s in sequences for t in s]
+        hf_agree = sum(a == b for a, b in zip(fp32_argmax, want))
+        print(f"{name}: transformers fp32 vs transformers bf16 greedy (teacher-forced): "
+              f"{hf_agree}/{len(want)} = {hf_agree / len(want):.4f}", flush=True)
         lines = []
         for p, s in zip(prompts, sequences):
             for j in range(NEW_TOKENS):
@@ -68,25 +80,28 @@ def main():
         prompts_file = os.path.join(work, name + ".jsonl")
         with open(prompts_file, "w") as f:
             f.write("\n".join(lines) + "\n")
-        t0 = time.time()
-        run = subprocess.run(
-            [binary, "generate", "--model", path, "--prompts-file", prompts_file,
-             "--max-tokens", "1", "--temperature", "0", "--ignore-eos", "--output", "json",
-             "--device", "cuda", "--stats-json", os.path.join(work, name + ".stats.json")],
-            capture_output=True, text=True)
-        if run.returncode != 0:
-            print(f"{name}: tessera failed: {run.stderr[-2000:]}")
-            continue
-        got = [json.loads(l)["output_ids"][0] for l in run.stdout.splitlines()]
-        want = [t for s in sequences for t in s]
-        agree = sum(g == w for g, w in zip(got, want))
-        stats = json.load(open(os.path.join(work, name + ".stats.json")))
-        print(f"{name}: tessera bf16 top-1 agreement with transformers bf16 greedy "
-              f"(teacher-forced): {agree}/{len(want)} = {agree / len(want):.4f} "
-              f"({time.time() - t0:.0f} s for {len(lines)} requests; prefix cache "
-              f"{stats['prefix_cache']})", flush=True)
-        summary = [l for l in run.stderr.splitlines() if "prompts:" in l]
-        print("  " + (summary[-1] if summary else ""))
+        for dtype in ("bfloat16", "float32"):
+            t0 = time.time()
+            run = subprocess.run(
+                [binary, "generate", "--model", path, "--prompts-file", prompts_file,
+                 "--max-tokens", "1", "--temperature", "0", "--ignore-eos", "--output",
+                 "json", "--device", "cuda", "--dtype", dtype, "--stats-json",
+                 os.path.join(work, name + ".stats.json")],
+                capture_output=True, text=True)
+            if run.returncode != 0:
+                print(f"{name}: tessera {dtype} failed: {run.stderr[-2000:]}")
+                continue
+            got = [json.loads(l)["output_ids"][0] for l in run.stdout.splitlines()]
+            agree = sum(g == w for g, w in zip(got, want))
+            agree32 = sum(g == w for g, w in zip(got, fp32_argmax))
+            stats = json.load(open(os.path.join(work, name + ".stats.json")))
+            print(f"{name}: tessera {dtype}: top-1 agreement with transformers bf16 "
+                  f"{agree}/{len(want)} = {agree / len(want):.4f}, with transformers fp32 "
+                  f"{agree32}/{len(want)} = {agree32 / len(want):.4f} "
+                  f"({time.time() - t0:.0f} s incl. load for {len(lines)} requests; "
+                  f"prefix cache {stats['prefix_cache']})", flush=True)
+            summary = [l for l in run.stderr.splitlines() if "prompts:" in l]
+            print("  " + (summary[-1] if summary else ""))
 
 
 if __name__ == "__main__":
