@@ -14,6 +14,8 @@
 #define TESSERA_KERNELS_OPS_H_
 
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -62,6 +64,30 @@ struct PagedAttentionArgs {
   float scale = 1.0f;  // Usually 1 / sqrt(D).
 };
 
+// One row of logits to sample on the device (Ops::SampleOnDevice), with the
+// sequence's sampling parameters (runtime/sampler/sampler.h has their
+// meaning) and, for penalties, its prompt and output so far.
+struct DeviceSampleRow {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  uint64_t seed = 0;
+  uint64_t step = 0;  // The sequence's draw number: (seed, step) fixes it.
+  absl::Span<const int32_t> prompt;
+  absl::Span<const int32_t> output;
+  int32_t top_logprobs = 0;  // <= 20.
+};
+
+struct DeviceSample {
+  int32_t token = 0;
+  float logprob = 0.0f;                        // Under the unmodified logits.
+  std::vector<std::pair<int32_t, float>> top;  // Best first.
+};
+
 class Ops {
  public:
   virtual ~Ops() = default;
@@ -106,10 +132,41 @@ class Ops {
   // (src.nbytes() bytes), complete when the call returns.
   virtual absl::Status CopyToHost(const TensorView& src, void* dst) = 0;
 
+  // out [n, V] = the first V columns of the concatenation, along columns, of
+  // `shards` pieces [n, Vp] stacked in `gathered` [shards * n, Vp] (the
+  // vocabulary-parallel head's all-gather).
+  virtual absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
+                                    const TensorView& out) = 0;
+
+  // Whether SampleOnDevice works (a GPU samples where the logits are; the CPU
+  // reference samples in runtime/sampler instead).
+  virtual bool samples_on_device() const { return false; }
+  // Samples one token per row of `logits` [rows, V] (this backend's memory)
+  // and reports its log-probability and the top alternatives.
+  virtual absl::Status SampleOnDevice(const TensorView& logits,
+                                      absl::Span<const DeviceSampleRow> rows,
+                                      std::vector<DeviceSample>* out) {
+    (void)logits;
+    (void)rows;
+    (void)out;
+    return absl::UnimplementedError("this backend samples on the host");
+  }
+
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
   // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
   virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight,
                                float eps, const TensorView& out) = 0;
+
+  // The residual step fused with the next norm: residual += x, then out =
+  // RmsNorm(residual, weight, eps). residual, x and out [R, N]; out may alias
+  // x, not residual.
+  virtual absl::Status AddRmsNorm(const TensorView& residual,
+                                  const TensorView& x, const TensorView& weight,
+                                  float eps, const TensorView& out) {
+    absl::Status added = Add(residual, x, residual);
+    if (!added.ok()) return added;
+    return RmsNorm(residual, weight, eps, out);
+  }
 
   // out = a + b, same shapes. out may alias a or b.
   virtual absl::Status Add(const TensorView& a, const TensorView& b,

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
   //kernels/cuda:sampling_kernels_test //kernels/cuda:attention_kernels_test
-  //kernels/cuda:cuda_memory_source_test)
+  //kernels/cuda:cuda_memory_source_test //kernels/cuda:cuda_ops_test)
 bazel build -c opt "${TARGETS[@]}"
 rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
 for t in "${TARGETS[@]}"; do

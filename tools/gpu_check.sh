@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 GPUS=$(nvidia-smi -L | wc -l)
 
 for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test \
-  attention_kernels_test; do
+  attention_kernels_test cuda_ops_test; do
   cases=$((cases + 1))
   if timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then
     echo "PASS: $test ($(grep -c '^\[       OK' "$OUT/$test.log") tests)"
@@ -89,6 +89,42 @@ run_case "stories260K cuda f32" "$DEMO" 200 --dtype float32
 run_case "stories260K cuda f32 static" "$DEMO" 200 --dtype float32 --attention static
 "$T" generate --model "$DEMO" --prompt "Once upon a time" --max-tokens 60 --temperature 0 \
   --device cuda 2>&1 | tail -2
+
+# Sampling on the device: a seeded request draws the same tokens twice, and alone or in a
+# batch of others; logprobs agree with the CPU's.
+check() {  # name, command...
+  local name="$1"
+  shift
+  cases=$((cases + 1))
+  if "$@"; then echo "PASS: $name"; else failures=$((failures + 1)); echo "FAIL: $name"; fi
+}
+S=(--model "$DEMO" --max-tokens 48 --temperature 0.9 --top-p 0.95 --top-k 50 --min-p 0.02
+  --repetition-penalty 1.1 --device cuda --output json --ignore-eos)
+"$T" generate "${S[@]}" --prompt "Once upon a time" --seed 11 >"$TMP/s1" 2>/dev/null
+"$T" generate "${S[@]}" --prompt "Once upon a time" --seed 11 >"$TMP/s2" 2>/dev/null
+"$T" generate "${S[@]}" --prompt "Once upon a time" --seed 12 >"$TMP/s3" 2>/dev/null
+check "device sampling: same seed, same tokens" cmp -s "$TMP/s1" "$TMP/s2"
+check "device sampling: another seed, other tokens" bash -c "! cmp -s $TMP/s1 $TMP/s3"
+printf '{"prompt": "Lily and Ben"}\n{"prompt": "Once upon a time"}\n{"prompt": "The cat"}\n' \
+  >"$TMP/three.jsonl"
+"$T" generate "${S[@]/--prompt/}" --prompts-file "$TMP/three.jsonl" --seed 10 2>/dev/null |
+  sed -n 2p >"$TMP/batched"
+check "device sampling: seeded request alone == in a batch" cmp -s "$TMP/s1" "$TMP/batched"
+for device in cpu cuda; do
+  "$T" generate --model "$DEMO" --prompt "Once upon a time" --max-tokens 32 --temperature 0 \
+    --logprobs 5 --output json --device "$device" --dtype "$([ $device = cuda ] && echo float32 || echo auto)" \
+    >"$TMP/lp_$device" 2>/dev/null
+done
+check "logprobs: cuda f32 equals cpu (ids; values within 1e-4)" python3 - "$TMP/lp_cpu" "$TMP/lp_cuda" <<'PY'
+import json, sys
+a, b = (json.loads(open(p).read()) for p in sys.argv[1:3])
+assert a["output_ids"] == b["output_ids"], (a["output_ids"], b["output_ids"])
+for x, y in zip(a["logprobs"], b["logprobs"]):
+    assert abs(x["logprob"] - y["logprob"]) < 1e-4, (x, y)
+    assert [t[0] for t in x["top"]] == [t[0] for t in y["top"]], (x, y)
+    for s, t in zip(x["top"], y["top"]):
+        assert abs(s[1] - t[1]) < 1e-4, (s, t)
+PY
 
 if [ "$GPUS" -ge 2 ]; then
   LAUNCH=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$T")

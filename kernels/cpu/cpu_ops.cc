@@ -569,6 +569,30 @@ absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
   return t;
 }
 
+absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
+                                  const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("ConcatShards", "gathered", gathered));
+  RETURN_IF_ERROR(CheckF32("ConcatShards", "out", out));
+  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
+      gathered.shape()[0] != shards * out.shape()[0] ||
+      gathered.shape()[1] * shards < out.shape()[1]) {
+    return ShapeError("ConcatShards",
+                      "gathered [shards * n, Vp] cannot fill out [n, V]",
+                      gathered.shape(), out.shape());
+  }
+  const int64_t n = out.shape()[0], v = out.shape()[1];
+  const int64_t vp = gathered.shape()[1];
+  const float* g = gathered.data_as<const float>();
+  float* o = out.data_as<float>();
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t r = 0; r < shards && r * vp < v; ++r) {
+      std::copy_n(g + (r * n + i) * vp, std::min(vp, v - r * vp),
+                  o + i * v + r * vp);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CpuOps::GatherRows(const TensorView& src,
                                 absl::Span<const int32_t> rows,
                                 const TensorView& dst) {

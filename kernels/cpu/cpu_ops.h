@@ -16,6 +16,8 @@ class CpuOps final : public Ops {
                               absl::Span<const int32_t> ids, int64_t first_id,
                               const TensorView& out) override;
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
+  absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
+                            const TensorView& out) override;
   absl::Status GatherRows(const TensorView& src, absl::Span<const int32_t> rows,
                           const TensorView& dst) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;

@@ -10,6 +10,7 @@
 #include "kernels/cuda/attention_kernels.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/sampling_kernels.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -208,6 +209,171 @@ absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
   return absl::OkStatus();
 }
 
+absl::Status CudaOps::ConcatShards(const TensorView& gathered, int64_t shards,
+                                   const TensorView& out) {
+  RETURN_IF_ERROR(
+      CheckDType("ConcatShards", "gathered", gathered, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("ConcatShards", "out", out, DType::kF32));
+  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
+      gathered.shape()[0] != shards * out.shape()[0] ||
+      gathered.shape()[1] * shards < out.shape()[1]) {
+    return ShapeError("ConcatShards",
+                      "gathered [shards * n, Vp] cannot fill out [n, V]",
+                      gathered.shape(), out.shape());
+  }
+  const int64_t n = out.shape()[0], v = out.shape()[1];
+  const int64_t vp = gathered.shape()[1];
+  if (n == 0) return absl::OkStatus();
+  for (int64_t r = 0; r < shards && r * vp < v; ++r) {
+    const int64_t width = std::min(vp, v - r * vp);
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpy2DAsync(out.data_as<float>() + r * vp, v * sizeof(float),
+                          gathered.data_as<const float>() + r * n * vp,
+                          vp * sizeof(float), width * sizeof(float), n,
+                          cudaMemcpyDeviceToDevice, stream_),
+        "cudaMemcpy2DAsync", "putting the vocabulary shards side by side"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
+                                     absl::Span<const DeviceSampleRow> rows,
+                                     std::vector<DeviceSample>* out) {
+  RETURN_IF_ERROR(CheckDType("SampleOnDevice", "logits", logits, DType::kF32));
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (logits.shape().rank() != 2 || logits.shape()[0] != n) {
+    return absl::InvalidArgumentError(absl::StrCat("SampleOnDevice: logits ",
+                                                   logits.shape().ToString(),
+                                                   " for ", n, " rows"));
+  }
+  out->clear();
+  if (n == 0) return absl::OkStatus();
+  const int64_t vocab = logits.shape()[1];
+  if (n * vocab > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("SampleOnDevice: ", n, " rows of ", vocab,
+                     " logits exceed the sampler's 2^31 elements per call"));
+  }
+  std::vector<cuda::DeviceSamplingParams> params(n);
+  bool penalties = false;
+  int32_t top_n = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const DeviceSampleRow& r = rows[i];
+    if (r.top_logprobs < 0 || r.top_logprobs > cuda::kMaxTopLogprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SampleOnDevice: top_logprobs ", r.top_logprobs,
+                       " outside [0, ", cuda::kMaxTopLogprobs, "]"));
+    }
+    cuda::DeviceSamplingParams& p = params[i];
+    p.temperature = r.temperature;
+    p.top_k = r.top_k;
+    p.top_p = r.top_p;
+    p.min_p = r.min_p;
+    p.repetition_penalty = r.repetition_penalty;
+    p.presence_penalty = r.presence_penalty;
+    p.frequency_penalty = r.frequency_penalty;
+    p.seed = r.seed;
+    p.step = r.step;
+    penalties = penalties || r.repetition_penalty != 1.0f ||
+                r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
+    top_n = std::max(top_n, r.top_logprobs);
+  }
+  ASSIGN_OR_RETURN(void* d_params,
+                   Stage(kSampleParams, params.data(),
+                         params.size() * sizeof(cuda::DeviceSamplingParams)));
+  const int32_t* d_counts = nullptr;
+  const uint8_t* d_mask = nullptr;
+  if (penalties) {
+    // Output-token counts and the prompt's token set, per row.
+    sample_counts_.assign(static_cast<size_t>(n * vocab), 0);
+    sample_mask_.assign(static_cast<size_t>(n * vocab), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int32_t t : rows[i].output) {
+        if (t >= 0 && t < vocab) ++sample_counts_[i * vocab + t];
+      }
+      for (int32_t t : rows[i].prompt) {
+        if (t >= 0 && t < vocab) sample_mask_[i * vocab + t] = 1;
+      }
+    }
+    ASSIGN_OR_RETURN(void* c, Stage(kSampleCounts, sample_counts_.data(),
+                                    sample_counts_.size() * sizeof(int32_t)));
+    ASSIGN_OR_RETURN(
+        void* m, Stage(kSampleMask, sample_mask_.data(), sample_mask_.size()));
+    d_counts = static_cast<const int32_t*>(c);
+    d_mask = static_cast<const uint8_t*>(m);
+  }
+  ASSIGN_OR_RETURN(void* scratch,
+                   Grow(kSampleScratch, static_cast<size_t>(n * vocab) * 4));
+  ASSIGN_OR_RETURN(void* d_tokens, Grow(kSampleTokens, n * sizeof(int32_t)));
+  RETURN_IF_ERROR(
+      Launch(cuda::LaunchSample(
+                 logits.data_as<const float>(), n, vocab,
+                 static_cast<const cuda::DeviceSamplingParams*>(d_params),
+                 d_counts, d_mask, static_cast<float*>(scratch),
+                 static_cast<int32_t*>(d_tokens), stream_),
+             "Sample"));
+  ASSIGN_OR_RETURN(void* d_log_z, Grow(kSampleLogZ, n * sizeof(float)));
+  const size_t top_elems = static_cast<size_t>(n * std::max(top_n, 1));
+  ASSIGN_OR_RETURN(void* d_top_ids,
+                   Grow(kSampleTopIds, top_elems * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(void* d_top_lp,
+                   Grow(kSampleTopLogprobs, top_elems * sizeof(float)));
+  RETURN_IF_ERROR(
+      Launch(cuda::LaunchLogprobs(
+                 logits.data_as<const float>(), n, vocab, top_n,
+                 /*argmax=*/nullptr, static_cast<float*>(d_log_z),
+                 top_n > 0 ? static_cast<int32_t*>(d_top_ids) : nullptr,
+                 top_n > 0 ? static_cast<float*>(d_top_lp) : nullptr, stream_),
+             "Logprobs"));
+  // The sampled tokens, then their own logits (one gathered element per row).
+  sample_tokens_.resize(n);
+  RETURN_IF_ERROR(CopyToHost(TensorView(d_tokens, DType::kI32, {n}),
+                             sample_tokens_.data()));
+  sample_index_.resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    if (sample_tokens_[i] < 0 || sample_tokens_[i] >= vocab) {
+      return absl::InternalError(
+          absl::StrCat("the device sampler returned token ", sample_tokens_[i],
+                       " for row ", i, " of a vocabulary of ", vocab));
+    }
+    sample_index_[i] = static_cast<int32_t>(i * vocab + sample_tokens_[i]);
+  }
+  ASSIGN_OR_RETURN(void* d_index, Stage(kSampleIndex, sample_index_.data(),
+                                        n * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(void* d_chosen, Grow(kSampleChosen, n * sizeof(float)));
+  RETURN_IF_ERROR(
+      Launch(cuda::LaunchGatherRows(logits.data_as<const float>(),
+                                    static_cast<const int32_t*>(d_index), n, 1,
+                                    static_cast<float*>(d_chosen), stream_),
+             "GatherRows"));
+  sample_chosen_.resize(n);
+  sample_log_z_.resize(n);
+  RETURN_IF_ERROR(CopyToHost(TensorView(d_chosen, DType::kF32, {n}),
+                             sample_chosen_.data()));
+  RETURN_IF_ERROR(
+      CopyToHost(TensorView(d_log_z, DType::kF32, {n}), sample_log_z_.data()));
+  if (top_n > 0) {
+    sample_top_ids_.resize(n * top_n);
+    sample_top_logprobs_.resize(n * top_n);
+    RETURN_IF_ERROR(CopyToHost(TensorView(d_top_ids, DType::kI32, {n * top_n}),
+                               sample_top_ids_.data()));
+    RETURN_IF_ERROR(CopyToHost(TensorView(d_top_lp, DType::kF32, {n * top_n}),
+                               sample_top_logprobs_.data()));
+  }
+  out->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    DeviceSample& s = (*out)[i];
+    s.token = sample_tokens_[i];
+    s.logprob = sample_chosen_[i] - sample_log_z_[i];
+    s.top.clear();
+    for (int32_t k = 0; k < rows[i].top_logprobs; ++k) {
+      s.top.emplace_back(sample_top_ids_[i * top_n + k],
+                         sample_top_logprobs_[i * top_n + k]);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<const int32_t*> CudaOps::DevicePositions(
     absl::Span<const int32_t> positions) {
   if (step_ != nullptr && positions.data() == step_->positions.data() &&
@@ -344,6 +510,29 @@ absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
       cuda::LaunchAdd(a.data_as<const float>(), b.data_as<const float>(),
                       a.numel(), out.data_as<float>(), stream_),
       "Add");
+}
+
+absl::Status CudaOps::AddRmsNorm(const TensorView& residual,
+                                 const TensorView& x, const TensorView& weight,
+                                 float eps, const TensorView& out) {
+  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "residual", residual, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "x", x, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "weight", weight, DType::kF32));
+  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "out", out, DType::kF32));
+  if (residual.shape() != x.shape() || x.shape() != out.shape() ||
+      weight.shape().rank() != 1 || x.shape().rank() != 2 ||
+      x.shape()[1] != weight.shape()[0] || out.data() == residual.data()) {
+    return ShapeError("AddRmsNorm",
+                      "residual, x, out [R, N] and weight [N] disagree (or out "
+                      "aliases residual)",
+                      x.shape(), weight.shape());
+  }
+  if (x.numel() == 0) return absl::OkStatus();
+  return Launch(cuda::LaunchAddRmsNorm(
+                    residual.data_as<float>(), x.data_as<const float>(),
+                    weight.data_as<const float>(), eps, x.shape()[0],
+                    x.shape()[1], out.data_as<float>(), stream_),
+                "AddRmsNorm");
 }
 
 absl::StatusOr<CudaOps::GemmPlan*> CudaOps::PlanGemm(int64_t t, int64_t n,

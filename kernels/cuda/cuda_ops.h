@@ -44,6 +44,12 @@ class CudaOps final : public Ops {
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status BeginStep(const AttentionMetadata& metadata) override;
+  absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
+                            const TensorView& out) override;
+  bool samples_on_device() const override { return true; }
+  absl::Status SampleOnDevice(const TensorView& logits,
+                              absl::Span<const DeviceSampleRow> rows,
+                              std::vector<DeviceSample>* out) override;
   absl::Status GatherRows(const TensorView& src, absl::Span<const int32_t> rows,
                           const TensorView& dst) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
@@ -56,6 +62,9 @@ class CudaOps final : public Ops {
                        const TensorView& out) override;
   absl::Status Add(const TensorView& a, const TensorView& b,
                    const TensorView& out) override;
+  absl::Status AddRmsNorm(const TensorView& residual, const TensorView& x,
+                          const TensorView& weight, float eps,
+                          const TensorView& out) override;
   absl::Status Linear(const TensorView& x, const TensorView& weight,
                       const TensorView* bias, const TensorView& out) override;
   absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
@@ -84,6 +93,16 @@ class CudaOps final : public Ops {
     kGemmInput,
     kDecodeWorkspace,
     kGemmWorkspace,
+    kSampleParams,
+    kSampleCounts,
+    kSampleMask,
+    kSampleScratch,
+    kSampleTokens,
+    kSampleIndex,
+    kSampleChosen,
+    kSampleLogZ,
+    kSampleTopIds,
+    kSampleTopLogprobs,
     kNumBuffers
   };
   struct Scratch {
@@ -118,6 +137,11 @@ class CudaOps final : public Ops {
   absl::flat_hash_map<uint64_t, std::unique_ptr<GemmPlan>> gemm_plans_;
   // The current step (BeginStep): its host arrays and device copies.
   const AttentionMetadata* step_ = nullptr;
+  // Host staging of the sampler, reused between steps.
+  std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,
+      sample_top_ids_;
+  std::vector<uint8_t> sample_mask_;
+  std::vector<float> sample_chosen_, sample_log_z_, sample_top_logprobs_;
   int64_t step_blocks_ = 0;
 };
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
@@ -33,6 +34,14 @@ void SamplingToProto(const SamplingParams& s, proto::SamplingParams* p) {
   p->set_presence_penalty(s.presence_penalty);
   p->set_frequency_penalty(s.frequency_penalty);
 }
+
+StepRunner::SequenceState::SequenceState(const SamplingParams& p)
+    : params(p),
+      seed(p.seed.has_value()
+               ? *p.seed
+               : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
+                     std::random_device{}()),
+      sampler(p) {}
 
 StepRunner::StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
                        bool samples)
@@ -83,16 +92,76 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
   batch.logit_rows = logit_rows_;
   const int64_t vocab = model_->config().vocab_size;
   const bool last_stage = model_->shard().last_stage();
-  if (last_stage) logits_.resize(logit_rows_.size() * vocab);
-  RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_,
-                                       last_stage ? logits_.data() : nullptr));
+  // A GPU samples where the logits are; otherwise they come to the host.
+  const bool on_device = samples_ && model_->ops()->samples_on_device();
+  if (last_stage && !on_device) logits_.resize(logit_rows_.size() * vocab);
+  RETURN_IF_ERROR(model_->ForwardBatch(
+      batch, pool_, last_stage && !on_device ? logits_.data() : nullptr));
   if (!samples_) return absl::OkStatus();
+  if (on_device) return SampleOnDevice(plan, result);
   int64_t row = 0;
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;
     const absl::Span<const float> logits(logits_.data() + row * vocab, vocab);
     ++row;
     RETURN_IF_ERROR(SampleRow(step, logits, result->add_tokens()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepRunner::SampleOnDevice(const proto::StepPlan& plan,
+                                        proto::StepResult* result) {
+  device_rows_.clear();
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (!step.sample()) continue;
+    auto it = seqs_.find(step.sequence_id());
+    if (it == seqs_.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step plan samples sequence ", step.sequence_id(),
+                       ", which was never started"));
+    }
+    const SequenceState& state = *it->second;
+    DeviceSampleRow row;
+    row.temperature = state.params.temperature;
+    row.top_k = state.params.top_k;
+    row.top_p = state.params.top_p;
+    row.min_p = state.params.min_p;
+    row.repetition_penalty = state.params.repetition_penalty;
+    row.presence_penalty = state.params.presence_penalty;
+    row.frequency_penalty = state.params.frequency_penalty;
+    row.seed = state.seed;
+    row.step = state.output.size();
+    row.prompt = state.prompt;
+    row.output = state.output;
+    row.top_logprobs = step.top_logprobs();
+    device_rows_.push_back(row);
+  }
+  // A step of prefill chunks only samples nothing.
+  if (device_rows_.empty()) return absl::OkStatus();
+  const TensorView& logits = model_->step_logits();
+  RETURN_IF_ERROR(
+      model_->ops()->SampleOnDevice(logits, device_rows_, &device_samples_));
+  int64_t row = 0;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (!step.sample()) continue;
+    const DeviceSample& sample = device_samples_[row];
+    SequenceState& state = *seqs_.at(step.sequence_id());
+    state.output.push_back(sample.token);
+    proto::SampledToken* out = result->add_tokens();
+    out->set_sequence_id(step.sequence_id());
+    out->set_token(sample.token);
+    out->set_logprob(sample.logprob);
+    for (const auto& [id, logprob] : sample.top) {
+      out->add_top_ids(id);
+      out->add_top_logprobs(logprob);
+    }
+    if (step.return_logits()) {
+      const int vocab = static_cast<int>(model_->config().vocab_size);
+      out->mutable_logits()->Resize(vocab, 0.0f);
+      RETURN_IF_ERROR(model_->ops()->CopyToHost(
+          logits.Rows(row, row + 1), out->mutable_logits()->mutable_data()));
+    }
+    ++row;
   }
   return absl::OkStatus();
 }

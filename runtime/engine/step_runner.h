@@ -48,7 +48,10 @@ class StepRunner {
 
  private:
   struct SequenceState {
-    explicit SequenceState(const SamplingParams& params) : sampler(params) {}
+    explicit SequenceState(const SamplingParams& params);
+    SamplingParams params;
+    // The device sampler's stream: the request's seed, or a random one.
+    uint64_t seed;
     Sampler sampler;
     std::vector<int32_t> prompt;  // The penalties' view.
     std::vector<int32_t> output;
@@ -57,6 +60,10 @@ class StepRunner {
   absl::Status SampleRow(const proto::SequenceStep& step,
                          absl::Span<const float> logits,
                          proto::SampledToken* out);
+  // The same for every sampled sequence of `plan` at once, where the logits
+  // are (the backend samples on its device).
+  absl::Status SampleOnDevice(const proto::StepPlan& plan,
+                              proto::StepResult* result);
 
   LlamaModel* model_;
   KvPool pool_;
@@ -70,6 +77,8 @@ class StepRunner {
   std::vector<int32_t> logit_rows_;
   std::vector<float> logits_;
   std::vector<std::pair<float, int32_t>> top_;
+  std::vector<DeviceSampleRow> device_rows_;
+  std::vector<DeviceSample> device_samples_;
 };
 
 }  // namespace tessera

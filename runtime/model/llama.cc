@@ -481,6 +481,9 @@ absl::Status LlamaModel::BindScratch() {
       {"gathered_logits",
        &gathered_logits_,
        {s.tp_size * max_logit_rows_, s.vocab_per_rank}},
+      {"full_logits",
+       &full_logits_,
+       {s.tp_size > 1 ? max_logit_rows_ : 1, c.vocab_size}},
   };
   for (const Spec& spec : specs) {
     RETURN_IF_ERROR(workspace_.RegisterBuffer(
@@ -609,11 +612,6 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
                        pool.num_slots()));
     }
   }
-  if (shard_.last_stage() && rows > 0 && logits == nullptr) {
-    return absl::InvalidArgumentError(
-        "ForwardBatch: the last stage needs logits");
-  }
-
   RETURN_IF_ERROR(ops_->BeginStep(*meta));
   // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
   // ids it holds, the sum completes every row) or the previous stage's output.
@@ -642,7 +640,10 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
     RETURN_IF_ERROR(Layer(static_cast<int>(l), batch, pool.layer(l)));
   }
   if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
-  if (rows == 0) return absl::OkStatus();  // An earlier prefill chunk.
+  if (rows == 0) {  // An earlier prefill chunk: no logits this step.
+    step_logits_ = TensorView();
+    return absl::OkStatus();
+  }
   meta_tokens_ = T;
   return Head(batch.logit_rows, logits);
 }
@@ -657,31 +658,21 @@ absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
       ops_->RmsNorm(last, weights_.final_norm->view(), c.rms_norm_eps, last));
   const Tensor& lm_head =
       weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
-  const int64_t vp = shard_.vocab_per_rank;
   TensorView local = local_logits_.Rows(0, n);
   RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
   if (shard_.tp_size == 1) {
-    // vocab_per_rank == V without tensor parallelism.
-    return ops_->CopyToHost(local, logits);
+    step_logits_ = local;  // vocab_per_rank == V without tensor parallelism.
+  } else {
+    // Vocabulary-parallel head: each rank scores its rows, the gather stacks
+    // them [rank, row, vocab], and the concatenation drops the padding.
+    const TensorView gathered(gathered_logits_.data(), DType::kF32,
+                              {shard_.tp_size * n, shard_.vocab_per_rank});
+    RETURN_IF_ERROR(tp_->AllGather(local, gathered));
+    step_logits_ = full_logits_.Rows(0, n);
+    RETURN_IF_ERROR(ops_->ConcatShards(gathered, shard_.tp_size, step_logits_));
   }
-  // Vocabulary-parallel head: each rank scores its rows, the gather puts them
-  // in [rank, row, vocab] order, and the padding past V is dropped.
-  const TensorView gathered(gathered_logits_.data(), DType::kF32,
-                            {shard_.tp_size * n, vp});
-  RETURN_IF_ERROR(tp_->AllGather(local, gathered));
-  host_logits_.resize(static_cast<size_t>(shard_.tp_size * n * vp));
-  RETURN_IF_ERROR(ops_->CopyToHost(gathered, host_logits_.data()));
-  const float* g = host_logits_.data();
-  for (int64_t i = 0; i < n; ++i) {
-    for (int64_t r = 0; r < shard_.tp_size; ++r) {
-      const int64_t first = r * vp;
-      if (first >= c.vocab_size) break;
-      const int64_t count = std::min(vp, c.vocab_size - first);
-      std::copy_n(g + (r * n + i) * vp, count,
-                  logits + i * c.vocab_size + first);
-    }
-  }
-  return absl::OkStatus();
+  if (logits == nullptr) return absl::OkStatus();  // They stay on the device.
+  return ops_->CopyToHost(step_logits_, logits);
 }
 
 absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
@@ -755,11 +746,11 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
   RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), nullptr, proj));
   if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
   RETURN_IF_ERROR(AddBias(w.o_bias, proj));
-  RETURN_IF_ERROR(ops_->Add(hidden, proj, hidden));
+  // hidden += attention output; normed = the MLP's input norm (fused).
+  RETURN_IF_ERROR(ops_->AddRmsNorm(hidden, proj, w.post_attention_norm.view(),
+                                   c.rms_norm_eps, normed));
 
   // MLP block: this rank's slice of the intermediate dimension.
-  RETURN_IF_ERROR(ops_->RmsNorm(hidden, w.post_attention_norm.view(),
-                                c.rms_norm_eps, normed));
   RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(),
                                OptionalView(w.gate_bias, &bias_storage[0]),
                                gate));

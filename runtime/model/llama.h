@@ -166,6 +166,7 @@ class LlamaModel {
 
   const ModelConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }
+  Ops* ops() const { return ops_; }
 
   // Bytes of weights this rank holds.
   int64_t weight_bytes() const;
@@ -193,8 +194,13 @@ class LlamaModel {
   // rank of the job calls it with the same batch. InvalidArgument when the
   // step has more than max_step_tokens() tokens or max_logit_rows() logit
   // rows, or a position beyond the context.
+  // `logits` may be null: the logits then stay in the backend's memory as
+  // step_logits() (a GPU samples them there).
   absl::Status ForwardBatch(const StepBatch& batch, const KvPool& pool,
                             float* logits);
+  // The last step's logits [logit_rows, V] in the backend's memory (last
+  // stage), valid until the next step.
+  const TensorView& step_logits() const { return step_logits_; }
 
   // A static-layout KV cache of `capacity` positions for this rank.
   absl::StatusOr<KvCache> NewKvCache(int64_t capacity,
@@ -236,9 +242,9 @@ class LlamaModel {
   int64_t max_step_tokens_ = 0;
   int64_t max_logit_rows_ = 1;
   TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
-      last_hidden_, local_logits_, gathered_logits_;
-  int64_t meta_tokens_ = 0;         // Tokens of the step in Head.
-  std::vector<float> host_logits_;  // The gathered logits, on the host.
+      last_hidden_, local_logits_, gathered_logits_, full_logits_;
+  int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
+  TensorView step_logits_;   // The last step's logits, in the backend.
 };
 
 }  // namespace tessera

@@ -1,0 +1,219 @@
+// CudaOps against the CPU reference (CpuOps) on fresh random inputs: the
+// cuBLASLt matrix products (f32, and bf16 weights with f32 accumulation), the
+// bf16 embedding, the fused residual norm, the vocabulary shard concatenation,
+// row gathers, uploads, and sampling on the device (greedy = argmax,
+// log-probabilities = log-softmax, top-n best first). Skips without a GPU.
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_memory_source.h"
+#include "kernels/cuda/cuda_status.h"
+
+namespace tessera {
+namespace {
+
+float RoundBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  float y;
+  std::memcpy(&y, &bits, 4);
+  return y;
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    source_ = std::make_unique<CudaMemorySource>(0);
+    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
+    auto ops = CudaOps::Create(0, allocator_.get());
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    gpu_ = *std::move(ops);
+  }
+  void TearDown() override {
+    gpu_.reset();
+    allocator_.reset();
+  }
+
+  Tensor Random(Shape shape, float scale = 1.0f) {
+    Tensor t = *Tensor::Empty(DType::kF32, shape);
+    std::normal_distribution<float> dist(0.0f, scale);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data_as<float>()[i] = dist(rng_);
+    return t;
+  }
+  Tensor Device(const Tensor& host, DType dtype = DType::kF32) {
+    auto t = gpu_->Upload(host.view(), dtype);
+    EXPECT_TRUE(t.ok()) << t.status();
+    return *std::move(t);
+  }
+  std::vector<float> Host(const TensorView& device) {
+    std::vector<float> out(device.numel());
+    EXPECT_TRUE(gpu_->CopyToHost(device, out.data()).ok());
+    return out;
+  }
+  Tensor DeviceEmpty(Shape shape) {
+    return Device(*Tensor::Zeros(DType::kF32, std::move(shape)));
+  }
+  static void ExpectClose(const std::vector<float>& got, const Tensor& want,
+                          double rel) {
+    ASSERT_EQ(static_cast<int64_t>(got.size()), want.numel());
+    double max_ref = 0;
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      max_ref = std::max(max_ref, std::fabs(double(want.data_as<float>()[i])));
+    }
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      ASSERT_NEAR(got[i], want.data_as<float>()[i],
+                  rel * std::max(1.0, max_ref))
+          << "element " << i;
+    }
+  }
+
+  std::mt19937 rng_{1234};
+  CpuOps cpu_;
+  std::unique_ptr<CudaMemorySource> source_;
+  std::unique_ptr<PinnableBlockAllocator> allocator_;
+  std::unique_ptr<CudaOps> gpu_;
+};
+
+TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
+  for (auto [t, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 512, 64},
+                         {7, 300, 96},
+                         {64, 1024, 256},
+                         {130, 129, 513}}) {
+    Tensor x = Random({t, k}), w = Random({n, k}, 0.05f), b = Random({n});
+    Tensor want = *Tensor::Empty(DType::kF32, {t, n});
+    const TensorView bias = b.view();
+    ASSERT_TRUE(cpu_.Linear(x.view(), w.view(), &bias, want.view()).ok());
+    Tensor dx = Device(x), dw = Device(w), db = Device(b);
+    Tensor out = DeviceEmpty({t, n});
+    const TensorView dbias = db.view();
+    ASSERT_TRUE(gpu_->Linear(dx.view(), dw.view(), &dbias, out.view()).ok());
+    ExpectClose(Host(out.view()), want, 1e-5);
+
+    // bf16 weights: the reference multiplies bf16-rounded inputs and weights.
+    Tensor xr = Random({t, k}), wr = Random({n, k}, 0.05f);
+    for (int64_t i = 0; i < xr.numel(); ++i)
+      xr.data_as<float>()[i] = RoundBf16(xr.data_as<float>()[i]);
+    for (int64_t i = 0; i < wr.numel(); ++i)
+      wr.data_as<float>()[i] = RoundBf16(wr.data_as<float>()[i]);
+    ASSERT_TRUE(cpu_.Linear(xr.view(), wr.view(), nullptr, want.view()).ok());
+    Tensor dxr = Device(xr), dwr = Device(wr, DType::kBF16);
+    ASSERT_TRUE(gpu_->Linear(dxr.view(), dwr.view(), nullptr, out.view()).ok());
+    ExpectClose(Host(out.view()), want, 1e-4);
+  }
+}
+
+TEST_F(CudaOpsTest, Bf16EmbeddingAndShards) {
+  Tensor table = Random({100, 24});
+  for (int64_t i = 0; i < table.numel(); ++i)
+    table.data_as<float>()[i] = RoundBf16(table.data_as<float>()[i]);
+  const std::vector<int32_t> ids = {0, 99, 5, 5, 42};
+  Tensor want = *Tensor::Empty(DType::kF32, {5, 24});
+  ASSERT_TRUE(cpu_.Embedding(table.view(), ids, want.view()).ok());
+  Tensor dt = Device(table, DType::kBF16), out = DeviceEmpty({5, 24});
+  ASSERT_TRUE(gpu_->Embedding(dt.view(), ids, out.view()).ok());
+  ExpectClose(Host(out.view()), want, 0);
+  ASSERT_TRUE(cpu_.EmbeddingShard(table.view(), ids, 40, want.view()).ok());
+  ASSERT_TRUE(gpu_->EmbeddingShard(dt.view(), ids, 40, out.view()).ok());
+  ExpectClose(Host(out.view()), want, 0);
+  const std::vector<int32_t> bad = {100};
+  Tensor one = DeviceEmpty({1, 24});
+  EXPECT_EQ(gpu_->Embedding(dt.view(), bad, one.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaOpsTest, AddRmsNormConcatShardsGatherRows) {
+  Tensor residual = Random({9, 64}), x = Random({9, 64}), w = Random({64});
+  Tensor want_res = *Tensor::Empty(DType::kF32, {9, 64});
+  std::memcpy(want_res.data(), residual.data(), residual.nbytes());
+  Tensor want = *Tensor::Empty(DType::kF32, {9, 64});
+  ASSERT_TRUE(
+      cpu_.AddRmsNorm(want_res.view(), x.view(), w.view(), 1e-5f, want.view())
+          .ok());
+  Tensor dres = Device(residual), dx = Device(x), dw = Device(w);
+  ASSERT_TRUE(
+      gpu_->AddRmsNorm(dres.view(), dx.view(), dw.view(), 1e-5f, dx.view())
+          .ok());
+  ExpectClose(Host(dres.view()), want_res, 1e-6);
+  ExpectClose(Host(dx.view()), want, 1e-5);
+
+  // Three shards of 7 columns hold a vocabulary of 19 (two columns padding).
+  Tensor gathered = Random({3 * 4, 7});
+  Tensor want_cat = *Tensor::Empty(DType::kF32, {4, 19});
+  ASSERT_TRUE(cpu_.ConcatShards(gathered.view(), 3, want_cat.view()).ok());
+  Tensor dg = Device(gathered), cat = DeviceEmpty({4, 19});
+  ASSERT_TRUE(gpu_->ConcatShards(dg.view(), 3, cat.view()).ok());
+  ExpectClose(Host(cat.view()), want_cat, 0);
+  EXPECT_EQ(want_cat.data_as<float>()[19 + 7],
+            gathered.data_as<float>()[4 * 7 + 7]);
+
+  const std::vector<int32_t> rows = {3, 0, 3};
+  Tensor want_rows = *Tensor::Empty(DType::kF32, {3, 19});
+  ASSERT_TRUE(cpu_.GatherRows(want_cat.view(), rows, want_rows.view()).ok());
+  Tensor got_rows = DeviceEmpty({3, 19});
+  ASSERT_TRUE(gpu_->GatherRows(cat.view(), rows, got_rows.view()).ok());
+  ExpectClose(Host(got_rows.view()), want_rows, 0);
+}
+
+// Greedy rows pick the argmax; log-probabilities are the log-softmax of the
+// unmodified logits; top-n is best first; a seeded row is reproducible.
+TEST_F(CudaOpsTest, SampleOnDeviceGreedyLogprobsAndSeeds) {
+  for (int64_t vocab : {517, 151936}) {
+    const int64_t n = 5;
+    Tensor logits = Random({n, vocab}, 3.0f);
+    Tensor d = Device(logits);
+    std::vector<DeviceSampleRow> rows(n);
+    for (int64_t i = 0; i < n; ++i) {
+      rows[i].temperature = 0.0f;
+      rows[i].top_logprobs = static_cast<int32_t>(i * 4);
+    }
+    rows[4].temperature = 0.8f;
+    rows[4].top_p = 0.9f;
+    rows[4].seed = 77;
+    rows[4].step = 3;
+    std::vector<DeviceSample> got;
+    ASSERT_TRUE(gpu_->SampleOnDevice(d.view(), rows, &got).ok());
+    ASSERT_EQ(got.size(), static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      const float* l = logits.data_as<float>() + i * vocab;
+      int32_t best = 0;
+      double z = 0;
+      const float mx = *std::max_element(l, l + vocab);
+      for (int64_t v = 0; v < vocab; ++v) {
+        if (l[v] > l[best]) best = static_cast<int32_t>(v);
+        z += std::exp(double(l[v]) - mx);
+      }
+      const double log_z = mx + std::log(z);
+      if (i < 4) EXPECT_EQ(got[i].token, best) << "row " << i;
+      EXPECT_NEAR(got[i].logprob, l[got[i].token] - log_z, 1e-4);
+      ASSERT_EQ(got[i].top.size(), static_cast<size_t>(rows[i].top_logprobs));
+      if (!got[i].top.empty()) EXPECT_EQ(got[i].top[0].first, best);
+      for (size_t k = 1; k < got[i].top.size(); ++k) {
+        EXPECT_LE(got[i].top[k].second, got[i].top[k - 1].second);
+        EXPECT_NEAR(got[i].top[k].second, l[got[i].top[k].first] - log_z, 1e-4);
+      }
+    }
+    // The seeded row draws the same token again, alone.
+    std::vector<DeviceSample> again;
+    Tensor last = Device(*Tensor::Empty(DType::kF32, {1, vocab}));
+    std::vector<float> row4(logits.data_as<float>() + 4 * vocab,
+                            logits.data_as<float>() + 5 * vocab);
+    Tensor host4 = *Tensor::Empty(DType::kF32, {1, vocab});
+    std::memcpy(host4.data(), row4.data(), vocab * 4);
+    Tensor d4 = Device(host4);
+    ASSERT_TRUE(gpu_->SampleOnDevice(d4.view(), {rows[4]}, &again).ok());
+    EXPECT_EQ(again[0].token, got[4].token);
+  }
+}
+
+}  // namespace
+}  // namespace tessera
