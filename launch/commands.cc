@@ -525,7 +525,8 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
   return absl::OkStatus();
 }
 
-absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
+absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
+                      std::ostream& out) {
   if (o.batch_size < 1 || o.input_len < 1 || o.output_len < 1 ||
       o.iterations < 1) {
     return absl::InvalidArgumentError(
@@ -536,7 +537,7 @@ absl::Status RunBench(const BenchOptions& o, std::ostream& out) {
   // Every sequence of the batch runs together.
   flags.max_num_seqs = std::max(flags.max_num_seqs, o.batch_size);
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, flags, false, nullptr));
+                   LoadModel(o.model_dir, flags, false, executor));
   const ModelConfig& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(

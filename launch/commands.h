@@ -102,7 +102,10 @@ struct BenchOptions {
 // Times batch_size requests of random prompt ids submitted together (greedy,
 // EOS ignored): prefill (until every request has its first token) and decode
 // (the rest), the median over `iterations` runs after one warm-up.
-absl::Status RunBench(const BenchOptions& options, std::ostream& out);
+// `executor` runs the steps (a parallel job on rank 0); null loads the model
+// into this process.
+absl::Status RunBench(const BenchOptions& options, StepExecutor* executor,
+                      std::ostream& out);
 
 struct TokenizeOptions {
   std::string

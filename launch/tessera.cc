@@ -17,7 +17,9 @@
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
+#include <algorithm>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -102,52 +104,52 @@ absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
   return layers;
 }
 
-// `tessera generate` as one rank of an MPI job: rank 0 runs the requests and
-// prints; the others serve steps. Returns the process exit code. A failure that
-// every rank sees alike (bad flags, a model that cannot be split, the world's
-// size) is printed once, by rank 0; one rank's own failure ends the whole job
-// through MPI_Abort, so nothing hangs.
-int GenerateParallel(const tessera::GenerateOptions& o,
-                     const tessera::ParallelOptions& p) {
+// One rank of an MPI job: rank 0 runs `coordinator` over the job (the
+// engine's StepExecutor) and prints; the others serve steps. Returns the
+// process exit code. A failure that every rank sees alike (bad flags, a model
+// that cannot be split, the world's size) is printed once, by rank 0; one
+// rank's own failure ends the whole job through MPI_Abort, so nothing hangs.
+int RunParallel(
+    const std::string& model_dir, const tessera::ParallelOptions& p,
+    const std::function<absl::Status(tessera::StepExecutor*)>& coordinator) {
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
   if (!world.ok()) {
     std::cerr << "tessera: " << world.status().message() << "\n";
     return 1;
   }
-  const bool coordinator = (*world)->rank() == 0;
-  auto job = tessera::ParallelJob::Create(**world, o.model_dir, p);
+  const bool is_coordinator = (*world)->rank() == 0;
+  auto job = tessera::ParallelJob::Create(**world, model_dir, p);
   if (!job.ok()) {
-    if (coordinator) std::cerr << "tessera: " << job.status().message() << "\n";
+    if (is_coordinator) {
+      std::cerr << "tessera: " << job.status().message() << "\n";
+    }
     return 1;
   }
-  if (!coordinator) {
+  if (!is_coordinator) {
     const absl::Status served = (*job)->ServeSteps();
     if (!served.ok()) (*world)->Abort(1, served.message());
     return 0;
   }
   std::cerr << absl::StrFormat(
-      "[tessera] %d ranks (tp %d x pp %d); rank 0 holds %.1f MiB of weights; "
-      "loaded in "
-      "%.2f s\n",
-      (*world)->size(), p.tp, p.pp, (*job)->weight_bytes() / 1048576.0,
-      (*job)->load_seconds());
+      "[tessera] %d ranks (tp %d x pp %d) on %s; rank 0 holds %.1f MiB of "
+      "weights; loaded in %.2f s\n",
+      (*world)->size(), p.tp, p.pp, p.device,
+      (*job)->weight_bytes() / 1048576.0, (*job)->load_seconds());
   for (const auto& l : (*job)->layout()) {
     std::cerr << absl::StrFormat(
         "[tessera]   rank %d: tp %d, stage %d, layers %d-%d, %d heads, %d KV "
-        "heads, vocab rows "
-        "%d-%d\n",
+        "heads, vocab rows %d-%d\n",
         l.rank(), l.tp_rank(), l.pp_stage(), l.first_layer(), l.end_layer() - 1,
         l.local_heads(), l.local_kv_heads(), l.first_vocab_id(),
         l.first_vocab_id() + l.vocab_rows() - 1);
   }
-  const absl::Status status = tessera::RunGenerate(o, job->get(), std::cout);
+  const absl::Status status = coordinator(job->get());
   std::cout.flush();
   const auto& stats = (*job)->control_stats();
   if (stats.steps > 0) {
     std::cerr << absl::StrFormat(
         "[tessera] control plane: %d steps, %.1f plan bytes/step, broadcast "
-        "%.1f us/step, "
-        "waiting for results %.1f us/step\n",
+        "%.1f us/step, waiting for results %.1f us/step\n",
         stats.steps, static_cast<double>(stats.plan_bytes) / stats.steps,
         stats.broadcast_seconds * 1e6 / stats.steps,
         stats.result_seconds * 1e6 / stats.steps);
@@ -161,11 +163,58 @@ int GenerateParallel(const tessera::GenerateOptions& o,
   return 0;
 }
 
+// The parallel layout flags, shared by generate and bench.
+struct ParallelFlags {
+  int64_t tp = 1, pp = 1;
+  std::string pp_layers, weights = "rank0";
+
+  void Add(tessera::FlagParser& flags) {
+    flags.Add("tp", &tp,
+              "tensor-parallel ranks (under mpirun: world = tp x pp)");
+    flags.Add("pp", &pp, "pipeline-parallel stages");
+    flags.Add("pp-layers", &pp_layers,
+              "layers per stage, e.g. 3,2 (default: even split)");
+    flags.Add("weights", &weights,
+              "rank0 (rank 0 reads and sends each rank its shard) or local "
+              "(each rank reads its own slices)");
+  }
+
+  // The job's options; *parallel says whether to run as an MPI job.
+  absl::StatusOr<tessera::ParallelOptions> Resolve(
+      const tessera::EngineFlags& engine, bool* parallel) const {
+    if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) {
+      return absl::InvalidArgumentError(
+          "--tp and --pp must be between 1 and 4096");
+    }
+    if (weights != "rank0" && weights != "local") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--weights must be rank0 or local, got \"", weights, "\""));
+    }
+    tessera::ParallelOptions p;
+    p.tp = static_cast<int>(tp);
+    p.pp = static_cast<int>(pp);
+    ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
+    p.weights_local = weights == "local";
+    tessera::EngineOptions engine_options;
+    RETURN_IF_ERROR(
+        tessera::ResolveEngineFlags(engine, &engine_options, &p.kv));
+    p.max_num_seqs = static_cast<int>(engine.max_num_seqs);
+    p.max_num_batched_tokens = engine.max_num_batched_tokens;
+    p.device = engine.device;
+    ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(engine));
+    *parallel = tp * pp > 1 || LaunchedAsMultiRankJob();
+    if (!*parallel && !p.pp_layers.empty()) {
+      return absl::InvalidArgumentError("--pp-layers needs --pp > 1");
+    }
+    return p;
+  }
+};
+
 absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   tessera::GenerateOptions o;
   double temperature = o.sampling.temperature, top_p = o.sampling.top_p;
-  int64_t top_k = 0, seed = -1, tp = 1, pp = 1;
-  std::string pp_layers, weights = "rank0";
+  int64_t top_k = 0, seed = -1;
+  ParallelFlags parallel_flags;
   tessera::FlagParser flags("generate");
   flags.Add("model", &o.model_dir,
             "model folder (config.json, *.safetensors, tokenizer)");
@@ -202,14 +251,7 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("output", &o.output, "text, or json (one object per prompt)");
   flags.Add("stats-json", &o.stats_json,
             "write memory statistics to this JSON file");
-  flags.Add("tp", &tp, "tensor-parallel ranks (under mpirun: world = tp x pp)");
-  flags.Add("pp", &pp, "pipeline-parallel stages");
-  flags.Add("pp-layers", &pp_layers,
-            "layers per stage, e.g. 3,2 (default: even split)");
-  flags.Add("weights", &weights,
-            "rank0 (rank 0 reads and sends each rank its shard) or local (each "
-            "rank reads "
-            "its own slices)");
+  parallel_flags.Add(flags);
   flags.Add("chat", &o.chat,
             "send each text prompt as a user message through the model's chat "
             "template");
@@ -228,38 +270,21 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   if (seed < -1)
     return absl::InvalidArgumentError("--seed must be >= 0 (or -1 for none)");
   if (seed >= 0) o.sampling.seed = static_cast<uint64_t>(seed);
-  if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) {
-    return absl::InvalidArgumentError(
-        "--tp and --pp must be between 1 and 4096");
-  }
-  if (weights != "rank0" && weights != "local") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--weights must be rank0 or local, got \"", weights, "\""));
-  }
-  tessera::ParallelOptions p;
-  p.tp = static_cast<int>(tp);
-  p.pp = static_cast<int>(pp);
-  ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
-  p.weights_local = weights == "local";
-  tessera::EngineOptions engine_options;
-  RETURN_IF_ERROR(
-      tessera::ResolveEngineFlags(o.engine, &engine_options, &p.kv));
-  p.max_num_seqs = static_cast<int>(o.engine.max_num_seqs);
-  p.device = o.engine.device;
-  ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(o.engine));
-  p.max_num_batched_tokens = o.engine.max_num_batched_tokens;
-  if (tp * pp > 1 || LaunchedAsMultiRankJob()) {
-    *exit_code = GenerateParallel(o, p);
+  bool parallel = false;
+  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
+                   parallel_flags.Resolve(o.engine, &parallel));
+  if (parallel) {
+    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
+      return tessera::RunGenerate(o, job, std::cout);
+    });
     return absl::OkStatus();
-  }
-  if (!p.pp_layers.empty()) {
-    return absl::InvalidArgumentError("--pp-layers needs --pp > 1");
   }
   return tessera::RunGenerate(o, nullptr, std::cout);
 }
 
-absl::Status Bench(const std::vector<std::string>& args) {
+absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   tessera::BenchOptions o;
+  ParallelFlags parallel_flags;
   tessera::FlagParser flags("bench");
   flags.Add("model", &o.model_dir, "model folder");
   flags.Add("batch-size", &o.batch_size, "sequences per step");
@@ -269,9 +294,21 @@ absl::Status Bench(const std::vector<std::string>& args) {
             "timed repetitions; the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
   AddEngineFlags(flags, &o.engine);
+  parallel_flags.Add(flags);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
-  return tessera::RunBench(o, std::cout);
+  // Every sequence of the batch runs in the same steps.
+  o.engine.max_num_seqs = std::max(o.engine.max_num_seqs, o.batch_size);
+  bool parallel = false;
+  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
+                   parallel_flags.Resolve(o.engine, &parallel));
+  if (parallel) {
+    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
+      return tessera::RunBench(o, job, std::cout);
+    });
+    return absl::OkStatus();
+  }
+  return tessera::RunBench(o, nullptr, std::cout);
 }
 
 absl::Status Tokenize(const std::vector<std::string>& args) {
@@ -309,7 +346,9 @@ int main(int argc, char** argv) {
     status = Generate(args, &exit_code);
     if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "bench") {
-    status = Bench(args);
+    int exit_code = 0;
+    status = Bench(args, &exit_code);
+    if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "tokenize") {
     status = Tokenize(args);
   } else {

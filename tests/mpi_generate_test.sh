@@ -112,6 +112,22 @@ for layout in "2 --tp 2" "2 --pp 2"; do
   run_case "stories260K np=$layout int8 KV" "$DEMO" 64 $layout --kv-dtype int8
 done
 
+# tessera bench runs under mpirun too (rank 0 prints one JSON object).
+for layout in "2 --tp 2" "2 --pp 2"; do
+  cases=$((cases + 1))
+  # shellcheck disable=SC2086
+  if timeout 120 mpirun -np ${layout%% *} --bind-to none "$TESSERA" bench --model "$DEMO" \
+    ${layout#* } --batch-size 4 --input-len 16 --output-len 8 --iterations 1 --json \
+    >"$TMP/out" 2>"$TMP/err" && grep -q '"decode_tokens_per_s"' "$TMP/out" &&
+    [ "$(wc -l <"$TMP/out")" -eq 1 ]; then
+    echo "PASS: bench np=$layout"
+  else
+    failures=$((failures + 1))
+    echo "FAIL: bench np=$layout"
+    head -c 600 "$TMP/err"
+  fi
+done
+
 # A job that must refuse to start: non-zero exit without hanging, and exactly one line from
 # rank 0 that starts with `pattern`.
 expect_job_error() {  # name, pattern, np, generate flags...
