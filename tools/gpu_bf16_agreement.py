@@ -59,6 +59,13 @@ def main():
                 out = model.generate(ids, max_new_tokens=NEW_TOKENS, do_sample=False,
                                      min_new_tokens=NEW_TOKENS, pad_token_id=0)
                 sequences.append(out[0, len(p):].tolist())
+            # transformers bf16 against itself: one forward pass over each whole sequence
+            # (teacher forcing, as tessera is scored) instead of token-by-token decoding.
+            bf16_argmax = []
+            for p, s in zip(prompts, sequences):
+                ids = torch.tensor([p + s], device="cuda")
+                logits = model(ids).logits[0, len(p) - 1:len(p) - 1 + NEW_TOKENS]
+                bf16_argmax.extend(logits.argmax(-1).tolist())
             # The same model in fp32, teacher-forced along the bf16 sequences: its argmax
             # at each position (how far fp32 numerics alone move the greedy choice).
             model = model.float()
@@ -73,6 +80,11 @@ def main():
         hf_agree = sum(a == b for a, b in zip(fp32_argmax, want))
         print(f"{name}: transformers fp32 vs transformers bf16 greedy (teacher-forced): "
               f"{hf_agree}/{len(want)} = {hf_agree / len(want):.4f}", flush=True)
+        self_agree = sum(a == b for a, b in zip(bf16_argmax, want))
+        print(f"{name}: transformers bf16 one-pass vs its own bf16 greedy decoding: "
+              f"{self_agree}/{len(want)} = {self_agree / len(want):.4f}", flush=True)
+        if os.environ.get("HF_ONLY"):
+            continue
         lines = []
         for p, s in zip(prompts, sequences):
             for j in range(NEW_TOKENS):
