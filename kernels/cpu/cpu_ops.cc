@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/op_checks.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -22,21 +23,7 @@ constexpr int64_t kBlasParallelThreshold = int64_t{1} << 23;
 
 absl::Status CheckF32(absl::string_view op, absl::string_view name,
                       const TensorView& t) {
-  if (t.dtype() != DType::kF32) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", name, " must be f32, got ", DTypeName(t.dtype())));
-  }
-  if (t.data() == nullptr && t.numel() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " has no storage"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShapeError(absl::string_view op, absl::string_view what,
-                        const Shape& a, const Shape& b) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
+  return CheckDType(op, name, t, DType::kF32);
 }
 
 // ---------------------------------------------------------------------------
@@ -571,15 +558,7 @@ absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
 
 absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
                                   const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("ConcatShards", "gathered", gathered));
-  RETURN_IF_ERROR(CheckF32("ConcatShards", "out", out));
-  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
-      gathered.shape()[0] != shards * out.shape()[0] ||
-      gathered.shape()[1] * shards < out.shape()[1]) {
-    return ShapeError("ConcatShards",
-                      "gathered [shards * n, Vp] cannot fill out [n, V]",
-                      gathered.shape(), out.shape());
-  }
+  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
   const int64_t n = out.shape()[0], v = out.shape()[1];
   const int64_t vp = gathered.shape()[1];
   const float* g = gathered.data_as<const float>();
@@ -596,20 +575,9 @@ absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
 absl::Status CpuOps::GatherRows(const TensorView& src,
                                 absl::Span<const int32_t> rows,
                                 const TensorView& dst) {
-  RETURN_IF_ERROR(CheckF32("GatherRows", "src", src));
-  RETURN_IF_ERROR(CheckF32("GatherRows", "dst", dst));
-  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
-      dst.shape()[1] != src.shape()[1]) {
-    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
-                      src.shape(), dst.shape());
-  }
+  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
   const int64_t n = src.shape()[1];
   for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i] < 0 || rows[i] >= src.shape()[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GatherRows: row ", rows[i], " of ", src.shape()[0]));
-    }
     std::copy_n(src.data_as<const float>() + rows[i] * n, n,
                 dst.data_as<float>() + static_cast<int64_t>(i) * n);
   }

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
+#include "kernels/op_checks.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -27,26 +28,6 @@ absl::Status LtStatus(cublasStatus_t status, absl::string_view call,
 absl::Status Launch(cudaError_t error, absl::string_view op) {
   return CudaStatus(error, absl::StrCat(op, " kernel"),
                     absl::StrCat("running ", op));
-}
-
-absl::Status CheckDType(absl::string_view op, absl::string_view name,
-                        const TensorView& t, DType want) {
-  if (t.dtype() != want) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be ",
-                                                   DTypeName(want), ", got ",
-                                                   DTypeName(t.dtype())));
-  }
-  if (t.data() == nullptr && t.numel() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " has no storage"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status ShapeError(absl::string_view op, absl::string_view what,
-                        const Shape& a, const Shape& b) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
 // Round to nearest even, as __float2bfloat16 does.
@@ -211,16 +192,7 @@ absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
 
 absl::Status CudaOps::ConcatShards(const TensorView& gathered, int64_t shards,
                                    const TensorView& out) {
-  RETURN_IF_ERROR(
-      CheckDType("ConcatShards", "gathered", gathered, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("ConcatShards", "out", out, DType::kF32));
-  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
-      gathered.shape()[0] != shards * out.shape()[0] ||
-      gathered.shape()[1] * shards < out.shape()[1]) {
-    return ShapeError("ConcatShards",
-                      "gathered [shards * n, Vp] cannot fill out [n, V]",
-                      gathered.shape(), out.shape());
-  }
+  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
   const int64_t n = out.shape()[0], v = out.shape()[1];
   const int64_t vp = gathered.shape()[1];
   if (n == 0) return absl::OkStatus();
@@ -400,20 +372,7 @@ absl::StatusOr<const int64_t*> CudaOps::DeviceSlots(
 absl::Status CudaOps::GatherRows(const TensorView& src,
                                  absl::Span<const int32_t> rows,
                                  const TensorView& dst) {
-  RETURN_IF_ERROR(CheckDType("GatherRows", "src", src, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("GatherRows", "dst", dst, DType::kF32));
-  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
-      dst.shape()[1] != src.shape()[1]) {
-    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
-                      src.shape(), dst.shape());
-  }
-  for (int32_t r : rows) {
-    if (r < 0 || r >= src.shape()[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
-    }
-  }
+  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* d_rows,
                    Stage(kRows, rows.data(), rows.size() * sizeof(int32_t)));

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/device_array.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
@@ -18,45 +19,7 @@ namespace {
 
 using cuda::DeviceSamplingParams;
 
-// Device array holding a copy of a host vector (RAII).
-template <typename T>
-class DeviceArray {
- public:
-  explicit DeviceArray(const std::vector<T>& host) : count_(host.size()) {
-    EXPECT_TRUE(
-        CudaStatus(cudaMalloc(&ptr_, Bytes()), "cudaMalloc", "test").ok());
-    if (count_ > 0) {
-      EXPECT_TRUE(CudaStatus(cudaMemcpy(ptr_, host.data(), Bytes(),
-                                        cudaMemcpyHostToDevice),
-                             "cudaMemcpy", "uploading")
-                      .ok());
-    }
-  }
-  explicit DeviceArray(size_t count) : DeviceArray(std::vector<T>(count)) {}
-  ~DeviceArray() { cudaFree(ptr_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-
-  T* get() const { return static_cast<T*>(ptr_); }
-  std::vector<T> Download() const {
-    std::vector<T> host(count_);
-    EXPECT_TRUE(CudaStatus(cudaDeviceSynchronize(), "cudaDeviceSynchronize",
-                           "waiting for the kernel")
-                    .ok());
-    if (count_ > 0) {
-      EXPECT_TRUE(CudaStatus(cudaMemcpy(host.data(), ptr_, Bytes(),
-                                        cudaMemcpyDeviceToHost),
-                             "cudaMemcpy", "downloading")
-                      .ok());
-    }
-    return host;
-  }
-
- private:
-  size_t Bytes() const { return (count_ > 0 ? count_ : 1) * sizeof(T); }
-  void* ptr_ = nullptr;
-  size_t count_;
-};
+using testing_cuda::DeviceArray;
 
 // --- Philox: plain C++, checked on the host against Random123's known
 // answers (kat_vectors), so this part runs without a device.
