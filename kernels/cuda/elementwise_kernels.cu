@@ -16,9 +16,26 @@ __device__ float WarpSum(float v) {
   return v;
 }
 
-// Accumulates the sum of squares in f32 per thread, reduces across warps
-// through shared memory, then scales. Matches the CPU reference to f32
-// rounding.
+// The sum of `v` over a block of at most kRmsNormThreads threads, returned
+// to every thread (warp shuffles, then one shared array). Once per kernel: a
+// second call could overwrite the array while threads still read the first
+// result.
+__device__ float BlockSum(float v) {
+  __shared__ float warp_sums[kRmsNormThreads / 32];
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float w = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
+    w = WarpSum(w);
+    if (threadIdx.x == 0) warp_sums[0] = w;
+  }
+  __syncthreads();
+  return warp_sums[0];
+}
+
+// Accumulates the sum of squares in f32 per thread, reduces across the block,
+// then scales. Matches the CPU reference to f32 rounding.
 __global__ void RmsNormKernel(const float* __restrict__ x,
                               const float* __restrict__ weight, float eps,
                               int64_t n, float* __restrict__ out) {
@@ -27,17 +44,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x,
   float* o = out + row * n;
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum_sq += in[i] * in[i];
-  __shared__ float warp_sums[kRmsNormThreads / 32];
-  sum_sq = WarpSum(sum_sq);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) warp_sums[0] = v;
-  }
-  __syncthreads();
-  const float inv_rms = rsqrtf(warp_sums[0] / static_cast<float>(n) + eps);
+  const float inv_rms = rsqrtf(BlockSum(sum_sq) / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     o[i] = in[i] * inv_rms * weight[i];
 }
@@ -67,17 +74,7 @@ __global__ void AddRmsNormKernel(float* __restrict__ residual, const float* x,
     res[i] = r;
     sum_sq += r * r;
   }
-  __shared__ float warp_sums[kRmsNormThreads / 32];
-  sum_sq = WarpSum(sum_sq);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = sum_sq;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float v = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    v = WarpSum(v);
-    if (threadIdx.x == 0) warp_sums[0] = v;
-  }
-  __syncthreads();
-  const float inv_rms = rsqrtf(warp_sums[0] / static_cast<float>(n) + eps);
+  const float inv_rms = rsqrtf(BlockSum(sum_sq) / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     o[i] = res[i] * inv_rms * weight[i];
 }
