@@ -15,6 +15,8 @@ packages=(
   libpcre2-dev libutf8proc-dev
   libopenblas-dev
   nlohmann-json3-dev
+  libcpp-httplib-dev
+  prometheus
   clang-format
 )
 

@@ -1,0 +1,176 @@
+#include "runtime/serve/async_engine.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+
+std::optional<TokenEvent> RequestStream::Next(
+    std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait_for(lock, timeout,
+               [&] { return !events_.empty() || result_.has_value(); });
+  if (events_.empty()) return std::nullopt;
+  TokenEvent event = std::move(events_.front());
+  events_.pop_front();
+  return event;
+}
+
+bool RequestStream::done() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return events_.empty() && result_.has_value();
+}
+
+absl::StatusOr<GenerationResult> RequestStream::Wait() {
+  std::unique_lock<std::mutex> lock(mu_);
+  cv_.wait(lock, [&] { return result_.has_value(); });
+  return *result_;
+}
+
+void RequestStream::Push(const TokenEvent& event) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(event);
+  }
+  cv_.notify_all();
+}
+
+void RequestStream::Finish(absl::StatusOr<GenerationResult> result) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!result_.has_value()) result_ = std::move(result);
+  }
+  cv_.notify_all();
+}
+
+AsyncEngine::AsyncEngine(Engine* engine, int64_t max_pending)
+    : engine_(engine), max_pending_(max_pending) {}
+
+absl::StatusOr<std::shared_ptr<RequestStream>> AsyncEngine::Submit(
+    GenerationRequest request) {
+  auto stream = std::make_shared<RequestStream>();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (draining_) {
+      return absl::UnavailableError("the server is shutting down");
+    }
+    if (open_ >= max_pending_) {
+      ++stats_.rejected;
+      return absl::ResourceExhaustedError(
+          absl::StrCat("the server is full (", max_pending_,
+                       " requests waiting or running); retry later"));
+    }
+    stream->id_ = next_id_++;
+    ++open_;
+    ++stats_.accepted;
+    inbox_.push_back(Pending{std::move(request), stream});
+    stats_.waiting = static_cast<int64_t>(inbox_.size());
+  }
+  work_.notify_one();
+  return stream;
+}
+
+void AsyncEngine::Cancel(int64_t id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancels_.push_back(id);
+  }
+  work_.notify_one();
+}
+
+void AsyncEngine::Drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  work_.notify_one();
+}
+
+AsyncEngine::Stats AsyncEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+Engine::Stats AsyncEngine::engine_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return engine_stats_;
+}
+
+void AsyncEngine::Admit() {
+  std::deque<Pending> inbox;
+  std::vector<int64_t> cancels;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    inbox.swap(inbox_);
+    cancels.swap(cancels_);
+    stats_.waiting = 0;
+  }
+  int64_t ended = 0;
+  for (Pending& p : inbox) {
+    const int64_t id = p.stream->id_;
+    std::shared_ptr<RequestStream> stream = p.stream;
+    // The engine calls back on this thread, inside Step().
+    absl::StatusOr<int64_t> engine_id =
+        engine_->Submit(p.request, [this, id, stream](const TokenEvent& event) {
+          stream->Push(event);
+          if (!event.finished) return;
+          auto it = live_.find(id);
+          if (it == live_.end()) return;
+          stream->Finish(engine_->TakeResult(it->second.engine_id));
+          live_.erase(it);
+          std::lock_guard<std::mutex> lock(mu_);
+          --open_;
+        });
+    if (!engine_id.ok()) {
+      stream->Finish(engine_id.status());
+      ++ended;
+      continue;
+    }
+    live_[id] = Live{*engine_id, stream};
+  }
+  for (int64_t id : cancels) {
+    auto it = live_.find(id);
+    if (it == live_.end()) continue;  // Finished already, or unknown.
+    if (engine_->Cancel(it->second.engine_id).ok()) {
+      it->second.stream->Finish(engine_->TakeResult(it->second.engine_id));
+    }
+    live_.erase(it);
+    ++ended;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  open_ -= ended;
+  engine_stats_ = engine_->stats();  // Cancellations free blocks too.
+}
+
+absl::Status AsyncEngine::Loop() {
+  while (true) {
+    Admit();
+    if (engine_->HasWork()) {
+      const absl::Status stepped = engine_->Step();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        engine_stats_ = engine_->stats();
+      }
+      if (!stepped.ok()) {
+        // The engine is unusable: end every open request with the error.
+        for (auto& [id, live] : live_) live.stream->Finish(stepped);
+        live_.clear();
+        std::lock_guard<std::mutex> lock(mu_);
+        for (Pending& p : inbox_) p.stream->Finish(stepped);
+        inbox_.clear();
+        draining_ = true;
+        open_ = 0;
+        return stepped;
+      }
+      continue;
+    }
+    std::unique_lock<std::mutex> lock(mu_);
+    if (draining_ && open_ == 0 && inbox_.empty()) return absl::OkStatus();
+    work_.wait_for(lock, std::chrono::milliseconds(50), [&] {
+      return !inbox_.empty() || !cancels_.empty() || draining_;
+    });
+  }
+}
+
+}  // namespace tessera
