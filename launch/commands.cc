@@ -1,13 +1,16 @@
 #include "launch/commands.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <csignal>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -23,6 +26,8 @@
 #include "runtime/engine/local_executor.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
+#include "runtime/serve/async_engine.h"
+#include "runtime/serve/openai_server.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/detokenizer.h"
 #include "runtime/text/tokenizer.h"
@@ -628,6 +633,69 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         decode_tps, total_s * 1e3, output_tps);
   }
   return absl::OkStatus();
+}
+
+namespace {
+std::atomic<bool> g_stop_serving{false};
+extern "C" void StopServing(int) { g_stop_serving.store(true); }
+}  // namespace
+
+absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
+                      const std::function<void(int)>& on_listening) {
+  if (o.port < 0 || o.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--port must be in [0, 65535], got ", o.port));
+  }
+  if (o.max_pending < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-pending must be >= 1, got ", o.max_pending));
+  }
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<LoadedModel> loaded,
+      LoadModel(o.model_dir, o.engine, /*need_tokenizer=*/true, executor));
+  std::optional<ChatTemplate> chat_template;
+  absl::StatusOr<ChatTemplate> loaded_template =
+      ChatTemplate::FromTokenizerConfig(o.model_dir);
+  if (loaded_template.ok()) {
+    chat_template = *std::move(loaded_template);
+  } else if (!absl::IsNotFound(loaded_template.status())) {
+    return loaded_template.status();
+  }
+  ServerOptions server_options;
+  server_options.host = o.host;
+  server_options.port = static_cast<int>(o.port);
+  server_options.served_model_name = o.served_model_name;
+  if (server_options.served_model_name.empty()) {
+    std::string dir = o.model_dir;
+    while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+    server_options.served_model_name = dir.substr(dir.find_last_of('/') + 1);
+  }
+  AsyncEngine async(loaded->engine.get(), o.max_pending);
+  OpenAiServer server(server_options, &async, loaded->executor->config(),
+                      loaded->tokenizer.get(), std::move(chat_template));
+  RETURN_IF_ERROR(server.Start());
+  std::cerr << absl::StrFormat(
+      "[tessera] serving %s as \"%s\" on http://%s:%d (SIGTERM drains and "
+      "stops)\n",
+      o.model_dir, server_options.served_model_name, o.host, server.port());
+  if (on_listening) on_listening(server.port());
+  g_stop_serving.store(false);
+  std::signal(SIGTERM, StopServing);
+  std::signal(SIGINT, StopServing);
+  std::thread watcher([&async] {
+    while (!g_stop_serving.load()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    async.Drain();
+  });
+  const absl::Status looped = async.Loop();
+  g_stop_serving.store(true);  // An engine failure ends the watcher too.
+  watcher.join();
+  server.Stop();
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  std::cerr << "[tessera] drained and stopped\n";
+  return looped;
 }
 
 absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,

@@ -4,6 +4,7 @@
 #define TESSERA_LAUNCH_COMMANDS_H_
 
 #include <cstdint>
+#include <functional>
 #include <istream>
 #include <ostream>
 #include <string>
@@ -106,6 +107,22 @@ struct BenchOptions {
 // into this process.
 absl::Status RunBench(const BenchOptions& options, StepExecutor* executor,
                       std::ostream& out);
+
+struct ServeOptions {
+  std::string model_dir;
+  std::string host = "127.0.0.1";
+  int64_t port = 8000;            // 0: any free port.
+  std::string served_model_name;  // Default: the model folder's name.
+  int64_t max_pending = 1024;     // Waiting + running; beyond: HTTP 429.
+  EngineFlags engine;
+};
+
+// Serves the OpenAI-compatible API (runtime/serve/openai_server.h) until
+// SIGTERM or SIGINT: then it stops admitting (503), finishes the requests in
+// flight and returns. `executor`: a parallel job on rank 0, or null to load
+// the model here. `on_listening`, when set, is called with the bound port.
+absl::Status RunServe(const ServeOptions& options, StepExecutor* executor,
+                      const std::function<void(int)>& on_listening = {});
 
 struct TokenizeOptions {
   std::string

@@ -43,6 +43,7 @@ constexpr char kUsage[] =
     "  generate  generate text from prompts (--model DIR --prompt TEXT ...)\n"
     "  bench     measure prefill and decode speed (--model DIR --input-len I "
     "--output-len O)\n"
+    "  serve     OpenAI-compatible HTTP server (--model DIR [--port 8000])\n"
     "Run 'tessera <command> --help' for the flags.\n";
 
 // The engine's flags, shared by generate and bench.
@@ -311,6 +312,34 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   return tessera::RunBench(o, nullptr, std::cout);
 }
 
+absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
+  tessera::ServeOptions o;
+  ParallelFlags parallel_flags;
+  tessera::FlagParser flags("serve");
+  flags.Add("model", &o.model_dir,
+            "model folder (config.json, *.safetensors, tokenizer)");
+  flags.Add("host", &o.host, "address to listen on");
+  flags.Add("port", &o.port, "port to listen on (0: any free port)");
+  flags.Add("served-model-name", &o.served_model_name,
+            "the model name clients use (default: the folder's name)");
+  flags.Add("max-pending", &o.max_pending,
+            "requests waiting or running before new ones get HTTP 429");
+  AddEngineFlags(flags, &o.engine);
+  parallel_flags.Add(flags);
+  ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
+  if (!run) return absl::OkStatus();
+  bool parallel = false;
+  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
+                   parallel_flags.Resolve(o.engine, &parallel));
+  if (parallel) {
+    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
+      return tessera::RunServe(o, job);
+    });
+    return absl::OkStatus();
+  }
+  return tessera::RunServe(o, nullptr);
+}
+
 absl::Status Tokenize(const std::vector<std::string>& args) {
   tessera::TokenizeOptions o;
   tessera::FlagParser flags("tokenize");
@@ -330,7 +359,7 @@ absl::Status Tokenize(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "tessera: no command given (commands: generate, bench, "
-                 "tokenize; see "
+                 "serve, tokenize; see "
                  "tessera --help)\n";
     return 2;
   }
@@ -349,12 +378,16 @@ int main(int argc, char** argv) {
     int exit_code = 0;
     status = Bench(args, &exit_code);
     if (status.ok() && exit_code != 0) return exit_code;
+  } else if (command == "serve") {
+    int exit_code = 0;
+    status = Serve(args, &exit_code);
+    if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "tokenize") {
     status = Tokenize(args);
   } else {
-    std::cerr
-        << "tessera: unknown command \"" << command
-        << "\" (commands: generate, bench, tokenize; see tessera --help)\n";
+    std::cerr << "tessera: unknown command \"" << command
+              << "\" (commands: generate, bench, serve, tokenize; see tessera "
+                 "--help)\n";
     return 2;
   }
   if (!status.ok()) {

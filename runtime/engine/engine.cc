@@ -350,7 +350,8 @@ int64_t Engine::NumGenerated(int64_t id) const {
 }
 
 Engine::Stats Engine::stats() const {
-  return Stats{scheduler_->stats(), blocks_->stats()};
+  return Stats{scheduler_->stats(), blocks_->stats(),
+               scheduler_->num_running(), scheduler_->num_waiting()};
 }
 
 absl::StatusOr<GenerationResult> Engine::Generate(

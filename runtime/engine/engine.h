@@ -108,6 +108,8 @@ class Engine final : public TokenGenerator {
   struct Stats {
     Scheduler::Stats scheduler;
     BlockManager::Stats blocks;
+    int64_t running = 0;  // Sequences holding KV now.
+    int64_t waiting = 0;  // Queued (new or preempted).
   };
 
   // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
