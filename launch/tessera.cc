@@ -18,6 +18,7 @@
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <functional>
 #include <iostream>
@@ -110,9 +111,12 @@ absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
 // process exit code. A failure that every rank sees alike (bad flags, a model
 // that cannot be split, the world's size) is printed once, by rank 0; one
 // rank's own failure ends the whole job through MPI_Abort, so nothing hangs.
+// `workers_ignore_signals`: SIGTERM/SIGINT are rank 0's to handle (a server
+// drains, then shuts every rank down), so the other ranks ignore them.
 int RunParallel(
     const std::string& model_dir, const tessera::ParallelOptions& p,
-    const std::function<absl::Status(tessera::StepExecutor*)>& coordinator) {
+    const std::function<absl::Status(tessera::StepExecutor*)>& coordinator,
+    bool workers_ignore_signals = false) {
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
   if (!world.ok()) {
     std::cerr << "tessera: " << world.status().message() << "\n";
@@ -127,6 +131,10 @@ int RunParallel(
     return 1;
   }
   if (!is_coordinator) {
+    if (workers_ignore_signals) {
+      std::signal(SIGTERM, SIG_IGN);
+      std::signal(SIGINT, SIG_IGN);
+    }
     const absl::Status served = (*job)->ServeSteps();
     if (!served.ok()) (*world)->Abort(1, served.message());
     return 0;
@@ -332,9 +340,10 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
   ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
                    parallel_flags.Resolve(o.engine, &parallel));
   if (parallel) {
-    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
-      return tessera::RunServe(o, job);
-    });
+    *exit_code = RunParallel(
+        o.model_dir, p,
+        [&](tessera::StepExecutor* job) { return tessera::RunServe(o, job); },
+        /*workers_ignore_signals=*/true);
     return absl::OkStatus();
   }
   return tessera::RunServe(o, nullptr);

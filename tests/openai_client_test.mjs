@@ -1,0 +1,125 @@
+// The official `openai` npm client against a running `tessera serve`
+// (tests/serve_test.sh starts it). Usage:
+//   node openai_client_test.mjs BASE_URL MODEL EXPECTED_TEXT
+// EXPECTED_TEXT: `tessera generate`'s greedy 24-token continuation of
+// "Once upon a time" on the same model. Prints PASS/FAIL lines; exits 1 on
+// any failure.
+import OpenAI from 'openai';
+
+const [baseURL, model, expected] = process.argv.slice(2);
+const client = new OpenAI({baseURL, apiKey: 'unused', maxRetries: 0});
+let failures = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`PASS: ${name}`);
+  } catch (e) {
+    failures++;
+    console.log(`FAIL: ${name}: ${e && e.stack ? e.stack : e}`);
+  }
+}
+function assert(cond, what) {
+  if (!cond) throw new Error(what);
+}
+
+await check('models.list', async () => {
+  const page = await client.models.list();
+  assert(page.data.length === 1 && page.data[0].id === model,
+         JSON.stringify(page.data));
+});
+
+await check('completions.create equals offline generation', async () => {
+  const r = await client.completions.create(
+      {model, prompt: 'Once upon a time', max_tokens: 24, temperature: 0});
+  assert(r.choices[0].text === expected,
+         `got ${JSON.stringify(r.choices[0].text)}`);
+  assert(r.choices[0].finish_reason === 'length', r.choices[0].finish_reason);
+  assert(r.usage.completion_tokens === 24, JSON.stringify(r.usage));
+  assert(r.usage.total_tokens === r.usage.prompt_tokens + 24,
+         JSON.stringify(r.usage));
+});
+
+await check('completions stream equals offline generation', async () => {
+  const stream = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 24, temperature: 0,
+    stream: true, stream_options: {include_usage: true}
+  });
+  let text = '', usage = null, finish = null;
+  for await (const chunk of stream) {
+    for (const c of chunk.choices) {
+      text += c.text;
+      if (c.finish_reason) finish = c.finish_reason;
+    }
+    if (chunk.usage) usage = chunk.usage;
+  }
+  assert(text === expected, `got ${JSON.stringify(text)}`);
+  assert(finish === 'length', finish);
+  assert(usage && usage.completion_tokens === 24, JSON.stringify(usage));
+});
+
+await check('completions with n, several prompts, logprobs and stop',
+            async () => {
+  const r = await client.completions.create({
+    model, prompt: ['Once upon a time', 'The cat'], max_tokens: 12,
+    temperature: 0.8, seed: 5, n: 2, logprobs: 3, stop: ['zzz']
+  });
+  assert(r.choices.length === 4, r.choices.length);
+  for (const c of r.choices) {
+    assert(c.logprobs.tokens.length === c.logprobs.token_logprobs.length,
+           'logprob lengths');
+    assert(c.logprobs.top_logprobs.every((t) => Object.keys(t).length >= 1),
+           'top logprobs');
+  }
+});
+
+await check('chat.completions.create', async () => {
+  const r = await client.chat.completions.create({
+    model, messages: [{role: 'user', content: 'Tell me a story'}],
+    max_completion_tokens: 16, temperature: 0
+  });
+  const m = r.choices[0].message;
+  assert(m.role === 'assistant' && typeof m.content === 'string' &&
+             m.content.length > 0,
+         JSON.stringify(m));
+  assert(r.usage.completion_tokens <= 16, JSON.stringify(r.usage));
+});
+
+await check('chat stream', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{role: 'user', content: 'Tell me a story'}],
+    max_completion_tokens: 16, temperature: 0, stream: true
+  });
+  let content = '', role = null, finish = null;
+  for await (const chunk of stream) {
+    const d = chunk.choices[0]?.delta ?? {};
+    if (d.role) role = d.role;
+    if (d.content) content += d.content;
+    if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  assert(role === 'assistant', role);
+  assert(content.length > 0, 'no content');
+  assert(finish === 'length' || finish === 'stop', finish);
+});
+
+await check('a bad parameter is a 400 naming it', async () => {
+  try {
+    await client.completions.create(
+        {model, prompt: 'x', temperature: 'hot', max_tokens: 2});
+    throw new Error('no error');
+  } catch (e) {
+    assert(e instanceof OpenAI.BadRequestError, `${e}`);
+    assert(e.status === 400 && e.param === 'temperature',
+           `${e.status} ${e.param}`);
+  }
+});
+
+await check('an unknown model is a 404', async () => {
+  try {
+    await client.completions.create({model: 'nope', prompt: 'x'});
+    throw new Error('no error');
+  } catch (e) {
+    assert(e instanceof OpenAI.NotFoundError, `${e}`);
+  }
+});
+
+process.exit(failures === 0 ? 0 : 1);

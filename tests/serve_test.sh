@@ -1,0 +1,142 @@
+#!/bin/bash
+# `tessera serve` end to end, as users deploy it: the official `openai` npm client
+# (third_party/node, installed offline into a temp folder) for completions, chat, streaming
+# and errors; curl; `promtool check metrics` on /metrics; SIGTERM finishing a request in
+# flight and stopping cleanly; and the server under `mpirun -np 2 --tp 2` giving the same
+# text as one process.
+set -u
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+RUNFILES="${TEST_SRCDIR:-$PWD/..}"
+TESSERA="$RUNFILES/tessera/launch/tessera"
+DEMO="$RUNFILES/shared/models/stories260K"
+TMP="${TEST_TMPDIR:-$(mktemp -d)}/serve"
+rm -rf "$TMP" && mkdir -p "$TMP/model"
+failures=0
+cases=0
+pass() { cases=$((cases + 1)); echo "PASS: $1"; }
+fail() { cases=$((cases + 1)); failures=$((failures + 1)); echo "FAIL: $1"; }
+
+# The demo model with a chat template (Llama 2's), so /v1/chat/completions works.
+cp "$DEMO"/* "$TMP/model/"
+python3 - "$RUNFILES/tessera/tests/fixtures/chat_templates/llama2.jinja" \
+  "$TMP/model/tokenizer_config.json" <<'PY'
+import json, sys
+json.dump({"chat_template": open(sys.argv[1]).read(), "bos_token": "<s>",
+           "eos_token": "</s>"}, open(sys.argv[2], "w"))
+PY
+
+# Starts a server (launcher words first, then SERVE_FLAGS), sets PID and PORT.
+SERVE_FLAGS=()
+start() {
+  "$@" serve --model "$TMP/model" --port 0 --served-model-name demo "${SERVE_FLAGS[@]}" \
+    2>"$TMP/serve.err" &
+  PID=$!
+  PORT=""
+  for _ in $(seq 1 200); do
+    PORT=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.err" | head -n 1 | cut -d: -f3)
+    [ -n "$PORT" ] && return 0
+    sleep 0.05
+  done
+  echo "server did not start:"; cat "$TMP/serve.err"
+  return 1
+}
+stop() {  # SIGTERM, then the exit code (124 if it hangs)
+  kill -TERM "$PID"
+  for _ in $(seq 1 200); do
+    kill -0 "$PID" 2>/dev/null || break
+    sleep 0.05
+  done
+  if kill -0 "$PID" 2>/dev/null; then kill -KILL "$PID"; wait "$PID"; return 124; fi
+  wait "$PID"
+}
+
+expected=$("$TESSERA" generate --model "$TMP/model" --prompt "Once upon a time" --max-tokens 24 \
+  --temperature 0 --output json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")')
+
+start "$TESSERA" || exit 1
+BASE="http://127.0.0.1:$PORT"
+
+# The official client.
+if command -v node >/dev/null; then
+  mkdir -p "$TMP/node_modules"
+  tar -xzf "$RUNFILES/tessera/third_party/node/openai-7.59.0.tgz" -C "$TMP/node_modules"
+  mv "$TMP/node_modules/package" "$TMP/node_modules/openai"
+  cp "$RUNFILES/tessera/tests/openai_client_test.mjs" "$TMP/"
+  if timeout 120 node "$TMP/openai_client_test.mjs" "$BASE/v1" demo "$expected" >"$TMP/node.out" 2>&1; then
+    pass "openai npm client ($(grep -c '^PASS' "$TMP/node.out") checks)"
+  else
+    fail "openai npm client"
+    cat "$TMP/node.out"
+  fi
+else
+  echo "SKIP: node is not installed"
+fi
+
+# curl: a completion, the health check, the model list.
+got=$(curl -s "$BASE/v1/completions" -H 'Content-Type: application/json' \
+  -d '{"model": "demo", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}' |
+  python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")')
+[ "$got" = "$expected" ] && pass "curl completion" || fail "curl completion: '$got' vs '$expected'"
+[ "$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health")" = 200 ] && pass "health" || fail "health"
+status=$(curl -s -o "$TMP/err.json" -w '%{http_code}' "$BASE/v1/completions" -d '{"model": 3}')
+[ "$status" = 400 ] && grep -q '"param":"model"' "$TMP/err.json" && pass "curl 400" ||
+  fail "curl 400: $status $(cat "$TMP/err.json")"
+
+# Prometheus text that promtool accepts, with the engine's numbers in it.
+curl -s "$BASE/metrics" >"$TMP/metrics.txt"
+if ! command -v promtool >/dev/null; then
+  echo "SKIP: promtool is not installed"
+elif promtool check metrics <"$TMP/metrics.txt" >"$TMP/promtool.out" 2>&1 &&
+  grep -q '^tessera_generation_tokens_total [1-9]' "$TMP/metrics.txt" &&
+  grep -q '^tessera_time_to_first_token_seconds_count [1-9]' "$TMP/metrics.txt"; then
+  pass "promtool check metrics"
+else
+  fail "promtool check metrics"
+  cat "$TMP/promtool.out"
+  head -40 "$TMP/metrics.txt"
+fi
+
+# SIGTERM with a request in flight: it finishes (all 200 tokens and [DONE]), then the server
+# exits 0.
+curl -sN "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time",
+  "max_tokens": 200, "ignore_eos": true, "temperature": 0, "stream": true}' >"$TMP/inflight" &
+CURL=$!
+sleep 0.2
+stop
+rc=$?
+wait "$CURL"
+chunks=$(grep -c '"text_completion"' "$TMP/inflight")
+if [ "$rc" -eq 0 ] && tail -n 2 "$TMP/inflight" | grep -q 'data: \[DONE\]' && [ "$chunks" -eq 200 ]; then
+  pass "SIGTERM drains the request in flight, then exits 0"
+else
+  fail "SIGTERM drain (exit $rc, $chunks chunks)"
+  tail -5 "$TMP/serve.err"
+fi
+
+# Two ranks (TP2): the same greedy text; SIGTERM stops every rank.
+SERVE_FLAGS=(--tp 2)
+if start timeout 120 mpirun -np 2 --bind-to none "$TESSERA"; then
+  got=$(curl -s "http://127.0.0.1:$PORT/v1/completions" \
+    -d '{"model": "demo", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}' |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["choices"][0]["text"], end="")')
+  # The launcher is `timeout`; signal the server itself (rank 0) so it drains.
+  PID_TIMEOUT=$PID
+  PID=$(pgrep -f "serve --model $TMP/model" | while read -r p; do
+    [ "$(cat /proc/$p/comm)" = tessera ] && grep -q OMPI_COMM_WORLD_RANK=0 /proc/$p/environ 2>/dev/null &&
+      echo "$p"; done | head -n 1)
+  kill -TERM "$PID" 2>/dev/null
+  wait "$PID_TIMEOUT"
+  rc=$?
+  if [ "$got" = "$expected" ] && [ "$rc" -eq 0 ]; then
+    pass "mpirun -np 2 serve --tp 2"
+  else
+    fail "mpirun -np 2 serve --tp 2 (exit $rc): '$got'"
+    tail -5 "$TMP/serve.err"
+  fi
+else
+  fail "mpirun -np 2 serve --tp 2 did not start"
+fi
+
+echo "$((cases - failures)) of $cases cases passed"
+[ "$failures" -eq 0 ]
