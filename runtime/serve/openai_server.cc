@@ -50,6 +50,7 @@ struct Part {
   bool finished = false;
   int64_t generated = 0;
   int64_t text_offset = 0;
+  int32_t last_token = -1;  // The token before the next one (logprob text).
 };
 
 }  // namespace
@@ -181,24 +182,30 @@ struct OpenAiServer::Handlers {
     return out;
   }
 
-  std::string TokenText(int32_t id) const {
+  // The text a token adds after `previous` (-1: none), so SentencePiece's
+  // word-boundary space shows (" there", as OpenAI and vLLM report it).
+  std::string TokenText(int32_t previous, int32_t id) const {
     absl::StatusOr<std::string> text =
-        server->tokenizer_->Decode({id}, /*skip_special_tokens=*/false);
+        previous >= 0 ? server->tokenizer_->DecodeSuffix(
+                            {previous, id}, 1, /*skip_special_tokens=*/false)
+                      : server->tokenizer_->Decode({id}, false);
     return text.ok() ? *text : std::string();
   }
 
   std::vector<serve::TokenLogprob> Logprobs(
-      const std::vector<int32_t>& ids, const std::vector<float>& logprobs,
-      const std::vector<std::vector<std::pair<int32_t, float>>>& top,
-      size_t first) const {
+      int32_t last_prompt_token, const std::vector<int32_t>& ids,
+      const std::vector<float>& logprobs,
+      const std::vector<std::vector<std::pair<int32_t, float>>>& top) const {
     std::vector<serve::TokenLogprob> out;
-    for (size_t i = first; i < ids.size(); ++i) {
+    for (size_t i = 0; i < ids.size(); ++i) {
+      const int32_t previous = i > 0 ? ids[i - 1] : last_prompt_token;
       serve::TokenLogprob t;
-      t.token = TokenText(ids[i]);
+      t.token = TokenText(previous, ids[i]);
       t.logprob = i < logprobs.size() ? logprobs[i] : 0.0f;
       if (i < top.size()) {
-        for (const auto& [id, lp] : top[i])
-          t.top.push_back({TokenText(id), lp});
+        for (const auto& [id, lp] : top[i]) {
+          t.top.push_back({TokenText(previous, id), lp});
+        }
       }
       out.push_back(std::move(t));
     }
@@ -239,6 +246,7 @@ struct OpenAiServer::Handlers {
         }
         part.stream = *std::move(stream);
         part.last_event = now;
+        part.last_token = part.prompt_ids.empty() ? -1 : part.prompt_ids.back();
         parts.push_back(std::move(part));
       }
     }
@@ -294,8 +302,9 @@ struct OpenAiServer::Handlers {
         choice.text_offset = 0;
       }
       if (r.logprobs) {
-        choice.logprobs = Logprobs(result->output_ids, result->logprobs,
-                                   result->top_logprobs, 0);
+        choice.logprobs = Logprobs(
+            part.prompt_ids.empty() ? -1 : part.prompt_ids.back(),
+            result->output_ids, result->logprobs, result->top_logprobs);
         if (r.echo) choice.text_offset = part.prompt_text.size();
       }
       choice.finish_reason = result->finish_reason;
@@ -372,13 +381,14 @@ struct OpenAiServer::Handlers {
               }
               if (r.logprobs) {
                 serve::TokenLogprob t;
-                t.token = self.TokenText(e->token);
+                t.token = self.TokenText(part.last_token, e->token);
                 t.logprob = e->logprob;
                 for (const auto& [id, lp] : e->top_logprobs) {
-                  t.top.push_back({self.TokenText(id), lp});
+                  t.top.push_back({self.TokenText(part.last_token, id), lp});
                 }
                 choice.logprobs = std::vector<serve::TokenLogprob>{t};
               }
+              part.last_token = e->token;
               choice.text_offset = part.text_offset;
               part.text_offset += static_cast<int64_t>(choice.text.size());
               if (e->finished) {

@@ -128,6 +128,19 @@ TEST_F(ServerTest, CompletionsEqualOfflineGenerationStreamedOrNot) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 24);
   EXPECT_EQ(j["usage"]["prompt_tokens"], 5);
 
+  // Logprob tokens are the text's pieces, word-boundary spaces included.
+  json with_logprobs = body;
+  with_logprobs["logprobs"] = 2;
+  auto lres =
+      c.Post("/v1/completions", with_logprobs.dump(), "application/json");
+  ASSERT_TRUE(lres);
+  ASSERT_EQ(lres->status, 200) << lres->body;
+  const json lj = json::parse(lres->body)["choices"][0];
+  std::string joined;
+  for (const json& t : lj["logprobs"]["tokens"]) joined += t.get<std::string>();
+  EXPECT_EQ(joined, want);
+  EXPECT_EQ(lj["logprobs"]["top_logprobs"].size(), 24u);
+
   json streamed = body;
   streamed["stream"] = true;
   auto sres = c.Post("/v1/completions", streamed.dump(), "application/json");
