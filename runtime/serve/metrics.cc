@@ -156,44 +156,31 @@ std::string FormatMetricValue(double v) {
   return FormatBucketBound(v);
 }
 
-std::string EscapeLabelValue(absl::string_view s) {
+namespace {
+
+// Backslash and newline always; the double quote only inside label values.
+std::string Escape(absl::string_view s, bool quotes) {
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '"':
-        out += "\\\"";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out.push_back(c);
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else if (c == '"' && quotes) {
+      out += "\\\"";
+    } else {
+      out.push_back(c);
     }
   }
   return out;
 }
 
-std::string EscapeHelp(absl::string_view s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
+}  // namespace
+
+std::string EscapeLabelValue(absl::string_view s) { return Escape(s, true); }
+
+std::string EscapeHelp(absl::string_view s) { return Escape(s, false); }
 
 // ---------------------------------------------------------------------------
 // Metrics.
