@@ -113,8 +113,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   return engine;
 }
 
-absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
-                                       TokenCallback on_token) {
+absl::Status Engine::CheckRequest(const GenerationRequest& request) const {
   const ModelConfig& config = executor_->config();
   RETURN_IF_ERROR(ValidateRequest(config, request));
   if (!request.stop.empty() && tokenizer_ == nullptr) {
@@ -126,6 +125,25 @@ absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
         absl::StrCat("top_logprobs ", request.top_logprobs,
                      " exceeds the vocabulary of ", config.vocab_size));
   }
+  // The pool must be able to hold the request whole (the scheduler checks
+  // the same when it is added); block counts never change after creation.
+  const int64_t max_total = static_cast<int64_t>(request.prompt_ids.size()) +
+                            MaxNewTokens(config, request) - 1;
+  const int64_t block_size = blocks_->block_size();
+  const int64_t blocks = (max_total + block_size - 1) / block_size;
+  if (blocks > blocks_->num_blocks()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the request may hold ", max_total, " tokens, which need ", blocks,
+        " KV blocks of ", block_size, " tokens, but the pool has only ",
+        blocks_->num_blocks(), "; lower max_tokens or the prompt"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
+                                       TokenCallback on_token) {
+  const ModelConfig& config = executor_->config();
+  RETURN_IF_ERROR(CheckRequest(request));
   const int64_t id = next_id_++;
   Request r;
   r.params = request;
@@ -350,8 +368,8 @@ int64_t Engine::NumGenerated(int64_t id) const {
 }
 
 Engine::Stats Engine::stats() const {
-  return Stats{scheduler_->stats(), blocks_->stats(),
-               scheduler_->num_running(), scheduler_->num_waiting()};
+  return Stats{scheduler_->stats(), blocks_->stats(), scheduler_->num_running(),
+               scheduler_->num_waiting()};
 }
 
 absl::StatusOr<GenerationResult> Engine::Generate(

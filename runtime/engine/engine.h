@@ -124,6 +124,10 @@ class Engine final : public TokenGenerator {
   // id. `on_token` sees each token as it is sampled.
   absl::StatusOr<int64_t> Submit(const GenerationRequest& request,
                                  TokenCallback on_token = {});
+  // The checks Submit makes, without submitting: thread-safe (it reads only
+  // what never changes after creation), so a server can refuse a request
+  // before it streams anything.
+  absl::Status CheckRequest(const GenerationRequest& request) const;
   // Ends a request wherever it is (finish reason "abort") and frees its KV
   // blocks. NotFound for an unknown or already finished id.
   absl::Status Cancel(int64_t id);

@@ -70,6 +70,12 @@ class AsyncEngine {
   // ResourceExhausted and a draining engine Unavailable, right here.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(
       GenerationRequest request);
+  // Any thread: the checks the engine will make when the request enters
+  // (Engine::CheckRequest), so a bad request is refused before anything is
+  // sent to the client.
+  absl::Status Check(const GenerationRequest& request) const {
+    return engine_->CheckRequest(request);
+  }
   // Any thread: ends the request (finish reason "abort") and frees its KV
   // blocks at the next step boundary. Unknown or finished ids are ignored.
   void Cancel(int64_t id);

@@ -233,7 +233,7 @@ struct OpenAiServer::Handlers {
         GenerationRequest request =
             serve::ToGenerationRequest(r, part.prompt_ids, c);
         // Checked here so that a bad request is a 400 before any streaming.
-        const absl::Status valid = ValidateRequest(server->config_, request);
+        const absl::Status valid = server->engine_->Check(request);
         absl::StatusOr<std::shared_ptr<RequestStream>> stream =
             valid.ok() ? server->engine_->Submit(std::move(request)) : valid;
         if (!stream.ok()) {
@@ -278,34 +278,63 @@ struct OpenAiServer::Handlers {
     header.created = server->created_;
     header.model = r.model;
     if (r.stream) return Stream(r, header, std::move(parts), res, arrival);
+    // Not streamed: the JSON goes out once every choice is done. Until then a
+    // space every second (JSON allows leading whitespace) shows whether the
+    // client is still there; if it is not, its requests are cancelled.
+    auto shared = std::make_shared<std::vector<Part>>(std::move(parts));
+    OpenAiServer* s = server;
+    const Handlers self = *this;
+    res.set_chunked_content_provider(
+        "application/json",
+        [self, s, r, header, shared, arrival](size_t, httplib::DataSink& sink) {
+          Clock::time_point last_write = Clock::now();
+          for (Part& part : *shared) {
+            while (!part.stream->done()) {
+              if (part.stream->Next(std::chrono::milliseconds(50))) {
+                self.Observe(part, arrival);
+              }
+              if (Clock::now() - last_write > std::chrono::seconds(1)) {
+                if (!sink.write(" ", 1)) {
+                  for (Part& p : *shared) s->engine_->Cancel(p.stream->id());
+                  s->requests_error_->Increment();
+                  return false;
+                }
+                last_write = Clock::now();
+              }
+            }
+          }
+          const std::string body = self.Body(r, header, *shared);
+          sink.write(body.data(), body.size());
+          sink.done();
+          return true;
+        },
+        [shared, s](bool success) {
+          if (success) return;
+          for (Part& p : *shared) s->engine_->Cancel(p.stream->id());
+        });
+  }
 
+  // The response of finished parts (or, if one failed, its error body).
+  std::string Body(const CompletionRequest& r,
+                   const serve::ResponseHeader& header,
+                   std::vector<Part>& parts) const {
     std::vector<Choice> choices;
     serve::Usage usage;
     for (Part& part : parts) {
-      // Drain the events for the latency histograms, then take the result.
-      while (!part.stream->done()) {
-        if (part.stream->Next(std::chrono::milliseconds(50))) {
-          Observe(part, arrival);
-        }
-      }
       absl::StatusOr<GenerationResult> result = part.stream->Wait();
       if (!result.ok()) {
         for (Part& p : parts) server->engine_->Cancel(p.stream->id());
         server->requests_error_->Increment();
-        return SendError(res, serve::ApiErrorFromStatus(result.status()));
+        return serve::ErrorBody(serve::ApiErrorFromStatus(result.status()));
       }
       Choice choice;
       choice.index = part.index;
       choice.text = result->text.value_or("");
-      if (r.echo) {
-        choice.text = part.prompt_text + choice.text;
-        choice.text_offset = 0;
-      }
+      if (r.echo) choice.text = part.prompt_text + choice.text;
       if (r.logprobs) {
         choice.logprobs = Logprobs(
             part.prompt_ids.empty() ? -1 : part.prompt_ids.back(),
             result->output_ids, result->logprobs, result->top_logprobs);
-        if (r.echo) choice.text_offset = part.prompt_text.size();
       }
       choice.finish_reason = result->finish_reason;
       choices.push_back(std::move(choice));
@@ -314,16 +343,14 @@ struct OpenAiServer::Handlers {
       }
       usage.completion_tokens +=
           static_cast<int64_t>(result->output_ids.size());
-      server->generation_tokens_->Increment(
-          static_cast<double>(result->output_ids.size()));
     }
     server->prompt_tokens_->Increment(static_cast<double>(usage.prompt_tokens));
+    server->generation_tokens_->Increment(
+        static_cast<double>(usage.completion_tokens));
     server->requests_ok_->Increment();
-    res.status = 200;
-    res.set_content(r.endpoint == Endpoint::kChat
-                        ? serve::ChatResponse(header, choices, usage)
-                        : serve::CompletionResponse(header, choices, usage),
-                    "application/json");
+    return r.endpoint == Endpoint::kChat
+               ? serve::ChatResponse(header, choices, usage)
+               : serve::CompletionResponse(header, choices, usage);
   }
 
   void Stream(const CompletionRequest& r, const serve::ResponseHeader& header,

@@ -8,9 +8,11 @@
 // (chat: the model's chat template), submit one engine request per prompt
 // and choice to the AsyncEngine, and read the tokens back from their
 // streams; they never touch the engine, whose loop runs on the caller's
-// thread (AsyncEngine::Loop). A streaming client that goes away has its
-// requests cancelled, which frees their KV blocks. A full queue answers 429,
-// a draining server 503.
+// thread (AsyncEngine::Loop). A client that goes away has its requests
+// cancelled, which frees their KV blocks: a stream notices at its next event,
+// a plain response at its next keep-alive (responses are chunked, and a space
+// goes out every second until the JSON is ready). A full queue answers 429, a
+// draining server 503.
 #ifndef TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 #define TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 

@@ -252,6 +252,38 @@ TEST_F(ServerTest, DisconnectCancelsTheRequestAndFreesItsBlocks) {
       << metrics->body;
 }
 
+// Not streamed: the server finds out at its next keep-alive space that the
+// client is gone, and cancels every choice.
+TEST_F(ServerTest, NonStreamingDisconnectCancelsToo) {
+  Start();
+  {
+    httplib::Client c = Client();
+    c.set_read_timeout(0, 300000);  // Gives up after 0.3 s.
+    const json body = {{"model", "demo"},   {"prompt", "Once upon a time"},
+                       {"max_tokens", 500}, {"ignore_eos", true},
+                       {"n", 128},          {"temperature", 0.7},
+                       {"seed", 1}};
+    auto res = c.Post("/v1/completions", body.dump(), "application/json");
+    EXPECT_FALSE(res);
+  }
+  for (int i = 0;
+       i < 400 && (async_->engine_stats().blocks.num_used_blocks > 0 ||
+                   async_->engine_stats().waiting > 0);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_EQ(async_->engine_stats().blocks.num_used_blocks, 0);
+  auto metrics = Client().Get("/metrics");
+  ASSERT_TRUE(metrics);
+  // Cancelled, not finished: counted as an error, no tokens reported.
+  EXPECT_NE(metrics->body.find("tessera_requests_total{status=\"error\"} 1"),
+            std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("tessera_generation_tokens_total 0"),
+            std::string::npos)
+      << metrics->body;
+}
+
 TEST_F(ServerTest, FullQueueAnswers429) {
   Start(/*max_pending=*/1);
   httplib::Client slow = Client();
