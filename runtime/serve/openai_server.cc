@@ -398,38 +398,45 @@ struct OpenAiServer::Handlers {
                 continue;
               }
               idle = false;
-              self.Observe(part, arrival);
-              Choice choice;
-              choice.index = part.index;
-              choice.first = part.generated == 1;
-              choice.text = e->text;
-              if (r.echo && choice.first) {
-                choice.text = part.prompt_text + choice.text;
-              }
-              if (r.logprobs) {
-                serve::TokenLogprob t;
-                t.token = self.TokenText(part.last_token, e->token);
-                t.logprob = e->logprob;
-                for (const auto& [id, lp] : e->top_logprobs) {
-                  t.top.push_back({self.TokenText(part.last_token, id), lp});
+              // Every event that is already there goes out in one write.
+              std::string pending;
+              while (e) {
+                self.Observe(part, arrival);
+                Choice choice;
+                choice.index = part.index;
+                choice.first = part.generated == 1;
+                choice.text = e->text;
+                if (r.echo && choice.first) {
+                  choice.text = part.prompt_text + choice.text;
                 }
-                choice.logprobs = std::vector<serve::TokenLogprob>{t};
+                if (r.logprobs) {
+                  serve::TokenLogprob t;
+                  t.token = self.TokenText(part.last_token, e->token);
+                  t.logprob = e->logprob;
+                  for (const auto& [id, lp] : e->top_logprobs) {
+                    t.top.push_back({self.TokenText(part.last_token, id), lp});
+                  }
+                  choice.logprobs = std::vector<serve::TokenLogprob>{t};
+                }
+                part.last_token = e->token;
+                choice.text_offset = part.text_offset;
+                part.text_offset += static_cast<int64_t>(choice.text.size());
+                if (e->finished) {
+                  absl::StatusOr<GenerationResult> result = part.stream->Wait();
+                  if (result.ok()) choice.finish_reason = result->finish_reason;
+                  part.finished = true;
+                  --open;
+                }
+                ++usage.completion_tokens;
+                pending += serve::SseEvent(
+                    r.endpoint == Endpoint::kChat
+                        ? serve::ChatChunk(header, choice)
+                        : serve::CompletionChunk(header, choice));
+                if (part.finished) break;
+                e = part.stream->Next(std::chrono::milliseconds(0));
               }
-              part.last_token = e->token;
-              choice.text_offset = part.text_offset;
-              part.text_offset += static_cast<int64_t>(choice.text.size());
-              if (e->finished) {
-                absl::StatusOr<GenerationResult> result = part.stream->Wait();
-                if (result.ok()) choice.finish_reason = result->finish_reason;
-                part.finished = true;
-                --open;
-              }
-              ++usage.completion_tokens;
-              const std::string json =
-                  r.endpoint == Endpoint::kChat
-                      ? serve::ChatChunk(header, choice)
-                      : serve::CompletionChunk(header, choice);
-              if (!write(json)) {  // The client went away.
+              if (!sink.write(pending.data(), pending.size())) {
+                // The client went away.
                 cancel_all();
                 s->requests_error_->Increment();
                 return false;
