@@ -10,9 +10,11 @@
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
-// The model owns its weights (in the backend's memory) and grow-only scratch
-// buffers, so a decode step after the first allocates nothing. It does not own
-// sequences: each sequence's KV cache is a KvCache passed to Forward.
+// The model owns its weights (in the backend's memory) and scratch sized at
+// creation, so a decode step allocates nothing. It does not own sequences:
+// ForwardBatch runs one step of many sequences over a KvPool (paged or static
+// layout, described by the step's AttentionMetadata); Forward runs one
+// sequence over its own KvCache (tests, tools).
 #ifndef TESSERA_RUNTIME_MODEL_LLAMA_H_
 #define TESSERA_RUNTIME_MODEL_LLAMA_H_
 
