@@ -38,27 +38,26 @@ def one_request(url, body):
     resp = conn.getresponse()
     if resp.status != 200:
         raise RuntimeError(f"HTTP {resp.status}: {resp.read()[:300]!r}")
+    # Only the first event's arrival and the last (usage) event are needed, so
+    # the client parses as little as it can: it shares the machine's CPUs.
     ttft = None
-    tokens = None
-    buffer = b""
+    body = []
     while True:
         chunk = resp.read1(65536)
         if not chunk:
             break
-        buffer += chunk
-        while b"\n\n" in buffer:
-            event, buffer = buffer.split(b"\n\n", 1)
-            if not event.startswith(b"data: "):
-                continue
-            payload = event[6:]
-            if payload == b"[DONE]":
-                continue
-            data = json.loads(payload)
-            if data.get("choices") and ttft is None:
-                ttft = time.perf_counter() - start
+        if ttft is None:
+            ttft = time.perf_counter() - start
+        body.append(chunk)
+    total = time.perf_counter() - start
+    events = b"".join(body).split(b"\n\n")
+    tokens = None
+    for event in reversed(events):
+        if event.startswith(b"data: {"):
+            data = json.loads(event[6:])
             if data.get("usage"):
                 tokens = data["usage"]["completion_tokens"]
-    total = time.perf_counter() - start
+            break
     conn.close()
     if tokens is None:
         raise RuntimeError("the stream carried no usage")
