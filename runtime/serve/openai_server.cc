@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -382,8 +383,11 @@ struct OpenAiServer::Handlers {
             bool idle = true;
             for (Part& part : parts) {
               if (part.finished) continue;
+              // One part waits on its stream; several are polled in turn
+              // (a round with nothing new sleeps briefly below), so that
+              // n = 128 choices do not add 128 waits to every round.
               std::optional<TokenEvent> e = part.stream->Next(
-                  std::chrono::milliseconds(parts.size() == 1 ? 50 : 1));
+                  std::chrono::milliseconds(parts.size() == 1 ? 50 : 0));
               if (!e) {
                 if (!part.stream->done()) continue;
                 // Ended without a final event: cancelled or failed.
@@ -446,6 +450,9 @@ struct OpenAiServer::Handlers {
               cancel_all();
               s->requests_error_->Increment();
               return false;
+            }
+            if (idle && parts.size() > 1) {
+              std::this_thread::sleep_for(std::chrono::microseconds(500));
             }
           }
           if (r.include_usage) {

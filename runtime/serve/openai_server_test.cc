@@ -151,6 +151,34 @@ TEST_F(ServerTest, CompletionsEqualOfflineGenerationStreamedOrNot) {
   EXPECT_EQ(StreamedText(sres->body), want);
 }
 
+// Several choices in one stream: each index's pieces add up to its text.
+TEST_F(ServerTest, StreamedChoicesKeepTheirIndices) {
+  Start();
+  const std::string want = Offline("Once upon a time", 24);
+  const json body = {{"model", "demo"},  {"prompt", "Once upon a time"},
+                     {"max_tokens", 24}, {"temperature", 0},
+                     {"n", 4},           {"stream", true}};
+  auto res = Client().Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> texts(4);
+  std::vector<int> finished(4, 0);
+  for (const std::string& e : absl::StrSplit(res->body, "\n\n")) {
+    if (e.rfind("data: {", 0) != 0) continue;
+    for (const json& c : json::parse(e.substr(6))["choices"]) {
+      const int index = c["index"];
+      ASSERT_GE(index, 0);
+      ASSERT_LT(index, 4);
+      texts[index] += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) ++finished[index];
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(texts[i], want) << "choice " << i;
+    EXPECT_EQ(finished[i], 1) << "choice " << i;
+  }
+}
+
 TEST_F(ServerTest, SixtyFourConcurrentStreamsGetTheirOfflineText) {
   Start();
   const std::vector<std::string> prompts = {"Once upon a time", "Lily and Ben",
