@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
@@ -163,9 +164,9 @@ TEST_F(ServerTest, StreamedChoicesKeepTheirIndices) {
   ASSERT_EQ(res->status, 200) << res->body;
   std::vector<std::string> texts(4);
   std::vector<int> finished(4, 0);
-  for (const std::string& e : absl::StrSplit(res->body, "\n\n")) {
-    if (e.rfind("data: {", 0) != 0) continue;
-    for (const json& c : json::parse(e.substr(6))["choices"]) {
+  for (absl::string_view e : absl::StrSplit(res->body, "\n\n")) {
+    if (!absl::StartsWith(e, "data: {")) continue;
+    for (const json& c : json::parse(std::string(e.substr(6)))["choices"]) {
       const int index = c["index"];
       ASSERT_GE(index, 0);
       ASSERT_LT(index, 4);
