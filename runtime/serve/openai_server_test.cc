@@ -166,7 +166,8 @@ TEST_F(ServerTest, StreamedChoicesKeepTheirIndices) {
   std::vector<int> finished(4, 0);
   for (absl::string_view e : absl::StrSplit(res->body, "\n\n")) {
     if (!absl::StartsWith(e, "data: {")) continue;
-    for (const json& c : json::parse(std::string(e.substr(6)))["choices"]) {
+    const json chunk = json::parse(std::string(e.substr(6)));
+    for (const json& c : chunk["choices"]) {
       const int index = c["index"];
       ASSERT_GE(index, 0);
       ASSERT_LT(index, 4);
