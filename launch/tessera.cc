@@ -219,6 +219,23 @@ struct ParallelFlags {
   }
 };
 
+// Runs `command` over the executor the flags ask for: in this process (null
+// executor), or, when launched as an MPI job or with tp x pp > 1, as rank 0 of
+// a parallel job (the other ranks serve steps); *exit_code then carries the
+// job's exit code.
+absl::Status RunLocalOrParallel(
+    const std::string& model_dir, const ParallelFlags& parallel_flags,
+    const tessera::EngineFlags& engine,
+    const std::function<absl::Status(tessera::StepExecutor*)>& command,
+    int* exit_code, bool workers_ignore_signals = false) {
+  bool parallel = false;
+  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
+                   parallel_flags.Resolve(engine, &parallel));
+  if (!parallel) return command(nullptr);
+  *exit_code = RunParallel(model_dir, p, command, workers_ignore_signals);
+  return absl::OkStatus();
+}
+
 absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   tessera::GenerateOptions o;
   double temperature = o.sampling.temperature, top_p = o.sampling.top_p;
@@ -279,16 +296,12 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   if (seed < -1)
     return absl::InvalidArgumentError("--seed must be >= 0 (or -1 for none)");
   if (seed >= 0) o.sampling.seed = static_cast<uint64_t>(seed);
-  bool parallel = false;
-  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
-                   parallel_flags.Resolve(o.engine, &parallel));
-  if (parallel) {
-    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
-      return tessera::RunGenerate(o, job, std::cout);
-    });
-    return absl::OkStatus();
-  }
-  return tessera::RunGenerate(o, nullptr, std::cout);
+  return RunLocalOrParallel(
+      o.model_dir, parallel_flags, o.engine,
+      [&](tessera::StepExecutor* job) {
+        return tessera::RunGenerate(o, job, std::cout);
+      },
+      exit_code);
 }
 
 absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
@@ -308,16 +321,12 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   if (!run) return absl::OkStatus();
   // Every sequence of the batch runs in the same steps.
   o.engine.max_num_seqs = std::max(o.engine.max_num_seqs, o.batch_size);
-  bool parallel = false;
-  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
-                   parallel_flags.Resolve(o.engine, &parallel));
-  if (parallel) {
-    *exit_code = RunParallel(o.model_dir, p, [&](tessera::StepExecutor* job) {
-      return tessera::RunBench(o, job, std::cout);
-    });
-    return absl::OkStatus();
-  }
-  return tessera::RunBench(o, nullptr, std::cout);
+  return RunLocalOrParallel(
+      o.model_dir, parallel_flags, o.engine,
+      [&](tessera::StepExecutor* job) {
+        return tessera::RunBench(o, job, std::cout);
+      },
+      exit_code);
 }
 
 absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
@@ -336,17 +345,10 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
   parallel_flags.Add(flags);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
-  bool parallel = false;
-  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
-                   parallel_flags.Resolve(o.engine, &parallel));
-  if (parallel) {
-    *exit_code = RunParallel(
-        o.model_dir, p,
-        [&](tessera::StepExecutor* job) { return tessera::RunServe(o, job); },
-        /*workers_ignore_signals=*/true);
-    return absl::OkStatus();
-  }
-  return tessera::RunServe(o, nullptr);
+  return RunLocalOrParallel(
+      o.model_dir, parallel_flags, o.engine,
+      [&](tessera::StepExecutor* job) { return tessera::RunServe(o, job); },
+      exit_code, /*workers_ignore_signals=*/true);
 }
 
 absl::Status Tokenize(const std::vector<std::string>& args) {
