@@ -14,10 +14,12 @@ for t in "${TARGETS[@]}"; do
   cp "bazel-bin/${path%%:*}/${path##*:}" .carry/gpu/bin/
 done
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libutf8proc.so.2 \
-  libsentencepiece.so.0 libpcre2-8.so.0; do
+  libsentencepiece.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 \
+  libbrotlidec.so.1 libbrotlienc.so.1; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .carry/gpu/lib/
 done
 cp -r ../shared/models/stories260K .carry/gpu/stories260K
+cp -r ../shared/tokenizers/qwen3 .carry/gpu/qwen3_tokenizer
 strip .carry/gpu/bin/*
 # The carry limit is 64 MiB with the repository: the libraries travel compressed.
 tar -C .carry/gpu -cJf .carry/gpu/lib.tar.xz lib && rm -rf .carry/gpu/lib

@@ -1,35 +1,102 @@
 #!/usr/bin/env bash
 # Runs on the GPU machine (carry .carry/gpu from tools/gpu_build.sh, plus tools/loadgen.py,
 # which travels with the repository): tokens/s through `tessera serve --device cuda` at
-# concurrency 1, 4, 16, 64 and 256 on the demo checkpoint, against `tessera generate` offline
-# for the same requests one after another (the issue 8 comparison: goal ≤ 5% lost at
-# concurrency 1), and the 64-request batched offline rate for reference.
+# concurrency 1, 4, 16, 64 and 256, against `tessera generate` offline for the same requests
+# one after another (the issue 8 comparison: goal ≤ 5% lost at concurrency 1), and the
+# batched offline rate for reference. Models: the demo checkpoint, and with QWEN=1 a
+# random-weight Qwen3-0.6B-shaped bf16 checkpoint written here by transformers'
+# save_pretrained (with the real Qwen3 tokenizer from .carry/gpu/qwen3_tokenizer), so the
+# per-token cost is that of a real-sized model rather than of launches alone.
 set -uo pipefail
 [ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
 T=.carry/gpu/bin/tessera
-MODEL=${MODEL:-.carry/gpu/stories260K}
-NAME=$(basename "$MODEL")
-PORT=18500
+"$T" --help >/dev/null 2>&1 || { "$T" --help 2>&1 | tail -n 3; exit 1; }
 TOKENS=128
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 lscpu | grep -E "Model name|^CPU\(s\)"
 TMP=$(mktemp -d)
-printf '{"prompt": "Once upon a time"}\n%.0s' $(seq 1 64) >"$TMP/p64.jsonl"
-head -n 32 "$TMP/p64.jsonl" >"$TMP/p32.jsonl"
-echo "== offline, one after another"
-"$T" generate --model "$MODEL" --device cuda --prompts-file "$TMP/p32.jsonl" --max-tokens $TOKENS \
-  --ignore-eos --temperature 0 --max-num-seqs 1 --no-prefix-cache --output json 2>&1 >/dev/null | tail -1
-echo "== offline, 64 together"
-"$T" generate --model "$MODEL" --device cuda --prompts-file "$TMP/p64.jsonl" --max-tokens $TOKENS \
-  --ignore-eos --temperature 0 --output json 2>&1 >/dev/null | tail -1
-echo "== through tessera serve"
-"$T" serve --model "$MODEL" --device cuda --port $PORT 2>"$TMP/serve.err" &
-SERVER=$!
-for _ in $(seq 1 200); do grep -q "serving" "$TMP/serve.err" && break; sleep 0.1; done
-for c in 1 4 16 64 256; do
-  python3 tools/loadgen.py --url "http://127.0.0.1:$PORT" --model "$NAME" --concurrency $c \
-    --requests $((c < 16 ? 32 : 2 * c)) --max-tokens $TOKENS
-done
-kill -TERM $SERVER
-wait $SERVER
+PORT=18500
+
+offline() {  # MODEL N EXTRA...: N requests one after another, offline
+  local model=$1 n=$2
+  shift 2
+  head -n "$n" "$TMP/p64.jsonl" >"$TMP/pseq.jsonl"
+  "$T" generate --model "$model" --device cuda --prompts-file "$TMP/pseq.jsonl" \
+    --max-tokens $TOKENS --ignore-eos --temperature 0 --max-num-seqs 1 --no-prefix-cache \
+    --output json "$@" 2>&1 >/dev/null | tail -1
+}
+
+start_server() {  # MODEL EXTRA...: sets SERVER and PORT
+  local model=$1
+  shift
+  PORT=$((PORT + 1))
+  "$T" serve --model "$model" --device cuda --port $PORT "$@" 2>"$TMP/serve.err" &
+  SERVER=$!
+  for _ in $(seq 1 600); do grep -q "serving" "$TMP/serve.err" && break; sleep 0.1; done
+}
+
+stop_server() {
+  kill -TERM "$SERVER"
+  wait "$SERVER"
+  tail -n 1 "$TMP/serve.err"
+}
+
+load() {  # NAME CONCURRENCY REQUESTS
+  python3 tools/loadgen.py --url "http://127.0.0.1:$PORT" --model "$1" --concurrency "$2" \
+    --requests "$3" --max-tokens $TOKENS
+}
+
+sweep() {  # MODEL SEQUENTIAL_REQUESTS KV_FLAGS...
+  local model=$1 n=$2 name
+  shift 2
+  name=$(basename "$model")
+  echo "######## $name"
+  printf '{"prompt": "Once upon a time"}\n%.0s' $(seq 1 64) >"$TMP/p64.jsonl"
+  echo "== batch-1 decode, bench, --max-num-seqs 1 then 256 (default)"
+  for s in 1 256; do
+    "$T" bench --model "$model" --device cuda --batch-size 1 --input-len 5 \
+      --output-len $TOKENS --max-num-seqs $s "$@" 2>&1 | grep -E "^(decode|total)"
+  done
+  echo "== concurrency 1: offline one after another, then the server (fresh each round)"
+  for round in 1 2 3; do
+    offline "$model" "$n" "$@"
+    start_server "$model" "$@"
+    load "$name" 1 "$n"
+    stop_server
+  done
+  echo "== the same with --max-num-seqs 1 on both sides"
+  offline "$model" "$n" "$@"
+  start_server "$model" --max-num-seqs 1 "$@"
+  load "$name" 1 "$n"
+  stop_server
+  echo "== offline, 64 together"
+  "$T" generate --model "$model" --device cuda --prompts-file "$TMP/p64.jsonl" \
+    --max-tokens $TOKENS --ignore-eos --temperature 0 --output json "$@" 2>&1 >/dev/null |
+    tail -1
+  echo "== concurrency sweep through one server, then concurrency 1 twice more"
+  start_server "$model" "$@"
+  for c in 1 4 16 64 256; do load "$name" $c $((c < 16 ? n : 2 * c)); done
+  load "$name" 1 "$n"
+  load "$name" 1 "$n"
+  stop_server
+}
+
+sweep .carry/gpu/stories260K 32
+if [ "${QWEN:-0}" = 1 ]; then
+  python3 - "$TMP/qwen3_0p6b_shape" <<'PY'
+import shutil, sys, torch, transformers
+config = transformers.Qwen3Config(
+    vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28,
+    num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+    max_position_embeddings=4096, rms_norm_eps=1e-6, rope_theta=1000000.0,
+    tie_word_embeddings=True, bos_token_id=151643, eos_token_id=151645)
+torch.manual_seed(0)
+with torch.device("cuda"):
+    model = transformers.AutoModelForCausalLM.from_config(config, torch_dtype=torch.bfloat16)
+model.save_pretrained(sys.argv[1])
+for f in ("tokenizer.json", "tokenizer_config.json"):
+    shutil.copy(".carry/gpu/qwen3_tokenizer/" + f, sys.argv[1])
+PY
+  sweep "$TMP/qwen3_0p6b_shape" 16 --kv-cache-memory 8589934592
+fi
