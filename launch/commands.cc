@@ -435,8 +435,13 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
   std::vector<std::optional<GenerationResult>> results(prompts.size());
   size_t next_to_print = 0;
   int64_t generated = 0;
+  double step_seconds = 0;  // Inside Engine::Step, to compare with serve.
   while (next_to_print < prompts.size()) {
+    const auto step_start = std::chrono::steady_clock::now();
     const absl::Status step = engine.Step();
+    step_seconds += std::chrono::duration<double>(
+                        std::chrono::steady_clock::now() - step_start)
+                        .count();
     if (!step.ok()) {
       if (stream_started) out << "\n";
       return Annotate(step, "generate");
@@ -490,10 +495,12 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
   if (prompts.size() > 1) {
     std::cerr << absl::StrFormat(
         "[tessera] %d prompts: %d tokens generated in %.3f s (%.1f tokens/s); "
-        "%d steps, largest batch %d, %d preemptions, %d of %d prompt tokens "
-        "from the prefix cache\n",
+        "%d steps (%.3f ms each in the engine), largest batch %d, %d "
+        "preemptions, %d of %d prompt tokens from the prefix cache\n",
         prompts.size(), generated, seconds,
         seconds > 0 ? generated / seconds : 0.0, stats.scheduler.steps,
+        stats.scheduler.steps > 0 ? step_seconds * 1e3 / stats.scheduler.steps
+                                  : 0.0,
         stats.scheduler.max_batch, stats.scheduler.preemptions,
         stats.blocks.hit_tokens, stats.blocks.queried_tokens);
   }
@@ -694,7 +701,14 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
   server.Stop();
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);
-  std::cerr << "[tessera] drained and stopped\n";
+  const AsyncEngine::Stats served = async.stats();
+  std::cerr << absl::StrFormat(
+      "[tessera] drained and stopped: %d requests, %d engine steps, %.3f ms "
+      "per step in the engine and %.3f ms between steps\n",
+      served.accepted, served.steps,
+      served.steps > 0 ? served.step_seconds * 1e3 / served.steps : 0.0,
+      served.steps > 0 ? served.between_steps_seconds * 1e3 / served.steps
+                       : 0.0);
   return looped;
 }
 

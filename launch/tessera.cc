@@ -32,6 +32,7 @@
 #include "absl/strings/str_split.h"
 #include "launch/commands.h"
 #include "launch/flag_parser.h"
+#include "launch/loadgen.h"
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_job.h"
 #include "runtime/core/status.h"
@@ -45,6 +46,7 @@ constexpr char kUsage[] =
     "  bench     measure prefill and decode speed (--model DIR --input-len I "
     "--output-len O)\n"
     "  serve     OpenAI-compatible HTTP server (--model DIR [--port 8000])\n"
+    "  loadgen   drive a server at a concurrency; throughput, TTFT, TPOT\n"
     "Run 'tessera <command> --help' for the flags.\n";
 
 // The engine's flags, shared by generate and bench.
@@ -365,12 +367,37 @@ absl::Status Tokenize(const std::vector<std::string>& args) {
   return tessera::RunTokenize(o, std::cin, std::cout);
 }
 
+absl::Status Loadgen(const std::vector<std::string>& args) {
+  tessera::LoadgenOptions o;
+  bool json = false;
+  tessera::FlagParser flags("loadgen");
+  flags.Add("url", &o.url, "the server, http://HOST:PORT");
+  flags.Add("model", &o.model, "the model name the server serves");
+  flags.Add("concurrency", &o.concurrency, "requests in flight at once");
+  flags.Add("requests", &o.requests, "requests in all");
+  flags.Add("max-tokens", &o.max_tokens,
+            "tokens per request (EOS ignored, so each makes them all)");
+  flags.Add("prompt", &o.prompt, "the prompt of every request");
+  flags.Add("json", &json, "print one JSON object instead of a line");
+  ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
+  if (!run) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const tessera::LoadgenSummary summary,
+                   tessera::RunLoadgen(o));
+  std::cout << (json ? summary.ToJson() : summary.ToText()) << std::endl;
+  if (!summary.errors.empty()) {
+    return absl::UnavailableError(
+        absl::StrCat(summary.errors.size(), " of ", o.requests,
+                     " requests failed; the first: ", summary.errors.front()));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     std::cerr << "tessera: no command given (commands: generate, bench, "
-                 "serve, tokenize; see "
+                 "serve, tokenize, loadgen; see "
                  "tessera --help)\n";
     return 2;
   }
@@ -395,9 +422,12 @@ int main(int argc, char** argv) {
     if (status.ok() && exit_code != 0) return exit_code;
   } else if (command == "tokenize") {
     status = Tokenize(args);
+  } else if (command == "loadgen") {
+    status = Loadgen(args);
   } else {
     std::cerr << "tessera: unknown command \"" << command
-              << "\" (commands: generate, bench, serve, tokenize; see tessera "
+              << "\" (commands: generate, bench, serve, tokenize, loadgen; see "
+                 "tessera "
                  "--help)\n";
     return 2;
   }

@@ -83,13 +83,31 @@ status=$(curl -s -o "$TMP/err.json" -w '%{http_code}' "$BASE/v1/completions" -d 
 [ "$status" = 400 ] && grep -q '"param":"model"' "$TMP/err.json" && pass "curl 400" ||
   fail "curl 400: $status $(cat "$TMP/err.json")"
 
+# tessera loadgen: every request completes with the server's token counts.
+if "$TESSERA" loadgen --url "$BASE" --model demo --concurrency 4 --requests 12 --max-tokens 16 \
+  --json >"$TMP/loadgen.json" 2>"$TMP/loadgen.err" &&
+  grep -q '"requests":12,' "$TMP/loadgen.json" && grep -q '"errors":0,' "$TMP/loadgen.json" &&
+  grep -q '"output_tokens":192,' "$TMP/loadgen.json"; then
+  pass "tessera loadgen"
+else
+  fail "tessera loadgen: $(cat "$TMP/loadgen.json" "$TMP/loadgen.err")"
+fi
+# A model the server does not serve: every request fails, and loadgen says so.
+if "$TESSERA" loadgen --url "$BASE" --model nope --requests 2 >"$TMP/loadgen.out" 2>&1; then
+  fail "tessera loadgen with a wrong model exited 0"
+else
+  grep -q "2 of 2 requests failed.*404" "$TMP/loadgen.out" && pass "tessera loadgen errors" ||
+    fail "tessera loadgen errors: $(cat "$TMP/loadgen.out")"
+fi
+
 # Prometheus text that promtool accepts, with the engine's numbers in it.
 curl -s "$BASE/metrics" >"$TMP/metrics.txt"
 if ! command -v promtool >/dev/null; then
   echo "SKIP: promtool is not installed"
 elif promtool check metrics <"$TMP/metrics.txt" >"$TMP/promtool.out" 2>&1 &&
   grep -q '^tessera_generation_tokens_total [1-9]' "$TMP/metrics.txt" &&
-  grep -q '^tessera_time_to_first_token_seconds_count [1-9]' "$TMP/metrics.txt"; then
+  grep -q '^tessera_time_to_first_token_seconds_count [1-9]' "$TMP/metrics.txt" &&
+  grep -q '^tessera_engine_steps_total [1-9]' "$TMP/metrics.txt"; then
   pass "promtool check metrics"
 else
   fail "promtool check metrics"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (carry .carry/gpu from tools/gpu_build.sh, plus tools/loadgen.py,
-# which travels with the repository): tokens/s through `tessera serve --device cuda` at
+# Runs on the GPU machine (carry .carry/gpu from tools/gpu_build.sh;
+# `tessera loadgen` is the client): tokens/s through `tessera serve --device cuda` at
 # concurrency 1, 4, 16, 64 and 256, against `tessera generate` offline for the same requests
 # one after another (the issue 8 comparison: goal ≤ 5% lost at concurrency 1), and the
 # batched offline rate for reference. Models: the demo checkpoint, and with QWEN=1 a
@@ -43,7 +43,7 @@ stop_server() {
 }
 
 load() {  # NAME CONCURRENCY REQUESTS
-  python3 tools/loadgen.py --url "http://127.0.0.1:$PORT" --model "$1" --concurrency "$2" \
+  "$T" loadgen --url "http://127.0.0.1:$PORT" --model "$1" --concurrency "$2" \
     --requests "$3" --max-tokens $TOKENS
 }
 
@@ -53,11 +53,6 @@ sweep() {  # MODEL SEQUENTIAL_REQUESTS KV_FLAGS...
   name=$(basename "$model")
   echo "######## $name"
   printf '{"prompt": "Once upon a time"}\n%.0s' $(seq 1 64) >"$TMP/p64.jsonl"
-  echo "== batch-1 decode, bench, --max-num-seqs 1 then 256 (default)"
-  for s in 1 256; do
-    "$T" bench --model "$model" --device cuda --batch-size 1 --input-len 5 \
-      --output-len $TOKENS --max-num-seqs $s "$@" 2>&1 | grep -E "^(decode|total)"
-  done
   echo "== concurrency 1: offline one after another, then the server (fresh each round)"
   for round in 1 2 3; do
     offline "$model" "$n" "$@"
@@ -65,11 +60,6 @@ sweep() {  # MODEL SEQUENTIAL_REQUESTS KV_FLAGS...
     load "$name" 1 "$n"
     stop_server
   done
-  echo "== the same with --max-num-seqs 1 on both sides"
-  offline "$model" "$n" "$@"
-  start_server "$model" --max-num-seqs 1 "$@"
-  load "$name" 1 "$n"
-  stop_server
   echo "== offline, 64 together"
   "$T" generate --model "$model" --device cuda --prompts-file "$TMP/p64.jsonl" \
     --max-tokens $TOKENS --ignore-eos --temperature 0 --output json "$@" 2>&1 >/dev/null |

@@ -1,5 +1,6 @@
 #include "runtime/serve/async_engine.h"
 
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -144,14 +145,28 @@ void AsyncEngine::Admit() {
 }
 
 absl::Status AsyncEngine::Loop() {
+  using Clock = std::chrono::steady_clock;
+  auto seconds = [](Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  // The end of the previous step, while work continued since then.
+  std::optional<Clock::time_point> last_step_end;
   while (true) {
     Admit();
     if (engine_->HasWork()) {
+      const Clock::time_point step_start = Clock::now();
       const absl::Status stepped = engine_->Step();
+      const Clock::time_point step_end = Clock::now();
       {
         std::lock_guard<std::mutex> lock(mu_);
         engine_stats_ = engine_->stats();
+        ++stats_.steps;
+        stats_.step_seconds += seconds(step_end - step_start);
+        if (last_step_end) {
+          stats_.between_steps_seconds += seconds(step_start - *last_step_end);
+        }
       }
+      last_step_end = step_end;
       if (!stepped.ok()) {
         // The engine is unusable: end every open request with the error.
         for (auto& [id, live] : live_) live.stream->Finish(stepped);
@@ -165,6 +180,7 @@ absl::Status AsyncEngine::Loop() {
       }
       continue;
     }
+    last_step_end.reset();  // Idle time is not the server's overhead.
     std::unique_lock<std::mutex> lock(mu_);
     if (draining_ && open_ == 0 && inbox_.empty()) return absl::OkStatus();
     work_.wait_for(lock, std::chrono::milliseconds(50), [&] {

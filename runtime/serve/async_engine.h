@@ -60,6 +60,12 @@ class AsyncEngine {
     int64_t waiting = 0;   // Submitted, not yet in the engine.
     int64_t accepted = 0;  // Ever accepted.
     int64_t rejected = 0;  // Refused because the queue was full.
+    int64_t steps = 0;     // Engine steps run by Loop().
+    // Wall time inside Engine::Step, and in the rest of Loop() while it had
+    // work (admission, cancellation, statistics): what the server adds
+    // between steps.
+    double step_seconds = 0;
+    double between_steps_seconds = 0;
   };
 
   // `engine` must outlive this object and be used by nothing else.

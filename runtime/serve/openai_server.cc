@@ -99,6 +99,9 @@ void OpenAiServer::RegisterMetrics() {
       counter("tessera_prompt_tokens_total", "Prompt tokens received.");
   generation_tokens_ =
       counter("tessera_generation_tokens_total", "Tokens generated.");
+  steps_ = counter("tessera_engine_steps_total", "Engine steps run.");
+  step_seconds_ = counter("tessera_engine_step_seconds_total",
+                          "Wall time spent inside engine steps.");
   requests_ok_ = counter("tessera_requests_total", "Finished HTTP requests.",
                          {{"status", "ok"}});
   requests_error_ = counter("tessera_requests_total", "Finished HTTP requests.",
@@ -127,6 +130,11 @@ void OpenAiServer::RefreshEngineMetrics() {
       static_cast<double>(s.blocks.queried_tokens - seen_queries_));
   preemptions_->Increment(
       static_cast<double>(s.scheduler.preemptions - seen_preemptions_));
+  const AsyncEngine::Stats a = engine_->stats();
+  steps_->Increment(static_cast<double>(a.steps - seen_steps_));
+  step_seconds_->Increment(a.step_seconds - seen_step_seconds_);
+  seen_steps_ = a.steps;
+  seen_step_seconds_ = a.step_seconds;
   seen_hits_ = s.blocks.hit_tokens;
   seen_queries_ = s.blocks.queried_tokens;
   seen_preemptions_ = s.scheduler.preemptions;
@@ -522,6 +530,9 @@ absl::Status OpenAiServer::Start() {
   // Debian's cpp-httplib listens with a backlog of 5, so a burst of clients
   // connecting at once would be reset. Keep the listening socket (the options
   // hook sees it before bind) and widen the backlog after the bind.
+  // Tokens are small writes that must leave at once: no Nagle delay (accepted
+  // sockets inherit the option from the listening one).
+  http_->set_tcp_nodelay(true);
   http_->set_socket_options([this](socket_t sock) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));

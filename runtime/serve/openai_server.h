@@ -91,6 +91,8 @@ class OpenAiServer {
   Counter* prefix_hits_ = nullptr;
   Counter* prefix_queries_ = nullptr;
   Counter* preemptions_ = nullptr;
+  Counter* steps_ = nullptr;
+  Counter* step_seconds_ = nullptr;
   Counter* prompt_tokens_ = nullptr;
   Counter* generation_tokens_ = nullptr;
   Counter* requests_ok_ = nullptr;
@@ -101,6 +103,8 @@ class OpenAiServer {
   // Last engine totals mirrored into the counters above (under metrics_mu_).
   std::mutex metrics_mu_;
   int64_t seen_hits_ = 0, seen_queries_ = 0, seen_preemptions_ = 0;
+  int64_t seen_steps_ = 0;
+  double seen_step_seconds_ = 0;
 };
 
 }  // namespace tessera
