@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Runs on the GPU machine (carry .carry/gpu from tools/gpu_build.sh;
-# `tessera loadgen` is the client): tokens/s through `tessera serve --device cuda` at
-# concurrency 1, 4, 16, 64 and 256, against `tessera generate` offline for the same requests
-# one after another (the issue 8 comparison: goal ≤ 5% lost at concurrency 1), and the
-# batched offline rate for reference. Models: the demo checkpoint, and with QWEN=1 a
-# random-weight Qwen3-0.6B-shaped bf16 checkpoint written here by transformers'
-# save_pretrained (with the real Qwen3 tokenizer from .carry/gpu/qwen3_tokenizer), so the
-# per-token cost is that of a real-sized model rather than of launches alone.
+# Tokens/s through `tessera serve` at concurrency 1, 4, 16, 64 and 256 (client: `tessera
+# loadgen`), against `tessera generate` offline for the same requests one after another (the
+# issue 8 comparison: goal ≤ 5% lost at concurrency 1; three interleaved rounds, a fresh
+# server each), and the batched offline rate for reference. Models: the demo checkpoint,
+# and with QWEN=1 (GPU machine: needs torch and transformers) a random-weight
+# Qwen3-0.6B-shaped bf16 checkpoint written there by save_pretrained (with the real Qwen3
+# tokenizer from .carry/gpu/qwen3_tokenizer), so the per-token cost is that of a real-sized
+# model rather than of launches alone.
+#   GPU machine: carry .carry/gpu (tools/gpu_build.sh), run `QWEN=1 bash tools/serve_bench.sh`.
+#   CPU: `DEVICE=cpu TESSERA=bazel-bin/launch/tessera MODEL=../shared/models/stories260K
+#   bash tools/serve_bench.sh` (after `bazel build -c opt //launch:tessera`).
 set -uo pipefail
-[ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
-export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
-T=.carry/gpu/bin/tessera
+DEVICE=${DEVICE:-cuda}
+if [ "$DEVICE" = cuda ]; then
+  [ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
+  export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
+  nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
+fi
+T=${TESSERA:-.carry/gpu/bin/tessera}
+MODEL=${MODEL:-.carry/gpu/stories260K}
 "$T" --help >/dev/null 2>&1 || { "$T" --help 2>&1 | tail -n 3; exit 1; }
-TOKENS=128
-nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
 lscpu | grep -E "Model name|^CPU\(s\)"
+git log -1 --format='commit %h' 2>/dev/null
+TOKENS=128
 TMP=$(mktemp -d)
 PORT=18500
 
@@ -22,7 +30,7 @@ offline() {  # MODEL N EXTRA...: N requests one after another, offline
   local model=$1 n=$2
   shift 2
   head -n "$n" "$TMP/p64.jsonl" >"$TMP/pseq.jsonl"
-  "$T" generate --model "$model" --device cuda --prompts-file "$TMP/pseq.jsonl" \
+  "$T" generate --model "$model" --device "$DEVICE" --prompts-file "$TMP/pseq.jsonl" \
     --max-tokens $TOKENS --ignore-eos --temperature 0 --max-num-seqs 1 --no-prefix-cache \
     --output json "$@" 2>&1 >/dev/null | tail -1
 }
@@ -31,7 +39,7 @@ start_server() {  # MODEL EXTRA...: sets SERVER and PORT
   local model=$1
   shift
   PORT=$((PORT + 1))
-  "$T" serve --model "$model" --device cuda --port $PORT "$@" 2>"$TMP/serve.err" &
+  "$T" serve --model "$model" --device "$DEVICE" --port $PORT "$@" 2>"$TMP/serve.err" &
   SERVER=$!
   for _ in $(seq 1 600); do grep -q "serving" "$TMP/serve.err" && break; sleep 0.1; done
 }
@@ -61,7 +69,7 @@ sweep() {  # MODEL SEQUENTIAL_REQUESTS KV_FLAGS...
     stop_server
   done
   echo "== offline, 64 together"
-  "$T" generate --model "$model" --device cuda --prompts-file "$TMP/p64.jsonl" \
+  "$T" generate --model "$model" --device "$DEVICE" --prompts-file "$TMP/p64.jsonl" \
     --max-tokens $TOKENS --ignore-eos --temperature 0 --output json "$@" 2>&1 >/dev/null |
     tail -1
   echo "== concurrency sweep through one server, then concurrency 1 twice more"
@@ -72,7 +80,7 @@ sweep() {  # MODEL SEQUENTIAL_REQUESTS KV_FLAGS...
   stop_server
 }
 
-sweep .carry/gpu/stories260K 32
+sweep "$MODEL" 32
 if [ "${QWEN:-0}" = 1 ]; then
   python3 - "$TMP/qwen3_0p6b_shape" <<'PY'
 import shutil, sys, torch, transformers
