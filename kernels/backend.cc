@@ -2,6 +2,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_memory_source.h"
@@ -25,8 +27,15 @@ int64_t Backend::FreeDeviceBytes() const {
   return static_cast<int64_t>(free_bytes);
 }
 
-absl::StatusOr<Backend> CreateBackend(const std::string& device,
-                                      int local_rank) {
+int VisibleCudaDevices() { return CudaDeviceCount(); }
+
+absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
+                                      int gpus_per_node) {
+  if (gpus_per_node < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus-per-node must be >= 0 (0: every visible GPU), got ",
+        gpus_per_node));
+  }
   Backend b;
   b.device = device;
   if (device == "cpu") {
@@ -42,7 +51,16 @@ absl::StatusOr<Backend> CreateBackend(const std::string& device,
     return absl::FailedPreconditionError(
         "--device cuda: no CUDA device is visible on this host");
   }
-  b.gpu = local_rank % count;
+  if (gpus_per_node > count) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--gpus-per-node ", gpus_per_node, " but only ", count,
+        " CUDA devices are visible on this host (CUDA_VISIBLE_DEVICES=",
+        std::getenv("CUDA_VISIBLE_DEVICES") != nullptr
+            ? std::getenv("CUDA_VISIBLE_DEVICES")
+            : "unset",
+        ")"));
+  }
+  b.gpu = local_rank % (gpus_per_node > 0 ? gpus_per_node : count);
   RETURN_IF_ERROR(CudaStatus(cudaSetDevice(b.gpu), "cudaSetDevice",
                              absl::StrCat("selecting GPU ", b.gpu)));
   b.source = std::make_unique<CudaMemorySource>(b.gpu);

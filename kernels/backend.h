@@ -30,11 +30,17 @@ struct Backend {
   ~Backend();
 };
 
-// "cpu", or "cuda" on GPU local_rank % device_count. InvalidArgument for an
-// unknown name; FailedPrecondition when CUDA is asked for and no GPU is
-// visible.
-absl::StatusOr<Backend> CreateBackend(const std::string& device,
-                                      int local_rank);
+// "cpu", or "cuda" on GPU local_rank % G, where G is `gpus_per_node` when it
+// is > 0 (the GPUs this node gives the job: --gpus-per-node) and otherwise the
+// number of visible devices (CUDA_VISIBLE_DEVICES, as Slurm sets it, applies).
+// InvalidArgument for an unknown name or gpus_per_node < 0;
+// FailedPrecondition when CUDA is asked for and no GPU is visible, or fewer
+// than gpus_per_node are.
+absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
+                                      int gpus_per_node = 0);
+
+// The number of visible CUDA devices (0 without a driver or a device).
+int VisibleCudaDevices();
 
 }  // namespace tessera
 

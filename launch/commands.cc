@@ -1,5 +1,7 @@
 #include "launch/commands.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -20,12 +22,14 @@
 #include "absl/strings/strip.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/local_executor.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/shard.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
 #include "runtime/text/chat_template.h"
@@ -209,9 +213,19 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   if (executor != nullptr) {
     loaded->executor = executor;
   } else {
-    ASSIGN_OR_RETURN(loaded->backend, CreateBackend(flags.device, 0));
+    ASSIGN_OR_RETURN(
+        loaded->backend,
+        CreateBackend(flags.device, 0, static_cast<int>(flags.gpus_per_node)));
     ASSIGN_OR_RETURN(const DType weights, WeightDType(flags));
     LlamaModel::Placement placement;
+    // A bar for people at a terminal; logs of one process need none.
+    std::optional<ProgressBar> bar;
+    if (isatty(STDERR_FILENO)) {
+      ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
+      bar.emplace("loading weights", LlamaWeightParts(FullModel(config)),
+                  stderr, /*interactive=*/true);
+      placement.on_weight_part = [&bar] { bar->Advance(); };
+    }
     if (loaded->backend.is_cuda()) {
       placement.allocator = loaded->backend.allocator.get();
       placement.upload_weights = true;
@@ -221,6 +235,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
                      LlamaModel::Load(model_dir, loaded->backend.ops.get(),
                                       flags.max_num_batched_tokens,
                                       flags.max_num_seqs, placement));
+    if (bar) bar->Finish();
     ASSIGN_OR_RETURN(loaded->local,
                      LocalExecutor::Create(loaded->model.get(), kv,
                                            static_cast<int>(flags.max_num_seqs),

@@ -20,6 +20,9 @@ namespace tessera {
 // The serving engine's knobs, shared by generate and bench (vLLM's names).
 struct EngineFlags {
   std::string device = "cpu";  // cpu or cuda.
+  // GPUs per node for the job (> 0): a rank uses GPU local_rank % this, and
+  // more ranks on a node than this is an error. 0: every visible GPU.
+  int64_t gpus_per_node = 0;
   // Weights on the GPU: auto (bfloat16), bfloat16 or float32 (golden mode).
   // The CPU computes in float32 whatever the checkpoint holds.
   std::string dtype = "auto";

@@ -52,6 +52,9 @@ constexpr char kUsage[] =
 // The engine's flags, shared by generate and bench.
 void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
   flags.Add("device", &e->device, "cpu or cuda (one GPU per rank)");
+  flags.Add("gpus-per-node", &e->gpus_per_node,
+            "GPUs each node gives the job: rank uses GPU local_rank % this, "
+            "more ranks per node is an error (0: every visible GPU)");
   flags.Add("dtype", &e->dtype,
             "weights on the GPU: auto (bfloat16), bfloat16 or float32");
   flags.Add("max-num-seqs", &e->max_num_seqs, "most sequences running at once");
@@ -108,6 +111,38 @@ absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
   return layers;
 }
 
+// Rank 0's account of the job once it is loaded: the grid and its nodes,
+// where each rank runs and what it holds, and placements that cost speed.
+void PrintStartupLog(const tessera::ParallelJob& job,
+                     const tessera::ParallelOptions& p) {
+  const auto& reports = job.rank_reports();
+  int nodes = 0;
+  for (const auto& r : reports) nodes = std::max(nodes, r.node + 1);
+  constexpr double kMiB = 1048576.0;
+  std::cerr << absl::StrFormat(
+      "[tessera] grid: tp %d x pp %d = %d ranks on %d node%s, %s; loaded in "
+      "%.2f s\n",
+      p.tp, p.pp, p.tp * p.pp, nodes, nodes == 1 ? "" : "s", p.device,
+      job.load_seconds());
+  for (const auto& l : job.layout()) {
+    const tessera::RankReport& r = reports[l.rank()];
+    const std::string gpu =
+        r.gpu >= 0 ? absl::StrCat(", GPU ", r.gpu) : std::string();
+    std::cerr << absl::StrFormat(
+        "[tessera]   rank %d on %s (node %d, local rank %d of %d%s): tp %d, "
+        "stage %d, layers %d-%d, %d heads, %d KV heads, vocab rows %d-%d; "
+        "weights %.1f MiB, KV cache %.1f MiB\n",
+        l.rank(), r.host, r.node, r.local_rank, r.local_size, gpu, l.tp_rank(),
+        l.pp_stage(), l.first_layer(), l.end_layer() - 1, l.local_heads(),
+        l.local_kv_heads(), l.first_vocab_id(),
+        l.first_vocab_id() + l.vocab_rows() - 1, r.weight_bytes / kMiB,
+        r.kv_cache_bytes / kMiB);
+  }
+  for (const std::string& warning : job.PlacementWarnings()) {
+    std::cerr << "[tessera] warning: " << warning << "\n";
+  }
+}
+
 // One rank of an MPI job: rank 0 runs `coordinator` over the job (the
 // engine's StepExecutor) and prints; the others serve steps. Returns the
 // process exit code. A failure that every rank sees alike (bad flags, a model
@@ -141,19 +176,7 @@ int RunParallel(
     if (!served.ok()) (*world)->Abort(1, served.message());
     return 0;
   }
-  std::cerr << absl::StrFormat(
-      "[tessera] %d ranks (tp %d x pp %d) on %s; rank 0 holds %.1f MiB of "
-      "weights; loaded in %.2f s\n",
-      (*world)->size(), p.tp, p.pp, p.device,
-      (*job)->weight_bytes() / 1048576.0, (*job)->load_seconds());
-  for (const auto& l : (*job)->layout()) {
-    std::cerr << absl::StrFormat(
-        "[tessera]   rank %d: tp %d, stage %d, layers %d-%d, %d heads, %d KV "
-        "heads, vocab rows %d-%d\n",
-        l.rank(), l.tp_rank(), l.pp_stage(), l.first_layer(), l.end_layer() - 1,
-        l.local_heads(), l.local_kv_heads(), l.first_vocab_id(),
-        l.first_vocab_id() + l.vocab_rows() - 1);
-  }
+  PrintStartupLog(**job, p);
   const absl::Status status = coordinator(job->get());
   std::cout.flush();
   const auto& stats = (*job)->control_stats();
@@ -212,6 +235,8 @@ struct ParallelFlags {
     p.max_num_seqs = static_cast<int>(engine.max_num_seqs);
     p.max_num_batched_tokens = engine.max_num_batched_tokens;
     p.device = engine.device;
+    p.gpus_per_node = static_cast<int>(engine.gpus_per_node);
+    p.show_progress = true;
     ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(engine));
     *parallel = tp * pp > 1 || LaunchedAsMultiRankJob();
     if (!*parallel && !p.pp_layers.empty()) {

@@ -213,6 +213,20 @@ absl::StatusOr<std::unique_ptr<MpiWorld>> MpiWorld::Init(int* argc,
                    MpiComm::SplitShared(out->comm(), "node"));
   out->local_rank_ = node_comm.rank();
   out->local_size_ = node_comm.size();
+  int leader = out->rank();
+  rc = MPI_Allreduce(MPI_IN_PLACE, &leader, 1, MPI_INT, MPI_MIN,
+                     node_comm.get());
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Allreduce", "finding each node's first rank");
+  }
+  out->node_leader_ = leader;
+  char name[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  rc = MPI_Get_processor_name(name, &length);
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Get_processor_name", "naming this host");
+  }
+  out->host_name_.assign(name, length);
   return out;
 }
 

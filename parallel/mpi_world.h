@@ -118,6 +118,12 @@ class MpiWorld {
   // SLURM_LOCALID). A rank uses GPU local_rank() % device_count.
   int local_rank() const { return local_rank_; }
   int local_size() const { return local_size_; }
+  // The world rank of this node's local rank 0: equal for exactly the ranks
+  // that share a node (as MPI sees nodes), so it identifies the node.
+  int node_leader() const { return node_leader_; }
+  // MPI_Get_processor_name: the host name, for logs. Two nodes may share a
+  // name (containers, network namespaces); node_leader() tells them apart.
+  const std::string& host_name() const { return host_name_; }
   // MPI_COMM_WORLD, borrowed.
   const MpiComm& comm() const { return world_; }
 
@@ -133,6 +139,8 @@ class MpiWorld {
   MpiComm world_;
   int local_rank_ = 0;
   int local_size_ = 1;
+  int node_leader_ = 0;
+  std::string host_name_;
 };
 
 // The two groups a rank belongs to in a tp × pp grid.

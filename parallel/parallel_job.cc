@@ -1,16 +1,21 @@
 #include "parallel/parallel_job.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "parallel/nccl_communicator.h"
+#include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/model/safetensors.h"
 
@@ -180,6 +185,7 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
                     : options.kv.dtype == DType::kBF16 ? "bfloat16"
                                                        : "float32");
     e->set_device(options.device);
+    e->set_gpus_per_node(options.gpus_per_node);
     e->set_weight_dtype(options.weight_dtype == DType::kBF16 ? "bfloat16"
                                                              : "float32");
     e->set_attention(options.kv.backend == AttentionBackend::kStatic ? "static"
@@ -228,8 +234,15 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   const proto::EngineSettings& settings = manifest.engine();
   const std::string device =
       settings.device().empty() ? "cpu" : settings.device();
+  if (device == "cuda" && settings.gpus_per_node() > 0 &&
+      world.local_size() > settings.gpus_per_node()) {
+    job->Fail(absl::FailedPreconditionError(absl::StrCat(
+        "host ", world.host_name(), " runs ", world.local_size(),
+        " ranks of this job but --gpus-per-node is ", settings.gpus_per_node(),
+        ": give each rank its own GPU (fewer tasks per node, or more GPUs)")));
+  }
   absl::StatusOr<Backend> device_backend =
-      CreateBackend(device, world.local_rank());
+      CreateBackend(device, world.local_rank(), settings.gpus_per_node());
   if (!device_backend.ok()) {
     job->Fail(
         Annotate(device_backend.status(), absl::StrCat("rank ", world.rank())));
@@ -256,26 +269,42 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
 
   // Weights: a failure here is this rank's alone, and the others are already
   // waiting on it.
+  // Rank 0's progress bar counts what it reads: every shard when it sends
+  // them, its own when each rank reads its own.
+  const bool local_weights =
+      manifest.weights() == proto::ModelManifest::WEIGHTS_LOCAL;
+  int64_t parts = LlamaWeightParts(shard);
+  if (!local_weights) {
+    for (int rank = 1; rank < world.size(); ++rank) {
+      parts += LlamaWeightParts(ShardOf(config, job->grid_, pp_layers, rank));
+    }
+  }
+  ProgressBar bar(
+      local_weights ? "loading weights (rank 0's shard)" : "loading weights",
+      parts, job->is_coordinator() && options.show_progress ? stderr : nullptr,
+      isatty(STDERR_FILENO));
+  const std::function<void()> advance = [&bar] { bar.Advance(); };
   absl::StatusOr<LlamaWeights> weights;
-  if (manifest.weights() == proto::ModelManifest::WEIGHTS_LOCAL) {
+  if (local_weights) {
     absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
         Checkpoint::Open(manifest.model_dir());
-    weights =
-        ckpt.ok() ? LoadLlamaWeights(**ckpt, config, shard) : ckpt.status();
+    weights = ckpt.ok() ? LoadLlamaWeights(**ckpt, config, shard, advance)
+                        : ckpt.status();
   } else if (job->is_coordinator()) {
     absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt =
         Checkpoint::Open(manifest.model_dir());
     if (!ckpt.ok()) job->Fail(ckpt.status());
     for (int rank = 1; rank < world.size(); ++rank) {
       absl::StatusOr<LlamaWeights> theirs = LoadLlamaWeights(
-          **ckpt, config, ShardOf(config, job->grid_, pp_layers, rank));
+          **ckpt, config, ShardOf(config, job->grid_, pp_layers, rank),
+          advance);
       if (!theirs.ok()) job->Fail(theirs.status());
       const absl::Status sent = SendShard(*job->control_, *theirs, rank);
       if (!sent.ok())
         job->Fail(Annotate(
             sent, absl::StrCat("sending rank ", rank, " its weights")));
     }
-    weights = LoadLlamaWeights(**ckpt, config, shard);
+    weights = LoadLlamaWeights(**ckpt, config, shard, advance);
   } else {
     weights = AllocateLlamaWeights(config, shard);
     if (weights.ok()) {
@@ -289,6 +318,7 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
         absl::StrCat("loading weights from ",
                      model_dir.empty() ? manifest.model_dir() : model_dir)));
   }
+  bar.Finish();
   const proto::EngineSettings& e = manifest.engine();
   Ops* ops = job->backend_.ops.get();
   if (job->backend_.is_cuda()) {
@@ -335,12 +365,101 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   absl::StatusOr<KvPool> pool = KvPool::Create(
       pool_shape, blocks, job->kv_layout_.block_size, job->model_->allocator());
   if (!pool.ok()) job->Fail(pool.status());
+  const absl::Status gathered =
+      job->GatherReports(world, pool->bytes(), device == "cuda");
+  if (!gathered.ok()) job->Fail(gathered);
   job->runner_ = std::make_unique<StepRunner>(
       job->model_.get(), *std::move(pool), kv.backend, job->is_sampler());
   job->load_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
   return job;
+}
+
+absl::Status ParallelJob::GatherReports(const MpiWorld& world,
+                                        int64_t kv_cache_bytes, bool cuda) {
+  // Fixed-size records, so one MPI_Gather of bytes carries them.
+  struct Wire {
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int32_t node_leader, local_rank, local_size, gpu, visible_gpus;
+    int64_t weight_bytes, kv_cache_bytes;
+  };
+  Wire mine = {};
+  world.host_name().copy(mine.host, sizeof(mine.host) - 1);
+  mine.node_leader = world.node_leader();
+  mine.local_rank = world.local_rank();
+  mine.local_size = world.local_size();
+  mine.gpu = backend_.gpu;
+  mine.visible_gpus = cuda ? VisibleCudaDevices() : 0;
+  mine.weight_bytes = model_->weight_bytes();
+  mine.kv_cache_bytes = kv_cache_bytes;
+  std::vector<Wire> all(is_coordinator() ? world.size() : 0);
+  const int rc =
+      MPI_Gather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire),
+                 MPI_BYTE, ProcessGrid::kCoordinatorRank, world.comm().get());
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Gather", "collecting each rank's placement");
+  }
+  std::vector<int> leaders;  // Node index = position of its leader here.
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const Wire& w = all[r];
+    auto it = std::find(leaders.begin(), leaders.end(), w.node_leader);
+    if (it == leaders.end()) it = leaders.insert(leaders.end(), w.node_leader);
+    RankReport report;
+    report.rank = r;
+    report.host = std::string(w.host, strnlen(w.host, sizeof(w.host)));
+    report.node = static_cast<int>(it - leaders.begin());
+    report.local_rank = w.local_rank;
+    report.local_size = w.local_size;
+    report.gpu = w.gpu;
+    report.visible_gpus = w.visible_gpus;
+    report.weight_bytes = w.weight_bytes;
+    report.kv_cache_bytes = w.kv_cache_bytes;
+    reports_.push_back(std::move(report));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ParallelJob::PlacementWarnings() const {
+  std::vector<std::string> warnings;
+  if (reports_.empty()) return warnings;
+  for (int stage = 0; stage < grid_.pp(); ++stage) {
+    std::vector<int> nodes;
+    std::vector<std::string> hosts;
+    for (int t = 0; t < grid_.tp(); ++t) {
+      const RankReport& r = reports_[grid_.RankOf(stage, t)];
+      if (std::find(nodes.begin(), nodes.end(), r.node) != nodes.end()) {
+        continue;
+      }
+      nodes.push_back(r.node);
+      hosts.push_back(absl::StrCat(r.host, " (node ", r.node, ")"));
+    }
+    if (nodes.size() > 1) {
+      warnings.push_back(absl::StrCat(
+          "the tensor-parallel group of pipeline stage ", stage, " (ranks ",
+          grid_.RankOf(stage, 0), "-", grid_.RankOf(stage, grid_.tp() - 1),
+          ") spans ", nodes.size(), " nodes: ", absl::StrJoin(hosts, ", "),
+          "; every layer's all-reduce crosses the network. Keep a TP group on "
+          "one node: consecutive ranks on a node (mpirun --map-by slot, srun "
+          "--distribution=block) and --tp at most the GPUs per node"));
+    }
+  }
+  // Ranks sharing a GPU (only possible without --gpus-per-node, which
+  // refuses it): per node, more ranks than visible devices.
+  std::vector<int> warned;
+  for (const RankReport& r : reports_) {
+    if (r.gpu < 0 || r.local_size <= r.visible_gpus ||
+        std::find(warned.begin(), warned.end(), r.node) != warned.end()) {
+      continue;
+    }
+    warned.push_back(r.node);
+    warnings.push_back(absl::StrCat(
+        "host ", r.host, " (node ", r.node, ") runs ", r.local_size,
+        " ranks on ", r.visible_gpus,
+        " visible GPUs, so ranks share GPUs; pass --gpus-per-node to refuse "
+        "this"));
+  }
+  return warnings;
 }
 
 void ParallelJob::Fail(const absl::Status& status) const {

@@ -97,9 +97,12 @@ const TensorView* OptionalView(const std::optional<Tensor>& t,
 
 // The table of tensors a shard holds, read from `ckpt` or, when it is null,
 // allocated (zeros) with the same shapes for a rank that receives its weights.
-absl::StatusOr<LlamaWeights> BuildLlamaWeights(const Checkpoint* ckpt,
-                                               const ModelConfig& c,
-                                               const ShardSpec& s) {
+absl::StatusOr<LlamaWeights> BuildLlamaWeights(
+    const Checkpoint* ckpt, const ModelConfig& c, const ShardSpec& s,
+    const std::function<void()>& on_part = {}) {
+  auto part_done = [&] {
+    if (on_part) on_part();
+  };
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
                 D = c.head_dim;
   const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
@@ -119,6 +122,7 @@ absl::StatusOr<LlamaWeights> BuildLlamaWeights(const Checkpoint* ckpt,
   if (s.first_stage()) {
     ASSIGN_OR_RETURN(w.embed_tokens, LoadRows(ckpt, "model.embed_tokens.weight",
                                               {V, H}, v_begin, v_end, v_pad));
+    part_done();
   }
   for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
@@ -171,6 +175,7 @@ absl::StatusOr<LlamaWeights> BuildLlamaWeights(const Checkpoint* ckpt,
         L.down_bias,
         Optional(c.mlp_bias, LoadAll(ckpt, p + "mlp.down_proj.bias", {H})));
     w.layers.push_back(std::move(L));
+    part_done();
   }
   if (s.last_stage()) {
     ASSIGN_OR_RETURN(w.final_norm, LoadAll(ckpt, "model.norm.weight", {H}));
@@ -181,16 +186,22 @@ absl::StatusOr<LlamaWeights> BuildLlamaWeights(const Checkpoint* ckpt,
       ASSIGN_OR_RETURN(w.lm_head,
                        LoadRows(ckpt, name, {V, H}, v_begin, v_end, v_pad));
     }
+    part_done();
   }
   return w;
 }
 
 }  // namespace
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& ckpt,
-                                              const ModelConfig& config,
-                                              const ShardSpec& shard) {
-  return BuildLlamaWeights(&ckpt, config, shard);
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(
+    const Checkpoint& ckpt, const ModelConfig& config, const ShardSpec& shard,
+    const std::function<void()>& on_part) {
+  return BuildLlamaWeights(&ckpt, config, shard, on_part);
+}
+
+int64_t LlamaWeightParts(const ShardSpec& shard) {
+  return (shard.end_layer - shard.first_layer) + (shard.first_stage() ? 1 : 0) +
+         (shard.last_stage() ? 1 : 0);
 }
 
 absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
@@ -420,7 +431,8 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
                    Checkpoint::Open(model_dir));
   RETURN_IF_ERROR(CheckHostMemory(*ckpt, model_dir));
   const ShardSpec shard = FullModel(config);
-  absl::StatusOr<LlamaWeights> weights = LoadLlamaWeights(*ckpt, config, shard);
+  absl::StatusOr<LlamaWeights> weights =
+      LoadLlamaWeights(*ckpt, config, shard, placement.on_weight_part);
   if (!weights.ok()) {
     return Annotate(weights.status(),
                     absl::StrCat("loading weights from ", model_dir));

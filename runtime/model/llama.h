@@ -74,9 +74,14 @@ struct LlamaWeights {
 // ("model.layers.3.self_attn.k_proj.weight: expected shape [64, 256], found
 // [128, 256]") and converting only this rank's slice. A missing tensor is
 // NotFound naming it. Tensors the config does not use are ignored.
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(const Checkpoint& checkpoint,
-                                              const ModelConfig& config,
-                                              const ShardSpec& shard);
+// `on_part` (optional) is called after each part is read: the embedding, each
+// layer, and the head (LlamaWeightParts of them), for a progress bar.
+absl::StatusOr<LlamaWeights> LoadLlamaWeights(
+    const Checkpoint& checkpoint, const ModelConfig& config,
+    const ShardSpec& shard, const std::function<void()>& on_part = {});
+
+// How many times LoadLlamaWeights calls `on_part` for `shard`.
+int64_t LlamaWeightParts(const ShardSpec& shard);
 
 // Replaces every host f32 tensor of `weights` by its copy in `ops`' memory:
 // matrices as `matrix_dtype` (f32 or bf16), norms and biases as f32. Each host
@@ -139,6 +144,8 @@ struct ModelPlacement {
   // `matrix_dtype`.
   bool upload_weights = false;
   DType matrix_dtype = DType::kF32;
+  // Called after each part of the weights is read (see LoadLlamaWeights).
+  std::function<void()> on_weight_part;
 };
 
 class LlamaModel {
