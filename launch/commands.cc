@@ -295,6 +295,11 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
     return absl::InvalidArgumentError(
         absl::StrCat("--block-size must be in [1, 4096], got ", f.block_size));
   }
+  if (f.gpus_per_node < 0 || f.gpus_per_node > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gpus-per-node must be in [0, 1024] (0: every visible GPU), got ",
+        f.gpus_per_node));
+  }
   if (f.num_kv_blocks < 0 || f.kv_cache_memory < 0) {
     return absl::InvalidArgumentError(
         "--num-kv-blocks and --kv-cache-memory must be >= 0");

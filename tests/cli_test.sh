@@ -213,6 +213,9 @@ expect_error "missing model dir" "does not exist" \
 
 expect_error "no --model" "--model" generate --prompt-ids 1,2,3
 
+expect_error "negative --gpus-per-node" "--gpus-per-node must be in [0, 1024]" \
+  generate --model "$DEMO" --prompt-ids 1,2,3 --gpus-per-node -1
+
 dir=$(copy_fixture no_config)
 rm "$dir/config.json"
 expect_error "missing config.json" "config.json" \

@@ -128,6 +128,26 @@ for layout in "2 --tp 2" "2 --pp 2"; do
   fi
 done
 
+# The startup log, printed by rank 0 alone: the grid, each rank's host, node, layers and sizes,
+# the weights progress (in quarters, since stderr is not a terminal), and no placement warning
+# when every rank shares one node.
+cases=$((cases + 1))
+timeout 120 mpirun -np 4 --bind-to none "$TESSERA" generate --model "$DEMO" --prompt-ids 1 \
+  --max-tokens 2 --tp 2 --pp 2 >"$TMP/out" 2>"$TMP/err"
+rc=$?
+if [ "$rc" -eq 0 ] && [ "$(grep -c '^\[tessera\] grid: tp 2 x pp 2 = 4 ranks on 1 node, cpu; loaded in' "$TMP/err")" -eq 1 ] &&
+  grep -Eq '^\[tessera\]   rank 3 on [^ ]+ \(node 0, local rank 3 of 4\): tp 1, stage 1, layers 3-4, 4 heads, 2 KV heads, vocab rows 256-511; weights 0\.[0-9] MiB, KV cache [0-9.]+ MiB$' "$TMP/err" &&
+  [ "$(grep -c '^\[tessera\]   rank [0-3] on ' "$TMP/err")" -eq 4 ] &&
+  [ "$(grep -c '^\[tessera\] loading weights: ' "$TMP/err")" -eq 5 ] &&
+  grep -q '^\[tessera\] loading weights: 100% (14/14)' "$TMP/err" &&
+  ! grep -q 'warning' "$TMP/err"; then
+  echo "PASS: startup log"
+else
+  failures=$((failures + 1))
+  echo "FAIL: startup log (exit $rc)"
+  cat "$TMP/err"
+fi
+
 # A job that must refuse to start: non-zero exit without hanging, and exactly one line from
 # rank 0 that starts with `pattern`.
 expect_job_error() {  # name, pattern, np, generate flags...
