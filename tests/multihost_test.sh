@@ -24,11 +24,6 @@ else  # run by hand from a checkout: tests/multihost_test.sh (after bazel build 
 fi
 AGENT="$ROOT/tests/testing/netns_rsh.sh"
 LAUNCH="$ROOT/launch/mpirun_hosts.sh"
-if [ ! -x "$LAUNCH" ]; then
-  # Not in the runfiles until launch/BUILD.bazel exports it: the checkout's own copy, found
-  # through this script's symlink into the source tree.
-  LAUNCH="$(dirname "$(readlink -f "$0")")/../launch/mpirun_hosts.sh"
-fi
 mkdir -p "$TMP"
 failures=0
 cases=0
@@ -200,20 +195,34 @@ run_case() {  # name, hostfile, np, minimum bytes over the veth, tessera flags..
 
 # With --weights rank0 (the default) rank 0 sends rank 1's shard (~0.5 MiB for stories260K),
 # so at least 256 KiB must cross; with --weights local only activations (~70 KB here) do.
+# The startup log says where every rank runs, and warns when a TP group spans hosts.
+expect_warning() {  # name, "yes"|"no"
+  if [ "$2" = yes ] && grep -q "^\[tessera\] warning: the tensor-parallel group of pipeline stage 0 (ranks 0-1) spans 2 nodes: $NS_A (node 0), $NS_B (node 1);" "$TMP/err"; then
+    pass "$1: the TP group across hosts is warned about"
+  elif [ "$2" = no ] && ! grep -q "warning" "$TMP/err"; then
+    pass "$1: no placement warning"
+  else
+    fail "$1: placement warning expected: $2"
+    grep '^\[tessera\]' "$TMP/err" | head -12
+  fi
+}
 run_case "tp2 across hosts" "$TMP/hosts1" 2 262144 --tp 2
+expect_warning "tp2 across hosts" yes
+grep -q "^\[tessera\] grid: tp 2 x pp 1 = 2 ranks on 2 nodes, cpu;" "$TMP/err" &&
+  pass "tp2 across hosts: the grid line counts 2 nodes" ||
+  fail "tp2 across hosts: grid line: $(grep grid "$TMP/err")"
 run_case "pp2 across hosts" "$TMP/hosts1" 2 262144 --pp 2
+expect_warning "pp2 across hosts" no
 run_case "pp2 across hosts, local weights" "$TMP/hosts1" 2 32768 --pp 2 --weights local
 # Two ranks per host: each TP group inside one host, the pipeline across the two.
 run_case "tp2 x pp2, 2 ranks per host" "$TMP/hosts2" 4 131072 --tp 2 --pp 2
+expect_warning "tp2 x pp2, 2 ranks per host" no
 # tessera's own layout: rank = stage × 2 + tp index, so TP groups {0,1}, {2,3} are each on one
 # host (placement np=4 above) and only stage 0 → 1 crosses the veth. Its rank lines read
-# "rank R [on HOST (...)]: tp T, stage S, ..."; where it names the host, that is checked too.
-sed -nE 's/^\[tessera\] +rank ([0-9]+)( on ([^ ]+))?[^:]*: tp ([0-9]+), stage ([0-9]+).*/\1 \4 \5 \3/p' \
+# "rank R on HOST (...): tp T, stage S, ...".
+sed -nE 's/^\[tessera\] +rank ([0-9]+) on ([^ ]+) [^:]*: tp ([0-9]+), stage ([0-9]+).*/\1 \3 \4 \2/p' \
   "$TMP/err" >"$TMP/layout"
 printf '%s\n' "0 0 0 $NS_A" "1 1 0 $NS_A" "2 0 1 $NS_B" "3 1 1 $NS_B" >"$TMP/layout_want"
-if [ -z "$(awk '{print $4}' "$TMP/layout")" ]; then  # no hosts printed: compare the rest
-  sed -i 's/ [^ ]*$/ /' "$TMP/layout_want"
-fi
 if cmp -s "$TMP/layout" "$TMP/layout_want"; then
   pass "tp2 x pp2: TP groups are ranks {0,1} on $NS_A and {2,3} on $NS_B"
 else
