@@ -17,6 +17,7 @@ packages=(
   nlohmann-json3-dev
   libcpp-httplib-dev
   prometheus
+  slurmctld slurmd slurm-client munge  # tests/slurm_test.sh starts its own one-node cluster
   clang-format
 )
 
