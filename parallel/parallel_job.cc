@@ -234,19 +234,25 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   const proto::EngineSettings& settings = manifest.engine();
   const std::string device =
       settings.device().empty() ? "cpu" : settings.device();
-  if (device == "cuda" && settings.gpus_per_node() > 0 &&
-      world.local_size() > settings.gpus_per_node()) {
-    job->Fail(absl::FailedPreconditionError(absl::StrCat(
-        "host ", world.host_name(), " runs ", world.local_size(),
-        " ranks of this job but --gpus-per-node is ", settings.gpus_per_node(),
-        ": give each rank its own GPU (fewer tasks per node, or more GPUs)")));
+  if (device == "cuda") {
+    // NCCL refuses two ranks of one communicator on one GPU ("invalid
+    // usage"), so a node needs a GPU per rank: say so before NCCL does.
+    const int gpus = settings.gpus_per_node() > 0 ? settings.gpus_per_node()
+                                                  : VisibleCudaDevices();
+    if (gpus > 0 && world.local_size() > gpus) {
+      job->Fail(absl::FailedPreconditionError(absl::StrCat(
+          "host ", world.host_name(), " runs ", world.local_size(),
+          " ranks of this job but ",
+          settings.gpus_per_node() > 0
+              ? absl::StrCat("--gpus-per-node is ", gpus)
+              : absl::StrCat("only ", gpus, " GPUs are visible"),
+          ": each rank needs its own GPU (run at most that many tasks per "
+          "node)")));
+    }
   }
   absl::StatusOr<Backend> device_backend =
       CreateBackend(device, world.local_rank(), settings.gpus_per_node());
-  if (!device_backend.ok()) {
-    job->Fail(
-        Annotate(device_backend.status(), absl::StrCat("rank ", world.rank())));
-  }
+  if (!device_backend.ok()) job->Fail(device_backend.status());
   job->backend_ = *std::move(device_backend);
   if (job->backend_.is_cuda()) {
     // NCCL for tensors (collective over each group; ids travel over MPI).
@@ -365,8 +371,7 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   absl::StatusOr<KvPool> pool = KvPool::Create(
       pool_shape, blocks, job->kv_layout_.block_size, job->model_->allocator());
   if (!pool.ok()) job->Fail(pool.status());
-  const absl::Status gathered =
-      job->GatherReports(world, pool->bytes(), device == "cuda");
+  const absl::Status gathered = job->GatherReports(world, pool->bytes());
   if (!gathered.ok()) job->Fail(gathered);
   job->runner_ = std::make_unique<StepRunner>(
       job->model_.get(), *std::move(pool), kv.backend, job->is_sampler());
@@ -377,11 +382,11 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
 }
 
 absl::Status ParallelJob::GatherReports(const MpiWorld& world,
-                                        int64_t kv_cache_bytes, bool cuda) {
+                                        int64_t kv_cache_bytes) {
   // Fixed-size records, so one MPI_Gather of bytes carries them.
   struct Wire {
     char host[MPI_MAX_PROCESSOR_NAME];
-    int32_t node_leader, local_rank, local_size, gpu, visible_gpus;
+    int32_t node_leader, local_rank, local_size, gpu;
     int64_t weight_bytes, kv_cache_bytes;
   };
   Wire mine = {};
@@ -390,7 +395,6 @@ absl::Status ParallelJob::GatherReports(const MpiWorld& world,
   mine.local_rank = world.local_rank();
   mine.local_size = world.local_size();
   mine.gpu = backend_.gpu;
-  mine.visible_gpus = cuda ? VisibleCudaDevices() : 0;
   mine.weight_bytes = model_->weight_bytes();
   mine.kv_cache_bytes = kv_cache_bytes;
   std::vector<Wire> all(is_coordinator() ? world.size() : 0);
@@ -412,7 +416,6 @@ absl::Status ParallelJob::GatherReports(const MpiWorld& world,
     report.local_rank = w.local_rank;
     report.local_size = w.local_size;
     report.gpu = w.gpu;
-    report.visible_gpus = w.visible_gpus;
     report.weight_bytes = w.weight_bytes;
     report.kv_cache_bytes = w.kv_cache_bytes;
     reports_.push_back(std::move(report));
@@ -443,21 +446,6 @@ std::vector<std::string> ParallelJob::PlacementWarnings() const {
           "one node: consecutive ranks on a node (mpirun --map-by slot, srun "
           "--distribution=block) and --tp at most the GPUs per node"));
     }
-  }
-  // Ranks sharing a GPU (only possible without --gpus-per-node, which
-  // refuses it): per node, more ranks than visible devices.
-  std::vector<int> warned;
-  for (const RankReport& r : reports_) {
-    if (r.gpu < 0 || r.local_size <= r.visible_gpus ||
-        std::find(warned.begin(), warned.end(), r.node) != warned.end()) {
-      continue;
-    }
-    warned.push_back(r.node);
-    warnings.push_back(absl::StrCat(
-        "host ", r.host, " (node ", r.node, ") runs ", r.local_size,
-        " ranks on ", r.visible_gpus,
-        " visible GPUs, so ranks share GPUs; pass --gpus-per-node to refuse "
-        "this"));
   }
   return warnings;
 }

@@ -47,8 +47,8 @@ struct ParallelOptions {
   std::string device = "cpu";        // cpu, or cuda (NCCL between ranks).
   DType weight_dtype = DType::kF32;  // Matrices on a GPU: kF32 or kBF16.
   // The GPUs each node gives the job (> 0), or 0 for every visible one; a
-  // rank uses GPU local_rank % that. More ranks on a node than this is an
-  // error.
+  // rank uses GPU local_rank % that. More ranks on a node than GPUs is an
+  // error either way (NCCL needs a GPU per rank).
   int gpus_per_node = 0;
   // Rank 0 draws a progress bar on stderr while it reads weights.
   bool show_progress = false;
@@ -57,12 +57,11 @@ struct ParallelOptions {
 // One rank as the startup log shows it (gathered on rank 0 after loading).
 struct RankReport {
   int rank = 0;
-  std::string host;      // MPI_Get_processor_name.
-  int node = 0;          // Index of its node in the job, by first rank.
-  int local_rank = 0;    // Among the ranks of its node.
-  int local_size = 1;    // Ranks on its node.
-  int gpu = -1;          // Its CUDA device, or -1 on the CPU.
-  int visible_gpus = 0;  // CUDA devices its process sees (0 on the CPU).
+  std::string host;    // MPI_Get_processor_name.
+  int node = 0;        // Index of its node in the job, by first rank.
+  int local_rank = 0;  // Among the ranks of its node.
+  int local_size = 1;  // Ranks on its node.
+  int gpu = -1;        // Its CUDA device, or -1 on the CPU.
   int64_t weight_bytes = 0;
   int64_t kv_cache_bytes = 0;
 };
@@ -93,7 +92,7 @@ class ParallelJob final : public StepExecutor {
   // Rank 0: every rank's report, by rank (empty on the other ranks).
   const std::vector<RankReport>& rank_reports() const { return reports_; }
   // Rank 0: placements that work but cost speed (a tensor-parallel group
-  // spread over nodes, ranks sharing a GPU), one sentence each.
+  // spread over nodes), one sentence each.
   std::vector<std::string> PlacementWarnings() const;
   // Which rank holds what (from the manifest): layers, heads and vocabulary
   // rows per rank.
@@ -131,8 +130,7 @@ class ParallelJob final : public StepExecutor {
   // would leave the others blocked in a collective.
   [[noreturn]] void Fail(const absl::Status& status) const;
   // Collective: gathers every rank's RankReport on rank 0.
-  absl::Status GatherReports(const MpiWorld& world, int64_t kv_cache_bytes,
-                             bool cuda);
+  absl::Status GatherReports(const MpiWorld& world, int64_t kv_cache_bytes);
   bool is_sampler() const;
   int sampler_rank() const;
 

@@ -12,6 +12,8 @@ G=(generate --model "$M" --device cuda --dtype float32 --prompt "Once upon a tim
 nvidia-smi --query-gpu=index,name --format=csv,noheader
 echo "== one process"
 "$T" "${G[@]}" 2>/dev/null | tee /tmp/ref
+# The last three must fail with one clear line per rank: more ranks than GPUs (NCCL would
+# refuse two ranks of a group on one GPU), and more GPUs asked for than visible.
 for case in "2 --tp 2 --gpus-per-node 2" "2 --pp 2" "4 --tp 2 --pp 2" "2 --tp 2 --gpus-per-node 1" \
   "2 --tp 2 --gpus-per-node 3"; do
   set -- $case
