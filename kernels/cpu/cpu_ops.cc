@@ -459,23 +459,32 @@ void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
   const int32_t* starts = args.metadata->query_start_loc.data();
   const int64_t heads = plan.num_heads;
   const int64_t items = (plan.row_end - plan.row_begin) * heads;
-#pragma omp parallel if (plan.work > kParallelThreshold)
+  auto attend = [&](int64_t item, float* weights) {
+    const int64_t row = plan.row_begin + item / heads;
+    const int64_t h = item % heads;
+    // The sequence owning `row`: the last one starting at or before it.
+    const int32_t seq =
+        one_row_per_seq
+            ? static_cast<int32_t>(args.first_seq + (row - plan.row_begin))
+            : static_cast<int32_t>(std::upper_bound(starts + args.first_seq + 1,
+                                                    starts + args.end_seq + 1,
+                                                    row) -
+                                   (starts + 1));
+    AttendOne<T, kStatic>(args, plan, seq, row, h, weights);
+  };
+  if (plan.work <= kParallelThreshold) {
+    // Small work stays off OpenMP entirely: even a parallel region that its
+    // `if` clause makes serial costs futex calls into the idle team (about
+    // ten per decode token on the demo model, measured with strace).
+    float* weights = ScratchWeights(plan.max_keys);
+    for (int64_t item = 0; item < items; ++item) attend(item, weights);
+    return;
+  }
+#pragma omp parallel
   {
     float* weights = ScratchWeights(plan.max_keys);
 #pragma omp for schedule(dynamic, kAttentionChunk)
-    for (int64_t item = 0; item < items; ++item) {
-      const int64_t row = plan.row_begin + item / heads;
-      const int64_t h = item % heads;
-      // The sequence owning `row`: the last one starting at or before it.
-      const int32_t seq =
-          one_row_per_seq
-              ? static_cast<int32_t>(args.first_seq + (row - plan.row_begin))
-              : static_cast<int32_t>(
-                    std::upper_bound(starts + args.first_seq + 1,
-                                     starts + args.end_seq + 1, row) -
-                    (starts + 1));
-      AttendOne<T, kStatic>(args, plan, seq, row, h, weights);
-    }
+    for (int64_t item = 0; item < items; ++item) attend(item, weights);
   }
 }
 
