@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <fstream>
 #include <iostream>
@@ -673,6 +674,11 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         absl::StrCat("--port must be in [0, 65535], got ", o.port));
   }
+  if (!(o.stream_interval_ms >= 0.0 && o.stream_interval_ms <= 1000.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--stream-interval-ms must be in [0, 1000], got ",
+                     o.stream_interval_ms));
+  }
   if (o.max_pending < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-pending must be >= 1, got ", o.max_pending));
@@ -697,7 +703,9 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     server_options.served_model_name = dir.substr(dir.find_last_of('/') + 1);
   }
-  AsyncEngine async(loaded->engine.get(), o.max_pending);
+  AsyncEngine async(loaded->engine.get(), o.max_pending,
+                    std::chrono::microseconds(static_cast<int64_t>(
+                        std::llround(o.stream_interval_ms * 1000.0))));
   OpenAiServer server(server_options, &async, loaded->executor->config(),
                       loaded->tokenizer.get(), std::move(chat_template));
   RETURN_IF_ERROR(server.Start());

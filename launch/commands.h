@@ -117,6 +117,10 @@ struct ServeOptions {
   int64_t port = 8000;            // 0: any free port.
   std::string served_model_name;  // Default: the model folder's name.
   int64_t max_pending = 1024;     // Waiting + running; beyond: HTTP 429.
+  // Tokens of a request that come faster than this reach its HTTP thread
+  // together (each still its own SSE event): waking a thread per token costs
+  // more than a small model's decode step. 0: one wake-up per token.
+  double stream_interval_ms = 1.0;
   EngineFlags engine;
 };
 

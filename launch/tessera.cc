@@ -366,6 +366,9 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("port", &o.port, "port to listen on (0: any free port)");
   flags.Add("served-model-name", &o.served_model_name,
             "the model name clients use (default: the folder's name)");
+  flags.Add("stream-interval-ms", &o.stream_interval_ms,
+            "a request's tokens that come faster than this go to its HTTP "
+            "thread together (each still its own event; 0: one by one)");
   flags.Add("max-pending", &o.max_pending,
             "requests waiting or running before new ones get HTTP 429");
   AddEngineFlags(flags, &o.engine);

@@ -7,15 +7,16 @@
 
 namespace tessera {
 
-std::optional<TokenEvent> RequestStream::Next(
-    std::chrono::milliseconds timeout) {
+std::optional<TokenEvent> RequestStream::Next(std::chrono::milliseconds timeout,
+                                              Clock::time_point* made_at) {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait_for(lock, timeout,
                [&] { return !events_.empty() || result_.has_value(); });
   if (events_.empty()) return std::nullopt;
-  TokenEvent event = std::move(events_.front());
+  Made made = std::move(events_.front());
   events_.pop_front();
-  return event;
+  if (made_at != nullptr) *made_at = made.at;
+  return std::move(made.event);
 }
 
 bool RequestStream::done() const {
@@ -29,10 +30,31 @@ absl::StatusOr<GenerationResult> RequestStream::Wait() {
   return *result_;
 }
 
-void RequestStream::Push(const TokenEvent& event) {
+void RequestStream::Push(const TokenEvent& event, Clock::time_point now,
+                         Clock::duration interval) {
+  bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    events_.push_back(event);
+    events_.push_back(Made{event, now});
+    wake = event.finished || !woken_once_ || now - last_wake_ >= interval;
+    if (wake) {
+      woken_once_ = true;
+      last_wake_ = now;
+      held_back_ = false;
+    } else {
+      held_back_ = true;
+    }
+  }
+  if (wake) cv_.notify_all();
+}
+
+void RequestStream::FlushIfDue(Clock::time_point now,
+                               Clock::duration interval) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!held_back_ || now - last_wake_ < interval) return;
+    last_wake_ = now;
+    held_back_ = false;
   }
   cv_.notify_all();
 }
@@ -45,8 +67,11 @@ void RequestStream::Finish(absl::StatusOr<GenerationResult> result) {
   cv_.notify_all();
 }
 
-AsyncEngine::AsyncEngine(Engine* engine, int64_t max_pending)
-    : engine_(engine), max_pending_(max_pending) {}
+AsyncEngine::AsyncEngine(Engine* engine, int64_t max_pending,
+                         std::chrono::microseconds stream_interval)
+    : engine_(engine),
+      max_pending_(max_pending),
+      stream_interval_(stream_interval) {}
 
 absl::StatusOr<std::shared_ptr<RequestStream>> AsyncEngine::Submit(
     GenerationRequest request) {
@@ -114,7 +139,7 @@ void AsyncEngine::Admit() {
     // The engine calls back on this thread, inside Step().
     absl::StatusOr<int64_t> engine_id =
         engine_->Submit(p.request, [this, id, stream](const TokenEvent& event) {
-          stream->Push(event);
+          stream->Push(event, RequestStream::Clock::now(), stream_interval_);
           if (!event.finished) return;
           auto it = live_.find(id);
           if (it == live_.end()) return;
@@ -144,6 +169,14 @@ void AsyncEngine::Admit() {
   engine_stats_ = engine_->stats();  // Cancellations free blocks too.
 }
 
+void AsyncEngine::FlushStreams() {
+  if (stream_interval_ == RequestStream::Clock::duration::zero()) return;
+  const RequestStream::Clock::time_point now = RequestStream::Clock::now();
+  for (auto& [id, live] : live_) {
+    live.stream->FlushIfDue(now, stream_interval_);
+  }
+}
+
 absl::Status AsyncEngine::Loop() {
   using Clock = std::chrono::steady_clock;
   auto seconds = [](Clock::duration d) {
@@ -167,6 +200,7 @@ absl::Status AsyncEngine::Loop() {
         }
       }
       last_step_end = step_end;
+      FlushStreams();
       if (!stepped.ok()) {
         // The engine is unusable: end every open request with the error.
         for (auto& [id, live] : live_) live.stream->Finish(stepped);

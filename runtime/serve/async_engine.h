@@ -31,26 +31,52 @@ namespace tessera {
 
 // One request's output as its reader sees it: events in order, then the
 // result. Filled by the loop thread, read by one HTTP thread.
+//
+// Waking the reader costs a futex call and a context switch per wake-up
+// (tens of microseconds on a virtual machine), which is more than a decode
+// step of a small model. So the reader is woken for the first event, the last
+// one, and otherwise at most once per `stream_interval` (AsyncEngine's
+// option): tokens that come faster are handed over together, at most one
+// interval (or, during a longer step, that step) late. Each event keeps the
+// time it was made, so latency metrics do not depend on the hand-over.
 class RequestStream {
  public:
+  using Clock = std::chrono::steady_clock;
+
   // Waits up to `timeout` for the next event. nullopt when none arrived in
   // time or the request is over and every event was read (done() tells).
-  std::optional<TokenEvent> Next(std::chrono::milliseconds timeout);
+  // `made_at` (optional) receives the time the engine produced the event.
+  std::optional<TokenEvent> Next(std::chrono::milliseconds timeout,
+                                 Clock::time_point* made_at = nullptr);
   // Whether the request has ended and every event has been read.
   bool done() const;
   // Waits for the end and returns the result (or the error that ended it).
   absl::StatusOr<GenerationResult> Wait();
   int64_t id() const { return id_; }
 
+  // The producer side (AsyncEngine's loop thread; public for tests). Push
+  // adds an event made at `now` and wakes the reader per the interval
+  // (above); FlushIfDue wakes it for events held back for `interval` or
+  // longer; Finish ends the stream and always wakes.
+  void Push(const TokenEvent& event, Clock::time_point now,
+            Clock::duration interval);
+  void FlushIfDue(Clock::time_point now, Clock::duration interval);
+  void Finish(absl::StatusOr<GenerationResult> result);
+
  private:
   friend class AsyncEngine;
-  void Push(const TokenEvent& event);
-  void Finish(absl::StatusOr<GenerationResult> result);
+  struct Made {
+    TokenEvent event;
+    Clock::time_point at;
+  };
 
   int64_t id_ = 0;  // The AsyncEngine's id (not the engine's).
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<TokenEvent> events_;
+  std::deque<Made> events_;
+  bool woken_once_ = false;      // The first event went out at once.
+  Clock::time_point last_wake_;  // When the reader was last woken.
+  bool held_back_ = false;       // Events pushed since then, not yet woken.
   std::optional<absl::StatusOr<GenerationResult>> result_;
 };
 
@@ -69,7 +95,11 @@ class AsyncEngine {
   };
 
   // `engine` must outlive this object and be used by nothing else.
-  AsyncEngine(Engine* engine, int64_t max_pending);
+  // `stream_interval`: the longest a token may wait before its reader is
+  // woken, when tokens come faster than that (0: wake for every token).
+  AsyncEngine(
+      Engine* engine, int64_t max_pending,
+      std::chrono::microseconds stream_interval = std::chrono::microseconds(0));
 
   // Any thread. Validation errors of the request come back through the
   // stream's result (the engine checks it when it enters); a full queue is
@@ -105,8 +135,12 @@ class AsyncEngine {
   // Moves new requests and cancellations into the engine (loop thread).
   void Admit();
 
+  // Wakes the readers of streams holding events longer than the interval.
+  void FlushStreams();
+
   Engine* engine_;
   const int64_t max_pending_;
+  const RequestStream::Clock::duration stream_interval_;
   mutable std::mutex mu_;
   std::condition_variable work_;
   std::deque<Pending> inbox_;

@@ -51,6 +51,85 @@ std::vector<int32_t> Drain(RequestStream& stream) {
   return tokens;
 }
 
+// The hand-over policy, with times given explicitly: the first event and the
+// last wake a blocked reader at once; the ones between wait until the
+// interval has passed since the last wake-up (FlushIfDue), unless a later
+// Push comes after the interval.
+TEST(RequestStream, WakesForTheFirstAndLastEventAndOncePerInterval) {
+  using Clock = RequestStream::Clock;
+  using std::chrono::milliseconds;
+  RequestStream stream;
+  const Clock::duration interval = std::chrono::seconds(1);
+  const Clock::time_point t0 = Clock::now();
+  TokenEvent event;
+  std::atomic<int> received{0};
+  std::vector<Clock::time_point> made(4);
+  // A reader blocked in Next, as an HTTP thread is between tokens.
+  auto read_one = [&](int index) {
+    return std::thread([&, index] {
+      if (stream.Next(milliseconds(20000), &made[index])) ++received;
+    });
+  };
+  auto wait_for_count = [&](int want) {
+    for (int i = 0; i < 2000 && received.load() < want; ++i) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    return received.load();
+  };
+
+  std::thread reader = read_one(0);
+  std::this_thread::sleep_for(milliseconds(50));  // The reader is waiting.
+  event.token = 10;
+  stream.Push(event, t0, interval);
+  EXPECT_EQ(wait_for_count(1), 1) << "the first event wakes the reader";
+  reader.join();
+
+  reader = read_one(1);
+  std::this_thread::sleep_for(milliseconds(50));
+  event.token = 11;
+  stream.Push(event, t0 + milliseconds(1), interval);  // Within the interval.
+  std::this_thread::sleep_for(milliseconds(200));
+  EXPECT_EQ(received.load(), 1) << "an event within the interval is held";
+  stream.FlushIfDue(t0 + milliseconds(500), interval);  // Not due yet.
+  std::this_thread::sleep_for(milliseconds(100));
+  EXPECT_EQ(received.load(), 1);
+  stream.FlushIfDue(t0 + milliseconds(1000), interval);  // Due.
+  EXPECT_EQ(wait_for_count(2), 2) << "a due flush wakes the reader";
+  reader.join();
+
+  reader = read_one(2);
+  std::this_thread::sleep_for(milliseconds(50));
+  event.token = 12;
+  event.finished = true;  // The last event: at once, whatever the interval.
+  stream.Push(event, t0 + milliseconds(1001), interval);
+  EXPECT_EQ(wait_for_count(3), 3) << "the last event wakes the reader";
+  reader.join();
+  EXPECT_EQ(made[0], t0);
+  EXPECT_EQ(made[1], t0 + milliseconds(1));
+  EXPECT_EQ(made[2], t0 + milliseconds(1001));
+}
+
+TEST(RequestStream, ZeroIntervalWakesForEveryEvent) {
+  using Clock = RequestStream::Clock;
+  RequestStream stream;
+  const Clock::time_point t0 = Clock::now();
+  TokenEvent event;
+  for (int i = 0; i < 3; ++i) {
+    std::atomic<bool> got{false};
+    std::thread reader([&] {
+      if (stream.Next(std::chrono::milliseconds(20000))) got = true;
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    event.token = i;
+    const Clock::time_point pushed = Clock::now();
+    stream.Push(event, t0 + std::chrono::microseconds(i), Clock::duration{0});
+    reader.join();
+    // Woken at once, not at the end of its 20 s wait.
+    EXPECT_LT(Clock::now() - pushed, std::chrono::seconds(5));
+    EXPECT_TRUE(got.load());
+  }
+}
+
 TEST(AsyncEngine, ConcurrentSubmittersGetTheirOwnTokens) {
   CpuOps ops;
   std::unique_ptr<LocalEngine> reference = Demo(&ops);
@@ -64,7 +143,9 @@ TEST(AsyncEngine, ConcurrentSubmittersGetTheirOwnTokens) {
     ASSERT_TRUE(r.ok());
     want[i] = r->output_ids;
   }
-  AsyncEngine async(&served->engine(), 64);
+  // A stream interval, so that tokens are also handed over in batches (by
+  // Push after the interval and by the loop's flush after each step).
+  AsyncEngine async(&served->engine(), 64, std::chrono::microseconds(2000));
   std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
   std::vector<std::vector<int32_t>> streamed(kClients), results(kClients);
   std::vector<std::thread> clients;

@@ -262,14 +262,17 @@ struct OpenAiServer::Handlers {
     return parts;
   }
 
-  void Observe(Part& part, Clock::time_point arrival) const {
-    const Clock::time_point now = Clock::now();
-    const double since = std::chrono::duration<double>(
-                             now - (part.started ? part.last_event : arrival))
-                             .count();
+  // Records a token made at `made_at` (the engine's time, not the time the
+  // HTTP thread got it: tokens may be handed over several at once).
+  void Observe(Part& part, Clock::time_point arrival,
+               Clock::time_point made_at) const {
+    const double since =
+        std::chrono::duration<double>(
+            made_at - (part.started ? part.last_event : arrival))
+            .count();
     (part.started ? server->itl_ : server->ttft_)->Observe(since);
     part.started = true;
-    part.last_event = now;
+    part.last_event = made_at;
     ++part.generated;
   }
 
@@ -299,8 +302,9 @@ struct OpenAiServer::Handlers {
           Clock::time_point last_write = Clock::now();
           for (Part& part : *shared) {
             while (!part.stream->done()) {
-              if (part.stream->Next(std::chrono::milliseconds(50))) {
-                self.Observe(part, arrival);
+              Clock::time_point made_at;
+              if (part.stream->Next(std::chrono::milliseconds(50), &made_at)) {
+                self.Observe(part, arrival, made_at);
               }
               if (Clock::now() - last_write > std::chrono::seconds(1)) {
                 if (!sink.write(" ", 1)) {
@@ -394,8 +398,10 @@ struct OpenAiServer::Handlers {
               // One part waits on its stream; several are polled in turn
               // (a round with nothing new sleeps briefly below), so that
               // n = 128 choices do not add 128 waits to every round.
+              Clock::time_point made_at;
               std::optional<TokenEvent> e = part.stream->Next(
-                  std::chrono::milliseconds(parts.size() == 1 ? 50 : 0));
+                  std::chrono::milliseconds(parts.size() == 1 ? 50 : 0),
+                  &made_at);
               if (!e) {
                 if (!part.stream->done()) continue;
                 // Ended without a final event: cancelled or failed.
@@ -413,7 +419,7 @@ struct OpenAiServer::Handlers {
               // Every event that is already there goes out in one write.
               std::string pending;
               while (e) {
-                self.Observe(part, arrival);
+                self.Observe(part, arrival, made_at);
                 Choice choice;
                 choice.index = part.index;
                 choice.first = part.generated == 1;
@@ -445,7 +451,7 @@ struct OpenAiServer::Handlers {
                         ? serve::ChatChunk(header, choice)
                         : serve::CompletionChunk(header, choice));
                 if (part.finished) break;
-                e = part.stream->Next(std::chrono::milliseconds(0));
+                e = part.stream->Next(std::chrono::milliseconds(0), &made_at);
               }
               if (!sink.write(pending.data(), pending.size())) {
                 // The client went away.
