@@ -97,6 +97,18 @@ bool LaunchedAsMultiRankJob() {
   return false;
 }
 
+// This process's rank as its launcher numbered it, before MPI starts (0 when
+// not launched as a job). Errors found before MPI_Init (flags) are the same on
+// every rank, so only rank 0 prints them: one line, as for a single process.
+int LauncherRank() {
+  for (const char* var :
+       {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"}) {
+    const char* value = std::getenv(var);
+    if (value != nullptr) return std::atoi(value);
+  }
+  return 0;
+}
+
 absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
   std::vector<int64_t> layers;
   if (text.empty()) return layers;
@@ -461,7 +473,9 @@ int main(int argc, char** argv) {
   }
   if (!status.ok()) {
     std::cout.flush();
-    std::cerr << "tessera: " << status.message() << "\n";
+    if (LauncherRank() == 0) {
+      std::cerr << "tessera: " << status.message() << "\n";
+    }
     return 1;
   }
   return 0;

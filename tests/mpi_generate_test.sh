@@ -169,6 +169,10 @@ expect_job_error() {  # name, pattern, np, generate flags...
 expect_job_error "bad --pp-layers" "--pp-layers 3,3" 2 --pp 2 --pp-layers 3,3
 expect_job_error "world size mismatch" "the job has 3 ranks but tp × pp = 2 × 1 = 2" 3 --tp 2
 expect_job_error "unsplittable model" "cannot split" 3 --tp 3
+# A bad flag is found before MPI starts, by every rank alike: still one line, from rank 0.
+expect_job_error "bad --gpus-per-node" "--gpus-per-node must be in \\[0, 1024\\]" 2 --tp 2 \
+  --gpus-per-node -1
+expect_job_error "bad --max-tokens" "--max-tokens" 2 --tp 2 --max-tokens -5
 
 echo "$((cases - failures)) of $cases cases passed"
 [ "$failures" -eq 0 ]
