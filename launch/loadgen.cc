@@ -9,10 +9,13 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "absl/strings/strip.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 
@@ -37,14 +40,13 @@ double Percentile(std::vector<double> values, double q) {
   return values[lo] + (values[hi] - values[lo]) * (k - static_cast<double>(lo));
 }
 
-// The usage of the last data event carrying one, from a whole SSE body.
+// The usage of the last data event, from a whole SSE body (events are
+// separated by a blank line; the last data event before [DONE] carries it).
 std::optional<int64_t> CompletionTokens(absl::string_view body) {
-  size_t end = body.size();
-  while (end > 0) {
-    const size_t start = body.rfind("data: ", end - 1);
-    if (start == absl::string_view::npos) return std::nullopt;
-    absl::string_view event = body.substr(start + 6, end - start - 6);
-    end = start;
+  std::vector<absl::string_view> events = absl::StrSplit(body, "\n\n");
+  for (auto it = events.rbegin(); it != events.rend(); ++it) {
+    absl::string_view event = absl::StripAsciiWhitespace(*it);
+    if (!absl::ConsumePrefix(&event, "data: ")) continue;
     if (!absl::StartsWith(event, "{")) continue;  // [DONE]
     nlohmann::json data = nlohmann::json::parse(event, nullptr, false);
     if (data.is_discarded()) return std::nullopt;
