@@ -56,8 +56,9 @@ class RequestStream {
 
   // The producer side (AsyncEngine's loop thread; public for tests). Push
   // adds an event made at `now` and wakes the reader per the interval
-  // (above); FlushIfDue wakes it for events held back for `interval` or
-  // longer; Finish ends the stream and always wakes.
+  // (above); FlushIfDue wakes it when events are held back and the last
+  // wake-up is `interval` or more before `now`; Finish ends the stream and
+  // always wakes.
   void Push(const TokenEvent& event, Clock::time_point now,
             Clock::duration interval);
   void FlushIfDue(Clock::time_point now, Clock::duration interval);
