@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,7 +43,25 @@ struct GenerationRequest {
   int32_t top_logprobs = 0;
   // Return the next-token logits after the prompt (tests, debugging).
   bool return_prefill_logits = false;
+  // EOS and stop_token_ids cannot end the sequence before this many tokens
+  // are generated: the sampler masks their logits to -inf until then
+  // (transformers' min_new_tokens, vLLM's min_tokens), and stop strings are
+  // not looked for before it either (vLLM). 0 <= min_tokens <= max_tokens.
+  int64_t min_tokens = 0;
+  // Keep the stop string that ended the sequence at the end of the text
+  // (vLLM's include_stop_str_in_output).
+  bool include_stop_str_in_output = false;
+  // The text drops special tokens (BOS, EOS, <|im_end|>, ...) unless this is
+  // false; kept special tokens are separated from the text around them by
+  // spaces when spaces_between_special_tokens is true, as Hugging Face's
+  // slow tokenizers (and vLLM) decode them.
+  bool skip_special_tokens = true;
+  bool spaces_between_special_tokens = true;
 };
+
+// What ended a sequence with finish_reason "stop", when it was not EOS:
+// the stop string or the stop token id (vLLM's stop_reason).
+using StopReason = std::variant<std::string, int32_t>;
 
 struct GenerationResult {
   std::vector<int32_t> output_ids;
@@ -50,6 +69,9 @@ struct GenerationResult {
   // The continuation's text (special tokens skipped, cut before a stop
   // string); set when the engine has a tokenizer.
   std::optional<std::string> text;
+  // Set when a stop string or one of the request's stop_token_ids ended the
+  // sequence; unset for EOS, length and abort.
+  std::optional<StopReason> stop_reason;
   std::vector<float> logprobs;  // Of each output token.
   // With top_logprobs > 0: the most likely (id, log-probability) pairs at
   // each step.

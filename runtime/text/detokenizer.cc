@@ -26,6 +26,13 @@ IncrementalDetokenizer::IncrementalDetokenizer(
   read_offset_ = ids_.size();
 }
 
+IncrementalDetokenizer::IncrementalDetokenizer(
+    const Tokenizer* tokenizer, absl::Span<const int32_t> prompt_ids,
+    const DecodeOptions& options)
+    // TODO(text): spaces_between_special_tokens.
+    : IncrementalDetokenizer(tokenizer, prompt_ids,
+                             options.skip_special_tokens) {}
+
 absl::StatusOr<std::string> IncrementalDetokenizer::PendingText(
     bool* complete) const {
   const absl::Span<const int32_t> all(ids_);

@@ -35,6 +35,9 @@ class IncrementalDetokenizer {
   IncrementalDetokenizer(const Tokenizer* tokenizer,
                          absl::Span<const int32_t> prompt_ids,
                          bool skip_special_tokens);
+  IncrementalDetokenizer(const Tokenizer* tokenizer,
+                         absl::Span<const int32_t> prompt_ids,
+                         const DecodeOptions& options);
 
   // Adds one generated token; returns the text that became final (possibly
   // empty).

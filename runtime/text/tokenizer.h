@@ -18,6 +18,17 @@
 
 namespace tessera {
 
+// How ids become text (vLLM's request fields of the same names).
+struct DecodeOptions {
+  // Special tokens (BOS, EOS, <|im_end|>, ...) produce no text.
+  bool skip_special_tokens = true;
+  // Kept special and added tokens are separated from the text around them by
+  // a space, as vLLM decodes with Hugging Face's slow (SentencePiece)
+  // tokenizers. vLLM's fast path (tokenizer.json) ignores the flag, and so
+  // does Decode for a tokenizer.json: the text is the same as vLLM's.
+  bool spaces_between_special_tokens = true;
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
@@ -32,6 +43,12 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view text) const = 0;
 
+  // Encode, giving up as soon as the result would hold more than
+  // `max_tokens` ids: OutOfRange ("more than N tokens") without tokenizing
+  // the rest, so an oversized prompt costs about what a fitting one does.
+  virtual absl::StatusOr<std::vector<int32_t>> EncodeAtMost(
+      absl::string_view text, int64_t max_tokens) const;
+
   // Ids to text. InvalidArgument for an id outside the vocabulary. With
   // skip_special_tokens, special tokens (BOS, EOS, <|im_end|>, ...) produce no
   // text.
@@ -40,6 +57,9 @@ class Tokenizer {
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const {
     return Decode(ids, /*skip_special_tokens=*/false);
   }
+  // Decode with every DecodeOptions field.
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     const DecodeOptions& options) const;
 
   // Number of ids (the base vocabulary plus added tokens).
   virtual int32_t vocab_size() const = 0;
@@ -58,10 +78,14 @@ class Tokenizer {
   bool add_bos() const { return add_bos_; }
   void set_add_bos(bool add_bos) { add_bos_ = add_bos; }
 
-  // The text that `ids[prefix_len:]` adds when appended to `ids[:prefix_len]` (decoding the
-  // two together keeps word-boundary spaces right).
-  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids, size_t prefix_len,
+  // The text that `ids[prefix_len:]` adds when appended to `ids[:prefix_len]`
+  // (decoding the two together keeps word-boundary spaces right).
+  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
+                                           size_t prefix_len,
                                            bool skip_special_tokens) const;
+  absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
+                                           size_t prefix_len,
+                                           const DecodeOptions& options) const;
 
  private:
   bool add_bos_ = false;
