@@ -23,6 +23,7 @@
 #include "absl/strings/strip.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/json_limits.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
@@ -80,6 +81,12 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     const std::string where = absl::StrCat(path, ":", line_no);
+    // Before parsing: copies, dumps and template conversions of the value
+    // recurse once per level.
+    if (absl::Status deep = CheckJsonNesting(line); !deep.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", deep.message()));
+    }
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
       return absl::InvalidArgumentError(
@@ -115,8 +122,15 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
         }
       }
       // Re-parse in order: templates see keys as the user wrote them (tojson
-      // output).
-      p.messages = nlohmann::ordered_json::parse(it->dump());
+      // output). The line was parsed, so it is valid UTF-8 and at most
+      // kMaxJsonDepth deep: the dump and the parse cannot fail or recurse far.
+      p.messages = nlohmann::ordered_json::parse(
+          it->dump(-1, ' ', false, json::error_handler_t::replace), nullptr,
+          /*allow_exceptions=*/false);
+      if (p.messages->is_discarded()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": \"messages\" is not valid JSON"));
+      }
     } else {
       auto ids_it = j.find("prompt_ids");
       if (!ids_it->is_array()) {
@@ -753,6 +767,9 @@ absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,
       return absl::InvalidArgumentError(
           absl::StrCat("stdin line ", line_no, ": ", what));
     };
+    if (absl::Status deep = CheckJsonNesting(line); !deep.ok()) {
+      return bad(deep.message());
+    }
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
     nlohmann::ordered_json result;

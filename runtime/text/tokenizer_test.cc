@@ -1,9 +1,11 @@
 #include "runtime/text/tokenizer.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/test_paths.h"
 
@@ -64,6 +66,60 @@ TEST(LoadTokenizerTest, TokenizerConfigCanTurnBosOff) {
   auto tok = LoadTokenizer(dir, 1);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_FALSE((*tok)->add_bos());
+}
+
+// EncodeAtMost on tokenizer.model: Encode's ids whenever the text fits
+// (including texts longer than one 16 KB chunk), OutOfRange otherwise, and
+// 50 MB refused after about the limit's worth of work.
+void ExpectEncodeAtMost(const Tokenizer& tok) {
+  std::string long_text;
+  for (int i = 0; i < 3000; ++i) {
+    absl::StrAppend(&long_text, "Line ", i, ": h\xc3\xa9llo  w\xc3\xb6rld.\n",
+                    std::string(i % 5, ' '), "Once upon a time ");
+  }
+  for (const std::string& text :
+       {std::string(), std::string("Once upon a time"), std::string("  a  b "),
+        std::string(40000, 'a'), std::string(40000, ' '), long_text}) {
+    absl::StatusOr<std::vector<int32_t>> full = tok.Encode(text);
+    ASSERT_TRUE(full.ok()) << full.status();
+    const int64_t n = static_cast<int64_t>(full->size());
+    for (int64_t limit : {n, n + 1, 2 * n + 10}) {
+      absl::StatusOr<std::vector<int32_t>> ids = tok.EncodeAtMost(text, limit);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_EQ(*ids, *full);
+    }
+    if (n > 0) {
+      EXPECT_EQ(tok.EncodeAtMost(text, n - 1).status().code(),
+                absl::StatusCode::kOutOfRange);
+    }
+  }
+  constexpr size_t kBytes = size_t{50} << 20;
+  std::string words;
+  while (words.size() < kBytes) words += "The quick brown fox jumps. ";
+  for (const std::string* text :
+       {&words, new std::string(kBytes, 'a')}) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<int32_t>> ids = tok.EncodeAtMost(*text, 40960);
+    std::printf(
+        "EncodeAtMost(50 MB, 40960): %.3f s\n",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count());
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kOutOfRange);
+    if (text != &words) delete text;
+  }
+}
+
+TEST(SentencePieceTokenizerTest, EncodeAtMostDemo) {
+  auto tok = LoadTokenizer(DemoModelDir(), 1);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ExpectEncodeAtMost(**tok);
+}
+
+TEST(SentencePieceTokenizerTest, EncodeAtMostLlama2) {
+  auto tok =
+      LoadTokenizer(RunfilesRoot() + "/shared/tokenizers/llama2", /*bos=*/1);
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  ExpectEncodeAtMost(**tok);
 }
 
 }  // namespace
