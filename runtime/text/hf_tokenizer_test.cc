@@ -440,6 +440,13 @@ TEST_P(SmallTokenizerTest, MatchesHuggingFace) {
   auto skipped = (*tok)->Decode(c.ids, /*skip_special_tokens=*/true);
   ASSERT_TRUE(skipped.ok()) << skipped.status();
   EXPECT_EQ(*skipped, c.decoded_skip);
+  // A tokenizer.json is vLLM's fast path: spaces_between_special_tokens
+  // changes nothing.
+  for (bool spaces : {false, true}) {
+    EXPECT_EQ(*(*tok)->Decode(c.ids, DecodeOptions{false, spaces}), c.decoded);
+    EXPECT_EQ(*(*tok)->Decode(c.ids, DecodeOptions{true, spaces}),
+              c.decoded_skip);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SmallTokenizerTest,
@@ -726,6 +733,26 @@ TEST_F(Qwen3Test, DecodeSpecialTokens) {
   EXPECT_EQ(*tok_->Decode(ids, /*skip_special_tokens=*/true), "user\nhi");
   // Non-special added tokens stay.
   EXPECT_EQ(*tok_->Decode({151657, 9707, 151644}, true), "<tool_call>Hello");
+}
+
+// vLLM's fast path (FastIncrementalDetokenizer over tokenizers' DecodeStream)
+// gives the same text whatever spaces_between_special_tokens says: its one
+// use of the flag, an added token right after an added token printed as its
+// content, is what ByteLevel decoding prints for <|im_end|> anyway.
+TEST_F(Qwen3Test, DecodeIgnoresSpacesBetweenSpecialTokens) {
+  const std::vector<int32_t> ids = {151644, 872,    198,  6023,  151645,
+                                    151645, 151657, 9707, 151644};
+  for (bool skip : {false, true}) {
+    const std::string expected = *tok_->Decode(ids, skip);
+    for (bool spaces : {false, true}) {
+      EXPECT_EQ(*tok_->Decode(ids, DecodeOptions{skip, spaces}), expected);
+      EXPECT_EQ(*tok_->DecodeSuffix(ids, 4, DecodeOptions{skip, spaces}),
+                *tok_->DecodeSuffix(ids, 4, skip));
+    }
+  }
+  EXPECT_EQ(*tok_->Decode(ids, DecodeOptions{false, true}),
+            "<|im_start|>user\nhi<|im_end|><|im_end|><tool_call>Hello"
+            "<|im_start|>");
 }
 
 TEST_F(Qwen3Test, DecodeIncompleteUtf8) {

@@ -9,6 +9,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/core/status.h"
 #include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/sentencepiece_shim.h"
@@ -143,6 +144,54 @@ class SentencePieceTokenizer final : public Tokenizer {
     }
     RETURN_IF_ERROR(flush());
     return text;
+  }
+
+  // vLLM's rendering (see tokenizer.h): vLLM's slow detokenizer,
+  // vllm/transformers_utils/detokenizer_utils.py's
+  // _convert_tokens_to_string_with_added_encoders, which
+  // detokenize_incrementally uses for a slow tokenizer with added tokens. The
+  // added tokens are transformers' get_added_vocab() for a LlamaTokenizer:
+  // <unk>, <s>, </s> — here the control pieces and the unknown piece. With
+  // skip_special_tokens, convert_ids_to_tokens drops them (all_special_ids
+  // holds all three) before any cutting, so they neither print nor cut a run.
+  // A run is LlamaTokenizer.convert_tokens_to_string of its pieces, which is
+  // sentencepiece's decode: its first word-boundary space is dropped.
+  absl::StatusOr<std::string> DecodeWithOptions(
+      absl::Span<const int32_t> ids,
+      const DecodeOptions& options) const override {
+    std::vector<std::string> segments;
+    std::vector<int> run;
+    auto flush = [&]() -> absl::Status {
+      if (run.empty()) return absl::OkStatus();
+      std::string run_text, error;
+      if (!processor_.Decode(run, &run_text, &error)) {
+        return absl::InternalError(
+            absl::StrCat("SentencePiece decode: ", error));
+      }
+      // Even an empty run is a segment, as in vLLM (" ".join keeps it).
+      segments.push_back(std::move(run_text));
+      run.clear();
+      return absl::OkStatus();
+    };
+    for (int32_t id : ids) {
+      if (id < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is negative"));
+      }
+      // An id of the model's padded vocabulary beyond the tokenizer's: no
+      // text and no cut (vLLM's out-of-range token is "", an ordinary piece).
+      if (id >= vocab_size()) continue;
+      if (processor_.IsControl(id) || id == processor_.UnkId()) {
+        if (options.skip_special_tokens) continue;
+        RETURN_IF_ERROR(flush());
+        segments.push_back(processor_.IdToPiece(id));
+        continue;
+      }
+      run.push_back(id);
+    }
+    RETURN_IF_ERROR(flush());
+    return absl::StrJoin(segments,
+                         options.spaces_between_special_tokens ? " " : "");
   }
 
   bool IsSpecial(int32_t id) const override {
