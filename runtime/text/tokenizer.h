@@ -22,10 +22,11 @@ namespace tessera {
 struct DecodeOptions {
   // Special tokens (BOS, EOS, <|im_end|>, ...) produce no text.
   bool skip_special_tokens = true;
-  // Kept special and added tokens are separated from the text around them by
-  // a space, as vLLM decodes with Hugging Face's slow (SentencePiece)
-  // tokenizers. vLLM's fast path (tokenizer.json) ignores the flag, and so
-  // does Decode for a tokenizer.json: the text is the same as vLLM's.
+  // Kept added tokens are separated from the text around them and from each
+  // other by a space ("<s> The </s>", not "<s>The</s>"), as vLLM decodes with
+  // Hugging Face's slow (SentencePiece) tokenizers: a tokenizer.model. vLLM's
+  // fast path (tokenizer.json) ignores the flag, and so does Decode for a
+  // tokenizer.json. See Tokenizer::Decode(ids, options).
   bool spaces_between_special_tokens = true;
 };
 
