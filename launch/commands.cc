@@ -765,6 +765,10 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         "--request-timeout-s and --keep-alive-timeout-s must be in (0, 3600]");
   }
+  if (o.max_logprobs < 0 || o.max_logprobs > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-logprobs must be in [0, 2^20], got ", o.max_logprobs));
+  }
   if (o.keep_alive_max_requests < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--keep-alive-max-requests must be >= 1, got ",
@@ -817,6 +821,7 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       std::max<int64_t>(o.max_request_bytes * 4, int64_t{1} << 20);
   server_options.max_request_bytes = o.max_request_bytes;
   server_options.max_request_parts = o.max_request_parts;
+  server_options.max_logprobs = static_cast<int32_t>(o.max_logprobs);
   AsyncEngine async(loaded->engine.get(), o.max_pending,
                     std::chrono::microseconds(static_cast<int64_t>(
                         std::llround(o.stream_interval_ms * 1000.0))));

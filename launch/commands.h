@@ -132,6 +132,7 @@ struct ServeOptions {
   double request_timeout_s = 30.0;    // A request's head and body.
   double keep_alive_timeout_s = 5.0;  // Idle connections close.
   int64_t keep_alive_max_requests = 1000;
+  int64_t max_logprobs = 20;  // Per token a request may ask for (vLLM's).
   // A Jinja file, or the template text itself (vLLM's --chat-template);
   // empty: the model's (or the --tokenizer folder's).
   std::string chat_template;

@@ -398,6 +398,8 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
             "seconds an idle connection stays open");
   flags.Add("keep-alive-max-requests", &o.keep_alive_max_requests,
             "requests per connection before it closes");
+  flags.Add("max-logprobs", &o.max_logprobs,
+            "the most log-probabilities per token a request may ask for");
   flags.Add("chat-template", &o.chat_template,
             "a Jinja chat template file, or the template text itself "
             "(default: the model's)");

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <iostream>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -63,12 +64,14 @@ ApiError TooLarge(int64_t limit) {
                "invalid_request_error", "request_too_large");
 }
 
-// vLLM's answer to a prompt that does not fit the context.
-ApiError ContextTooLong(int64_t context, const std::string& tokens) {
-  ApiError e = serve::InvalidRequest(absl::StrCat(
-      "This model's maximum context length is ", context,
-      " tokens. However, your request has ", tokens,
-      " input tokens. Please reduce the length of the input messages."));
+// vLLM's answer to a prompt that does not fit the context, when tokenizing
+// stopped early (EncodeAtMost): only a lower bound of its length is known.
+ApiError PromptOverContext(Endpoint endpoint, int64_t max_model_len) {
+  ApiError e = serve::PromptTooLong(endpoint, max_model_len, max_model_len);
+  e.message = absl::StrCat(
+      "This model's maximum context length is ", max_model_len,
+      " tokens. However, you requested more than ", max_model_len,
+      " tokens in the messages, Please reduce the length of the messages.");
   return e;
 }
 
@@ -84,16 +87,6 @@ ApiError SubmitError(const absl::Status& status) {
     e.type = "service_unavailable";
   }
   return e;
-}
-
-// Unicode code points of UTF-8 text (bytes that do not continue a sequence),
-// as Python's len() counts the text vLLM returns.
-int64_t CodePoints(absl::string_view text) {
-  int64_t n = 0;
-  for (const char c : text) {
-    if ((static_cast<unsigned char>(c) & 0xC0) != 0x80) ++n;
-  }
-  return n;
 }
 
 int64_t UnixSeconds() {
@@ -238,7 +231,14 @@ void OpenAiServer::RefreshEngineMetrics() {
 struct OpenAiServer::Handlers {
   OpenAiServer* server;
 
-  int64_t Context() const { return server->config_.max_position_embeddings; }
+  int64_t Context() const {
+    return server->options_.max_model_len > 0
+               ? server->options_.max_model_len
+               : server->config_.max_position_embeddings;
+  }
+  const GenerationDefaults& Defaults() const {
+    return server->options_.generation_defaults;
+  }
 
   // The most parts (prompts x n) one request may have.
   int64_t MaxParts() const {
@@ -247,19 +247,48 @@ struct OpenAiServer::Handlers {
     return flag > 0 ? std::min(flag, group) : group;
   }
 
-  // Token ids of each prompt of the request (chat: the rendered template).
-  // Text is tokenized only as far as the context allows.
+  // `ids` with BOS in front when the request asks for special tokens and the
+  // tokenizer adds BOS.
+  std::vector<int32_t> WithBos(const CompletionRequest& r,
+                               std::vector<int32_t> ids) const {
+    if (!r.add_special_tokens || !server->tokenizer_->add_bos()) return ids;
+    const int64_t bos = server->config_.bos_token_id;
+    ids.insert(ids.begin(), bos >= 0 ? static_cast<int32_t>(bos)
+                                     : server->tokenizer_->bos_id());
+    return ids;
+  }
+
+  // Text to ids, tokenizing no further than the context allows (a longer
+  // text costs what a fitting one does).
+  std::variant<std::vector<int32_t>, ApiError> Tokenize(
+      const CompletionRequest& r, const std::string& text) const {
+    const bool bos = r.add_special_tokens && server->tokenizer_->add_bos();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        server->tokenizer_->EncodeAtMost(text, Context() - (bos ? 1 : 0));
+    if (!ids.ok()) {
+      if (absl::IsOutOfRange(ids.status())) {
+        return PromptOverContext(r.endpoint, Context());
+      }
+      return serve::ApiErrorFromStatus(ids.status());
+    }
+    return WithBos(r, *std::move(ids));
+  }
+
+  // Token ids of each prompt of the request (chat: the rendered template)
+  // and the text echo repeats, each checked against the context.
   std::variant<std::vector<std::pair<std::vector<int32_t>, std::string>>,
                ApiError>
   Prompts(const CompletionRequest& r) const {
     std::vector<std::pair<std::vector<int32_t>, std::string>> out;
     const Tokenizer* tok = server->tokenizer_;
-    const int64_t context = Context();
-    auto too_long = [&](const absl::Status& status) -> ApiError {
-      if (absl::IsOutOfRange(status)) {
-        return ContextTooLong(context, absl::StrCat("more than ", context));
+    auto checked = [&](std::vector<int32_t> ids,
+                       std::string text) -> std::optional<ApiError> {
+      if (std::optional<ApiError> e = serve::CheckContextLength(
+              r, Defaults(), static_cast<int64_t>(ids.size()), Context())) {
+        return e;
       }
-      return serve::ApiErrorFromStatus(status);
+      out.emplace_back(std::move(ids), std::move(text));
+      return std::nullopt;
     };
     if (r.endpoint == Endpoint::kChat) {
       if (!server->chat_template_) {
@@ -268,54 +297,35 @@ struct OpenAiServer::Handlers {
             "the server with --chat-template",
             "messages");
       }
-      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-      if (!r.tools.is_null()) extra["tools"] = r.tools;
-      if (r.chat_template_kwargs.is_object()) {
-        for (auto it = r.chat_template_kwargs.begin();
-             it != r.chat_template_kwargs.end(); ++it) {
-          extra[it.key()] = it.value();
-        }
-      }
       absl::StatusOr<std::string> text = server->chat_template_->Render(
-          r.messages, /*add_generation_prompt=*/true, extra);
+          r.messages, r.add_generation_prompt, serve::ChatTemplateContext(r));
+      if (text.ok() && r.continue_final_message) {
+        text = serve::ContinueFinalMessage(*text, r.messages);
+      }
       // Whatever the template's complaint (a raise_exception, a resource
       // limit), it is about this request: a 400, never a 429 that clients
       // would retry.
-      if (!text.ok()) {
-        return serve::InvalidRequest(
-            absl::StrCat("the chat template could not be rendered: ",
-                         text.status().message()),
-            "messages");
+      if (!text.ok()) return serve::ApiErrorFromTemplateStatus(text.status());
+      auto ids = Tokenize(r, *text);
+      if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+      if (auto e = checked(std::get<0>(std::move(ids)), r.echo_text)) {
+        return *e;
       }
-      absl::StatusOr<std::vector<int32_t>> ids =
-          tok->EncodeAtMost(*text, context);
-      if (!ids.ok()) return too_long(ids.status());
-      out.emplace_back(*std::move(ids), std::string());
       return out;
     }
     for (const serve::Prompt& p : r.prompts) {
       if (const auto* ids = std::get_if<std::vector<int32_t>>(&p)) {
-        if (static_cast<int64_t>(ids->size()) > context) {
-          return ContextTooLong(context, absl::StrCat(ids->size()));
-        }
         absl::StatusOr<std::string> text =
             tok->Decode(*ids, /*skip_special_tokens=*/false);
-        out.emplace_back(*ids, text.ok() ? *text : std::string());
+        if (auto e = checked(*ids, text.ok() ? *text : std::string())) {
+          return *e;
+        }
         continue;
       }
       const std::string& text = std::get<std::string>(p);
-      const bool bos = tok->add_bos();
-      absl::StatusOr<std::vector<int32_t>> ids =
-          tok->EncodeAtMost(text, context - (bos ? 1 : 0));
-      if (!ids.ok()) return too_long(ids.status());
-      std::vector<int32_t> all;
-      if (bos) {
-        const int64_t bos_id = server->config_.bos_token_id;
-        all.push_back(bos_id >= 0 ? static_cast<int32_t>(bos_id)
-                                  : tok->bos_id());
-      }
-      all.insert(all.end(), ids->begin(), ids->end());
-      out.emplace_back(std::move(all), text);
+      auto ids = Tokenize(r, text);
+      if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+      if (auto e = checked(std::get<0>(std::move(ids)), text)) return *e;
     }
     return out;
   }
@@ -385,7 +395,7 @@ struct OpenAiServer::Handlers {
         part.prompt_ids = list[p].first;
         part.prompt_text = list[p].second;
         GenerationRequest request =
-            serve::ToGenerationRequest(r, part.prompt_ids, c);
+            serve::ToGenerationRequest(r, part.prompt_ids, c, Defaults());
         // Checked here so that a bad request is a 400 before any streaming.
         const absl::Status valid = server->engine_->Check(request);
         if (!valid.ok()) {
@@ -438,8 +448,7 @@ struct OpenAiServer::Handlers {
       return SendError(res, *error);
     }
     serve::ResponseHeader header;
-    header.id = serve::RandomResponseId(
-        r.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
+    header.id = serve::ResponseId(r);
     header.created = UnixSeconds();
     header.model = r.model;
     if (r.stream) return Stream(r, header, std::move(parts), res, arrival);
@@ -492,6 +501,7 @@ struct OpenAiServer::Handlers {
             result->output_ids, result->logprobs, result->top_logprobs);
       }
       choice.finish_reason = result->finish_reason;
+      choice.stop_reason = result->stop_reason;
       choices.push_back(std::move(choice));
       if (part.index % r.n == 0) {
         usage.prompt_tokens += static_cast<int64_t>(part.prompt_ids.size());
@@ -599,10 +609,13 @@ struct OpenAiServer::Handlers {
                 }
                 part.last_token = e->token;
                 choice.text_offset = part.text_offset;
-                part.text_offset += CodePoints(choice.text);
+                part.text_offset += serve::CountCodePoints(choice.text);
                 if (e->finished) {
                   absl::StatusOr<GenerationResult> result = part.stream->Wait();
-                  if (result.ok()) choice.finish_reason = result->finish_reason;
+                  if (result.ok()) {
+                    choice.finish_reason = result->finish_reason;
+                    choice.stop_reason = result->stop_reason;
+                  }
                   part.finished = true;
                   --open;
                 }
@@ -655,16 +668,14 @@ struct OpenAiServer::Handlers {
   }
 };
 
-std::string OpenAiServer::ModelCard() const {
-  nlohmann::ordered_json model = nlohmann::ordered_json::object();
-  model["id"] = options_.served_model_name;
-  model["object"] = "model";
-  model["created"] = UnixSeconds();
-  model["owned_by"] = "tessera";
-  model["root"] = options_.served_model_name;
-  model["parent"] = nullptr;
-  model["max_model_len"] = config_.max_position_embeddings;
-  return model.dump();
+serve::ModelCard OpenAiServer::Card() const {
+  serve::ModelCard card;
+  card.id = options_.served_model_name;
+  card.created = UnixSeconds();
+  card.max_model_len = options_.max_model_len > 0
+                           ? options_.max_model_len
+                           : config_.max_position_embeddings;
+  return card;
 }
 
 absl::Status OpenAiServer::Start() {
@@ -691,17 +702,11 @@ absl::Status OpenAiServer::Start() {
     if (route == nullptr || method != route->method) {
       if (HasBody(req)) CloseAfter(res);
       if (route == nullptr) {
-        SendError(
-            res,
-            Error(404, absl::StrCat("no route ", req.method, " ", req.path),
-                  "invalid_request_error", "not_found"));
+        SendError(res, serve::RouteNotFound(req.method, req.path));
       } else {
         res.set_header("Allow", route->method);
-        SendError(res, Error(405,
-                             absl::StrCat("method ", req.method,
-                                          " is not allowed for ", req.path,
-                                          " (allowed: ", route->method, ")"),
-                             "invalid_request_error", "method_not_allowed"));
+        SendError(res,
+                  serve::MethodNotAllowed(req.method, req.path, route->method));
       }
       requests_error_->Increment();
       return httplib::Server::HandlerResponse::Handled;
@@ -769,14 +774,12 @@ absl::Status OpenAiServer::Start() {
       });
   http_->Get("/version",
              [this](const httplib::Request&, httplib::Response& res) {
-               nlohmann::ordered_json j = {{"version", options_.version}};
-               res.set_content(j.dump(), "application/json");
+               res.set_content(serve::VersionResponse(options_.version),
+                               "application/json");
              });
   http_->Get(
       "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-        res.set_content(
-            absl::StrCat(R"({"object":"list","data":[)", ModelCard(), "]}"),
-            "application/json");
+        res.set_content(serve::ModelsResponse(Card()), "application/json");
       });
   http_->Get("/v1/models/(.+)", [this](const httplib::Request& req,
                                        httplib::Response& res) {
@@ -784,7 +787,7 @@ absl::Status OpenAiServer::Start() {
     if (id != options_.served_model_name) {
       return SendError(res, serve::ModelNotFound(id));
     }
-    res.set_content(ModelCard(), "application/json");
+    res.set_content(serve::ModelResponse(Card()), "application/json");
   });
   http_->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -819,14 +822,23 @@ absl::Status OpenAiServer::Start() {
                            "chunked or compressed data, too slow, or cut "
                            "short)"));
       }
-      serve::ParseResult parsed = endpoint == Endpoint::kChat
-                                      ? serve::ParseChatRequest(body)
-                                      : serve::ParseCompletionRequest(body);
+      serve::ParseOptions parse_options;
+      parse_options.max_logprobs = options_.max_logprobs;
+      serve::ParseResult parsed =
+          endpoint == Endpoint::kChat
+              ? serve::ParseChatRequest(body, parse_options)
+              : serve::ParseCompletionRequest(body, parse_options);
       if (auto* e = std::get_if<ApiError>(&parsed)) {
         requests_error_->Increment();
         return SendError(res, *e);
       }
       const CompletionRequest& r = std::get<CompletionRequest>(parsed);
+      // Fields that have no effect are never dropped silently (vLLM logs
+      // them the same way).
+      if (const std::string warning = serve::IgnoredFieldsWarning(r);
+          !warning.empty()) {
+        std::cerr << "[tessera] warning: " << warning << "\n";
+      }
       if (r.model != options_.served_model_name) {
         requests_error_->Increment();
         return SendError(res, serve::ModelNotFound(r.model));

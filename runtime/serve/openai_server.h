@@ -44,10 +44,12 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/engine/generation_defaults.h"
 #include "runtime/model/config.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/metrics.h"
+#include "runtime/serve/openai_protocol.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 
@@ -65,6 +67,15 @@ struct ServerOptions {
   // The most engine requests (prompts x n) one HTTP request may make; 0: the
   // engine's group limit (AsyncEngine::max_group_parts). Beyond it: 400.
   int64_t max_request_parts = 0;
+  // The context prompts and max_tokens are checked against; 0: the model's
+  // max_position_embeddings.
+  int64_t max_model_len = 0;
+  // The most log-probabilities per token a request may ask for (vLLM's
+  // --max-logprobs).
+  int32_t max_logprobs = 20;
+  // generation_config.json's sampling defaults for fields a request leaves
+  // unset (empty: the API's own).
+  GenerationDefaults generation_defaults;
 };
 
 class OpenAiServer {
@@ -89,8 +100,8 @@ class OpenAiServer {
 
  private:
   struct Handlers;
-  // One model's card (GET /v1/models/{id}, an element of /v1/models).
-  std::string ModelCard() const;
+  // The served model's card (GET /v1/models, /v1/models/{id}).
+  serve::ModelCard Card() const;
   void RegisterMetrics();
   // Updates the gauges and counters that mirror the engine's statistics.
   void RefreshEngineMetrics();
