@@ -38,8 +38,8 @@ if [ -z "$PORT" ]; then
 fi
 
 python3 "$RUNFILES/tessera/tests/serve_fuzz.py" --port "$PORT" \
-  --seed "${FUZZ_SEED:-14}" --requests "${FUZZ_REQUESTS:-2000}" --workers 4 \
-  --big-bytes $((4 << 20)) --expected "$expected"
+  --seed "${FUZZ_SEED:-14}" --requests "${FUZZ_REQUESTS:-5000}" --workers 4 \
+  --big-bytes $((12 << 20)) --expected "$expected"
 fuzz_rc=$?
 
 alive=1
