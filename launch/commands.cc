@@ -26,6 +26,7 @@
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/local_executor.h"
 #include "runtime/model/config.h"
@@ -200,17 +201,49 @@ struct LoadedModel {
   StepExecutor* executor = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
   std::unique_ptr<Engine> engine;
+  // What --generation-config selects (empty with vllm/none, or a folder
+  // without sampling fields): the values requests that leave a field unset
+  // take.
+  GenerationDefaults generation_defaults;
 };
 
+// Sets the sampling fields of `o` that the user left unset from the model's
+// defaults.
+void ApplyGenerationDefaults(const GenerationDefaults& d, GenerateOptions* o) {
+  const GenerateOptions::Unset& unset = o->unset;
+  if (unset.temperature && d.temperature)
+    o->sampling.temperature = *d.temperature;
+  if (unset.top_p && d.top_p) o->sampling.top_p = *d.top_p;
+  if (unset.top_k && d.top_k) o->sampling.top_k = *d.top_k;
+  if (unset.min_p && d.min_p) o->sampling.min_p = *d.min_p;
+  if (unset.repetition_penalty && d.repetition_penalty) {
+    o->sampling.repetition_penalty = *d.repetition_penalty;
+  }
+  if (unset.max_tokens && d.max_tokens) o->max_tokens = *d.max_tokens;
+}
+
+// `announce_defaults`: print the generation_config.json defaults in force
+// (commands whose requests take them).
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
     const std::string& model_dir, const EngineFlags& flags, bool need_tokenizer,
-    StepExecutor* executor) {
+    StepExecutor* executor, bool announce_defaults = true) {
   if (model_dir.empty())
     return absl::InvalidArgumentError("--model DIR is required");
   EngineOptions engine_options;
   KvCacheOptions kv;
   RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &kv));
   auto loaded = std::make_unique<LoadedModel>();
+  // Before the weights: a bad file or flag costs no load.
+  ASSIGN_OR_RETURN(loaded->generation_defaults,
+                   LoadGenerationDefaults(model_dir, flags.generation_config));
+  if (announce_defaults && !loaded->generation_defaults.empty()) {
+    std::cerr << "[tessera] generation_config.json defaults"
+              << (flags.generation_config == "auto"
+                      ? std::string()
+                      : absl::StrCat(" from ", flags.generation_config))
+              << ": " << loaded->generation_defaults.Describe()
+              << " (--generation-config vllm turns them off)\n";
+  }
   if (executor != nullptr) {
     loaded->executor = executor;
   } else {
@@ -219,6 +252,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
         CreateBackend(flags.device, 0, static_cast<int>(flags.gpus_per_node)));
     ASSIGN_OR_RETURN(const DType weights, WeightDType(flags));
     LlamaModel::Placement placement;
+    placement.max_model_len = flags.max_model_len;
     // A bar for people at a terminal; logs of one process need none.
     std::optional<ProgressBar> bar;
     if (isatty(STDERR_FILENO)) {
@@ -309,6 +343,15 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-cache-fraction must be in (0, 1], got ", f.kv_cache_fraction));
   }
+  if (f.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len must be >= 1 (or 0: the model's context), got ",
+        f.max_model_len));
+  }
+  if (f.generation_config.empty()) {
+    return absl::InvalidArgumentError(
+        "--generation-config must be auto, vllm, none or a folder");
+  }
   engine->scheduler.max_num_seqs = static_cast<int>(f.max_num_seqs);
   engine->scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   engine->enable_prefix_caching = !f.no_prefix_cache;
@@ -322,21 +365,40 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   return absl::OkStatus();
 }
 
-absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
-                         std::ostream& out) {
-  if (o.output != "text" && o.output != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--output must be text or json, got \"", o.output, "\""));
-  }
+namespace {
+
+// The flag checks RunGenerate makes, before and again after the model's
+// defaults are applied (`final`: the defaults are in; before, max_tokens may
+// still change).
+absl::Status CheckGenerateOptions(const GenerateOptions& o, bool final) {
   if (o.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-tokens must be >= 1, got ", o.max_tokens));
+  }
+  if (o.min_tokens < 0 ||
+      ((final || !o.unset.max_tokens) && o.min_tokens > o.max_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min-tokens must be in [0, --max-tokens = ", o.max_tokens, "], got ",
+        o.min_tokens));
+  }
+  return o.sampling.Validate();
+}
+
+}  // namespace
+
+absl::Status RunGenerate(const GenerateOptions& options,
+                         StepExecutor* executor_in, std::ostream& out) {
+  GenerateOptions o = options;
+  if (o.output != "text" && o.output != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--output must be text or json, got \"", o.output, "\""));
   }
   if (o.logprobs > 20) {
     return absl::InvalidArgumentError(
         absl::StrCat("--logprobs must be at most 20, got ", o.logprobs));
   }
-  RETURN_IF_ERROR(o.sampling.Validate());
+  // A value the user gave must be valid whatever the model's defaults are.
+  RETURN_IF_ERROR(CheckGenerateOptions(o, /*final=*/false));
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
   std::vector<int32_t> stop_token_ids;
   if (!o.stop_token_ids.empty()) {
@@ -366,6 +428,13 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
   ASSIGN_OR_RETURN(
       std::unique_ptr<LoadedModel> loaded,
       LoadModel(o.model_dir, o.engine, need_tokenizer, executor_in));
+  ApplyGenerationDefaults(loaded->generation_defaults, &o);
+  {
+    absl::Status checked = CheckGenerateOptions(o, /*final=*/true);
+    if (!checked.ok()) {
+      return Annotate(checked, "with the generation_config.json defaults");
+    }
+  }
   const ModelConfig& config = loaded->executor->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
   Engine& engine = *loaded->engine;
@@ -422,6 +491,7 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
     GenerationRequest request;
     request.prompt_ids = prompts[i].ids;
     request.max_tokens = o.max_tokens;
+    request.min_tokens = o.min_tokens;
     request.sampling = o.sampling;
     request.ignore_eos = o.ignore_eos;
     request.stop_token_ids = stop_token_ids;
@@ -569,8 +639,10 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   EngineFlags flags = o.engine;
   // Every sequence of the batch runs together.
   flags.max_num_seqs = std::max(flags.max_num_seqs, o.batch_size);
+  // Greedy with EOS ignored: the model's sampling defaults do not apply.
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, flags, false, executor));
+                   LoadModel(o.model_dir, flags, false, executor,
+                             /*announce_defaults=*/false));
   const ModelConfig& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(

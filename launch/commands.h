@@ -37,6 +37,15 @@ struct EngineFlags {
   std::string kv_dtype = "auto";
   std::string attention = "paged";  // paged or static.
   bool no_prefix_cache = false;
+  // > 0: the context the engine serves (request validation, KV sizing, the
+  // most tokens a request may make); at most config.json's
+  // max_position_embeddings. 0: that (vLLM's --max-model-len).
+  int64_t max_model_len = 0;
+  // Sampling defaults for requests that leave a field unset (vLLM's
+  // --generation-config): "auto" the model folder's generation_config.json,
+  // "vllm" or "none" no defaults, or a folder holding the file
+  // (runtime/engine/generation_defaults.h).
+  std::string generation_config = "auto";
 };
 
 // The weights' dtype on the device the flags name (bfloat16 on a GPU unless
@@ -59,10 +68,24 @@ struct GenerateOptions {
       prompts_file;  // JSON lines: {"prompt": ...} or {"prompt_ids": [...]}.
   int64_t max_tokens = 256;
   SamplingParams sampling;
+  // EOS and stop ids cannot end a sequence before this many tokens
+  // (GenerationRequest::min_tokens); 0 <= min_tokens <= max_tokens.
+  int64_t min_tokens = 0;
   bool ignore_eos = false;
   std::string stop_token_ids;  // "7,42": more ids that end a sequence like EOS.
   std::vector<std::string> stop;  // Stop strings.
-  int64_t logprobs = -1;          // >= 0: report logprobs (and this many top).
+  // The fields the user left unset (tessera.cc: flags not given): these take
+  // the model's generation_config.json value when it has one (see
+  // EngineFlags::generation_config); the others keep the value above.
+  struct Unset {
+    bool temperature = false;
+    bool top_p = false;
+    bool top_k = false;
+    bool min_p = false;
+    bool repetition_penalty = false;
+    bool max_tokens = false;
+  } unset;
+  int64_t logprobs = -1;  // >= 0: report logprobs (and this many top).
   EngineFlags engine;
   std::string output = "text";  // "text" or "json".
   // Wrap each text prompt as one user message and render it with the model's
