@@ -222,6 +222,82 @@ TEST_P(GoldenFixtureTest, BatchedRequestsMatchTransformers) {
   }
 }
 
+// min_tokens is transformers' min_new_tokens: greedy decoding where, while
+// fewer than min_new_tokens tokens are generated, every EOS logit is -inf
+// (MinNewTokensLengthLogitsProcessor), and an EOS ends the sequence (it is
+// kept). The reference applies exactly that to the model's next-token logits
+// (tied to transformers above), one prompt extension at a time; the EOS set
+// is the config's EOS plus a token that greedy decoding produces early (in
+// Tessera a stop_token_id), so without min_tokens the sequence would end at
+// once. f32 on the CPU, token for token.
+TEST_P(GoldenFixtureTest, MinTokensIsTransformersMinNewTokens) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  const std::vector<int64_t>& eos = engine.config().eos_token_ids;
+  const json golden = ReadJson(dir + "/golden.json");
+  constexpr int64_t kMinTokens = 8;
+  for (const json& c : golden["cases"]) {
+    const std::vector<int32_t> ref = Ids(c["output_ids"]);
+    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
+    size_t early = 1;
+    while (early < ref.size() &&
+           std::find(eos.begin(), eos.end(), ref[early]) != eos.end()) {
+      ++early;
+    }
+    ASSERT_LT(early, ref.size());
+    const int32_t stop = ref[early];
+    std::vector<int32_t> ends(eos.begin(), eos.end());
+    ends.push_back(stop);
+    auto is_end = [&](int32_t t) {
+      return std::find(ends.begin(), ends.end(), t) != ends.end();
+    };
+
+    GenerationRequest request = GreedyRequest(c);
+    request.return_prefill_logits = false;
+    request.stop_token_ids = {stop};
+    auto unmasked = engine.Generate(request);
+    ASSERT_TRUE(unmasked.ok()) << unmasked.status();
+    ASSERT_LE(unmasked->output_ids.size(), early + 1);
+    EXPECT_EQ(unmasked->finish_reason, FinishReason::kStop);
+
+    std::vector<int32_t> want;
+    std::vector<int32_t> ids = prompt;
+    while (static_cast<int64_t>(want.size()) < request.max_tokens) {
+      GenerationRequest next;
+      next.prompt_ids = ids;
+      next.max_tokens = 1;
+      next.sampling.temperature = 0.0f;
+      next.ignore_eos = true;
+      next.return_prefill_logits = true;
+      auto step = engine.Generate(next);
+      ASSERT_TRUE(step.ok()) << step.status();
+      std::vector<float> logits = step->prefill_logits;
+      if (static_cast<int64_t>(want.size()) < kMinTokens) {
+        for (int32_t e : ends) logits[e] = -INFINITY;
+      }
+      const int32_t token = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      want.push_back(token);
+      if (is_end(token)) break;
+      ids.push_back(token);
+    }
+    request.min_tokens = kMinTokens;
+    auto got = engine.Generate(request);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::string what = GetParam() + " prompt of " +
+                             std::to_string(prompt.size()) + ", stop " +
+                             std::to_string(stop);
+    EXPECT_EQ(got->output_ids, want) << what;
+    EXPECT_EQ(got->finish_reason,
+              is_end(want.back()) ? FinishReason::kStop : FinishReason::kLength)
+        << what;
+    EXPECT_GT(got->output_ids.size(), static_cast<size_t>(kMinTokens)) << what;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFixtureTest,
                          ::testing::ValuesIn(FixtureNames()),
                          [](const auto& info) { return info.param; });
