@@ -523,7 +523,10 @@ absl::Status RunGenerate(const GenerateOptions& options,
     ids[i] = *id;
   }
 
-  std::vector<std::optional<GenerationResult>> results(prompts.size());
+  std::vector<std::optional<absl::StatusOr<GenerationResult>>> results(
+      prompts.size());
+  // The first prompt that failed alone (the others still run and print).
+  absl::Status failed;
   size_t next_to_print = 0;
   int64_t generated = 0;
   double step_seconds = 0;  // Inside Engine::Step, to compare with serve.
@@ -540,13 +543,32 @@ absl::Status RunGenerate(const GenerateOptions& options,
     for (size_t i = next_to_print; i < prompts.size(); ++i) {
       if (results[i]) continue;
       absl::StatusOr<GenerationResult> r = engine.TakeResult(ids[i]);
-      if (r.ok()) results[i] = *std::move(r);
+      if (!absl::IsNotFound(r.status())) results[i] = std::move(r);
     }
     // Print every finished prompt whose predecessors are printed.
     while (next_to_print < prompts.size() && results[next_to_print]) {
       const size_t i = next_to_print++;
       const Prompt& p = prompts[i];
-      const GenerationResult& r = *results[i];
+      if (!results[i]->ok()) {
+        const absl::Status& error = results[i]->status();
+        if (o.output == "json") {
+          nlohmann::ordered_json line = {
+              {"prompt_ids", p.ids}, {"error", std::string(error.message())}};
+          out << line.dump(-1, ' ', false,
+                           nlohmann::ordered_json::error_handler_t::replace)
+              << "\n";
+          out.flush();
+        }
+        std::cerr << "[tessera] prompt " << i + 1
+                  << " failed: " << error.message() << "\n";
+        if (failed.ok()) {
+          failed = Annotate(error, prompts.size() > 1
+                                       ? absl::StrCat("prompt ", i + 1)
+                                       : "generate");
+        }
+        continue;
+      }
+      const GenerationResult& r = **results[i];
       generated += static_cast<int64_t>(r.output_ids.size());
       if (o.output == "json") {
         out << ResultJson(p.ids, r, o.logprobs >= 0)
@@ -595,6 +617,7 @@ absl::Status RunGenerate(const GenerateOptions& options,
         stats.scheduler.max_batch, stats.scheduler.preemptions,
         stats.blocks.hit_tokens, stats.blocks.queried_tokens);
   }
+  if (!failed.ok()) return failed;
   if (!o.stats_json.empty()) {
     const AllocatorStats mem = engine.memory_stats();
     nlohmann::ordered_json j;

@@ -111,8 +111,11 @@ struct GenerateOptions {
 // {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason":
 // "length"|"stop"} ("text" is the continuation, null when the folder has no
 // tokenizer), plus "logprobs": [{"id", "logprob", "top": [[id, logprob],
-// ...]}] with --logprobs. `executor` runs the steps (a parallel job on rank
-// 0); null loads the model into this process.
+// ...]}] with --logprobs. A prompt that fails alone during generation (its
+// tokenizer cannot decode a token, ...) does not stop the others: json mode
+// prints {"prompt_ids": [...], "error": "..."} in its place, and the command
+// returns its error once every prompt is done. `executor` runs the steps (a
+// parallel job on rank 0); null loads the model into this process.
 absl::Status RunGenerate(const GenerateOptions& options, StepExecutor* executor,
                          std::ostream& out);
 

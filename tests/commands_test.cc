@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/local_executor.h"
@@ -1525,6 +1526,70 @@ TEST(RunGenerate, MinTokensKeepsEarlyStopsAway) {
   o.min_tokens = -1;
   ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
               {"--min-tokens"});
+}
+
+// A StepExecutor that runs the model here but hands back an impossible token
+// (-7) as `victim`'s third one: a fault attributable to that request alone.
+class CorruptingExecutor final : public StepExecutor {
+ public:
+  CorruptingExecutor(StepExecutor* inner, uint64_t victim)
+      : inner_(inner), victim_(victim) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  AllocatorStats memory_stats() const override {
+    return inner_->memory_stats();
+  }
+  KvLayout kv_layout() const override { return inner_->kv_layout(); }
+  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    RETURN_IF_ERROR(inner_->Execute(plan, result));
+    for (proto::SampledToken& t : *result->mutable_tokens()) {
+      if (t.sequence_id() == victim_ && ++victim_tokens_ == 3) t.set_token(-7);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  StepExecutor* inner_;
+  uint64_t victim_;
+  int victim_tokens_ = 0;
+};
+
+// One prompt failing during generation does not stop the others: json mode
+// prints an error object in its place, the others their tokens, and the
+// command then fails with that prompt's error (before: a hang, or the whole
+// run ended).
+TEST(RunGenerate, APromptThatFailsAloneLeavesTheOthers) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  CpuOps ops;
+  auto model = LlamaModel::Load(dir, &ops, 2048, 4);
+  ASSERT_TRUE(model.ok()) << model.status();
+  KvCacheOptions kv;
+  kv.num_blocks = 64;
+  auto local = LocalExecutor::Create(model->get(), kv, 4);
+  ASSERT_TRUE(local.ok()) << local.status();
+  CorruptingExecutor executor(local->get(), /*victim=*/1);  // The first.
+  const std::string file = TempDir("one_fails") + "/prompts.jsonl";
+  WriteFile(file, "{\"prompt_ids\": [1, 5, 9]}\n{\"prompt_ids\": [1, 7]}\n");
+  GenerateOptions o = Greedy(dir);
+  o.prompts_file = file;
+  o.max_tokens = 6;
+  o.ignore_eos = true;
+  o.output = "json";
+  o.engine.max_num_seqs = 4;
+  std::ostringstream out;
+  const absl::Status status = RunGenerate(o, &executor, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_TRUE(Contains(status, "prompt 1"));
+  EXPECT_TRUE(Contains(status, "-7"));
+  const std::vector<json> lines = JsonLines(out.str());
+  ASSERT_EQ(lines.size(), 2u) << out.str();
+  EXPECT_EQ(Ids(lines[0]["prompt_ids"]), (std::vector<int32_t>{1, 5, 9}));
+  EXPECT_TRUE(Contains(
+      absl::InvalidArgumentError(lines[0]["error"].get<std::string>()), "-7"));
+  EXPECT_EQ(lines[1]["output_ids"].size(), 6u);
+  EXPECT_EQ(lines[1]["finish_reason"], "length");
 }
 
 TEST(RunGenerate, MaxModelLenIsTheContext) {
