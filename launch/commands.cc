@@ -1,5 +1,6 @@
 #include "launch/commands.h"
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -7,12 +8,14 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <random>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -23,6 +26,7 @@
 #include "absl/strings/strip.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/json_limits.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
@@ -34,6 +38,7 @@
 #include "runtime/model/shard.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
+#include "runtime/serve/version.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/detokenizer.h"
 #include "runtime/text/tokenizer.h"
@@ -81,6 +86,12 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
   for (int line_no = 1; std::getline(in, line); ++line_no) {
     if (absl::StripAsciiWhitespace(line).empty()) continue;
     const std::string where = absl::StrCat(path, ":", line_no);
+    // Before parsing: copies, dumps and template conversions of the value
+    // recurse once per level.
+    if (absl::Status deep = CheckJsonNesting(line); !deep.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ", deep.message()));
+    }
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) {
       return absl::InvalidArgumentError(
@@ -116,8 +127,15 @@ absl::StatusOr<std::vector<Prompt>> ReadPromptsFile(const std::string& path) {
         }
       }
       // Re-parse in order: templates see keys as the user wrote them (tojson
-      // output).
-      p.messages = nlohmann::ordered_json::parse(it->dump());
+      // output). The line was parsed, so it is valid UTF-8 and at most
+      // kMaxJsonDepth deep: the dump and the parse cannot fail or recurse far.
+      p.messages = nlohmann::ordered_json::parse(
+          it->dump(-1, ' ', false, json::error_handler_t::replace), nullptr,
+          /*allow_exceptions=*/false);
+      if (p.messages->is_discarded()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, ": \"messages\" is not valid JSON"));
+      }
     } else {
       auto ids_it = j.find("prompt_ids");
       if (!ids_it->is_array()) {
@@ -277,8 +295,9 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
                                            loaded->backend.FreeDeviceBytes()));
     loaded->executor = loaded->local.get();
   }
-  auto tokenizer =
-      LoadTokenizer(model_dir, loaded->executor->config().bos_token_id);
+  auto tokenizer = LoadTokenizer(
+      flags.tokenizer_dir.empty() ? model_dir : flags.tokenizer_dir,
+      loaded->executor->config().bos_token_id);
   if (tokenizer.ok()) {
     loaded->tokenizer = *std::move(tokenizer);
   } else if (need_tokenizer) {
@@ -763,6 +782,66 @@ std::atomic<bool> g_stop_serving{false};
 extern "C" void StopServing(int) { g_stop_serving.store(true); }
 }  // namespace
 
+namespace {
+
+// The chat template `serve` uses: --chat-template (a file, or else the
+// template text itself, as vLLM takes it), or the tokenizer folder's (the
+// model's unless --tokenizer), or none.
+absl::StatusOr<std::optional<ChatTemplate>> LoadServeChatTemplate(
+    const ServeOptions& o) {
+  const std::string& dir =
+      o.engine.tokenizer_dir.empty() ? o.model_dir : o.engine.tokenizer_dir;
+  absl::StatusOr<ChatTemplate> folder = ChatTemplate::FromTokenizerConfig(dir);
+  if (!folder.ok() && !absl::IsNotFound(folder.status())) {
+    if (o.chat_template.empty()) return folder.status();
+  }
+  if (o.chat_template.empty()) {
+    if (folder.ok()) return std::optional<ChatTemplate>(*std::move(folder));
+    return std::optional<ChatTemplate>();
+  }
+  // Special tokens (bos_token, eos_token) still come from the folder.
+  SpecialTokens tokens;
+  if (folder.ok()) {
+    tokens = folder->special_tokens();
+  } else {
+    std::ifstream config_file(dir + "/tokenizer_config.json");
+    if (config_file) {
+      const nlohmann::ordered_json config = nlohmann::ordered_json::parse(
+          config_file, nullptr, /*allow_exceptions=*/false);
+      if (!config.is_discarded()) tokens = SpecialTokensFromConfig(config);
+    }
+  }
+  std::string source = o.chat_template;
+  std::error_code ec;
+  const bool is_file =
+      o.chat_template.size() < 4096 &&
+      o.chat_template.find_first_of("{%\n") == std::string::npos &&
+      std::filesystem::is_regular_file(o.chat_template, ec);
+  if (is_file) {
+    std::ifstream file(o.chat_template, std::ios::binary);
+    std::ostringstream text;
+    text << file.rdbuf();
+    if (!file) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template: cannot read ", o.chat_template));
+    }
+    source = text.str();
+  } else if (source.find_first_of("{%") == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template: \"", o.chat_template,
+                     "\" is neither a readable file nor template text"));
+  }
+  absl::StatusOr<ChatTemplate> parsed =
+      ChatTemplate::FromString(std::move(source), std::move(tokens));
+  if (!parsed.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chat-template: ", parsed.status().message()));
+  }
+  return std::optional<ChatTemplate>(*std::move(parsed));
+}
+
+}  // namespace
+
 absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
                       const std::function<void(int)>& on_listening) {
   if (o.port < 0 || o.port > 65535) {
@@ -778,26 +857,85 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         absl::StrCat("--max-pending must be >= 1, got ", o.max_pending));
   }
+  if (o.max_connections < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-connections must be >= 1, got ", o.max_connections));
+  }
+  if (o.max_request_bytes < 1024) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-request-bytes must be >= 1024, got ", o.max_request_bytes));
+  }
+  if (o.max_request_parts < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-request-parts must be >= 0, got ", o.max_request_parts));
+  }
+  if (!(o.request_timeout_s > 0 && o.request_timeout_s <= 3600) ||
+      !(o.keep_alive_timeout_s > 0 && o.keep_alive_timeout_s <= 3600)) {
+    return absl::InvalidArgumentError(
+        "--request-timeout-s and --keep-alive-timeout-s must be in (0, 3600]");
+  }
+  if (o.max_logprobs < 0 || o.max_logprobs > (1 << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-logprobs must be in [0, 2^20], got ", o.max_logprobs));
+  }
+  if (o.keep_alive_max_requests < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep-alive-max-requests must be >= 1, got ",
+                     o.keep_alive_max_requests));
+  }
   ASSIGN_OR_RETURN(
       std::unique_ptr<LoadedModel> loaded,
       LoadModel(o.model_dir, o.engine, /*need_tokenizer=*/true, executor));
-  std::optional<ChatTemplate> chat_template;
-  absl::StatusOr<ChatTemplate> loaded_template =
-      ChatTemplate::FromTokenizerConfig(o.model_dir);
-  if (loaded_template.ok()) {
-    chat_template = *std::move(loaded_template);
-  } else if (!absl::IsNotFound(loaded_template.status())) {
-    return loaded_template.status();
-  }
+  ASSIGN_OR_RETURN(std::optional<ChatTemplate> chat_template,
+                   LoadServeChatTemplate(o));
   ServerOptions server_options;
   server_options.host = o.host;
   server_options.port = static_cast<int>(o.port);
   server_options.served_model_name = o.served_model_name;
+  server_options.version = kTesseraVersion;
+  // The engine's context (--max-model-len lowered the config's to it) and
+  // the sampling defaults LoadModel announced.
+  server_options.max_model_len =
+      loaded->executor->config().max_position_embeddings;
+  server_options.generation_defaults = loaded->generation_defaults;
   if (server_options.served_model_name.empty()) {
     std::string dir = o.model_dir;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
     server_options.served_model_name = dir.substr(dir.find_last_of('/') + 1);
   }
+  // Every connection is a descriptor: allow as many as the hard limit does,
+  // and keep the connection cap below it (with room for the model's files,
+  // the listening socket and MPI).
+  int64_t max_connections = o.max_connections;
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0) {
+    if (files.rlim_cur < files.rlim_max) {
+      files.rlim_cur = files.rlim_max;
+      setrlimit(RLIMIT_NOFILE, &files);
+      getrlimit(RLIMIT_NOFILE, &files);
+    }
+    const int64_t usable = static_cast<int64_t>(files.rlim_cur) - 256;
+    if (files.rlim_cur != RLIM_INFINITY && usable < max_connections) {
+      max_connections = std::max<int64_t>(16, usable);
+      std::cerr << absl::StrFormat(
+          "[tessera] warning: at most %d open files, so at most %d "
+          "connections (--max-connections %d)\n",
+          static_cast<int64_t>(files.rlim_cur), max_connections,
+          o.max_connections);
+    }
+  }
+  server_options.http.max_connections = static_cast<int>(max_connections);
+  server_options.http.request_timeout =
+      std::chrono::milliseconds(std::llround(o.request_timeout_s * 1000.0));
+  server_options.http.keep_alive_timeout =
+      std::chrono::milliseconds(std::llround(o.keep_alive_timeout_s * 1000.0));
+  server_options.http.keep_alive_max_requests =
+      static_cast<int>(std::min<int64_t>(o.keep_alive_max_requests, 1 << 30));
+  server_options.http.max_body_wire_bytes =
+      std::max<int64_t>(o.max_request_bytes * 4, int64_t{1} << 20);
+  server_options.max_request_bytes = o.max_request_bytes;
+  server_options.max_request_parts = o.max_request_parts;
+  server_options.max_logprobs = static_cast<int32_t>(o.max_logprobs);
   AsyncEngine async(loaded->engine.get(), o.max_pending,
                     std::chrono::microseconds(static_cast<int64_t>(
                         std::llround(o.stream_interval_ms * 1000.0))));
@@ -808,6 +946,12 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       "[tessera] serving %s as \"%s\" on http://%s:%d (SIGTERM drains and "
       "stops)\n",
       o.model_dir, server_options.served_model_name, o.host, server.port());
+  std::cerr << absl::StrFormat(
+      "[tessera] limits: %d requests waiting or running (--max-pending; at "
+      "most %d per request), %d connections, %d-byte bodies, %.0f s per "
+      "request head and body\n",
+      o.max_pending, async.max_group_parts(), max_connections,
+      o.max_request_bytes, o.request_timeout_s);
   if (on_listening) on_listening(server.port());
   g_stop_serving.store(false);
   std::signal(SIGTERM, StopServing);
@@ -848,6 +992,9 @@ absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,
       return absl::InvalidArgumentError(
           absl::StrCat("stdin line ", line_no, ": ", what));
     };
+    if (absl::Status deep = CheckJsonNesting(line); !deep.ok()) {
+      return bad(deep.message());
+    }
     const json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded() || !j.is_object()) return bad("not a JSON object");
     nlohmann::ordered_json result;

@@ -46,6 +46,9 @@ struct EngineFlags {
   // "vllm" or "none" no defaults, or a folder holding the file
   // (runtime/engine/generation_defaults.h).
   std::string generation_config = "auto";
+  // Tokenizer files (and chat template) from this folder instead of the
+  // model's (vLLM's --tokenizer).
+  std::string tokenizer_dir;
 };
 
 // The weights' dtype on the device the flags name (bfloat16 on a GPU unless
@@ -147,6 +150,18 @@ struct ServeOptions {
   // together (each still its own SSE event): waking a thread per token costs
   // more than a small model's decode step. 0: one wake-up per token.
   double stream_interval_ms = 1.0;
+  // HTTP limits (runtime/serve/http_server.h, openai_server.h).
+  int64_t max_connections = 4096;  // Open connections; beyond: 503.
+  int64_t max_request_bytes = int64_t{8} << 20;  // Body; beyond: 413.
+  // Prompts x n of one request; 0: half of --max-pending. Beyond: 400.
+  int64_t max_request_parts = 0;
+  double request_timeout_s = 30.0;    // A request's head and body.
+  double keep_alive_timeout_s = 5.0;  // Idle connections close.
+  int64_t keep_alive_max_requests = 1000;
+  int64_t max_logprobs = 20;  // Per token a request may ask for (vLLM's).
+  // A Jinja file, or the template text itself (vLLM's --chat-template);
+  // empty: the model's (or the --tokenizer folder's).
+  std::string chat_template;
   EngineFlags engine;
 };
 

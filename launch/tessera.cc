@@ -37,6 +37,7 @@
 #include "parallel/mpi_world.h"
 #include "parallel/parallel_job.h"
 #include "runtime/core/status.h"
+#include "runtime/serve/version.h"
 
 namespace {
 
@@ -400,10 +401,38 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
             "thread together (each still its own event; 0: one by one)");
   flags.Add("max-pending", &o.max_pending,
             "requests waiting or running before new ones get HTTP 429");
+  flags.Add("max-request-parts", &o.max_request_parts,
+            "the most completions (prompts x n) one request may ask for; 0: "
+            "half of --max-pending (requests with several parts share that "
+            "half, so single requests always find room)");
+  flags.Add("max-connections", &o.max_connections,
+            "open HTTP connections; one more gets 503 at once");
+  flags.Add("max-request-bytes", &o.max_request_bytes,
+            "the largest request body; beyond it: HTTP 413");
+  flags.Add("request-timeout-s", &o.request_timeout_s,
+            "seconds a client has to send a request's head and body");
+  flags.Add("keep-alive-timeout-s", &o.keep_alive_timeout_s,
+            "seconds an idle connection stays open");
+  flags.Add("keep-alive-max-requests", &o.keep_alive_max_requests,
+            "requests per connection before it closes");
+  flags.Add("max-logprobs", &o.max_logprobs,
+            "the most log-probabilities per token a request may ask for");
+  flags.Add("chat-template", &o.chat_template,
+            "a Jinja chat template file, or the template text itself "
+            "(default: the model's)");
+  flags.Add("tokenizer", &o.engine.tokenizer_dir,
+            "a folder with the tokenizer files (and chat template) to use "
+            "instead of the model's");
+  bool version = false;
+  flags.Add("version", &version, "print the version and exit");
   AddEngineFlags(flags, &o.engine);
   parallel_flags.Add(flags);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
+  if (version) {
+    std::cout << "tessera " << tessera::kTesseraVersion << "\n";
+    return absl::OkStatus();
+  }
   return RunLocalOrParallel(
       o.model_dir, parallel_flags, o.engine,
       [&](tessera::StepExecutor* job) { return tessera::RunServe(o, job); },
@@ -460,6 +489,10 @@ int main(int argc, char** argv) {
   }
   if (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << kUsage;
+    return 0;
+  }
+  if (std::string(argv[1]) == "--version") {
+    std::cout << "tessera " << tessera::kTesseraVersion << "\n";
     return 0;
   }
   const std::string command = argv[1];

@@ -1623,5 +1623,43 @@ TEST(RunGenerate, MaxModelLenIsTheContext) {
               {"--max-model-len"});
 }
 
+// A prompts-file or tokenize line nested 20,000 deep (40 KB) is refused
+// before it is parsed, naming its line, instead of crashing in a recursive
+// copy or conversion.
+TEST(BadPrompt, DeeplyNestedJsonLinesAreRefused) {
+  const std::string deep =
+      std::string(20000, '[') + "1" + std::string(20000, ']');
+  const std::string file = TempDir("deep_prompts") + "/prompts.jsonl";
+  WriteFile(file,
+            "{\"prompt\": \"Once\"}\n"
+            "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\", "
+            "\"x\": " +
+                deep + "}]}\n");
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompts_file = file;
+  o.max_tokens = 2;
+  const RunResult run = Generate(o);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(run.status.message(),
+            file + ":2: JSON nested deeper than 64 levels");
+
+  TokenizeOptions t;
+  t.model_dir = DemoModelDir();
+  std::istringstream in(
+      "{\"text\": \"Once\"}\n{\"text\": \"a\", \"x\": " + deep + "}\n");
+  std::ostringstream out;
+  const absl::Status status = RunTokenize(t, in, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(status.message(),
+            "stdin line 2: JSON nested deeper than 64 levels");
+  const std::string written = out.str();
+  EXPECT_EQ(std::count(written.begin(), written.end(), '\n'), 1) << written;
+
+  // Nesting within the limit is fine (a field the template ignores).
+  WriteFile(file, "{\"prompt\": \"Once\", \"x\": " + std::string(60, '[') +
+                      std::string(60, ']') + "}\n");
+  EXPECT_TRUE(Generate(o).status.ok());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -552,6 +552,28 @@ class FakeTokenizer final : public Tokenizer {
   int32_t bos_id() const override { return 1; }
   int32_t eos_id() const override { return 2; }
 
+ protected:
+  // vLLM's rendering: a kept special token stands apart ("<5> [9] <7>")
+  // with spaces_between_special_tokens.
+  absl::StatusOr<std::string> DecodeWithOptions(
+      absl::Span<const int32_t> ids,
+      const DecodeOptions& options) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (!IsSpecial(id) || options.skip_special_tokens) {
+        absl::StatusOr<std::string> piece =
+            Decode(absl::MakeConstSpan(&id, 1), options.skip_special_tokens);
+        if (!piece.ok()) return piece.status();
+        text += *piece;
+      } else {
+        absl::StrAppend(&text, options.spaces_between_special_tokens ? " " : "",
+                        "[", id, "]",
+                        options.spaces_between_special_tokens ? " " : "");
+      }
+    }
+    return text;
+  }
+
  private:
   int32_t vocab_, bad_;
   std::vector<int32_t> special_;
@@ -852,8 +874,9 @@ TEST(EngineStopTokens, StopReasonIsTheIdAndItsTextIsDropped) {
   EXPECT_EQ(*kept.result->text, FakeText(ref, 0, k + 1));
 }
 
-// skip_special_tokens reaches the detokenizer: special tokens' text shows
-// only when it is false.
+// skip_special_tokens and spaces_between_special_tokens reach the
+// detokenizer: special tokens' text shows only when skip is false, set apart
+// by spaces unless spaces_between_special_tokens is false.
 TEST(EngineSpecialTokens, SkipSpecialTokensReachesTheText) {
   std::mt19937 rng(41);
   CpuOps ops;
@@ -876,7 +899,14 @@ TEST(EngineSpecialTokens, SkipSpecialTokensReachesTheText) {
   r.skip_special_tokens = false;
   auto shown = local->engine().Generate(r);
   ASSERT_TRUE(shown.ok());
-  EXPECT_NE(shown->text->find(marker), std::string::npos) << *shown->text;
+  EXPECT_NE(shown->text->find(" " + marker + " "), std::string::npos)
+      << *shown->text;
+  // spaces_between_special_tokens reaches it too.
+  r.spaces_between_special_tokens = false;
+  auto tight = local->engine().Generate(r);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_NE(tight->text->find(marker), std::string::npos) << *tight->text;
+  EXPECT_EQ(tight->text->find(" " + marker), std::string::npos) << *tight->text;
 }
 
 }  // namespace

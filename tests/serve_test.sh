@@ -83,6 +83,35 @@ status=$(curl -s -o "$TMP/err.json" -w '%{http_code}' "$BASE/v1/completions" -d 
 [ "$status" = 400 ] && grep -q '"param":"model"' "$TMP/err.json" && pass "curl 400" ||
   fail "curl 400: $status $(cat "$TMP/err.json")"
 
+# Routes, limits and versions, as curl sees them: JSON 404/405/413 bodies, /version,
+# /v1/models/{id} with max_model_len, `tessera --version`.
+json_error() {  # STATUS, then curl's arguments: the status and an OpenAI-shaped error body
+  local want=$1
+  shift
+  local got
+  got=$(curl -s -o "$TMP/err.json" -w '%{http_code}' "$@")
+  [ "$got" = "$want" ] && python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert isinstance(e["message"], str)' "$TMP/err.json" 2>/dev/null
+}
+json_error 404 "$BASE/nope" && pass "404 JSON" || fail "404: $(cat "$TMP/err.json")"
+json_error 405 "$BASE/v1/completions" && pass "405 JSON" || fail "405: $(cat "$TMP/err.json")"
+head -c 9000000 /dev/zero | tr '\0' a >"$TMP/big.txt"
+json_error 413 "$BASE/v1/completions" -H 'Content-Type: application/json' --data-binary @"$TMP/big.txt" &&
+  pass "413 JSON" || fail "413: $(head -c 300 "$TMP/err.json")"
+[ "$(curl -s "$BASE/version" | python3 -c 'import json,sys; print(json.load(sys.stdin)["version"])')" = \
+  "$("$TESSERA" --version | cut -d' ' -f2)" ] && pass "GET /version = tessera --version" || fail "/version"
+[ "$(curl -s "$BASE/v1/models/demo" | python3 -c 'import json,sys; print(json.load(sys.stdin)["max_model_len"])')" = 512 ] &&
+  pass "/v1/models/demo with max_model_len" || fail "/v1/models/demo: $(curl -s "$BASE/v1/models/demo")"
+json_error 404 "$BASE/v1/models/other" && pass "/v1/models/other 404" || fail "/v1/models/other"
+
+# More concurrent streams than httplib's old 256 threads: all complete, none refused.
+if "$TESSERA" loadgen --url "$BASE" --model demo --concurrency 300 --requests 300 --max-tokens 4 \
+  --json >"$TMP/loadgen300.json" 2>"$TMP/loadgen300.err" &&
+  grep -q '"requests":300,' "$TMP/loadgen300.json" && grep -q '"errors":0,' "$TMP/loadgen300.json"; then
+  pass "300 concurrent streams"
+else
+  fail "300 concurrent streams: $(cat "$TMP/loadgen300.json" "$TMP/loadgen300.err" | head -c 600)"
+fi
+
 # tessera loadgen: every request completes with the server's token counts.
 if "$TESSERA" loadgen --url "$BASE" --model demo --concurrency 4 --requests 12 --max-tokens 16 \
   --json >"$TMP/loadgen.json" 2>"$TMP/loadgen.err" &&
@@ -115,22 +144,59 @@ else
   head -40 "$TMP/metrics.txt"
 fi
 
-# SIGTERM with a request in flight: it finishes (all 200 tokens and [DONE]), then the server
+# SIGTERM with a request in flight: it finishes (all 400 tokens and [DONE]), then the server
 # exits 0.
 curl -sN "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time",
-  "max_tokens": 200, "ignore_eos": true, "temperature": 0, "stream": true}' >"$TMP/inflight" &
+  "max_tokens": 400, "ignore_eos": true, "temperature": 0, "stream": true}' >"$TMP/inflight" &
 CURL=$!
 sleep 0.2
+# Draining: /health says 503 while the request finishes.
+# A second, longer request keeps the server draining while /health is asked.
+curl -s "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time",
+  "max_tokens": 500, "ignore_eos": true, "temperature": 0.7, "n": 16}' >/dev/null &
+LONG=$!
+sleep 0.1
+kill -TERM "$PID"
+drain_health=none
+for _ in $(seq 1 50); do
+  drain_health=$(curl -s -o /dev/null -w '%{http_code}' "$BASE/health")
+  [ "$drain_health" = 503 ] && break
+  sleep 0.01
+done
+wait "$LONG"
+[ "$drain_health" = 503 ] && pass "health 503 while draining" || fail "health while draining: $drain_health"
 stop
 rc=$?
 wait "$CURL"
 chunks=$(grep -c '"text_completion"' "$TMP/inflight")
-if [ "$rc" -eq 0 ] && tail -n 2 "$TMP/inflight" | grep -q 'data: \[DONE\]' && [ "$chunks" -eq 200 ]; then
+if [ "$rc" -eq 0 ] && tail -n 2 "$TMP/inflight" | grep -q 'data: \[DONE\]' && [ "$chunks" -eq 400 ]; then
   pass "SIGTERM drains the request in flight, then exits 0"
 else
   fail "SIGTERM drain (exit $rc, $chunks chunks)"
   tail -5 "$TMP/serve.err"
 fi
+
+# --max-model-len reaches the server (/v1/models), and generation_config.json's defaults fill
+# what a request leaves unset (greedy, 5 tokens here), announced at startup.
+printf '{"temperature": 0.0, "max_new_tokens": 5}\n' >"$TMP/model/generation_config.json"
+SERVE_FLAGS=(--max-model-len 64)
+if start "$TESSERA"; then
+  BASE="http://127.0.0.1:$PORT"
+  len=$(curl -s "$BASE/v1/models/demo" | python3 -c 'import json,sys; print(json.load(sys.stdin)["max_model_len"])')
+  got=$(curl -s "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time"}' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["usage"]["completion_tokens"], r["choices"][0]["text"] == sys.argv[1][:len(r["choices"][0]["text"])])' "$expected")
+  if [ "$len" = 64 ] && [ "$got" = "5 True" ] &&
+    grep -q '^\[tessera\] generation_config.json defaults: temperature=0, max_tokens=5 (--generation-config vllm turns them off)$' "$TMP/serve.err"; then
+    pass "serve --max-model-len and generation_config.json defaults"
+  else
+    fail "serve --max-model-len 64 / defaults: max_model_len $len, completion '$got'"
+    tail -5 "$TMP/serve.err"
+  fi
+  stop
+else
+  fail "serve --max-model-len did not start"
+fi
+rm -f "$TMP/model/generation_config.json"
 
 # Two ranks (TP2): the same greedy text; SIGTERM stops every rank.
 SERVE_FLAGS=(--tp 2)

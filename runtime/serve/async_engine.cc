@@ -1,9 +1,11 @@
 #include "runtime/serve/async_engine.h"
 
+#include <algorithm>
 #include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
 
 namespace tessera {
 
@@ -22,6 +24,12 @@ std::optional<TokenEvent> RequestStream::Next(std::chrono::milliseconds timeout,
 bool RequestStream::done() const {
   std::lock_guard<std::mutex> lock(mu_);
   return events_.empty() && result_.has_value();
+}
+
+bool RequestStream::WaitReady(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return cv_.wait_for(lock, timeout,
+                      [&] { return !events_.empty() || result_.has_value(); });
 }
 
 absl::StatusOr<GenerationResult> RequestStream::Wait() {
@@ -71,30 +79,76 @@ AsyncEngine::AsyncEngine(Engine* engine, int64_t max_pending,
                          std::chrono::microseconds stream_interval)
     : engine_(engine),
       max_pending_(max_pending),
+      max_group_parts_(std::max<int64_t>(1, max_pending / 2)),
       stream_interval_(stream_interval) {}
 
 absl::StatusOr<std::shared_ptr<RequestStream>> AsyncEngine::Submit(
     GenerationRequest request) {
-  auto stream = std::make_shared<RequestStream>();
+  std::vector<GenerationRequest> one;
+  one.push_back(std::move(request));
+  ASSIGN_OR_RETURN(std::vector<std::shared_ptr<RequestStream>> streams,
+                   SubmitGroup(std::move(one)));
+  return std::move(streams.front());
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>>
+AsyncEngine::SubmitGroup(std::vector<GenerationRequest> requests) {
+  const int64_t k = static_cast<int64_t>(requests.size());
+  if (k == 0) return absl::InvalidArgumentError("no requests to submit");
+  if (k > max_group_parts_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request has ", k,
+                     " parts (prompts x n); the server admits at most ",
+                     max_group_parts_, " per request (half of --max-pending)"));
+  }
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  streams.reserve(requests.size());
+  for (int64_t i = 0; i < k; ++i) {
+    streams.push_back(std::make_shared<RequestStream>());
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (draining_) {
-      return absl::UnavailableError("the server is shutting down");
+      return absl::UnavailableError(failed_ ? "the engine has failed"
+                                            : "the server is shutting down");
     }
-    if (open_ >= max_pending_) {
+    const bool multi = k > 1;
+    if (open_ + k > max_pending_ ||
+        (multi && open_multi_ + k > max_group_parts_)) {
       ++stats_.rejected;
       return absl::ResourceExhaustedError(
-          absl::StrCat("the server is full (", max_pending_,
-                       " requests waiting or running); retry later"));
+          multi ? absl::StrCat("the server is full (", open_, " of ",
+                               max_pending_, " places taken, ", open_multi_,
+                               " of the ", max_group_parts_,
+                               " that requests with several prompts or "
+                               "choices may share); retry later")
+                : absl::StrCat("the server is full (", max_pending_,
+                               " requests waiting or running); retry later"));
     }
-    stream->id_ = next_id_++;
-    ++open_;
-    ++stats_.accepted;
-    inbox_.push_back(Pending{std::move(request), stream});
+    for (int64_t i = 0; i < k; ++i) {
+      RequestStream& stream = *streams[i];
+      stream.id_ = next_id_++;
+      stream.multi_ = multi;
+      inbox_.push_back(Pending{std::move(requests[i]), streams[i]});
+    }
+    open_ += k;
+    if (multi) open_multi_ += k;
+    stats_.accepted += k;
     stats_.waiting = static_cast<int64_t>(inbox_.size());
   }
   work_.notify_one();
-  return stream;
+  return streams;
+}
+
+void AsyncEngine::EndedLocked(const RequestStream& stream) {
+  --open_;
+  if (stream.multi_) --open_multi_;
+}
+
+AsyncEngine::State AsyncEngine::state() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_) return State::kFailed;
+  return draining_ ? State::kDraining : State::kServing;
 }
 
 void AsyncEngine::Cancel(int64_t id) {
@@ -132,7 +186,7 @@ void AsyncEngine::Admit() {
     cancels.swap(cancels_);
     stats_.waiting = 0;
   }
-  int64_t ended = 0;
+  std::vector<std::shared_ptr<RequestStream>> ended;
   for (Pending& p : inbox) {
     const int64_t id = p.stream->id_;
     std::shared_ptr<RequestStream> stream = p.stream;
@@ -146,11 +200,11 @@ void AsyncEngine::Admit() {
           stream->Finish(engine_->TakeResult(it->second.engine_id));
           live_.erase(it);
           std::lock_guard<std::mutex> lock(mu_);
-          --open_;
+          EndedLocked(*stream);
         });
     if (!engine_id.ok()) {
       stream->Finish(engine_id.status());
-      ++ended;
+      ended.push_back(stream);
       continue;
     }
     live_[id] = Live{*engine_id, stream};
@@ -161,11 +215,11 @@ void AsyncEngine::Admit() {
     if (engine_->Cancel(it->second.engine_id).ok()) {
       it->second.stream->Finish(engine_->TakeResult(it->second.engine_id));
     }
+    ended.push_back(it->second.stream);
     live_.erase(it);
-    ++ended;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  open_ -= ended;
+  for (const auto& stream : ended) EndedLocked(*stream);
   engine_stats_ = engine_->stats();  // Cancellations free blocks too.
 }
 
@@ -209,7 +263,9 @@ absl::Status AsyncEngine::Loop() {
         for (Pending& p : inbox_) p.stream->Finish(stepped);
         inbox_.clear();
         draining_ = true;
+        failed_ = true;
         open_ = 0;
+        open_multi_ = 0;
         return stepped;
       }
       continue;

@@ -6,10 +6,24 @@
 // engine between steps and steps while there is work. So HTTP threads never
 // block the step loop, and the engine itself stays single-threaded.
 //
-// Admission: at most `max_pending` requests may be waiting to enter the
-// engine or running in it; Submit beyond that is ResourceExhausted (the server
-// answers 429). Shutdown: Drain() stops admission (Submit is Unavailable) and
-// lets Loop() return once every accepted request has finished.
+// Admission is by group: the engine requests of one HTTP request (its
+// prompts x n choices) enter together or not at all (SubmitGroup), so that a
+// request is never half admitted. At most `max_pending` requests may be
+// waiting to enter the engine or running in it, and a request with several
+// parts must not starve single ones:
+//  - a group of one is admitted while fewer than max_pending are open;
+//  - a group of k > 1 is admitted while open + k <= max_pending and the parts
+//    of all open multi-part groups, these k included, stay within
+//    max_group_parts() = max(1, max_pending / 2). So multi-part requests
+//    together hold at most half of the places, and single requests always
+//    find the other half, however many prompts others send;
+//  - a group larger than max_group_parts() can never be admitted:
+//    InvalidArgument (the server answers 400, naming the limit) rather than a
+//    429 that a client would retry forever.
+// Refusals are ResourceExhausted (the server answers 429). Shutdown: Drain()
+// stops admission (Submit is Unavailable) and lets Loop() return once every
+// accepted request has finished. state() says whether the engine serves, is
+// draining, or has failed (GET /health answers 503 for the last two).
 #ifndef TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 #define TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 
@@ -50,6 +64,9 @@ class RequestStream {
                                  Clock::time_point* made_at = nullptr);
   // Whether the request has ended and every event has been read.
   bool done() const;
+  // Waits up to `timeout` until an event can be read or the request has
+  // ended (nothing is taken); true if so.
+  bool WaitReady(std::chrono::milliseconds timeout);
   // Waits for the end and returns the result (or the error that ended it).
   absl::StatusOr<GenerationResult> Wait();
   int64_t id() const { return id_; }
@@ -71,7 +88,8 @@ class RequestStream {
     Clock::time_point at;
   };
 
-  int64_t id_ = 0;  // The AsyncEngine's id (not the engine's).
+  int64_t id_ = 0;      // The AsyncEngine's id (not the engine's).
+  bool multi_ = false;  // Part of a group of several (AsyncEngine's mu_).
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Made> events_;
@@ -83,6 +101,8 @@ class RequestStream {
 
 class AsyncEngine {
  public:
+  enum class State { kServing, kDraining, kFailed };
+
   struct Stats {
     int64_t waiting = 0;   // Submitted, not yet in the engine.
     int64_t accepted = 0;  // Ever accepted.
@@ -107,6 +127,13 @@ class AsyncEngine {
   // ResourceExhausted and a draining engine Unavailable, right here.
   absl::StatusOr<std::shared_ptr<RequestStream>> Submit(
       GenerationRequest request);
+  // Any thread: the parts of one HTTP request, admitted together under the
+  // rule above (streams in the order of `requests`); InvalidArgument for an
+  // empty group or one larger than max_group_parts().
+  absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGroup(
+      std::vector<GenerationRequest> requests);
+  int64_t max_pending() const { return max_pending_; }
+  int64_t max_group_parts() const { return max_group_parts_; }
   // Any thread: the checks the engine will make when the request enters
   // (Engine::CheckRequest), so a bad request is refused before anything is
   // sent to the client.
@@ -127,6 +154,9 @@ class AsyncEngine {
   absl::Status Loop();
 
   Stats stats() const;
+  // Any thread. kFailed once Loop() has returned an engine error; kDraining
+  // after Drain(); kServing otherwise.
+  State state() const;
   // Engine statistics, refreshed by the loop after every step and every
   // admission (any thread).
   Engine::Stats engine_stats() const;
@@ -142,14 +172,20 @@ class AsyncEngine {
   // Wakes the readers of streams holding events longer than the interval.
   void FlushStreams();
 
+  // One accepted request has ended (under mu_).
+  void EndedLocked(const RequestStream& stream);
+
   Engine* engine_;
   const int64_t max_pending_;
+  const int64_t max_group_parts_;
   const RequestStream::Clock::duration stream_interval_;
   mutable std::mutex mu_;
   std::condition_variable work_;
   std::deque<Pending> inbox_;
   std::vector<int64_t> cancels_;
   bool draining_ = false;
+  bool failed_ = false;
+  int64_t open_multi_ = 0;  // Open parts of multi-part groups.
   int64_t next_id_ = 1;
   int64_t open_ = 0;  // Accepted and not finished.
   Stats stats_;

@@ -335,5 +335,55 @@ TEST(AsyncEngine, ARequestThatFailsInAStepEndsOnlyItsStream) {
   EXPECT_EQ(async.engine_stats().blocks.num_used_blocks, 0);
 }
 
+// Requests with several parts share half of max_pending, so single requests
+// always find room however many prompts others send; a group is admitted
+// whole or not at all, and one that could never fit is InvalidArgument.
+TEST(AsyncEngine, ManyPartRequestsCannotStarveSingleOnes) {
+  CpuOps ops;
+  auto local = Demo(&ops);
+  ASSERT_NE(local, nullptr);
+  AsyncEngine async(&local->engine(), /*max_pending=*/8);
+  EXPECT_EQ(async.max_group_parts(), 4);
+  auto group = [](int k) {
+    std::vector<GenerationRequest> requests;
+    for (int i = 0; i < k; ++i) requests.push_back(Greedy(i, 400));
+    return requests;
+  };
+  auto too_big = async.SubmitGroup(group(5));
+  EXPECT_TRUE(absl::IsInvalidArgument(too_big.status())) << too_big.status();
+  auto first = async.SubmitGroup(group(4));
+  ASSERT_TRUE(first.ok()) << first.status();
+  // The many-part share is taken: another group waits (429)...
+  EXPECT_TRUE(absl::IsResourceExhausted(async.SubmitGroup(group(2)).status()));
+  // ...but single requests still get the other half.
+  std::vector<std::shared_ptr<RequestStream>> singles;
+  for (int i = 0; i < 4; ++i) {
+    auto s = async.Submit(Greedy(10 + i, 400));
+    ASSERT_TRUE(s.ok()) << "single " << i << ": " << s.status();
+    singles.push_back(*s);
+  }
+  EXPECT_TRUE(absl::IsResourceExhausted(async.Submit(Greedy(20, 4)).status()));
+  EXPECT_EQ(async.stats().accepted, 8);
+  // Once the group ends, its share is free again.
+  std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
+  for (const auto& s : *first) async.Cancel(s->id());
+  for (const auto& s : *first) s->Wait();
+  bool admitted = false;
+  for (int i = 0; i < 200 && !admitted; ++i) {
+    auto again = async.SubmitGroup(group(3));
+    if (again.ok()) {
+      admitted = true;
+      for (const auto& s : *again) async.Cancel(s->id());
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  EXPECT_TRUE(admitted);
+  for (const auto& s : singles) async.Cancel(s->id());
+  async.Drain();
+  loop.join();
+  EXPECT_EQ(async.state(), AsyncEngine::State::kDraining);
+}
+
 }  // namespace
 }  // namespace tessera

@@ -7,10 +7,13 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/random/random.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/core/json_limits.h"
 
 namespace tessera {
 namespace serve {
@@ -18,16 +21,36 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
-constexpr int kMaxStops = 4;
-constexpr int64_t kMaxN = 128;
-constexpr int64_t kMaxCompletionLogprobs = 5;
-constexpr int64_t kMaxChatTopLogprobs = 20;
 constexpr int64_t kDefaultCompletionMaxTokens = 16;
+constexpr size_t kMaxRequestIdBytes = 256;
+constexpr size_t kMaxQuotedValueBytes = 100;
+constexpr size_t kMaxWarnedFieldBytes = 64;
+constexpr size_t kMaxWarnedFields = 16;
+constexpr size_t kMaxQuotedPathBytes = 200;
 constexpr double kMinLogprob = -9999.0;
+// Containers a tool call's arguments sit in within `messages`: the array,
+// the message, tool_calls, the call and its function.
+constexpr int kArgumentsNesting = 5;
 
 std::string Dump(const Json& json) {
   return json.dump(-1, ' ', /*ensure_ascii=*/false,
                    Json::error_handler_t::replace);
+}
+
+// `text` cut to at most `max_bytes` at a UTF-8 character boundary, with
+// "..." when cut.
+std::string Cut(absl::string_view text, size_t max_bytes) {
+  if (text.size() <= max_bytes) return std::string(text);
+  size_t end = max_bytes;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) {
+    --end;
+  }
+  return absl::StrCat(text.substr(0, end), "...");
+}
+
+// A value as quoted in an error message: its JSON, cut.
+std::string Quote(const Json& value) {
+  return Cut(Dump(value), kMaxQuotedValueBytes);
 }
 
 // Errors are returned as an optional; nullopt means success.
@@ -53,7 +76,7 @@ ApiError ValueError(const std::string& param, absl::string_view expected,
                     const Json& value) {
   return InvalidRequest(
       absl::StrCat("Invalid value for '", param, "': expected ", expected,
-                   ", but got ", Dump(value), " instead."),
+                   ", but got ", Quote(value), " instead."),
       param, "invalid_value");
 }
 
@@ -62,11 +85,31 @@ ApiError Unsupported(const std::string& param, absl::string_view what) {
                         "unsupported_parameter");
 }
 
+ApiError Missing(const std::string& param) {
+  return InvalidRequest(
+      absl::StrCat("Missing required parameter: '", param, "'."), param,
+      "missing_required_parameter");
+}
+
 // The field `key` of `body`, or nullptr when absent or null.
 const Json* Field(const Json& body, const char* key) {
   auto it = body.find(key);
   if (it == body.end() || it->is_null()) return nullptr;
   return &*it;
+}
+Json* MutableField(Json& body, const char* key) {
+  auto it = body.find(key);
+  if (it == body.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+// A value that asks for nothing: null, false, 0, "", [] or {}.
+bool IsNoOp(const Json& value) {
+  if (value.is_null()) return true;
+  if (value.is_boolean()) return !value.get<bool>();
+  if (value.is_number()) return value.get<double>() == 0.0;
+  if (value.is_string()) return value.get_ref<const std::string&>().empty();
+  return value.empty();  // Arrays and objects.
 }
 
 // An integer, or an integral number written as a float (16.0).
@@ -114,7 +157,7 @@ MaybeError ReadInt(const Json& body, const char* key, int64_t lo, int64_t hi,
 // range. Untouched when absent or null.
 template <typename Check>
 MaybeError ReadFloat(const Json& body, const char* key, Check check,
-                     absl::string_view range, float* out) {
+                     absl::string_view range, std::optional<float>* out) {
   const Json* value = Field(body, key);
   if (value == nullptr) return std::nullopt;
   if (!value->is_number()) return TypeError(key, "a number", *value);
@@ -174,15 +217,15 @@ MaybeError ParseIdList(const Json& array, const std::string& param,
 }
 
 // OpenAI's prompt: a string, an array of strings, an array of token ids or an
-// array of arrays of token ids.
-MaybeError ParsePrompt(const Json& body, CompletionRequest* request) {
-  const Json* prompt = Field(body, "prompt");
+// array of arrays of token ids. Strings are moved out of the body.
+MaybeError ParsePrompt(Json& body, CompletionRequest* request) {
+  Json* prompt = MutableField(body, "prompt");
   if (prompt == nullptr) {
     return InvalidRequest("you must provide a prompt parameter", "prompt",
                           "missing_required_parameter");
   }
   if (prompt->is_string()) {
-    request->prompts.emplace_back(prompt->get<std::string>());
+    request->prompts.emplace_back(std::move(prompt->get_ref<std::string&>()));
     return std::nullopt;
   }
   if (!prompt->is_array()) {
@@ -202,7 +245,10 @@ MaybeError ParsePrompt(const Json& body, CompletionRequest* request) {
             "Invalid 'prompt': an array of strings must contain only strings.",
             "prompt", "invalid_type");
       }
-      request->prompts.emplace_back(element.get<std::string>());
+    }
+    request->prompts.reserve(prompt->size());
+    for (Json& element : *prompt) {
+      request->prompts.emplace_back(std::move(element.get_ref<std::string&>()));
     }
     return std::nullopt;
   }
@@ -254,108 +300,140 @@ MaybeError ParsePrompt(const Json& body, CompletionRequest* request) {
 // Flattens a message's content parts into one string.
 MaybeError FlattenContent(const Json& parts, const std::string& param,
                           std::string* out) {
-  std::vector<std::string> texts;
+  std::vector<absl::string_view> texts;
   for (size_t j = 0; j < parts.size(); ++j) {
     const Json& part = parts[j];
     const std::string part_param = absl::StrCat(param, ".[", j, "]");
     if (!part.is_object()) return TypeError(part_param, "an object", part);
     const Json* type = Field(part, "type");
-    if (type == nullptr) {
-      return InvalidRequest(
-          absl::StrCat("Missing required parameter: '", part_param, ".type'."),
-          part_param + ".type", "missing_required_parameter");
-    }
+    if (type == nullptr) return Missing(part_param + ".type");
     if (!type->is_string()) {
       return TypeError(part_param + ".type", "a string", *type);
     }
-    if (type->get<std::string>() != "text") {
+    if (type->get_ref<const std::string&>() != "text") {
       return Unsupported(part_param + ".type",
-                         absl::StrCat("Content part type ", Dump(*type),
+                         absl::StrCat("Content part type ", Quote(*type),
                                       " (only \"text\" parts are supported)"));
     }
     const Json* text = Field(part, "text");
-    if (text == nullptr) {
-      return InvalidRequest(
-          absl::StrCat("Missing required parameter: '", part_param, ".text'."),
-          part_param + ".text", "missing_required_parameter");
-    }
+    if (text == nullptr) return Missing(part_param + ".text");
     if (!text->is_string()) {
       return TypeError(part_param + ".text", "a string", *text);
     }
-    texts.push_back(text->get<std::string>());
+    texts.push_back(text->get_ref<const std::string&>());
   }
   *out = absl::StrJoin(texts, "\n");
   return std::nullopt;
 }
 
-MaybeError ParseMessages(const Json& body, CompletionRequest* request) {
-  const Json* messages = Field(body, "messages");
-  if (messages == nullptr) {
-    return InvalidRequest("Missing required parameter: 'messages'.", "messages",
-                          "missing_required_parameter");
+// An assistant message's tool_calls: function.arguments given as a JSON
+// string (OpenAI's shape) become the JSON value it holds (what chat templates
+// iterate over), bounded so that the messages stay within kMaxJsonDepth.
+MaybeError ParseToolCalls(Json& tool_calls, const std::string& param) {
+  if (!tool_calls.is_array()) {
+    return TypeError(param, "an array of tool calls", tool_calls);
   }
+  for (size_t j = 0; j < tool_calls.size(); ++j) {
+    Json& call = tool_calls[j];
+    const std::string call_param = absl::StrCat(param, ".[", j, "]");
+    if (!call.is_object()) return TypeError(call_param, "an object", call);
+    Json* function = MutableField(call, "function");
+    if (function == nullptr) continue;
+    if (!function->is_object()) {
+      return TypeError(call_param + ".function", "an object", *function);
+    }
+    Json* arguments = MutableField(*function, "arguments");
+    if (arguments == nullptr || !arguments->is_string()) continue;
+    const std::string arguments_param = call_param + ".function.arguments";
+    const std::string& text = arguments->get_ref<const std::string&>();
+    if (absl::Status nesting =
+            CheckJsonNesting(text, kMaxJsonDepth - kArgumentsNesting);
+        !nesting.ok()) {
+      return InvalidRequest(absl::StrCat("Invalid value for '", arguments_param,
+                                         "': ", nesting.message(), "."),
+                            arguments_param, "invalid_value");
+    }
+    Json parsed = Json::parse(text, /*cb=*/nullptr,
+                              /*allow_exceptions=*/false);
+    if (parsed.is_discarded()) {
+      return InvalidRequest(
+          absl::StrCat("Invalid value for '", arguments_param,
+                       "': expected a string holding JSON, but got ",
+                       Quote(*arguments), " instead."),
+          arguments_param, "invalid_value");
+    }
+    *arguments = std::move(parsed);
+  }
+  return std::nullopt;
+}
+
+// The messages, moved out of the body and normalised in place.
+MaybeError ParseMessages(Json& body, CompletionRequest* request) {
+  Json* messages = MutableField(body, "messages");
+  if (messages == nullptr) return Missing("messages");
   if (!messages->is_array()) {
     return TypeError("messages", "an array", *messages);
   }
   if (messages->empty()) {
     return ValueError("messages", "a non-empty array", *messages);
   }
-  request->messages = Json::array();
   for (size_t i = 0; i < messages->size(); ++i) {
-    const Json& message = (*messages)[i];
+    Json& message = (*messages)[i];
     const std::string param = absl::StrCat("messages.[", i, "]");
     if (!message.is_object()) return TypeError(param, "an object", message);
     const Json* role = Field(message, "role");
-    if (role == nullptr) {
-      return InvalidRequest(
-          absl::StrCat("Missing required parameter: '", param, ".role'."),
-          param + ".role", "missing_required_parameter");
-    }
-    if (!role->is_string())
+    if (role == nullptr) return Missing(param + ".role");
+    if (!role->is_string()) {
       return TypeError(param + ".role", "a string", *role);
-    Json copy = message;
-    auto content = message.find("content");
-    if (content != message.end() && !content->is_null() &&
-        !content->is_string()) {
-      if (!content->is_array()) {
-        return TypeError(param + ".content",
-                         "a string, null or an array of content parts",
-                         *content);
-      }
+    }
+    const bool assistant = role->get_ref<const std::string&>() == "assistant";
+    Json& content = message["content"];  // Added ("" below) when absent.
+    if (content.is_null()) {
+      content = "";
+    } else if (content.is_array()) {
       std::string text;
       TESSERA_API_RETURN_IF_ERROR(
-          FlattenContent(*content, param + ".content", &text));
-      copy["content"] = std::move(text);
+          FlattenContent(content, param + ".content", &text));
+      content = std::move(text);
+    } else if (!content.is_string()) {
+      return TypeError(param + ".content",
+                       "a string, null or an array of content parts", content);
     }
-    request->messages.push_back(std::move(copy));
+    if (assistant) {
+      if (Json* tool_calls = MutableField(message, "tool_calls")) {
+        TESSERA_API_RETURN_IF_ERROR(
+            ParseToolCalls(*tool_calls, param + ".tool_calls"));
+      }
+    }
   }
+  request->messages = std::move(*messages);
   return std::nullopt;
 }
 
-MaybeError ParseStop(const Json& body, CompletionRequest* request) {
-  const Json* stop = Field(body, "stop");
+MaybeError ParseStop(Json& body, CompletionRequest* request) {
+  Json* stop = MutableField(body, "stop");
   if (stop == nullptr) return std::nullopt;
   if (stop->is_string()) {
-    if (stop->get<std::string>().empty()) {
+    if (stop->get_ref<const std::string&>().empty()) {
       return ValueError("stop", "a non-empty string", *stop);
     }
-    request->stop.push_back(stop->get<std::string>());
+    request->stop.push_back(std::move(stop->get_ref<std::string&>()));
     return std::nullopt;
   }
   if (!stop->is_array()) {
     return TypeError("stop", "a string or an array of strings", *stop);
   }
-  if (stop->size() > kMaxStops) {
-    return ValueError("stop", "an array of at most 4 strings", *stop);
-  }
   for (size_t i = 0; i < stop->size(); ++i) {
     const Json& element = (*stop)[i];
     const std::string param = absl::StrCat("stop.[", i, "]");
     if (!element.is_string()) return TypeError(param, "a string", element);
-    if (element.get<std::string>().empty()) {
+    if (element.get_ref<const std::string&>().empty()) {
       return ValueError(param, "a non-empty string", element);
     }
-    request->stop.push_back(element.get<std::string>());
+  }
+  request->stop.reserve(stop->size());
+  for (Json& element : *stop) {
+    request->stop.push_back(std::move(element.get_ref<std::string&>()));
   }
   return std::nullopt;
 }
@@ -375,12 +453,163 @@ MaybeError ParseStopTokenIds(const Json& body, CompletionRequest* request) {
   return std::nullopt;
 }
 
+MaybeError ParseResponseFormat(const Json& body) {
+  const Json* format = Field(body, "response_format");
+  if (format == nullptr) return std::nullopt;
+  if (!format->is_object()) {
+    return TypeError("response_format", "an object", *format);
+  }
+  const Json* type = Field(*format, "type");
+  if (type == nullptr) return Missing("response_format.type");
+  if (!type->is_string()) {
+    return TypeError("response_format.type", "a string", *type);
+  }
+  const std::string& name = type->get_ref<const std::string&>();
+  if (name == "text") return std::nullopt;
+  if (name == "json_object" || name == "json_schema" ||
+      name == "structural_tag") {
+    return Unsupported(
+        "response_format",
+        absl::StrCat("response_format ", Quote(*type), " (structured output)"));
+  }
+  return ValueError("response_format.type",
+                    "\"text\", \"json_object\", \"json_schema\" or "
+                    "\"structural_tag\"",
+                    *type);
+}
+
+// Fields vLLM implements and Tessera does not. Flags and lists: a 400 unless
+// the value asks for nothing (IsNoOp).
+constexpr const char* kUnsupportedUnlessNoOp[] = {
+    "use_beam_search",   "bad_words",
+    "logits_processors", "return_tokens_as_token_ids",
+    "return_token_ids",  "kv_transfer_params",
+    "priority",
+};
+// The rest: a 400 for any value but null (prompt_logprobs 0 still asks for
+// the prompt's log-probabilities, allowed_token_ids [] is an error in vLLM).
+constexpr const char* kUnsupportedCommon[] = {
+    "prompt_logprobs",
+    "truncate_prompt_tokens",
+    "allowed_token_ids",
+    "cache_salt",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_decoding_backend",
+    "guided_whitespace_pattern",
+    "structural_tag",
+    "structured_outputs",
+};
+constexpr const char* kUnsupportedCompletions[] = {"prompt_embeds"};
+constexpr const char* kUnsupportedChat[] = {"chat_template"};
+
+// Fields each endpoint reads (the rest are reported as ignored).
+constexpr const char* kHandledCommon[] = {
+    "model",
+    "n",
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "presence_penalty",
+    "frequency_penalty",
+    "repetition_penalty",
+    "seed",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "min_tokens",
+    "include_stop_str_in_output",
+    "skip_special_tokens",
+    "spaces_between_special_tokens",
+    "add_special_tokens",
+    "stream",
+    "stream_options",
+    "best_of",
+    "logit_bias",
+    "response_format",
+    "request_id",
+    "echo",
+    "max_tokens",
+    "logprobs",
+};
+constexpr const char* kHandledCompletions[] = {"prompt", "suffix"};
+constexpr const char* kHandledChat[] = {
+    "messages",
+    "max_completion_tokens",
+    "top_logprobs",
+    "tools",
+    "tool_choice",
+    "documents",
+    "chat_template_kwargs",
+    "add_generation_prompt",
+    "continue_final_message",
+};
+
+// Non-null values of `names` (with `allow_no_op`: values that are not
+// IsNoOp) are a 400 naming the field.
+template <size_t N>
+MaybeError CheckUnsupported(const Json& body, const char* const (&names)[N],
+                            bool allow_no_op = false) {
+  for (const char* name : names) {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) continue;
+    if (allow_no_op && IsNoOp(*it)) continue;
+    return Unsupported(name, absl::StrCat("'", name, "'"));
+  }
+  return std::nullopt;
+}
+
+const absl::flat_hash_set<absl::string_view>& HandledFields(Endpoint endpoint) {
+  auto make = [](Endpoint e) {
+    absl::flat_hash_set<absl::string_view> set;
+    auto add = [&set](const auto& names) {
+      for (const char* name : names) set.insert(name);
+    };
+    add(kHandledCommon);
+    add(kUnsupportedUnlessNoOp);
+    add(kUnsupportedCommon);
+    if (e == Endpoint::kChat) {
+      add(kHandledChat);
+      add(kUnsupportedChat);
+    } else {
+      add(kHandledCompletions);
+      add(kUnsupportedCompletions);
+    }
+    return set;
+  };
+  static const auto* const kCompletions =
+      new absl::flat_hash_set<absl::string_view>(make(Endpoint::kCompletions));
+  static const auto* const kChat =
+      new absl::flat_hash_set<absl::string_view>(make(Endpoint::kChat));
+  return endpoint == Endpoint::kChat ? *kChat : *kCompletions;
+}
+
+void CollectIgnored(const Json& body, CompletionRequest* request) {
+  const auto& handled = HandledFields(request->endpoint);
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    if (!handled.contains(it.key()))
+      request->ignored_fields.push_back(it.key());
+  }
+  if (const Json* options = Field(body, "stream_options");
+      options != nullptr && options->is_object()) {
+    for (auto it = options->begin(); it != options->end(); ++it) {
+      if (it.key() != "include_usage" && it.key() != "continuous_usage_stats") {
+        request->ignored_fields.push_back("stream_options." + it.key());
+      }
+    }
+  }
+}
+
 // The fields both endpoints share (everything but the input, max_tokens and
 // logprobs).
-MaybeError ParseCommon(const Json& body, CompletionRequest* request) {
+MaybeError ParseCommon(Json& body, CompletionRequest* request) {
   TESSERA_API_RETURN_IF_ERROR(ReadFloat(
-      body, "temperature", [](float v) { return v >= 0.0f && v <= 2.0f; },
-      "a number in [0, 2]", &request->temperature));
+      body, "temperature",
+      [](float v) { return v >= 0.0f && std::isfinite(v); },
+      "a finite number >= 0", &request->temperature));
   TESSERA_API_RETURN_IF_ERROR(ReadFloat(
       body, "top_p", [](float v) { return v > 0.0f && v <= 1.0f; },
       "a number in (0, 1]", &request->top_p));
@@ -400,20 +629,25 @@ MaybeError ParseCommon(const Json& body, CompletionRequest* request) {
       body, "min_p", [](float v) { return v >= 0.0f && v <= 1.0f; },
       "a number in [0, 1]", &request->min_p));
   auto openai_penalty = [](float v) { return v >= -2.0f && v <= 2.0f; };
+  std::optional<float> presence_penalty;
+  std::optional<float> frequency_penalty;
   TESSERA_API_RETURN_IF_ERROR(ReadFloat(body, "presence_penalty",
                                         openai_penalty, "a number in [-2, 2]",
-                                        &request->presence_penalty));
+                                        &presence_penalty));
   TESSERA_API_RETURN_IF_ERROR(ReadFloat(body, "frequency_penalty",
                                         openai_penalty, "a number in [-2, 2]",
-                                        &request->frequency_penalty));
+                                        &frequency_penalty));
+  request->presence_penalty = presence_penalty.value_or(0.0f);
+  request->frequency_penalty = frequency_penalty.value_or(0.0f);
   TESSERA_API_RETURN_IF_ERROR(ReadFloat(
       body, "repetition_penalty",
       [](float v) { return v > 0.0f && std::isfinite(v); },
       "a finite number > 0", &request->repetition_penalty));
   {
     std::optional<int64_t> n;
-    TESSERA_API_RETURN_IF_ERROR(
-        ReadInt(body, "n", 1, kMaxN, "an integer in [1, 128]", &n));
+    TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "n", 1,
+                                        std::numeric_limits<int32_t>::max(),
+                                        "an integer >= 1", &n));
     if (n.has_value()) request->n = static_cast<int32_t>(*n);
   }
   TESSERA_API_RETURN_IF_ERROR(ReadInt(
@@ -423,6 +657,22 @@ MaybeError ParseCommon(const Json& body, CompletionRequest* request) {
   TESSERA_API_RETURN_IF_ERROR(ParseStopTokenIds(body, request));
   TESSERA_API_RETURN_IF_ERROR(
       ReadBool(body, "ignore_eos", &request->ignore_eos));
+  {
+    std::optional<int64_t> min_tokens;
+    TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "min_tokens", 0,
+                                        std::numeric_limits<int64_t>::max(),
+                                        "an integer >= 0", &min_tokens));
+    request->min_tokens = min_tokens.value_or(0);
+  }
+  TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "include_stop_str_in_output",
+                                       &request->include_stop_str_in_output));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "skip_special_tokens", &request->skip_special_tokens));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "spaces_between_special_tokens",
+               &request->spaces_between_special_tokens));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "add_special_tokens", &request->add_special_tokens));
 
   TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "stream", &request->stream));
   if (const Json* options = Field(body, "stream_options")) {
@@ -441,27 +691,81 @@ MaybeError ParseCommon(const Json& body, CompletionRequest* request) {
       }
       request->include_usage = include->get<bool>();
     }
+    auto continuous = options->find("continuous_usage_stats");
+    if (continuous != options->end() && !IsNoOp(*continuous)) {
+      return Unsupported("stream_options.continuous_usage_stats",
+                         "'stream_options.continuous_usage_stats' (usage in "
+                         "every chunk)");
+    }
   }
 
   if (const Json* best_of = Field(body, "best_of")) {
     int64_t v = 0;
     TESSERA_API_RETURN_IF_ERROR(AsInt64(*best_of, "best_of", &v));
-    if (v != request->n) {
-      return Unsupported("best_of", "best_of other than n");
+    if (v < request->n) {
+      return ValueError("best_of",
+                        absl::StrCat("an integer >= n (", request->n, ")"),
+                        *best_of);
+    }
+    if (v > request->n) {
+      return Unsupported("best_of", "best_of greater than n");
     }
   }
   if (const Json* bias = Field(body, "logit_bias")) {
     if (!bias->is_object()) return TypeError("logit_bias", "an object", *bias);
     if (!bias->empty()) return Unsupported("logit_bias", "logit_bias");
   }
+  TESSERA_API_RETURN_IF_ERROR(ParseResponseFormat(body));
+  if (const Json* id = Field(body, "request_id")) {
+    if (!id->is_string()) return TypeError("request_id", "a string", *id);
+    const std::string& text = id->get_ref<const std::string&>();
+    if (text.empty() || text.size() > kMaxRequestIdBytes) {
+      return ValueError("request_id", "a non-empty string of at most 256 bytes",
+                        *id);
+    }
+    request->request_id = text;
+  }
+  TESSERA_API_RETURN_IF_ERROR(
+      CheckUnsupported(body, kUnsupportedUnlessNoOp, /*allow_no_op=*/true));
+  TESSERA_API_RETURN_IF_ERROR(CheckUnsupported(body, kUnsupportedCommon));
   return std::nullopt;
+}
+
+// min_tokens against the client's own max_tokens (vLLM's wording); defaults
+// are checked once the prompt is known (CheckContextLength).
+MaybeError CheckMinTokens(const CompletionRequest& request) {
+  if (request.max_tokens.has_value() &&
+      request.min_tokens > *request.max_tokens) {
+    return InvalidRequest(
+        absl::StrCat("min_tokens must be less than or equal to max_tokens=",
+                     *request.max_tokens, ", got ", request.min_tokens, "."),
+        "min_tokens", "invalid_value");
+  }
+  return std::nullopt;
+}
+
+int64_t MaxLogprobs(const ParseOptions& options) {
+  return options.max_logprobs < 0 ? std::numeric_limits<int32_t>::max()
+                                  : options.max_logprobs;
+}
+
+std::string LogprobsRange(const ParseOptions& options) {
+  return options.max_logprobs < 0
+             ? std::string("an integer >= 0")
+             : absl::StrCat("an integer in [0, ", options.max_logprobs, "]");
 }
 
 Json NullIfEmpty(const std::string& s) {
   return s.empty() ? Json(nullptr) : Json(s);
 }
 
-ParseResult ParseBody(absl::string_view text, Json* body) {
+// Checks the nesting before anything recurses over the document.
+MaybeError ParseBody(absl::string_view text, Json* body) {
+  if (absl::Status nesting = CheckJsonNesting(text); !nesting.ok()) {
+    return InvalidRequest(absl::StrCat("The request body is not accepted: ",
+                                       nesting.message(), "."),
+                          "", "invalid_value");
+  }
   *body = Json::parse(text.begin(), text.end(), /*cb=*/nullptr,
                       /*allow_exceptions=*/false);
   if (body->is_discarded()) {
@@ -476,7 +780,7 @@ ParseResult ParseBody(absl::string_view text, Json* body) {
                      "object, but got ",
                      body->type_name(), "."));
   }
-  return CompletionRequest{};
+  return std::nullopt;
 }
 
 // A log-probability as JSON: the float's shortest decimal form (so -0.1f is
@@ -489,13 +793,6 @@ Json LogprobJson(float logprob) {
   if (ec != std::errc()) return static_cast<double>(logprob);
   *end = '\0';
   return std::strtod(buffer, nullptr);
-}
-
-// Unicode code points in UTF-8 text (bytes that are not continuation bytes).
-int64_t CodePoints(const std::string& text) {
-  int64_t count = 0;
-  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
-  return count;
 }
 
 Json Bytes(const std::string& text) {
@@ -521,7 +818,7 @@ Json CompletionLogprobs(const Choice& choice) {
     }
     top_logprobs.push_back(std::move(top));
     text_offset.push_back(offset);
-    offset += CodePoints(token.token);
+    offset += CountCodePoints(token.token);
   }
   Json logprobs = Json::object();
   logprobs["tokens"] = std::move(tokens);
@@ -561,6 +858,14 @@ Json FinishReasonJson(const std::optional<FinishReason>& reason) {
   return FinishReasonString(*reason);
 }
 
+Json StopReasonJson(const std::optional<StopReason>& reason) {
+  if (!reason.has_value()) return nullptr;
+  if (const std::string* text = std::get_if<std::string>(&*reason)) {
+    return *text;
+  }
+  return std::get<int32_t>(*reason);
+}
+
 Json UsageJson(const Usage& usage) {
   Json json = Json::object();
   json["prompt_tokens"] = usage.prompt_tokens;
@@ -589,6 +894,21 @@ Json CompletionChoiceJson(const Choice& choice) {
   json["text"] = choice.text;
   json["logprobs"] = CompletionLogprobs(choice);
   json["finish_reason"] = FinishReasonJson(choice.finish_reason);
+  json["stop_reason"] = StopReasonJson(choice.stop_reason);
+  return json;
+}
+
+Json ModelCardJson(const ModelCard& card) {
+  Json json = Json::object();
+  json["id"] = card.id;
+  json["object"] = "model";
+  json["created"] = card.created;
+  json["owned_by"] = "tessera";
+  json["root"] = card.root.empty() ? card.id : card.root;
+  json["parent"] = nullptr;
+  if (card.max_model_len.has_value()) {
+    json["max_model_len"] = *card.max_model_len;
+  }
   return json;
 }
 
@@ -657,30 +977,82 @@ ApiError ApiErrorFromStatus(const absl::Status& status) {
   return error;
 }
 
-ParseResult ParseCompletionRequest(absl::string_view text) {
+ApiError ApiErrorFromTemplateStatus(const absl::Status& status) {
+  return InvalidRequest(std::string(status.message()), "messages");
+}
+
+ApiError RouteNotFound(absl::string_view method, absl::string_view path) {
+  ApiError error =
+      InvalidRequest(absl::StrCat("Invalid URL (", Cut(method, 16), " ",
+                                  Cut(path, kMaxQuotedPathBytes), ")"),
+                     "", "not_found");
+  error.http_status = 404;
+  return error;
+}
+
+ApiError MethodNotAllowed(absl::string_view method, absl::string_view path,
+                          absl::string_view allowed) {
+  ApiError error = InvalidRequest(
+      absl::StrCat("Method ", Cut(method, 16), " is not allowed for ",
+                   Cut(path, kMaxQuotedPathBytes), " (allowed: ", allowed,
+                   ")."),
+      "", "method_not_allowed");
+  error.http_status = 405;
+  return error;
+}
+
+ApiError PromptTooLong(Endpoint endpoint, int64_t max_model_len,
+                       int64_t prompt_tokens) {
+  return InvalidRequest(
+      absl::StrCat("This model's maximum context length is ", max_model_len,
+                   " tokens. However, you requested ", prompt_tokens,
+                   " tokens in the messages, Please reduce the length of the "
+                   "messages."),
+      endpoint == Endpoint::kChat ? "messages" : "prompt",
+      "context_length_exceeded");
+}
+
+ApiError MaxTokensTooLarge(Endpoint endpoint, int64_t max_model_len,
+                           int64_t prompt_tokens, int64_t max_tokens) {
+  // Saturating: max_tokens may be as large as int64 allows.
+  const int64_t total =
+      max_tokens > std::numeric_limits<int64_t>::max() - prompt_tokens
+          ? std::numeric_limits<int64_t>::max()
+          : prompt_tokens + max_tokens;
+  return InvalidRequest(
+      absl::StrCat("This model's maximum context length is ", max_model_len,
+                   " tokens. However, you requested ", total, " tokens (",
+                   prompt_tokens, " in the messages, ", max_tokens,
+                   " in the completion). Please reduce the length of the "
+                   "messages or completion."),
+      endpoint == Endpoint::kChat ? "messages" : "prompt",
+      "context_length_exceeded");
+}
+
+ParseResult ParseCompletionRequest(absl::string_view text,
+                                   const ParseOptions& options) {
   Json body;
-  ParseResult result = ParseBody(text, &body);
-  if (std::holds_alternative<ApiError>(result)) return result;
-  CompletionRequest& request = std::get<CompletionRequest>(result);
+  TESSERA_API_RETURN_IF_ERROR(ParseBody(text, &body));
+  CompletionRequest request;
   request.endpoint = Endpoint::kCompletions;
+  request.add_special_tokens = true;
   TESSERA_API_RETURN_IF_ERROR(ParseModel(body, &request));
   TESSERA_API_RETURN_IF_ERROR(ParsePrompt(body, &request));
   TESSERA_API_RETURN_IF_ERROR(ParseCommon(body, &request));
 
-  // Absent: OpenAI's default of 16. null: no limit.
-  auto max_tokens = body.find("max_tokens");
-  if (max_tokens == body.end()) {
-    request.max_tokens = kDefaultCompletionMaxTokens;
-  } else {
-    TESSERA_API_RETURN_IF_ERROR(
-        ReadInt(body, "max_tokens", 1, std::numeric_limits<int64_t>::max(),
-                "an integer >= 1", &request.max_tokens));
+  // Absent: OpenAI's default of 16 (unless generation_config has one).
+  // null: until the context is full.
+  if (body.find("max_tokens") == body.end()) {
+    request.default_max_tokens = kDefaultCompletionMaxTokens;
   }
+  TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "max_tokens", 1,
+                                      std::numeric_limits<int64_t>::max(),
+                                      "an integer >= 1", &request.max_tokens));
+  TESSERA_API_RETURN_IF_ERROR(CheckMinTokens(request));
 
   std::optional<int64_t> logprobs;
-  TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "logprobs", 0,
-                                      kMaxCompletionLogprobs,
-                                      "an integer in [0, 5]", &logprobs));
+  TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "logprobs", 0, MaxLogprobs(options),
+                                      LogprobsRange(options), &logprobs));
   if (logprobs.has_value()) {
     request.logprobs = true;
     request.top_logprobs = static_cast<int32_t>(*logprobs);
@@ -693,19 +1065,22 @@ ParseResult ParseCompletionRequest(absl::string_view text) {
   }
   if (const Json* suffix = Field(body, "suffix")) {
     if (!suffix->is_string()) return TypeError("suffix", "a string", *suffix);
-    if (!suffix->get<std::string>().empty()) {
+    if (!suffix->get_ref<const std::string&>().empty()) {
       return Unsupported("suffix", "suffix");
     }
   }
-  return result;
+  TESSERA_API_RETURN_IF_ERROR(CheckUnsupported(body, kUnsupportedCompletions));
+  CollectIgnored(body, &request);
+  return request;
 }
 
-ParseResult ParseChatRequest(absl::string_view text) {
+ParseResult ParseChatRequest(absl::string_view text,
+                             const ParseOptions& options) {
   Json body;
-  ParseResult result = ParseBody(text, &body);
-  if (std::holds_alternative<ApiError>(result)) return result;
-  CompletionRequest& request = std::get<CompletionRequest>(result);
+  TESSERA_API_RETURN_IF_ERROR(ParseBody(text, &body));
+  CompletionRequest request;
   request.endpoint = Endpoint::kChat;
+  request.add_special_tokens = false;  // The template adds them.
   TESSERA_API_RETURN_IF_ERROR(ParseModel(body, &request));
   TESSERA_API_RETURN_IF_ERROR(ParseMessages(body, &request));
   TESSERA_API_RETURN_IF_ERROR(ParseCommon(body, &request));
@@ -722,59 +1097,187 @@ ParseResult ParseChatRequest(absl::string_view text) {
       "an integer >= 1", &max_completion_tokens));
   request.max_tokens =
       max_completion_tokens.has_value() ? max_completion_tokens : max_tokens;
+  TESSERA_API_RETURN_IF_ERROR(CheckMinTokens(request));
 
   TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "logprobs", &request.logprobs));
-  if (Field(body, "top_logprobs") != nullptr) {
+  {
     std::optional<int64_t> top_logprobs;
-    TESSERA_API_RETURN_IF_ERROR(
-        ReadInt(body, "top_logprobs", 0, kMaxChatTopLogprobs,
-                "an integer in [0, 20]", &top_logprobs));
-    if (!request.logprobs) {
+    TESSERA_API_RETURN_IF_ERROR(ReadInt(body, "top_logprobs", 0,
+                                        MaxLogprobs(options),
+                                        LogprobsRange(options), &top_logprobs));
+    // vLLM's rule: asking for alternatives needs logprobs.
+    if (top_logprobs.value_or(0) > 0 && !request.logprobs) {
       return InvalidRequest(
           "Invalid value for 'top_logprobs': 'logprobs' must be set to true "
           "when 'top_logprobs' is used.",
           "top_logprobs", "invalid_value");
     }
-    request.top_logprobs = static_cast<int32_t>(*top_logprobs);
+    if (request.logprobs) {
+      request.top_logprobs = static_cast<int32_t>(top_logprobs.value_or(0));
+    }
   }
 
-  if (const Json* format = Field(body, "response_format")) {
-    if (!format->is_object()) {
-      return TypeError("response_format", "an object", *format);
-    }
-    const Json* type = Field(*format, "type");
-    if (type == nullptr || !type->is_string() ||
-        type->get<std::string>() != "text") {
-      return Unsupported("response_format",
-                         "response_format other than {\"type\": \"text\"}");
-    }
-  }
-  if (const Json* tools = Field(body, "tools")) {
+  if (Json* tools = MutableField(body, "tools")) {
     if (!tools->is_array()) return TypeError("tools", "an array", *tools);
-    request.tools = *tools;
+    request.tools = std::move(*tools);
   }
-  if (const Json* kwargs = Field(body, "chat_template_kwargs")) {
+  if (const Json* choice = Field(body, "tool_choice")) {
+    const bool has_tools = request.tools.is_array();
+    if (choice->is_string()) {
+      const std::string& name = choice->get_ref<const std::string&>();
+      if (name == "auto" || name == "required") {
+        if (!has_tools) {
+          return InvalidRequest(
+              "When using `tool_choice`, `tools` must be set.", "tool_choice",
+              "invalid_value");
+        }
+        // "required" with no tools is "none" (OpenAI's and vLLM's rule).
+        if (name == "required" && !request.tools.empty()) {
+          return Unsupported("tool_choice",
+                             "tool_choice \"required\" (forced tool calls)");
+        }
+      } else if (name != "none") {
+        return ValueError("tool_choice",
+                          "\"none\", \"auto\", \"required\" or a named "
+                          "function",
+                          *choice);
+      }
+    } else if (choice->is_object()) {
+      if (!has_tools) {
+        return InvalidRequest("When using `tool_choice`, `tools` must be set.",
+                              "tool_choice", "invalid_value");
+      }
+      return Unsupported("tool_choice",
+                         "A named tool_choice (forced function calling)");
+    } else {
+      return TypeError("tool_choice", "a string or an object", *choice);
+    }
+  }
+  if (Json* documents = MutableField(body, "documents")) {
+    if (!documents->is_array()) {
+      return TypeError("documents", "an array of objects", *documents);
+    }
+    for (size_t i = 0; i < documents->size(); ++i) {
+      if (!(*documents)[i].is_object()) {
+        return TypeError(absl::StrCat("documents.[", i, "]"), "an object",
+                         (*documents)[i]);
+      }
+    }
+    request.documents = std::move(*documents);
+  }
+  if (Json* kwargs = MutableField(body, "chat_template_kwargs")) {
     if (!kwargs->is_object()) {
       return TypeError("chat_template_kwargs", "an object", *kwargs);
     }
-    request.chat_template_kwargs = *kwargs;
+    request.chat_template_kwargs = std::move(*kwargs);
   }
-  return result;
+
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "add_generation_prompt", &request.add_generation_prompt));
+  TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "continue_final_message",
+                                       &request.continue_final_message));
+  const Json& last = request.messages.back();
+  const bool last_is_assistant =
+      last["role"].get_ref<const std::string&>() == "assistant";
+  if (request.continue_final_message) {
+    if (request.add_generation_prompt) {
+      return InvalidRequest(
+          "Cannot set both `continue_final_message` and "
+          "`add_generation_prompt` to True (add_generation_prompt defaults to "
+          "true; set it to false).",
+          "continue_final_message", "invalid_value");
+    }
+    if (!last_is_assistant) {
+      return InvalidRequest(
+          "`continue_final_message` needs the final message to be the "
+          "assistant's, to be continued.",
+          "continue_final_message", "invalid_value");
+    }
+  }
+
+  TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "echo", &request.echo));
+  if (request.echo && request.logprobs) {
+    return Unsupported("echo",
+                       "echo together with logprobs (prompt "
+                       "log-probabilities)");
+  }
+  if (request.echo && last_is_assistant) {
+    request.echo_text = last["content"].get<std::string>();
+  }
+  TESSERA_API_RETURN_IF_ERROR(CheckUnsupported(body, kUnsupportedChat));
+  CollectIgnored(body, &request);
+  return request;
+}
+
+std::string IgnoredFieldsWarning(const CompletionRequest& request) {
+  if (request.ignored_fields.empty()) return "";
+  std::vector<std::string> names;
+  for (size_t i = 0; i < request.ignored_fields.size() && i < kMaxWarnedFields;
+       ++i) {
+    names.push_back(
+        Dump(Json(Cut(request.ignored_fields[i], kMaxWarnedFieldBytes))));
+  }
+  std::string warning = absl::StrCat(
+      "The following fields were present in the request but "
+      "ignored: ",
+      absl::StrJoin(names, ", "));
+  if (request.ignored_fields.size() > kMaxWarnedFields) {
+    absl::StrAppend(&warning, " and ",
+                    request.ignored_fields.size() - kMaxWarnedFields, " more");
+  }
+  return warning;
+}
+
+std::optional<int64_t> ResolveMaxTokens(const CompletionRequest& request,
+                                        const GenerationDefaults& defaults) {
+  if (request.max_tokens.has_value()) return request.max_tokens;
+  if (defaults.max_tokens.has_value()) return defaults.max_tokens;
+  return request.default_max_tokens;
+}
+
+std::optional<ApiError> CheckContextLength(const CompletionRequest& request,
+                                           const GenerationDefaults& defaults,
+                                           int64_t prompt_tokens,
+                                           int64_t max_model_len) {
+  // vLLM's order: the client's max_tokens first (its message names the
+  // prompt too), then a prompt that leaves no room.
+  const int64_t room = max_model_len - prompt_tokens;
+  if (request.max_tokens.has_value() && *request.max_tokens > room) {
+    return MaxTokensTooLarge(request.endpoint, max_model_len, prompt_tokens,
+                             *request.max_tokens);
+  }
+  if (room <= 0) {
+    return PromptTooLong(request.endpoint, max_model_len, prompt_tokens);
+  }
+  const int64_t limit =
+      std::min(ResolveMaxTokens(request, defaults)
+                   .value_or(std::numeric_limits<int64_t>::max()),
+               room);
+  if (request.min_tokens > limit) {
+    return InvalidRequest(
+        absl::StrCat("min_tokens must be less than or equal to max_tokens=",
+                     limit, ", got ", request.min_tokens, "."),
+        "min_tokens", "invalid_value");
+  }
+  return std::nullopt;
 }
 
 GenerationRequest ToGenerationRequest(const CompletionRequest& request,
                                       std::vector<int32_t> prompt_ids,
-                                      int choice_index) {
+                                      int choice_index,
+                                      const GenerationDefaults& defaults) {
   GenerationRequest out;
   out.prompt_ids = std::move(prompt_ids);
-  out.max_tokens =
-      request.max_tokens.value_or(std::numeric_limits<int64_t>::max());
+  out.max_tokens = ResolveMaxTokens(request, defaults)
+                       .value_or(std::numeric_limits<int64_t>::max());
   SamplingParams& sampling = out.sampling;
-  sampling.temperature = request.temperature;
-  sampling.top_k = request.top_k;
-  sampling.top_p = request.top_p;
-  sampling.min_p = request.min_p;
-  sampling.repetition_penalty = request.repetition_penalty;
+  sampling.temperature =
+      request.temperature.value_or(defaults.temperature.value_or(1.0f));
+  sampling.top_k = request.top_k.value_or(defaults.top_k.value_or(0));
+  sampling.top_p = request.top_p.value_or(defaults.top_p.value_or(1.0f));
+  sampling.min_p = request.min_p.value_or(defaults.min_p.value_or(0.0f));
+  sampling.repetition_penalty = request.repetition_penalty.value_or(
+      defaults.repetition_penalty.value_or(1.0f));
   sampling.presence_penalty = request.presence_penalty;
   sampling.frequency_penalty = request.frequency_penalty;
   if (request.seed.has_value()) {
@@ -785,13 +1288,75 @@ GenerationRequest ToGenerationRequest(const CompletionRequest& request,
   out.stop_token_ids = request.stop_token_ids;
   out.stop = request.stop;
   out.top_logprobs = request.logprobs ? request.top_logprobs : 0;
+  out.min_tokens = request.min_tokens;
+  out.include_stop_str_in_output = request.include_stop_str_in_output;
+  out.skip_special_tokens = request.skip_special_tokens;
+  out.spaces_between_special_tokens = request.spaces_between_special_tokens;
   return out;
+}
+
+nlohmann::ordered_json ChatTemplateContext(const CompletionRequest& request) {
+  Json context = Json::object();
+  if (!request.tools.is_null()) context["tools"] = request.tools;
+  if (!request.documents.is_null()) context["documents"] = request.documents;
+  if (request.chat_template_kwargs.is_object()) {
+    for (auto it = request.chat_template_kwargs.begin();
+         it != request.chat_template_kwargs.end(); ++it) {
+      context[it.key()] = it.value();
+    }
+  }
+  return context;
+}
+
+absl::StatusOr<std::string> ContinueFinalMessage(
+    absl::string_view rendered, const nlohmann::ordered_json& messages) {
+  if (!messages.is_array() || messages.empty() ||
+      !messages.back().is_object()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: there is no final message");
+  }
+  auto content = messages.back().find("content");
+  if (content == messages.back().end() || !content->is_string()) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the final message has no text content");
+  }
+  const std::string& final_message = content->get_ref<const std::string&>();
+  const absl::string_view stripped = absl::StripAsciiWhitespace(final_message);
+  const absl::string_view left_stripped =
+      absl::StripLeadingAsciiWhitespace(final_message);
+  const size_t at = rendered.rfind(stripped);
+  if (at == absl::string_view::npos) {
+    return absl::InvalidArgumentError(
+        "continue_final_message: the final message does not appear in the "
+        "chat after applying the chat template (the template may alter its "
+        "content)");
+  }
+  // Where the template kept the message's trailing whitespace, keep it too.
+  if (rendered.substr(at, left_stripped.size()) == left_stripped) {
+    return std::string(rendered.substr(0, at + left_stripped.size()));
+  }
+  return std::string(rendered.substr(0, at + stripped.size()));
 }
 
 std::string RandomResponseId(absl::string_view prefix) {
   thread_local absl::BitGen gen;
   return absl::StrFormat("%s%016x%016x", prefix, absl::Uniform<uint64_t>(gen),
                          absl::Uniform<uint64_t>(gen));
+}
+
+std::string ResponseId(const CompletionRequest& request) {
+  const absl::string_view prefix =
+      request.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-";
+  if (request.request_id.has_value()) {
+    return absl::StrCat(prefix, *request.request_id);
+  }
+  return RandomResponseId(prefix);
+}
+
+int64_t CountCodePoints(absl::string_view text) {
+  int64_t count = 0;
+  for (unsigned char c : text) count += (c & 0xC0) != 0x80;
+  return count;
 }
 
 std::string FinishReasonString(FinishReason reason) {
@@ -825,6 +1390,7 @@ std::string ChatResponse(const ResponseHeader& header,
     entry["message"] = std::move(message);
     entry["logprobs"] = ChatLogprobs(choice);
     entry["finish_reason"] = FinishReasonJson(choice.finish_reason);
+    entry["stop_reason"] = StopReasonJson(choice.stop_reason);
     array.push_back(std::move(entry));
   }
   json["choices"] = std::move(array);
@@ -851,6 +1417,10 @@ std::string ChatChunk(const ResponseHeader& header, const Choice& choice,
   entry["delta"] = std::move(delta);
   entry["logprobs"] = ChatLogprobs(choice);
   entry["finish_reason"] = FinishReasonJson(choice.finish_reason);
+  // vLLM's chat chunks carry stop_reason only where the choice ends.
+  if (choice.finish_reason.has_value()) {
+    entry["stop_reason"] = StopReasonJson(choice.stop_reason);
+  }
   json["choices"] = Json::array({std::move(entry)});
   if (include_usage) json["usage"] = nullptr;
   return Dump(json);
@@ -870,15 +1440,27 @@ std::string SseEvent(absl::string_view json) {
   return absl::StrCat("data: ", json, "\n\n");
 }
 
-std::string ModelsResponse(const std::string& model_name, int64_t created) {
-  Json model = Json::object();
-  model["id"] = model_name;
-  model["object"] = "model";
-  model["created"] = created;
-  model["owned_by"] = "tessera";
+std::string ModelsResponse(const ModelCard& card) {
   Json json = Json::object();
   json["object"] = "list";
-  json["data"] = Json::array({std::move(model)});
+  json["data"] = Json::array({ModelCardJson(card)});
+  return Dump(json);
+}
+
+std::string ModelResponse(const ModelCard& card) {
+  return Dump(ModelCardJson(card));
+}
+
+std::string ModelsResponse(const std::string& model_name, int64_t created) {
+  ModelCard card;
+  card.id = model_name;
+  card.created = created;
+  return ModelsResponse(card);
+}
+
+std::string VersionResponse(absl::string_view version) {
+  Json json = Json::object();
+  json["version"] = std::string(version);
   return Dump(json);
 }
 

@@ -3,14 +3,17 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/sampler/sampler.h"
 
@@ -160,16 +163,24 @@ TEST(ParseTest, CompletionDefaults) {
   CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody()));
   EXPECT_EQ(r.endpoint, Endpoint::kCompletions);
   EXPECT_EQ(r.model, "m");
-  ASSERT_TRUE(r.max_tokens.has_value());
-  EXPECT_EQ(*r.max_tokens, 16);
-  EXPECT_EQ(r.temperature, 1.0f);
-  EXPECT_EQ(r.top_p, 1.0f);
-  EXPECT_EQ(r.top_k, 0);
-  EXPECT_EQ(r.min_p, 0.0f);
+  // Unset, so that generation_config defaults can apply; 16 otherwise.
+  EXPECT_FALSE(r.max_tokens.has_value());
+  EXPECT_EQ(r.default_max_tokens, std::optional<int64_t>(16));
+  EXPECT_FALSE(r.temperature.has_value());
+  EXPECT_FALSE(r.top_p.has_value());
+  EXPECT_FALSE(r.top_k.has_value());
+  EXPECT_FALSE(r.min_p.has_value());
+  EXPECT_FALSE(r.repetition_penalty.has_value());
   EXPECT_EQ(r.presence_penalty, 0.0f);
   EXPECT_EQ(r.frequency_penalty, 0.0f);
-  EXPECT_EQ(r.repetition_penalty, 1.0f);
   EXPECT_EQ(r.n, 1);
+  EXPECT_EQ(r.min_tokens, 0);
+  EXPECT_FALSE(r.include_stop_str_in_output);
+  EXPECT_TRUE(r.skip_special_tokens);
+  EXPECT_TRUE(r.spaces_between_special_tokens);
+  EXPECT_TRUE(r.add_special_tokens);
+  EXPECT_FALSE(r.request_id.has_value());
+  EXPECT_TRUE(r.ignored_fields.empty());
   EXPECT_FALSE(r.seed.has_value());
   EXPECT_TRUE(r.stop.empty());
   EXPECT_TRUE(r.stop_token_ids.empty());
@@ -185,13 +196,22 @@ TEST(ParseTest, ChatDefaults) {
   CompletionRequest r = Ok(ParseChatRequest(ChatBody()));
   EXPECT_EQ(r.endpoint, Endpoint::kChat);
   EXPECT_FALSE(r.max_tokens.has_value());
-  EXPECT_EQ(r.temperature, 1.0f);
+  EXPECT_FALSE(r.default_max_tokens.has_value());
+  EXPECT_FALSE(r.temperature.has_value());
   EXPECT_EQ(r.n, 1);
   EXPECT_FALSE(r.logprobs);
   EXPECT_EQ(r.top_logprobs, 0);
   EXPECT_TRUE(r.prompts.empty());
   EXPECT_TRUE(r.tools.is_null());
+  EXPECT_TRUE(r.documents.is_null());
   EXPECT_TRUE(r.chat_template_kwargs.is_null());
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_FALSE(r.continue_final_message);
+  EXPECT_FALSE(r.add_special_tokens);
+  EXPECT_FALSE(r.echo);
+  EXPECT_TRUE(r.echo_text.empty());
+  EXPECT_TRUE(r.skip_special_tokens);
+  EXPECT_TRUE(r.ignored_fields.empty());
 }
 
 TEST(ParseTest, NullMeansDefault) {
@@ -200,8 +220,13 @@ TEST(ParseTest, NullMeansDefault) {
          "seed": null, "stop": null, "logprobs": null, "top_logprobs": null,
          "stream": null, "stream_options": null, "max_tokens": null,
          "max_completion_tokens": null, "presence_penalty": null,
-         "logit_bias": null, "response_format": null, "tools": null)")));
-  EXPECT_EQ(r.temperature, 1.0f);
+         "logit_bias": null, "response_format": null, "tools": null,
+         "min_tokens": null, "skip_special_tokens": null,
+         "add_generation_prompt": null, "echo": null)")));
+  EXPECT_FALSE(r.temperature.has_value());
+  EXPECT_TRUE(r.skip_special_tokens);
+  EXPECT_TRUE(r.add_generation_prompt);
+  EXPECT_TRUE(r.ignored_fields.empty());
   EXPECT_EQ(r.n, 1);
   EXPECT_FALSE(r.seed.has_value());
   EXPECT_FALSE(r.max_tokens.has_value());
@@ -209,13 +234,35 @@ TEST(ParseTest, NullMeansDefault) {
   EXPECT_FALSE(r.stream);
 }
 
-TEST(ParseTest, UnknownFieldsIgnored) {
+TEST(ParseTest, IgnoredFieldsAreListedInBodyOrder) {
   CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody(
       R"("user": "me", "metadata": {"a": 1}, "whatever": [1, "x"],
-         "service_tier": "auto", "temperature": 0.5)")));
-  EXPECT_EQ(r.temperature, 0.5f);
-  Ok(ParseChatRequest(ChatBody(R"("user": 7, "parallel_tool_calls": true,
-                                   "tool_choice": "none", "echo": "x")")));
+         "service_tier": "auto", "temperature": 0.5, "store": true,
+         "max_completion_tokens": 5, "top_logprobs": 2, "messages": [],
+         "length_penalty": 2.0, "vllm_xargs": {"k": 1})")));
+  EXPECT_EQ(r.temperature, std::optional<float>(0.5f));
+  EXPECT_EQ(r.ignored_fields,
+            std::vector<std::string>(
+                {"user", "metadata", "whatever", "service_tier", "store",
+                 "max_completion_tokens", "top_logprobs", "messages",
+                 "length_penalty", "vllm_xargs"}));
+  r = Ok(ParseChatRequest(ChatBody(
+      R"("user": 7, "parallel_tool_calls": true, "tool_choice": "none",
+         "prompt": 3, "suffix": "x", "reasoning_effort": "low",
+         "include_reasoning": false, "mm_processor_kwargs": {},
+         "functions": [], "stream": true,
+         "stream_options": {"include_usage": true, "extra": 1})")));
+  EXPECT_EQ(r.ignored_fields,
+            std::vector<std::string>(
+                {"user", "parallel_tool_calls", "prompt", "suffix",
+                 "reasoning_effort", "include_reasoning", "mm_processor_kwargs",
+                 "functions", "stream_options.extra"}));
+  // Handled fields, including unsupported ones at their no-op value, are
+  // never listed.
+  r = Ok(ParseChatRequest(ChatBody(
+      R"("use_beam_search": false, "guided_json": null, "priority": 0,
+         "bad_words": [], "min_tokens": 0, "request_id": "x")")));
+  EXPECT_TRUE(r.ignored_fields.empty());
 }
 
 // ---------------------------------------------------------------------------
@@ -231,13 +278,13 @@ TEST(FieldTest, SamplingFieldsParsed) {
     CompletionRequest r =
         Ok(chat ? ParseChatRequest(ChatBody(extra))
                 : ParseCompletionRequest(CompletionBody(extra)));
-    EXPECT_FLOAT_EQ(r.temperature, 0.7f);
-    EXPECT_FLOAT_EQ(r.top_p, 0.9f);
-    EXPECT_EQ(r.top_k, 40);
-    EXPECT_FLOAT_EQ(r.min_p, 0.05f);
+    EXPECT_FLOAT_EQ(r.temperature.value(), 0.7f);
+    EXPECT_FLOAT_EQ(r.top_p.value(), 0.9f);
+    EXPECT_EQ(r.top_k.value(), 40);
+    EXPECT_FLOAT_EQ(r.min_p.value(), 0.05f);
     EXPECT_FLOAT_EQ(r.presence_penalty, -1.5f);
     EXPECT_FLOAT_EQ(r.frequency_penalty, 2.0f);
-    EXPECT_FLOAT_EQ(r.repetition_penalty, 1.1f);
+    EXPECT_FLOAT_EQ(r.repetition_penalty.value(), 1.1f);
     EXPECT_EQ(r.n, 3);
     ASSERT_TRUE(r.seed.has_value());
     EXPECT_EQ(*r.seed, -42);
@@ -252,6 +299,13 @@ TEST(FieldTest, BoundaryValuesAccepted) {
   for (const char* extra : {
            R"("temperature": 0, "top_p": 1, "min_p": 0)",
            R"("temperature": 2, "top_p": 1e-6, "min_p": 1)",
+           // vLLM's limits, looser than OpenAI's legacy ones.
+           R"("temperature": 2.01)",
+           R"("temperature": 100)",
+           R"("n": 129)",
+           R"("n": 2147483647)",
+           R"("stop": ["a", "b", "c", "d", "e"])",
+           R"("logprobs": 20)",
            R"("presence_penalty": -2, "frequency_penalty": 2)",
            R"("presence_penalty": 2, "frequency_penalty": -2)",
            R"("repetition_penalty": 1e-6)",
@@ -276,11 +330,12 @@ TEST(FieldTest, BoundaryValuesAccepted) {
 }
 
 TEST(FieldTest, TopKNormalised) {
-  EXPECT_EQ(Ok(ParseCompletionRequest(CompletionBody(R"("top_k": -1)"))).top_k,
+  EXPECT_EQ(Ok(ParseCompletionRequest(CompletionBody(R"("top_k": -1)")))
+                .top_k.value(),
             0);
   EXPECT_EQ(
       Ok(ParseCompletionRequest(CompletionBody(R"("top_k": 99999999999)")))
-          .top_k,
+          .top_k.value(),
       std::numeric_limits<int32_t>::max());
 }
 
@@ -290,7 +345,7 @@ TEST(FieldTest, IntegralFloatsAcceptedAsIntegers) {
                         "seed": 3.0, "logprobs": 2.0)")));
   EXPECT_EQ(r.n, 2);
   EXPECT_EQ(*r.max_tokens, 8);
-  EXPECT_EQ(r.top_k, 5);
+  EXPECT_EQ(r.top_k.value(), 5);
   EXPECT_EQ(*r.seed, 3);
   EXPECT_EQ(r.top_logprobs, 2);
 }
@@ -304,6 +359,17 @@ TEST(FieldTest, Stop) {
       std::vector<std::string>({"a", "bb", "ccc", "</s>"}));
   EXPECT_TRUE(
       Ok(ParseCompletionRequest(CompletionBody(R"("stop": [])"))).stop.empty());
+  // Any number of stop strings (vLLM), not OpenAI's 4.
+  std::vector<std::string> many;
+  std::string json = "[";
+  for (int i = 0; i < 50; ++i) {
+    many.push_back(absl::StrCat("s", i));
+    absl::StrAppend(&json, i ? "," : "", "\"s", i, "\"");
+  }
+  json += "]";
+  EXPECT_EQ(
+      Ok(ParseChatRequest(ChatBody(absl::StrCat(R"("stop": )", json)))).stop,
+      many);
 }
 
 TEST(FieldTest, MaxTokensCompletions) {
@@ -311,14 +377,15 @@ TEST(FieldTest, MaxTokensCompletions) {
                  .max_tokens,
             100);
   // Explicit null: no limit (vLLM), unlike absent (16).
-  EXPECT_FALSE(
-      Ok(ParseCompletionRequest(CompletionBody(R"("max_tokens": null)")))
-          .max_tokens.has_value());
+  CompletionRequest null_limit =
+      Ok(ParseCompletionRequest(CompletionBody(R"("max_tokens": null)")));
+  EXPECT_FALSE(null_limit.max_tokens.has_value());
+  EXPECT_FALSE(null_limit.default_max_tokens.has_value());
   // max_completion_tokens is a chat field; completions ignore it.
-  EXPECT_EQ(*Ok(ParseCompletionRequest(
-                    CompletionBody(R"("max_completion_tokens": 5)")))
-                 .max_tokens,
-            16);
+  CompletionRequest other = Ok(
+      ParseCompletionRequest(CompletionBody(R"("max_completion_tokens": 5)")));
+  EXPECT_FALSE(other.max_tokens.has_value());
+  EXPECT_EQ(other.default_max_tokens, std::optional<int64_t>(16));
 }
 
 TEST(FieldTest, MaxTokensChat) {
@@ -356,6 +423,9 @@ TEST(FieldTest, CompletionLogprobs) {
   EXPECT_EQ(r.top_logprobs, 0);
   r = Ok(ParseCompletionRequest(CompletionBody(R"("logprobs": 5)")));
   EXPECT_EQ(r.top_logprobs, 5);
+  // Up to vLLM's --max-logprobs (20 by default), not OpenAI's 5.
+  r = Ok(ParseCompletionRequest(CompletionBody(R"("logprobs": 20)")));
+  EXPECT_EQ(r.top_logprobs, 20);
   // Chat's top_logprobs means nothing to completions.
   r = Ok(ParseCompletionRequest(CompletionBody(R"("top_logprobs": 3)")));
   EXPECT_FALSE(r.logprobs);
@@ -373,6 +443,10 @@ TEST(FieldTest, ChatLogprobs) {
   EXPECT_EQ(r.top_logprobs, 4);
   r = Ok(ParseChatRequest(ChatBody(R"("logprobs": false)")));
   EXPECT_FALSE(r.logprobs);
+  // vLLM's rule: top_logprobs 0 asks for nothing, so it needs no logprobs.
+  r = Ok(ParseChatRequest(ChatBody(R"("top_logprobs": 0)")));
+  EXPECT_FALSE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
 }
 
 TEST(FieldTest, EchoAndStream) {
@@ -391,8 +465,10 @@ TEST(FieldTest, EchoAndStream) {
   EXPECT_FALSE(r.include_usage);
   r = Ok(ParseChatRequest(ChatBody(R"("stream": false)")));
   EXPECT_FALSE(r.stream);
-  // Chat has no echo of its own (vLLM's chat echo is a different feature).
-  EXPECT_FALSE(Ok(ParseChatRequest(ChatBody(R"("echo": true)"))).echo);
+  // Chat's echo (vLLM): set, with nothing to echo after a user message.
+  r = Ok(ParseChatRequest(ChatBody(R"("echo": true)")));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.echo_text, "");
 }
 
 TEST(FieldTest, SupportedValuesOfUnsupportedFeatures) {
@@ -402,6 +478,29 @@ TEST(FieldTest, SupportedValuesOfUnsupportedFeatures) {
   Ok(ParseCompletionRequest(CompletionBody(R"("suffix": "")")));
   Ok(ParseCompletionRequest(CompletionBody(R"("suffix": null)")));
   Ok(ParseChatRequest(ChatBody(R"("response_format": {"type": "text"})")));
+  Ok(ParseCompletionRequest(
+      CompletionBody(R"("response_format": {"type": "text"})")));
+  // vLLM's fields at the value that asks for nothing.
+  for (
+      const char* extra : {
+          R"("use_beam_search": false)",
+          R"("prompt_logprobs": null)",
+          R"("truncate_prompt_tokens": null)",
+          R"("allowed_token_ids": null)",
+          R"("bad_words": [])",
+          R"("logits_processors": [])",
+          R"("return_tokens_as_token_ids": false)",
+          R"("cache_salt": null)",
+          R"("kv_transfer_params": {})",
+          R"("priority": 0)",
+          R"("guided_json": null, "guided_regex": null)",
+          R"("stream": true, "stream_options": {"continuous_usage_stats": false})",
+      }) {
+    Ok(ParseCompletionRequest(CompletionBody(extra)));
+    Ok(ParseChatRequest(ChatBody(extra)));
+  }
+  Ok(ParseChatRequest(ChatBody(R"("chat_template": null)")));
+  Ok(ParseCompletionRequest(CompletionBody(R"("prompt_embeds": null)")));
 }
 
 TEST(FieldTest, ToolsAndTemplateKwargsKept) {
@@ -441,7 +540,6 @@ constexpr BadCase kCommonBad[] = {
     {R"("temperature": true)", "temperature", "invalid_type"},
     {R"("temperature": [1])", "temperature", "invalid_type"},
     {R"("temperature": -0.1)", "temperature", "invalid_value"},
-    {R"("temperature": 2.01)", "temperature", "invalid_value"},
     {R"("temperature": 3.5e38)", "temperature", "invalid_value"},
     {R"("top_p": "1")", "top_p", "invalid_type"},
     {R"("top_p": 0)", "top_p", "invalid_value"},
@@ -468,7 +566,7 @@ constexpr BadCase kCommonBad[] = {
     {R"("repetition_penalty": -3.5e38)", "repetition_penalty", "invalid_value"},
     {R"("repetition_penalty": "1")", "repetition_penalty", "invalid_type"},
     {R"("n": 0)", "n", "invalid_value"},
-    {R"("n": 129)", "n", "invalid_value"},
+    {R"("n": 2147483648)", "n", "invalid_value"},
     {R"("n": -1)", "n", "invalid_value"},
     {R"("n": 1.5)", "n", "invalid_type"},
     {R"("n": "2")", "n", "invalid_type"},
@@ -480,7 +578,6 @@ constexpr BadCase kCommonBad[] = {
     {R"("stop": 3)", "stop", "invalid_type"},
     {R"("stop": {"a": 1})", "stop", "invalid_type"},
     {R"("stop": "")", "stop", "invalid_value"},
-    {R"("stop": ["a", "b", "c", "d", "e"])", "stop", "invalid_value"},
     {R"("stop": ["a", 1])", "stop.[1]", "invalid_type"},
     {R"("stop": ["a", ""])", "stop.[1]", "invalid_value"},
     {R"("stop": [null])", "stop.[0]", "invalid_type"},
@@ -503,6 +600,30 @@ constexpr BadCase kCommonBad[] = {
      "stream_options.include_usage", "invalid_type"},
     {R"("best_of": 2)", "best_of", "unsupported_parameter"},
     {R"("best_of": "1")", "best_of", "invalid_type"},
+    {R"("n": 3, "best_of": 2)", "best_of", "invalid_value"},
+    {R"("min_tokens": -1)", "min_tokens", "invalid_value"},
+    {R"("min_tokens": "1")", "min_tokens", "invalid_type"},
+    {R"("min_tokens": 1.5)", "min_tokens", "invalid_type"},
+    {R"("max_tokens": 5, "min_tokens": 6)", "min_tokens", "invalid_value"},
+    {R"("include_stop_str_in_output": 1)", "include_stop_str_in_output",
+     "invalid_type"},
+    {R"("skip_special_tokens": "false")", "skip_special_tokens",
+     "invalid_type"},
+    {R"("spaces_between_special_tokens": 0)", "spaces_between_special_tokens",
+     "invalid_type"},
+    {R"("add_special_tokens": "yes")", "add_special_tokens", "invalid_type"},
+    {R"("echo": 1)", "echo", "invalid_type"},
+    {R"("request_id": 5)", "request_id", "invalid_type"},
+    {R"("request_id": "")", "request_id", "invalid_value"},
+    {R"("response_format": {"type": "json_object"})", "response_format",
+     "unsupported_parameter"},
+    {R"("response_format": {"type": "json_schema", "json_schema": {}})",
+     "response_format", "unsupported_parameter"},
+    {R"("response_format": {"type": "yaml"})", "response_format.type",
+     "invalid_value"},
+    {R"("response_format": {})", "response_format.type",
+     "missing_required_parameter"},
+    {R"("response_format": "text")", "response_format", "invalid_type"},
     {R"("logit_bias": {"50256": -100})", "logit_bias", "unsupported_parameter"},
     {R"("logit_bias": [1])", "logit_bias", "invalid_type"},
     {R"("max_tokens": 0)", "max_tokens", "invalid_value"},
@@ -521,11 +642,10 @@ TEST(FieldTest, CommonInvalidValuesChat) {
 
 TEST(FieldTest, CompletionOnlyInvalidValues) {
   for (const BadCase& c : std::vector<BadCase>{
-           {R"("logprobs": 6)", "logprobs", "invalid_value"},
+           {R"("logprobs": 21)", "logprobs", "invalid_value"},
            {R"("logprobs": -1)", "logprobs", "invalid_value"},
            {R"("logprobs": true)", "logprobs", "invalid_type"},
            {R"("logprobs": 2.5)", "logprobs", "invalid_type"},
-           {R"("echo": 1)", "echo", "invalid_type"},
            {R"("echo": true, "logprobs": 1)", "echo", "unsupported_parameter"},
            {R"("suffix": "tail")", "suffix", "unsupported_parameter"},
            {R"("suffix": 1)", "suffix", "invalid_type"},
@@ -545,19 +665,41 @@ TEST(FieldTest, ChatOnlyInvalidValues) {
            {R"("logprobs": true, "top_logprobs": "2")", "top_logprobs",
             "invalid_type"},
            {R"("top_logprobs": 2)", "top_logprobs", "invalid_value"},
-           {R"("top_logprobs": 0)", "top_logprobs", "invalid_value"},
            {R"("logprobs": false, "top_logprobs": 2)", "top_logprobs",
             "invalid_value"},
            {R"("max_completion_tokens": 0)", "max_completion_tokens",
             "invalid_value"},
            {R"("max_completion_tokens": "5")", "max_completion_tokens",
             "invalid_type"},
-           {R"("response_format": {"type": "json_object"})", "response_format",
-            "unsupported_parameter"},
-           {R"("response_format": {})", "response_format",
-            "unsupported_parameter"},
-           {R"("response_format": "text")", "response_format", "invalid_type"},
+           {R"("max_completion_tokens": 3, "min_tokens": 4)", "min_tokens",
+            "invalid_value"},
            {R"("tools": {})", "tools", "invalid_type"},
+           {R"("documents": {})", "documents", "invalid_type"},
+           {R"("documents": ["a"])", "documents.[0]", "invalid_type"},
+           {R"("add_generation_prompt": 0)", "add_generation_prompt",
+            "invalid_type"},
+           {R"("continue_final_message": "yes")", "continue_final_message",
+            "invalid_type"},
+           // add_generation_prompt defaults to true.
+           {R"("continue_final_message": true)", "continue_final_message",
+            "invalid_value"},
+           {R"("continue_final_message": true, "add_generation_prompt": true)",
+            "continue_final_message", "invalid_value"},
+           // The final message is the user's.
+           {R"("continue_final_message": true, "add_generation_prompt": false)",
+            "continue_final_message", "invalid_value"},
+           {R"("echo": true, "logprobs": true)", "echo",
+            "unsupported_parameter"},
+           {R"("tool_choice": "auto")", "tool_choice", "invalid_value"},
+           {R"("tool_choice": "sometimes", "tools": [])", "tool_choice",
+            "invalid_value"},
+           {R"("tool_choice": 1, "tools": [])", "tool_choice", "invalid_type"},
+           {R"("tool_choice": "required",
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice", "unsupported_parameter"},
+           {R"("tool_choice": {"type": "function", "function": {"name": "f"}},
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice", "unsupported_parameter"},
            {R"("chat_template_kwargs": [])", "chat_template_kwargs",
             "invalid_type"},
        }) {
@@ -566,11 +708,16 @@ TEST(FieldTest, ChatOnlyInvalidValues) {
 }
 
 TEST(FieldTest, RangeMessageQuotesTheValue) {
-  ApiError error =
-      Err(ParseCompletionRequest(CompletionBody(R"("temperature": 3)")));
+  ApiError error = Err(ParseCompletionRequest(CompletionBody(R"("top_p": 3)")));
   EXPECT_EQ(error.message,
-            "Invalid value for 'temperature': expected a number in [0, 2], "
+            "Invalid value for 'top_p': expected a number in (0, 1], "
             "but got 3 instead.");
+  // A long value is quoted in part, so an error stays small.
+  error = Err(ParseChatRequest(ChatBody(absl::StrCat(
+      R"("tools": [], "tool_choice": ")", std::string(100000, 'x'), "\""))));
+  EXPECT_EQ(error.param, "tool_choice");
+  EXPECT_NE(error.message.find("but got \"xxxx"), std::string::npos);
+  EXPECT_LT(error.message.size(), 300u) << error.message;
 }
 
 // ---------------------------------------------------------------------------
@@ -683,10 +830,12 @@ TEST(MessagesTest, KeptInOrderWithExtraFields) {
   EXPECT_EQ(r.messages[0]["content"], "Be brief.");
   EXPECT_EQ(Keys(r.messages[1]), Keys_({"role", "name", "content"}));
   EXPECT_EQ(r.messages[1]["name"], "bob");
-  EXPECT_TRUE(r.messages[2]["content"].is_null());
+  // null and absent content are "" (as vLLM renders them).
+  EXPECT_EQ(r.messages[2]["content"], "");
   EXPECT_EQ(r.messages[2]["tool_calls"][0]["function"]["name"], "f");
   EXPECT_EQ(r.messages[3]["tool_call_id"], "c1");
-  EXPECT_FALSE(r.messages[4].contains("content"));
+  EXPECT_EQ(Keys(r.messages[4]), Keys_({"role", "content"}));
+  EXPECT_EQ(r.messages[4]["content"], "");
 }
 
 TEST(MessagesTest, ContentPartsFlattened) {
@@ -764,7 +913,10 @@ TEST(ToGenerationRequestTest, MapsEveryField) {
       R"("max_tokens": 33, "temperature": 0.25, "top_p": 0.5, "top_k": 7,
          "min_p": 0.1, "presence_penalty": 0.5, "frequency_penalty": -0.5,
          "repetition_penalty": 1.2, "seed": 100, "stop": ["END", "\n\n"],
-         "stop_token_ids": [9], "ignore_eos": true, "logprobs": 4)")));
+         "stop_token_ids": [9], "ignore_eos": true, "logprobs": 4,
+         "min_tokens": 3, "include_stop_str_in_output": true,
+         "skip_special_tokens": false,
+         "spaces_between_special_tokens": false)")));
   GenerationRequest g = ToGenerationRequest(r, {5, 6, 7}, 0);
   EXPECT_EQ(g.prompt_ids, std::vector<int32_t>({5, 6, 7}));
   EXPECT_EQ(g.max_tokens, 33);
@@ -781,6 +933,10 @@ TEST(ToGenerationRequestTest, MapsEveryField) {
   EXPECT_EQ(g.stop_token_ids, std::vector<int32_t>({9}));
   EXPECT_TRUE(g.ignore_eos);
   EXPECT_EQ(g.top_logprobs, 4);
+  EXPECT_EQ(g.min_tokens, 3);
+  EXPECT_TRUE(g.include_stop_str_in_output);
+  EXPECT_FALSE(g.skip_special_tokens);
+  EXPECT_FALSE(g.spaces_between_special_tokens);
   EXPECT_FALSE(g.return_prefill_logits);
   EXPECT_TRUE(g.sampling.Validate().ok());
 }
@@ -823,6 +979,11 @@ TEST(ToGenerationRequestTest, Defaults) {
   EXPECT_TRUE(g.stop.empty());
   EXPECT_TRUE(g.stop_token_ids.empty());
   EXPECT_EQ(g.top_logprobs, 0);
+  EXPECT_EQ(g.min_tokens, 0);
+  EXPECT_FALSE(g.include_stop_str_in_output);
+  EXPECT_TRUE(g.skip_special_tokens);
+  EXPECT_TRUE(g.spaces_between_special_tokens);
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.0f);
   EXPECT_TRUE(g.sampling.Validate().ok());
 
   // Chat without a limit: until the context is full.
@@ -876,7 +1037,7 @@ TEST(ResponseTest, CompletionExactJson) {
       CompletionResponse(Header("cmpl-1"), {choice}, usage),
       R"({"id":"cmpl-1","object":"text_completion","created":1700000000,)"
       R"("model":"tiny","choices":[{"index":0,"text":"Hello","logprobs":null,)"
-      R"("finish_reason":"length"}],"usage":{"prompt_tokens":3,)"
+      R"("finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":3,)"
       R"("completion_tokens":5,"total_tokens":8}})");
 }
 
@@ -897,7 +1058,8 @@ TEST(ResponseTest, CompletionWithLogprobs) {
   EXPECT_EQ(Keys(json),
             Keys_({"id", "object", "created", "model", "choices", "usage"}));
   const ordered_json& c = json["choices"][0];
-  EXPECT_EQ(Keys(c), Keys_({"index", "text", "logprobs", "finish_reason"}));
+  EXPECT_EQ(Keys(c), Keys_({"index", "text", "logprobs", "finish_reason",
+                            "stop_reason"}));
   EXPECT_EQ(c["index"], 1);
   EXPECT_EQ(c["finish_reason"], "stop");
   const ordered_json& lp = c["logprobs"];
@@ -931,9 +1093,10 @@ TEST(ResponseTest, ChatExactJson) {
       ChatResponse(Header("chatcmpl-1"), {a, b}, Usage{10, 4, std::nullopt}),
       R"({"id":"chatcmpl-1","object":"chat.completion","created":1700000000,)"
       R"("model":"tiny","choices":[{"index":0,"message":{"role":"assistant",)"
-      R"("content":"Hi \"there\"\n"},"logprobs":null,"finish_reason":"stop"},)"
-      R"({"index":1,"message":{"role":"assistant","content":""},)"
-      R"("logprobs":null,"finish_reason":"abort"}],"usage":)"
+      R"("content":"Hi \"there\"\n"},"logprobs":null,"finish_reason":"stop",)"
+      R"("stop_reason":null},{"index":1,"message":{"role":"assistant",)"
+      R"("content":""},"logprobs":null,"finish_reason":"abort",)"
+      R"("stop_reason":null}],"usage":)"
       R"({"prompt_tokens":10,"completion_tokens":4,"total_tokens":14}})");
 }
 
@@ -948,7 +1111,8 @@ TEST(ResponseTest, ChatLogprobs) {
   ordered_json json = ordered_json::parse(
       ChatResponse(Header("chatcmpl-2"), {choice}, Usage{1, 2, std::nullopt}));
   const ordered_json& c = json["choices"][0];
-  EXPECT_EQ(Keys(c), Keys_({"index", "message", "logprobs", "finish_reason"}));
+  EXPECT_EQ(Keys(c), Keys_({"index", "message", "logprobs", "finish_reason",
+                            "stop_reason"}));
   EXPECT_EQ(Keys(c["message"]), Keys_({"role", "content"}));
   EXPECT_EQ(Keys(c["logprobs"]), Keys_({"content"}));
   const ordered_json& content = c["logprobs"]["content"];
@@ -984,7 +1148,21 @@ TEST(ResponseTest, FinishReasonNames) {
 TEST(ResponseTest, Models) {
   EXPECT_EQ(ModelsResponse("tiny-llama", 1700000000),
             R"({"object":"list","data":[{"id":"tiny-llama","object":"model",)"
-            R"("created":1700000000,"owned_by":"tessera"}]})");
+            R"("created":1700000000,"owned_by":"tessera","root":"tiny-llama",)"
+            R"("parent":null}]})");
+  ModelCard card;
+  card.id = "tiny";
+  card.created = 1700000001;
+  card.root = "/models/tiny";
+  card.max_model_len = 4096;
+  EXPECT_EQ(ModelsResponse(card),
+            R"({"object":"list","data":[{"id":"tiny","object":"model",)"
+            R"("created":1700000001,"owned_by":"tessera",)"
+            R"("root":"/models/tiny","parent":null,"max_model_len":4096}]})");
+  EXPECT_EQ(ModelResponse(card),
+            R"({"id":"tiny","object":"model","created":1700000001,)"
+            R"("owned_by":"tessera","root":"/models/tiny","parent":null,)"
+            R"("max_model_len":4096})");
 }
 
 TEST(ResponseTest, RandomIds) {
@@ -1007,7 +1185,7 @@ TEST(StreamTest, CompletionChunkExactJson) {
   EXPECT_EQ(CompletionChunk(Header("cmpl-s"), choice),
             R"({"id":"cmpl-s","object":"text_completion","created":1700000000,)"
             R"("model":"tiny","choices":[{"index":2,"text":" wor",)"
-            R"("logprobs":null,"finish_reason":null}]})");
+            R"("logprobs":null,"finish_reason":null,"stop_reason":null}]})");
   choice.text = "";
   choice.finish_reason = FinishReason::kLength;
   ordered_json json = ordered_json::parse(
@@ -1037,7 +1215,7 @@ TEST(StreamTest, ChatChunkDeltas) {
             R"({"id":"chatcmpl-s","object":"chat.completion.chunk",)"
             R"("created":1700000000,"model":"tiny","choices":[{"index":0,)"
             R"("delta":{"role":"assistant","content":""},"logprobs":null,)"
-            R"("finish_reason":null}]})");
+            R"("finish_reason":null}]})");  // No stop_reason before the end.
 
   Choice middle;
   middle.index = 1;
@@ -1057,6 +1235,9 @@ TEST(StreamTest, ChatChunkDeltas) {
       ChatChunk(Header("chatcmpl-s"), last, /*include_usage=*/true));
   EXPECT_EQ(json["choices"][0]["delta"].dump(), "{}");
   EXPECT_EQ(json["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(Keys(json["choices"][0]), Keys_({"index", "delta", "logprobs",
+                                             "finish_reason", "stop_reason"}));
+  EXPECT_TRUE(json["choices"][0]["stop_reason"].is_null());
   EXPECT_TRUE(json.contains("usage"));
   EXPECT_TRUE(json["usage"].is_null());
 
@@ -1101,6 +1282,613 @@ TEST(StreamTest, SseFraming) {
   EXPECT_EQ(
       ordered_json::parse(event.substr(6))["choices"][0]["delta"]["content"],
       "line1\nline2\r\n");
+}
+
+// ---------------------------------------------------------------------------
+// Nesting: checked on the text before anything recurses over it.
+
+TEST(NestingTest, DeepBodyIs400ThatSaysWhy) {
+  const std::string body = absl::StrCat(R"({"a":)", std::string(80000, '['),
+                                        std::string(80000, ']'), R"(,"b":1})");
+  for (bool chat : {false, true}) {
+    ApiError error =
+        Err(chat ? ParseChatRequest(body) : ParseCompletionRequest(body));
+    EXPECT_EQ(error.http_status, 400);
+    EXPECT_EQ(error.type, "invalid_request_error");
+    EXPECT_NE(error.message.find("nested deeper than 64 levels"),
+              std::string::npos)
+        << error.message;
+  }
+}
+
+TEST(NestingTest, DeepMessageToolsAndKwargsAre400) {
+  const std::string deep =
+      absl::StrCat(std::string(20000, '['), std::string(20000, ']'));
+  for (const std::string& body : {
+           absl::StrCat(R"({"model": "m", "messages": [{"role": "user", )",
+                        R"("content": "x", "extra": )", deep, "}]}"),
+           ChatBody(absl::StrCat(R"("tools": )", deep)),
+           ChatBody(
+               absl::StrCat(R"("chat_template_kwargs": {"a": )", deep, "}")),
+       }) {
+    ApiError error = Err(ParseChatRequest(body));
+    EXPECT_EQ(error.http_status, 400);
+    EXPECT_NE(error.message.find("nested deeper"), std::string::npos);
+  }
+}
+
+TEST(NestingTest, SixtyFourLevelsAccepted) {
+  // The body is level 1, chat_template_kwargs 2, then 62 arrays.
+  const std::string kwargs =
+      absl::StrCat(R"("chat_template_kwargs": {"a": )", std::string(62, '['),
+                   std::string(62, ']'), "}");
+  CompletionRequest r = Ok(ParseChatRequest(ChatBody(kwargs)));
+  EXPECT_TRUE(r.chat_template_kwargs["a"].is_array());
+  const std::string too_deep =
+      absl::StrCat(R"("chat_template_kwargs": {"a": )", std::string(63, '['),
+                   std::string(63, ']'), "}");
+  EXPECT_EQ(Err(ParseChatRequest(ChatBody(too_deep))).http_status, 400);
+}
+
+TEST(NestingTest, BracketsInStringsDoNotCount) {
+  CompletionRequest r = Ok(ParseCompletionRequest(absl::StrCat(
+      R"({"model": "m", "prompt": ")", std::string(1000, '['), R"("})")));
+  EXPECT_EQ(std::get<std::string>(r.prompts[0]), std::string(1000, '['));
+}
+
+// ---------------------------------------------------------------------------
+// generation_config.json defaults apply to unset fields only.
+
+GenerationDefaults QwenDefaults() {
+  GenerationDefaults d;
+  d.temperature = 0.6f;
+  d.top_p = 0.95f;
+  d.top_k = 20;
+  d.min_p = 0.05f;
+  d.repetition_penalty = 1.05f;
+  d.max_tokens = 300;
+  return d;
+}
+
+TEST(DefaultsTest, UnsetFieldsTakeGenerationConfig) {
+  for (bool chat : {false, true}) {
+    CompletionRequest r = Ok(chat ? ParseChatRequest(ChatBody())
+                                  : ParseCompletionRequest(CompletionBody()));
+    GenerationRequest g = ToGenerationRequest(r, {1}, 0, QwenDefaults());
+    EXPECT_FLOAT_EQ(g.sampling.temperature, 0.6f);
+    EXPECT_FLOAT_EQ(g.sampling.top_p, 0.95f);
+    EXPECT_EQ(g.sampling.top_k, 20);
+    EXPECT_FLOAT_EQ(g.sampling.min_p, 0.05f);
+    EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.05f);
+    // max_new_tokens replaces completions' 16 and chat's "until full".
+    EXPECT_EQ(g.max_tokens, 300);
+    EXPECT_TRUE(g.sampling.Validate().ok());
+  }
+}
+
+TEST(DefaultsTest, RequestValuesWin) {
+  const std::string extra =
+      R"("temperature": 0, "top_p": 1, "top_k": -1, "min_p": 0,
+         "repetition_penalty": 1, "max_tokens": 7)";
+  for (bool chat : {false, true}) {
+    CompletionRequest r =
+        Ok(chat ? ParseChatRequest(ChatBody(extra))
+                : ParseCompletionRequest(CompletionBody(extra)));
+    GenerationRequest g = ToGenerationRequest(r, {1}, 0, QwenDefaults());
+    EXPECT_EQ(g.sampling.temperature, 0.0f);
+    EXPECT_EQ(g.sampling.top_p, 1.0f);
+    EXPECT_EQ(g.sampling.top_k, 0);  // -1 is "off", which is a value.
+    EXPECT_EQ(g.sampling.min_p, 0.0f);
+    EXPECT_EQ(g.sampling.repetition_penalty, 1.0f);
+    EXPECT_EQ(g.max_tokens, 7);
+  }
+}
+
+TEST(DefaultsTest, NullIsUnset) {
+  CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody(
+      R"("temperature": null, "top_k": null, "max_tokens": null)")));
+  GenerationRequest g = ToGenerationRequest(r, {1}, 0, QwenDefaults());
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.6f);
+  EXPECT_EQ(g.sampling.top_k, 20);
+  EXPECT_EQ(g.max_tokens, 300);
+}
+
+TEST(DefaultsTest, PartialDefaultsFallBackToTheApi) {
+  GenerationDefaults d;
+  d.temperature = 0.7f;
+  CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody()));
+  GenerationRequest g = ToGenerationRequest(r, {1}, 0, d);
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.7f);
+  EXPECT_EQ(g.sampling.top_p, 1.0f);
+  EXPECT_EQ(g.sampling.top_k, 0);
+  EXPECT_EQ(g.sampling.repetition_penalty, 1.0f);
+  EXPECT_EQ(g.max_tokens, 16);  // Completions' own default.
+  g = ToGenerationRequest(Ok(ParseChatRequest(ChatBody())), {1}, 0, d);
+  EXPECT_EQ(g.max_tokens, std::numeric_limits<int64_t>::max());
+  // Explicit null on completions: until the context is full.
+  g = ToGenerationRequest(
+      Ok(ParseCompletionRequest(CompletionBody(R"("max_tokens": null)"))), {1},
+      0, d);
+  EXPECT_EQ(g.max_tokens, std::numeric_limits<int64_t>::max());
+}
+
+TEST(DefaultsTest, ResolveMaxTokens) {
+  CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody()));
+  EXPECT_EQ(ResolveMaxTokens(r, {}), std::optional<int64_t>(16));
+  EXPECT_EQ(ResolveMaxTokens(r, QwenDefaults()), std::optional<int64_t>(300));
+  r = Ok(ParseChatRequest(ChatBody()));
+  EXPECT_EQ(ResolveMaxTokens(r, {}), std::nullopt);
+  r = Ok(ParseChatRequest(ChatBody(R"("max_completion_tokens": 9)")));
+  EXPECT_EQ(ResolveMaxTokens(r, QwenDefaults()), std::optional<int64_t>(9));
+}
+
+// ---------------------------------------------------------------------------
+// vLLM's extra fields.
+
+TEST(ExtraFieldsTest, ParsedOnBothEndpoints) {
+  const std::string extra =
+      R"("min_tokens": 4, "max_tokens": 4, "include_stop_str_in_output": true,
+         "skip_special_tokens": false, "spaces_between_special_tokens": false,
+         "add_special_tokens": true, "request_id": "abc-1")";
+  for (bool chat : {false, true}) {
+    CompletionRequest r =
+        Ok(chat ? ParseChatRequest(ChatBody(extra))
+                : ParseCompletionRequest(CompletionBody(extra)));
+    EXPECT_EQ(r.min_tokens, 4);
+    EXPECT_TRUE(r.include_stop_str_in_output);
+    EXPECT_FALSE(r.skip_special_tokens);
+    EXPECT_FALSE(r.spaces_between_special_tokens);
+    EXPECT_TRUE(r.add_special_tokens);
+    EXPECT_EQ(r.request_id, std::optional<std::string>("abc-1"));
+    EXPECT_EQ(ResponseId(r), chat ? "chatcmpl-abc-1" : "cmpl-abc-1");
+    EXPECT_TRUE(r.ignored_fields.empty());
+  }
+  EXPECT_FALSE(Ok(ParseCompletionRequest(
+                      CompletionBody(R"("add_special_tokens": false)")))
+                   .add_special_tokens);
+  CompletionRequest r = Ok(ParseChatRequest(ChatBody()));
+  EXPECT_EQ(ResponseId(r).rfind("chatcmpl-", 0), 0u);
+  EXPECT_EQ(ResponseId(r).size(), 9u + 32u);
+  EXPECT_EQ(Err(ParseChatRequest(ChatBody(absl::StrCat(
+                    R"("request_id": ")", std::string(257, 'x'), "\""))))
+                .param,
+            "request_id");
+}
+
+TEST(ExtraFieldsTest, MinTokensWithoutMaxTokens) {
+  // Completions' default limit (16) is not the client's: checked against the
+  // context (CheckContextLength), not at parse time.
+  CompletionRequest r =
+      Ok(ParseCompletionRequest(CompletionBody(R"("min_tokens": 20)")));
+  EXPECT_EQ(r.min_tokens, 20);
+  EXPECT_EQ(ToGenerationRequest(r, {1}, 0).min_tokens, 20);
+  EXPECT_EQ(
+      Ok(ParseChatRequest(ChatBody(R"("min_tokens": 100000)"))).min_tokens,
+      100000);
+  // Equal is fine.
+  Ok(ParseChatRequest(ChatBody(R"("min_tokens": 5, "max_tokens": 5)")));
+  ApiError error =
+      Err(ParseChatRequest(ChatBody(R"("min_tokens": 6, "max_tokens": 5)")));
+  EXPECT_EQ(error.message,
+            "min_tokens must be less than or equal to max_tokens=5, got 6.");
+}
+
+TEST(ExtraFieldsTest, ChatTemplateFlags) {
+  const std::string messages =
+      R"({"model": "m", "messages": [{"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hel"}], )";
+  CompletionRequest r = Ok(ParseChatRequest(absl::StrCat(
+      messages,
+      R"("add_generation_prompt": false, "continue_final_message": true})")));
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_TRUE(r.continue_final_message);
+  r = Ok(ParseChatRequest(
+      absl::StrCat(messages, R"("add_generation_prompt": false})")));
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_FALSE(r.continue_final_message);
+}
+
+TEST(ExtraFieldsTest, ChatEcho) {
+  const std::string messages =
+      R"({"model": "m", "messages": [{"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": [{"type": "text", "text": "Hel"},
+                                            {"type": "text", "text": "lo"}]}],
+          "add_generation_prompt": false, "continue_final_message": true)";
+  CompletionRequest r =
+      Ok(ParseChatRequest(absl::StrCat(messages, R"(, "echo": true})")));
+  EXPECT_EQ(r.echo_text, "Hel\nlo");
+  r = Ok(ParseChatRequest(absl::StrCat(messages, "}")));
+  EXPECT_EQ(r.echo_text, "");
+  // Echo after a user message echoes nothing (the reply is the assistant's).
+  r = Ok(ParseChatRequest(ChatBody(R"("echo": true)")));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.echo_text, "");
+}
+
+TEST(ExtraFieldsTest, ToolsDocumentsAndKwargsFormTheTemplateContext) {
+  CompletionRequest r = Ok(ParseChatRequest(ChatBody(
+      R"("tools": [{"type": "function", "function": {"name": "f"}}],
+         "tool_choice": "auto",
+         "documents": [{"title": "t", "text": "x"}],
+         "chat_template_kwargs": {"enable_thinking": false, "documents": []})")));
+  ordered_json context = ChatTemplateContext(r);
+  EXPECT_EQ(Keys(context), Keys_({"tools", "documents", "enable_thinking"}));
+  EXPECT_EQ(context["tools"][0]["function"]["name"], "f");
+  EXPECT_EQ(context["documents"], ordered_json::array());  // kwargs win.
+  EXPECT_EQ(context["enable_thinking"], false);
+  EXPECT_EQ(ChatTemplateContext(Ok(ParseChatRequest(ChatBody()))),
+            ordered_json::object());
+  // tool_choice "none" and "required" with no tools are accepted.
+  Ok(ParseChatRequest(ChatBody(R"("tool_choice": "none")")));
+  Ok(ParseChatRequest(ChatBody(R"("tool_choice": "required", "tools": [])")));
+}
+
+TEST(ContinueFinalMessageTest, CutsAfterTheFinalMessage) {
+  const ordered_json messages = ordered_json::parse(
+      R"([{"role": "user", "content": "Hi"},
+          {"role": "assistant", "content": "Hello, I am"}])");
+  const std::string rendered =
+      "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello, I "
+      "am<|im_end|>\n";
+  absl::StatusOr<std::string> cut = ContinueFinalMessage(rendered, messages);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_EQ(*cut,
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello, I "
+            "am");
+}
+
+TEST(ContinueFinalMessageTest, TrailingSpaceKeptOnlyWhereTheTemplateKeptIt) {
+  const ordered_json messages =
+      ordered_json::parse(R"([{"role": "assistant", "content": "Sure: "}])");
+  // A template that trims the content.
+  EXPECT_EQ(ContinueFinalMessage("<a>Sure:</a>", messages).value(), "<a>Sure:");
+  // A template that keeps it.
+  EXPECT_EQ(ContinueFinalMessage("<a>Sure: </a>", messages).value(),
+            "<a>Sure: ");
+  // The last occurrence counts.
+  const ordered_json twice = ordered_json::parse(
+      R"([{"role": "user", "content": "ok"},
+          {"role": "assistant", "content": "ok"}])");
+  EXPECT_EQ(ContinueFinalMessage("[ok][ok]", twice).value(), "[ok][ok");
+}
+
+TEST(ContinueFinalMessageTest, MissingContentIsAnError) {
+  const ordered_json messages =
+      ordered_json::parse(R"([{"role": "assistant", "content": "absent"}])");
+  absl::StatusOr<std::string> cut = ContinueFinalMessage("<a>x</a>", messages);
+  EXPECT_EQ(cut.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ApiErrorFromStatus(cut.status()).http_status, 400);
+  EXPECT_FALSE(ContinueFinalMessage("x", ordered_json::array()).ok());
+}
+
+// ---------------------------------------------------------------------------
+// Fields vLLM implements and Tessera does not: a 400 naming the field.
+
+TEST(UnsupportedTest, NamedWithUnsupportedParameter) {
+  struct Case {
+    const char* extra;
+    const char* param;
+    bool completions;
+    bool chat;
+  };
+  for (
+      const Case& c : std::vector<Case>{
+          {R"("use_beam_search": true)", "use_beam_search", true, true},
+          {R"("prompt_logprobs": 0)", "prompt_logprobs", true, true},
+          {R"("truncate_prompt_tokens": 5)", "truncate_prompt_tokens", true,
+           true},
+          {R"("allowed_token_ids": [1, 2])", "allowed_token_ids", true, true},
+          {R"("allowed_token_ids": [])", "allowed_token_ids", true, true},
+          {R"("bad_words": ["x"])", "bad_words", true, true},
+          {R"("logits_processors": ["m.P"])", "logits_processors", true, true},
+          {R"("return_tokens_as_token_ids": true)",
+           "return_tokens_as_token_ids", true, true},
+          {R"("return_token_ids": true)", "return_token_ids", true, true},
+          {R"("cache_salt": "s")", "cache_salt", true, true},
+          {R"("kv_transfer_params": {"a": 1})", "kv_transfer_params", true,
+           true},
+          {R"("priority": 1)", "priority", true, true},
+          {R"("guided_json": {"type": "object"})", "guided_json", true, true},
+          {R"("guided_regex": "a+")", "guided_regex", true, true},
+          {R"("guided_choice": ["a", "b"])", "guided_choice", true, true},
+          {R"("guided_grammar": "root ::= x")", "guided_grammar", true, true},
+          {R"("guided_decoding_backend": "xgrammar")",
+           "guided_decoding_backend", true, true},
+          {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern",
+           true, true},
+          {R"("structural_tag": "{}")", "structural_tag", true, true},
+          {R"("structured_outputs": {"json": {}})", "structured_outputs", true,
+           true},
+          {R"("logit_bias": {"1": 5})", "logit_bias", true, true},
+          {R"("best_of": 3)", "best_of", true, true},
+          {R"("stream": true, "stream_options": {"continuous_usage_stats": true})",
+           "stream_options.continuous_usage_stats", true, true},
+          {R"("prompt_embeds": "AAAA")", "prompt_embeds", true, false},
+          {R"("suffix": "x")", "suffix", true, false},
+          {R"("chat_template": "{{ x }}")", "chat_template", false, true},
+      }) {
+    for (bool chat : {false, true}) {
+      if (chat ? !c.chat : !c.completions) continue;
+      const std::string body =
+          chat ? ChatBody(c.extra) : CompletionBody(c.extra);
+      ApiError error =
+          Err(chat ? ParseChatRequest(body) : ParseCompletionRequest(body));
+      EXPECT_EQ(error.http_status, 400) << body;
+      EXPECT_EQ(error.param, c.param) << body << ": " << error.message;
+      EXPECT_EQ(error.code, "unsupported_parameter") << body;
+      EXPECT_NE(error.message.find(c.param), std::string::npos)
+          << error.message;
+    }
+  }
+  // The other endpoint's field is ignored, as vLLM ignores unknown fields.
+  EXPECT_EQ(Ok(ParseChatRequest(ChatBody(R"("prompt_embeds": "AAAA")")))
+                .ignored_fields,
+            std::vector<std::string>({"prompt_embeds"}));
+}
+
+TEST(UnsupportedTest, IgnoredFieldsWarning) {
+  CompletionRequest r = Ok(ParseChatRequest(
+      ChatBody(R"("user": "u", "store": false, "we\nird": 1)")));
+  EXPECT_EQ(IgnoredFieldsWarning(r),
+            "The following fields were present in the request but ignored: "
+            R"("user", "store", "we\nird")");
+  EXPECT_EQ(IgnoredFieldsWarning(Ok(ParseChatRequest(ChatBody()))), "");
+  // Bounded: 16 names of at most 64 bytes, then a count.
+  std::string extra;
+  for (int i = 0; i < 40; ++i) {
+    absl::StrAppend(&extra, i ? ", " : "", "\"", std::string(100, 'a' + i % 26),
+                    i, "\": 1");
+  }
+  r = Ok(ParseCompletionRequest(CompletionBody(extra)));
+  EXPECT_EQ(r.ignored_fields.size(), 40u);
+  const std::string warning = IgnoredFieldsWarning(r);
+  EXPECT_LT(warning.size(), 16u * 72u + 100u);
+  EXPECT_NE(warning.find(" and 24 more"), std::string::npos) << warning;
+}
+
+// ---------------------------------------------------------------------------
+// vLLM's limits.
+
+TEST(LimitsTest, MaxLogprobsIsConfigurable) {
+  ParseOptions options;
+  options.max_logprobs = 5;
+  EXPECT_EQ(
+      Ok(ParseCompletionRequest(CompletionBody(R"("logprobs": 5)"), options))
+          .top_logprobs,
+      5);
+  ApiError error =
+      Err(ParseCompletionRequest(CompletionBody(R"("logprobs": 6)"), options));
+  EXPECT_EQ(error.param, "logprobs");
+  EXPECT_NE(error.message.find("[0, 5]"), std::string::npos) << error.message;
+  EXPECT_EQ(
+      Err(ParseChatRequest(ChatBody(R"("logprobs": true, "top_logprobs": 6)"),
+                           options))
+          .param,
+      "top_logprobs");
+  // Default 20.
+  EXPECT_EQ(
+      Ok(ParseChatRequest(ChatBody(R"("logprobs": true, "top_logprobs": 20)")))
+          .top_logprobs,
+      20);
+  EXPECT_EQ(
+      Err(ParseChatRequest(ChatBody(R"("logprobs": true, "top_logprobs": 21)")))
+          .param,
+      "top_logprobs");
+  // Negative: no limit.
+  options.max_logprobs = -1;
+  EXPECT_EQ(
+      Ok(ParseCompletionRequest(CompletionBody(R"("logprobs": 1000)"), options))
+          .top_logprobs,
+      1000);
+}
+
+TEST(LimitsTest, TemperatureAboveTwoAndLargeN) {
+  CompletionRequest r = Ok(ParseChatRequest(
+      ChatBody(R"("temperature": 5, "n": 1000, "best_of": 1000)")));
+  EXPECT_EQ(r.temperature, std::optional<float>(5.0f));
+  EXPECT_EQ(r.n, 1000);
+  EXPECT_TRUE(ToGenerationRequest(r, {1}, 0).sampling.Validate().ok());
+}
+
+// ---------------------------------------------------------------------------
+// Messages as vLLM hands them to the template.
+
+TEST(MessagesTest, ToolCallArgumentsParsedIntoObjects) {
+  CompletionRequest r = Ok(ParseChatRequest(R"({"model": "m", "messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [
+        {"id": "c1", "type": "function",
+         "function": {"name": "get", "arguments": "{\"city\": \"Oslo\"}"}},
+        {"id": "c2", "type": "function",
+         "function": {"name": "now", "arguments": {"tz": "UTC"}}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "5C"}]})"));
+  const ordered_json& calls = r.messages[1]["tool_calls"];
+  EXPECT_EQ(r.messages[1]["content"], "");
+  EXPECT_EQ(calls[0]["function"]["arguments"],
+            ordered_json::parse(R"({"city": "Oslo"})"));
+  EXPECT_EQ(calls[1]["function"]["arguments"],
+            ordered_json::parse(R"({"tz": "UTC"})"));
+  EXPECT_EQ(calls[0]["id"], "c1");
+}
+
+TEST(MessagesTest, BadToolCallsAre400NamingTheField) {
+  struct Case {
+    const char* message;
+    const char* param;
+  };
+  for (const Case& c : std::vector<Case>{
+           {R"({"role": "assistant", "tool_calls": [{"function":
+                {"name": "f", "arguments": "{not json"}}]})",
+            "messages.[0].tool_calls.[0].function.arguments"},
+           {R"({"role": "assistant", "tool_calls": {}})",
+            "messages.[0].tool_calls"},
+           {R"({"role": "assistant", "tool_calls": [3]})",
+            "messages.[0].tool_calls.[0]"},
+           {R"({"role": "assistant", "tool_calls": [{"function": "f"}]})",
+            "messages.[0].tool_calls.[0].function"},
+       }) {
+    const std::string body =
+        absl::StrCat(R"({"model": "m", "messages": [)", c.message, "]}");
+    ApiError error = Err(ParseChatRequest(body));
+    EXPECT_EQ(error.http_status, 400) << body;
+    EXPECT_EQ(error.param, c.param) << body << ": " << error.message;
+  }
+  // Arguments nested too deep inside their string are refused too.
+  const std::string deep =
+      absl::StrCat(std::string(70, '['), std::string(70, ']'));
+  ApiError error = Err(ParseChatRequest(absl::StrCat(
+      R"({"model": "m", "messages": [{"role": "assistant", "tool_calls": )",
+      R"([{"function": {"name": "f", "arguments": ")", deep, R"("}}]}]})")));
+  EXPECT_EQ(error.param, "messages.[0].tool_calls.[0].function.arguments");
+  EXPECT_NE(error.message.find("nested deeper"), std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// Context length (vLLM's wording).
+
+TEST(ContextLengthTest, PromptTooLong) {
+  CompletionRequest r = Ok(ParseChatRequest(ChatBody()));
+  std::optional<ApiError> error = CheckContextLength(r, {}, 512, 512);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->http_status, 400);
+  EXPECT_EQ(error->message,
+            "This model's maximum context length is 512 tokens. However, you "
+            "requested 512 tokens in the messages, Please reduce the length "
+            "of the messages.");
+  EXPECT_EQ(error->param, "messages");
+  EXPECT_EQ(error->code, "context_length_exceeded");
+  EXPECT_FALSE(CheckContextLength(r, {}, 511, 512).has_value());
+  EXPECT_EQ(PromptTooLong(Endpoint::kCompletions, 8, 9).param, "prompt");
+}
+
+TEST(ContextLengthTest, RequestedMaxTokensMustFit) {
+  CompletionRequest r =
+      Ok(ParseCompletionRequest(CompletionBody(R"("max_tokens": 100)")));
+  std::optional<ApiError> error = CheckContextLength(r, {}, 450, 512);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->message,
+            "This model's maximum context length is 512 tokens. However, you "
+            "requested 550 tokens (450 in the messages, 100 in the "
+            "completion). Please reduce the length of the messages or "
+            "completion.");
+  EXPECT_EQ(error->param, "prompt");
+  EXPECT_FALSE(CheckContextLength(r, {}, 412, 512).has_value());
+  // A huge max_tokens does not overflow the sum.
+  r = Ok(ParseCompletionRequest(
+      CompletionBody(R"("max_tokens": 9223372036854775807)")));
+  error = CheckContextLength(r, {}, 10, 512);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->message.find("requested 9223372036854775807 tokens"),
+            std::string::npos)
+      << error->message;
+}
+
+TEST(ContextLengthTest, DefaultLimitsAreCappedNotRefused) {
+  // Completions' 16 and generation_config's max_new_tokens are not the
+  // client's: they shrink to the room left.
+  CompletionRequest r = Ok(ParseCompletionRequest(CompletionBody()));
+  EXPECT_FALSE(CheckContextLength(r, {}, 510, 512).has_value());
+  EXPECT_FALSE(CheckContextLength(r, QwenDefaults(), 510, 512).has_value());
+}
+
+TEST(ContextLengthTest, MinTokensMustFitTheLimitThatApplies) {
+  CompletionRequest r =
+      Ok(ParseCompletionRequest(CompletionBody(R"("min_tokens": 20)")));
+  std::optional<ApiError> error = CheckContextLength(r, {}, 10, 512);
+  ASSERT_TRUE(error.has_value());  // 16 by default.
+  EXPECT_EQ(error->message,
+            "min_tokens must be less than or equal to max_tokens=16, got 20.");
+  EXPECT_EQ(error->param, "min_tokens");
+  EXPECT_FALSE(CheckContextLength(r, QwenDefaults(), 10, 512).has_value());
+  // Chat without a limit: the room left.
+  r = Ok(ParseChatRequest(ChatBody(R"("min_tokens": 100)")));
+  EXPECT_FALSE(CheckContextLength(r, {}, 412, 512).has_value());
+  error = CheckContextLength(r, {}, 413, 512);
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->message,
+            "min_tokens must be less than or equal to max_tokens=99, got 100.");
+}
+
+// ---------------------------------------------------------------------------
+// stop_reason.
+
+TEST(StopReasonTest, InResponses) {
+  Choice by_string;
+  by_string.text = "a";
+  by_string.finish_reason = FinishReason::kStop;
+  by_string.stop_reason = StopReason(std::string("END"));
+  Choice by_id;
+  by_id.index = 1;
+  by_id.finish_reason = FinishReason::kStop;
+  by_id.stop_reason = StopReason(int32_t{151645});
+  ordered_json json = ordered_json::parse(
+      CompletionResponse(Header("c"), {by_string, by_id}, Usage{}));
+  EXPECT_EQ(json["choices"][0]["stop_reason"], "END");
+  EXPECT_EQ(json["choices"][1]["stop_reason"], 151645);
+  json = ordered_json::parse(
+      ChatResponse(Header("c"), {by_string, by_id}, Usage{}));
+  EXPECT_EQ(json["choices"][0]["stop_reason"], "END");
+  EXPECT_EQ(json["choices"][1]["stop_reason"], 151645);
+}
+
+TEST(StopReasonTest, InTheFinalChunk) {
+  Choice last;
+  last.finish_reason = FinishReason::kStop;
+  last.stop_reason = StopReason(std::string("\n\n"));
+  EXPECT_EQ(ordered_json::parse(CompletionChunk(
+                Header("c"), last))["choices"][0]["stop_reason"],
+            "\n\n");
+  EXPECT_EQ(ordered_json::parse(
+                ChatChunk(Header("c"), last))["choices"][0]["stop_reason"],
+            "\n\n");
+  last.stop_reason = StopReason(int32_t{2});
+  EXPECT_EQ(ordered_json::parse(
+                ChatChunk(Header("c"), last))["choices"][0]["stop_reason"],
+            2);
+}
+
+// ---------------------------------------------------------------------------
+// Helpers for the server.
+
+TEST(HelpersTest, CountCodePoints) {
+  EXPECT_EQ(CountCodePoints(""), 0);
+  EXPECT_EQ(CountCodePoints("abc"), 3);
+  EXPECT_EQ(CountCodePoints("h\xC3\xA9llo"), 5);  // é: 2 bytes.
+  EXPECT_EQ(CountCodePoints("\xE2\x82\xAC\xF0\x9F\x98\x80"), 2);  // €, 😀.
+}
+
+TEST(HelpersTest, RouteErrors) {
+  ApiError not_found = RouteNotFound("POST", "/v1/nothing");
+  EXPECT_EQ(not_found.http_status, 404);
+  EXPECT_EQ(ErrorBody(not_found),
+            R"j({"error":{"message":"Invalid URL (POST /v1/nothing)",)j"
+            R"("type":"invalid_request_error","param":null,)"
+            R"("code":"not_found"}})");
+  ApiError wrong = MethodNotAllowed("GET", "/v1/completions", "POST");
+  EXPECT_EQ(wrong.http_status, 405);
+  EXPECT_EQ(wrong.message,
+            "Method GET is not allowed for /v1/completions (allowed: POST).");
+  EXPECT_EQ(wrong.code, "method_not_allowed");
+  // A hostile path is cut.
+  EXPECT_LT(RouteNotFound("GET", std::string(100000, 'x')).message.size(),
+            300u);
+}
+
+TEST(HelpersTest, VersionBody) {
+  EXPECT_EQ(VersionResponse("0.14.0"), R"({"version":"0.14.0"})");
+}
+
+TEST(HelpersTest, TemplateErrorsAre400) {
+  for (const absl::Status& status : {
+           absl::ResourceExhaustedError("chat template: output too long"),
+           absl::UnimplementedError("chat template: filter 'x'"),
+           absl::InvalidArgumentError("chat template: bad role"),
+       }) {
+    ApiError error = ApiErrorFromTemplateStatus(status);
+    EXPECT_EQ(error.http_status, 400) << status;
+    EXPECT_EQ(error.type, "invalid_request_error");
+    EXPECT_EQ(error.message, status.message());
+  }
 }
 
 }  // namespace

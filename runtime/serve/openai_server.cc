@@ -1,14 +1,17 @@
 #include "runtime/serve/openai_server.h"
 
 #include <httplib.h>
-#include <sys/socket.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <iostream>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/serve/openai_protocol.h"
 
@@ -21,9 +24,55 @@ using serve::Choice;
 using serve::CompletionRequest;
 using serve::Endpoint;
 
+// How often a waiting HTTP thread looks at its connection.
+constexpr std::chrono::milliseconds kPollInterval{50};
+
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
   res.set_content(serve::ErrorBody(error), "application/json");
+}
+
+// The client will not get the response (it went away); the connection
+// closes after it.
+void Abandon(httplib::Response& res) {
+  res.status = 499;
+  res.set_content("", "text/plain");
+  if (Connection* c = HttpServer::CurrentConnection()) c->CloseAfterResponse();
+}
+
+// The body of this request was not (fully) read: the connection cannot carry
+// another request, so it closes after this response.
+void CloseAfter(httplib::Response& res) {
+  res.set_header("Connection", "close");
+  if (Connection* c = HttpServer::CurrentConnection()) c->CloseAfterResponse();
+}
+
+ApiError Error(int status, std::string message, std::string type,
+               std::string code) {
+  ApiError e;
+  e.http_status = status;
+  e.message = std::move(message);
+  e.type = std::move(type);
+  e.code = std::move(code);
+  return e;
+}
+
+ApiError TooLarge(int64_t limit) {
+  return Error(413,
+               absl::StrCat("the request body is larger than ", limit,
+                            " bytes (the server's --max-request-bytes)"),
+               "invalid_request_error", "request_too_large");
+}
+
+// vLLM's answer to a prompt that does not fit the context, when tokenizing
+// stopped early (EncodeAtMost): only a lower bound of its length is known.
+ApiError PromptOverContext(Endpoint endpoint, int64_t max_model_len) {
+  ApiError e = serve::PromptTooLong(endpoint, max_model_len, max_model_len);
+  e.message = absl::StrCat(
+      "This model's maximum context length is ", max_model_len,
+      " tokens. However, you requested more than ", max_model_len,
+      " tokens in the messages, Please reduce the length of the messages.");
+  return e;
 }
 
 // A submission failure: a full queue is 429, a draining server 503, anything
@@ -38,6 +87,35 @@ ApiError SubmitError(const absl::Status& status) {
     e.type = "service_unavailable";
   }
   return e;
+}
+
+int64_t UnixSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The routes, for 404 and 405 answers (httplib itself only knows handlers).
+struct Route {
+  const char* path;
+  bool prefix;         // Matches path + anything (GET /v1/models/{id}).
+  const char* method;  // GET (HEAD too) or POST.
+};
+constexpr Route kRoutes[] = {
+    {"/health", false, "GET"},
+    {"/version", false, "GET"},
+    {"/metrics", false, "GET"},
+    {"/v1/models", false, "GET"},
+    {"/v1/models/", true, "GET"},
+    {"/v1/completions", false, "POST"},
+    {"/v1/chat/completions", false, "POST"},
+};
+
+// Whether the request carries a body (that a refusal leaves unread).
+bool HasBody(const httplib::Request& req) {
+  if (req.has_header("Transfer-Encoding")) return true;
+  const std::string length = req.get_header_value("Content-Length");
+  return !length.empty() && length != "0";
 }
 
 // One engine request of an HTTP request: a (prompt, choice) pair.
@@ -65,10 +143,7 @@ OpenAiServer::OpenAiServer(ServerOptions options, AsyncEngine* engine,
       config_(config),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
-      http_(std::make_unique<httplib::Server>()),
-      created_(std::chrono::duration_cast<std::chrono::seconds>(
-                   std::chrono::system_clock::now().time_since_epoch())
-                   .count()) {
+      http_(std::make_unique<HttpServer>(options_.http)) {
   RegisterMetrics();
 }
 
@@ -109,6 +184,14 @@ void OpenAiServer::RegisterMetrics() {
   requests_rejected_ =
       counter("tessera_requests_total", "Finished HTTP requests.",
               {{"status", "rejected"}});
+  http_connections_ =
+      gauge("tessera_http_connections", "Open HTTP connections.");
+  http_threads_ = gauge("tessera_http_threads",
+                        "HTTP threads (one per busy connection, plus idle "
+                        "ones not yet retired).");
+  http_refused_ =
+      counter("tessera_http_connections_refused_total",
+              "Connections refused with 503 because too many were open.");
   ttft_ = *metrics_.AddHistogram("tessera_time_to_first_token_seconds",
                                  "From request arrival to its first token.",
                                  DefaultTimeToFirstTokenBuckets());
@@ -135,6 +218,11 @@ void OpenAiServer::RefreshEngineMetrics() {
   step_seconds_->Increment(a.step_seconds - seen_step_seconds_);
   seen_steps_ = a.steps;
   seen_step_seconds_ = a.step_seconds;
+  const ElasticTaskQueue::Stats q = http_->queue_stats();
+  http_connections_->Set(static_cast<double>(http_->open_connections()));
+  http_threads_->Set(static_cast<double>(q.threads));
+  http_refused_->Increment(static_cast<double>(q.refused - seen_refused_));
+  seen_refused_ = q.refused;
   seen_hits_ = s.blocks.hit_tokens;
   seen_queries_ = s.blocks.queried_tokens;
   seen_preemptions_ = s.scheduler.preemptions;
@@ -143,50 +231,101 @@ void OpenAiServer::RefreshEngineMetrics() {
 struct OpenAiServer::Handlers {
   OpenAiServer* server;
 
-  // Token ids of each prompt of the request (chat: the rendered template).
+  int64_t Context() const {
+    return server->options_.max_model_len > 0
+               ? server->options_.max_model_len
+               : server->config_.max_position_embeddings;
+  }
+  const GenerationDefaults& Defaults() const {
+    return server->options_.generation_defaults;
+  }
+
+  // The most parts (prompts x n) one request may have.
+  int64_t MaxParts() const {
+    const int64_t group = server->engine_->max_group_parts();
+    const int64_t flag = server->options_.max_request_parts;
+    return flag > 0 ? std::min(flag, group) : group;
+  }
+
+  // `ids` with BOS in front when the request asks for special tokens and the
+  // tokenizer adds BOS.
+  std::vector<int32_t> WithBos(const CompletionRequest& r,
+                               std::vector<int32_t> ids) const {
+    if (!r.add_special_tokens || !server->tokenizer_->add_bos()) return ids;
+    const int64_t bos = server->config_.bos_token_id;
+    ids.insert(ids.begin(), bos >= 0 ? static_cast<int32_t>(bos)
+                                     : server->tokenizer_->bos_id());
+    return ids;
+  }
+
+  // Text to ids, tokenizing no further than the context allows (a longer
+  // text costs what a fitting one does).
+  std::variant<std::vector<int32_t>, ApiError> Tokenize(
+      const CompletionRequest& r, const std::string& text) const {
+    const bool bos = r.add_special_tokens && server->tokenizer_->add_bos();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        server->tokenizer_->EncodeAtMost(text, Context() - (bos ? 1 : 0));
+    if (!ids.ok()) {
+      if (absl::IsOutOfRange(ids.status())) {
+        return PromptOverContext(r.endpoint, Context());
+      }
+      return serve::ApiErrorFromStatus(ids.status());
+    }
+    return WithBos(r, *std::move(ids));
+  }
+
+  // Token ids of each prompt of the request (chat: the rendered template)
+  // and the text echo repeats, each checked against the context.
   std::variant<std::vector<std::pair<std::vector<int32_t>, std::string>>,
                ApiError>
   Prompts(const CompletionRequest& r) const {
     std::vector<std::pair<std::vector<int32_t>, std::string>> out;
     const Tokenizer* tok = server->tokenizer_;
+    auto checked = [&](std::vector<int32_t> ids,
+                       std::string text) -> std::optional<ApiError> {
+      if (std::optional<ApiError> e = serve::CheckContextLength(
+              r, Defaults(), static_cast<int64_t>(ids.size()), Context())) {
+        return e;
+      }
+      out.emplace_back(std::move(ids), std::move(text));
+      return std::nullopt;
+    };
     if (r.endpoint == Endpoint::kChat) {
       if (!server->chat_template_) {
         return serve::InvalidRequest(
-            "the model has no chat template; use /v1/completions", "messages");
-      }
-      nlohmann::ordered_json extra = nlohmann::ordered_json::object();
-      if (!r.tools.is_null()) extra["tools"] = r.tools;
-      if (r.chat_template_kwargs.is_object()) {
-        for (auto it = r.chat_template_kwargs.begin();
-             it != r.chat_template_kwargs.end(); ++it) {
-          extra[it.key()] = it.value();
-        }
+            "the model has no chat template; use /v1/completions or start "
+            "the server with --chat-template",
+            "messages");
       }
       absl::StatusOr<std::string> text = server->chat_template_->Render(
-          r.messages, /*add_generation_prompt=*/true, extra);
-      if (!text.ok()) return serve::ApiErrorFromStatus(text.status());
-      absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(*text);
-      if (!ids.ok()) return serve::ApiErrorFromStatus(ids.status());
-      out.emplace_back(*std::move(ids), std::string());
+          r.messages, r.add_generation_prompt, serve::ChatTemplateContext(r));
+      if (text.ok() && r.continue_final_message) {
+        text = serve::ContinueFinalMessage(*text, r.messages);
+      }
+      // Whatever the template's complaint (a raise_exception, a resource
+      // limit), it is about this request: a 400, never a 429 that clients
+      // would retry.
+      if (!text.ok()) return serve::ApiErrorFromTemplateStatus(text.status());
+      auto ids = Tokenize(r, *text);
+      if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+      if (auto e = checked(std::get<0>(std::move(ids)), r.echo_text)) {
+        return *e;
+      }
       return out;
     }
     for (const serve::Prompt& p : r.prompts) {
       if (const auto* ids = std::get_if<std::vector<int32_t>>(&p)) {
         absl::StatusOr<std::string> text =
             tok->Decode(*ids, /*skip_special_tokens=*/false);
-        out.emplace_back(*ids, text.ok() ? *text : std::string());
+        if (auto e = checked(*ids, text.ok() ? *text : std::string())) {
+          return *e;
+        }
         continue;
       }
       const std::string& text = std::get<std::string>(p);
-      absl::StatusOr<std::vector<int32_t>> ids = tok->Encode(text);
-      if (!ids.ok()) return serve::ApiErrorFromStatus(ids.status());
-      std::vector<int32_t> all;
-      if (tok->add_bos()) {
-        const int64_t bos = server->config_.bos_token_id;
-        all.push_back(bos >= 0 ? static_cast<int32_t>(bos) : tok->bos_id());
-      }
-      all.insert(all.end(), ids->begin(), ids->end());
-      out.emplace_back(std::move(all), text);
+      auto ids = Tokenize(r, text);
+      if (auto* e = std::get_if<ApiError>(&ids)) return *e;
+      if (auto e = checked(std::get<0>(std::move(ids)), text)) return *e;
     }
     return out;
   }
@@ -221,18 +360,34 @@ struct OpenAiServer::Handlers {
     return out;
   }
 
-  // Validates and submits every (prompt, choice) pair; on failure cancels
-  // what was submitted and fills *error.
+  void CancelAll(std::vector<Part>& parts) const {
+    for (Part& p : parts) server->engine_->Cancel(p.stream->id());
+  }
+
+  // Validates every (prompt, choice) pair and submits them as one group; on
+  // failure fills *error (nothing is left submitted).
   std::vector<Part> Submit(const CompletionRequest& r,
                            std::optional<ApiError>* error) const {
-    std::vector<Part> parts;
-    auto prompts = Prompts(r);
-    if (auto* e = std::get_if<ApiError>(&prompts)) {
+    const int64_t prompts = r.endpoint == Endpoint::kChat
+                                ? 1
+                                : static_cast<int64_t>(r.prompts.size());
+    const int64_t count = prompts * r.n;
+    if (count > MaxParts()) {
+      *error = serve::InvalidRequest(
+          absl::StrCat("n x the number of prompts is ", r.n, " x ", prompts,
+                       " = ", count, " completions, more than the ", MaxParts(),
+                       " one request may ask for on this server"),
+          r.n > 1 ? "n" : "prompt");
+      return {};
+    }
+    auto tokenized = Prompts(r);
+    if (auto* e = std::get_if<ApiError>(&tokenized)) {
       *error = *e;
       return {};
     }
-    const auto& list = std::get<0>(prompts);
-    const Clock::time_point now = Clock::now();
+    const auto& list = std::get<0>(tokenized);
+    std::vector<Part> parts;
+    std::vector<GenerationRequest> requests;
     for (size_t p = 0; p < list.size(); ++p) {
       for (int c = 0; c < r.n; ++c) {
         Part part;
@@ -240,24 +395,32 @@ struct OpenAiServer::Handlers {
         part.prompt_ids = list[p].first;
         part.prompt_text = list[p].second;
         GenerationRequest request =
-            serve::ToGenerationRequest(r, part.prompt_ids, c);
+            serve::ToGenerationRequest(r, part.prompt_ids, c, Defaults());
         // Checked here so that a bad request is a 400 before any streaming.
         const absl::Status valid = server->engine_->Check(request);
-        absl::StatusOr<std::shared_ptr<RequestStream>> stream =
-            valid.ok() ? server->engine_->Submit(std::move(request)) : valid;
-        if (!stream.ok()) {
-          for (Part& done : parts) server->engine_->Cancel(done.stream->id());
-          *error = SubmitError(stream.status());
-          if (absl::IsResourceExhausted(stream.status())) {
-            server->requests_rejected_->Increment();
-          }
+        if (!valid.ok()) {
+          *error = SubmitError(valid);
           return {};
         }
-        part.stream = *std::move(stream);
-        part.last_event = now;
-        part.last_token = part.prompt_ids.empty() ? -1 : part.prompt_ids.back();
+        requests.push_back(std::move(request));
         parts.push_back(std::move(part));
       }
+    }
+    absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> streams =
+        server->engine_->SubmitGroup(std::move(requests));
+    if (!streams.ok()) {
+      *error = SubmitError(streams.status());
+      if (absl::IsResourceExhausted(streams.status())) {
+        server->requests_rejected_->Increment();
+      }
+      return {};
+    }
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < parts.size(); ++i) {
+      Part& part = parts[i];
+      part.stream = (*streams)[i];
+      part.last_event = now;
+      part.last_token = part.prompt_ids.empty() ? -1 : part.prompt_ids.back();
     }
     return parts;
   }
@@ -285,60 +448,48 @@ struct OpenAiServer::Handlers {
       return SendError(res, *error);
     }
     serve::ResponseHeader header;
-    header.id = serve::RandomResponseId(
-        r.endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-");
-    header.created = server->created_;
+    header.id = serve::ResponseId(r);
+    header.created = UnixSeconds();
     header.model = r.model;
     if (r.stream) return Stream(r, header, std::move(parts), res, arrival);
-    // Not streamed: the JSON goes out once every choice is done. Until then a
-    // space every second (JSON allows leading whitespace) shows whether the
-    // client is still there; if it is not, its requests are cancelled.
-    auto shared = std::make_shared<std::vector<Part>>(std::move(parts));
-    OpenAiServer* s = server;
-    const Handlers self = *this;
-    res.set_chunked_content_provider(
-        "application/json",
-        [self, s, r, header, shared, arrival](size_t, httplib::DataSink& sink) {
-          Clock::time_point last_write = Clock::now();
-          for (Part& part : *shared) {
-            while (!part.stream->done()) {
-              Clock::time_point made_at;
-              if (part.stream->Next(std::chrono::milliseconds(50), &made_at)) {
-                self.Observe(part, arrival, made_at);
-              }
-              if (Clock::now() - last_write > std::chrono::seconds(1)) {
-                if (!sink.write(" ", 1)) {
-                  for (Part& p : *shared) s->engine_->Cancel(p.stream->id());
-                  s->requests_error_->Increment();
-                  return false;
-                }
-                last_write = Clock::now();
-              }
-            }
-          }
-          const std::string body = self.Body(r, header, *shared);
-          sink.write(body.data(), body.size());
-          sink.done();
-          return true;
-        },
-        [shared, s](bool success) {
-          if (success) return;
-          for (Part& p : *shared) s->engine_->Cancel(p.stream->id());
-        });
+    // Not streamed: nothing is sent until every choice is done, so that the
+    // status says how the request ended. Meanwhile the connection is watched
+    // (without writing): a client that goes away has its requests cancelled.
+    Connection* connection = HttpServer::CurrentConnection();
+    for (Part& part : parts) {
+      while (!part.stream->done()) {
+        Clock::time_point made_at;
+        if (part.stream->Next(kPollInterval, &made_at)) {
+          Observe(part, arrival, made_at);
+        }
+        if (connection != nullptr && connection->PeerClosed()) {
+          CancelAll(parts);
+          server->requests_error_->Increment();
+          return Abandon(res);
+        }
+      }
+    }
+    std::optional<ApiError> failed;
+    const std::string body = Body(r, header, parts, &failed);
+    if (failed) return SendError(res, *failed);
+    res.status = 200;
+    res.set_content(body, "application/json");
   }
 
-  // The response of finished parts (or, if one failed, its error body).
+  // The response of finished parts; if one failed, *failed says how.
   std::string Body(const CompletionRequest& r,
                    const serve::ResponseHeader& header,
-                   std::vector<Part>& parts) const {
+                   std::vector<Part>& parts,
+                   std::optional<ApiError>* failed) const {
     std::vector<Choice> choices;
     serve::Usage usage;
     for (Part& part : parts) {
       absl::StatusOr<GenerationResult> result = part.stream->Wait();
       if (!result.ok()) {
-        for (Part& p : parts) server->engine_->Cancel(p.stream->id());
+        CancelAll(parts);
         server->requests_error_->Increment();
-        return serve::ErrorBody(serve::ApiErrorFromStatus(result.status()));
+        *failed = serve::ApiErrorFromStatus(result.status());
+        return std::string();
       }
       Choice choice;
       choice.index = part.index;
@@ -350,6 +501,7 @@ struct OpenAiServer::Handlers {
             result->output_ids, result->logprobs, result->top_logprobs);
       }
       choice.finish_reason = result->finish_reason;
+      choice.stop_reason = result->stop_reason;
       choices.push_back(std::move(choice));
       if (part.index % r.n == 0) {
         usage.prompt_tokens += static_cast<int64_t>(part.prompt_ids.size());
@@ -369,6 +521,27 @@ struct OpenAiServer::Handlers {
   void Stream(const CompletionRequest& r, const serve::ResponseHeader& header,
               std::vector<Part> parts, httplib::Response& res,
               Clock::time_point arrival) const {
+    // The 200 goes out once every choice has its first token (or has ended):
+    // a request the engine refuses as it enters still gets a real status.
+    Connection* connection = HttpServer::CurrentConnection();
+    for (Part& part : parts) {
+      while (!part.stream->WaitReady(kPollInterval)) {
+        if (connection != nullptr && connection->PeerClosed()) {
+          CancelAll(parts);
+          server->requests_error_->Increment();
+          return Abandon(res);
+        }
+      }
+    }
+    for (Part& part : parts) {
+      if (!part.stream->done()) continue;
+      absl::StatusOr<GenerationResult> result = part.stream->Wait();
+      if (!result.ok()) {
+        CancelAll(parts);
+        server->requests_error_->Increment();
+        return SendError(res, serve::ApiErrorFromStatus(result.status()));
+      }
+    }
     auto shared = std::make_shared<std::vector<Part>>(std::move(parts));
     OpenAiServer* s = server;
     const Handlers self = *this;
@@ -376,12 +549,10 @@ struct OpenAiServer::Handlers {
         "text/event-stream",
         [self, s, r, header, shared, arrival](size_t, httplib::DataSink& sink) {
           std::vector<Part>& parts = *shared;
+          Connection* connection = HttpServer::CurrentConnection();
           auto write = [&](const std::string& json) {
             const std::string event = serve::SseEvent(json);
             return sink.write(event.data(), event.size());
-          };
-          auto cancel_all = [&] {
-            for (Part& p : parts) s->engine_->Cancel(p.stream->id());
           };
           serve::Usage usage;
           for (const Part& p : parts) {
@@ -390,8 +561,8 @@ struct OpenAiServer::Handlers {
             }
           }
           size_t open = parts.size();
-          bool failed = false;
-          while (open > 0) {
+          std::optional<absl::Status> failure;
+          while (open > 0 && !failure) {
             bool idle = true;
             for (Part& part : parts) {
               if (part.finished) continue;
@@ -400,18 +571,18 @@ struct OpenAiServer::Handlers {
               // n = 128 choices do not add 128 waits to every round.
               Clock::time_point made_at;
               std::optional<TokenEvent> e = part.stream->Next(
-                  std::chrono::milliseconds(parts.size() == 1 ? 50 : 0),
+                  parts.size() == 1 ? kPollInterval
+                                    : std::chrono::milliseconds(0),
                   &made_at);
               if (!e) {
                 if (!part.stream->done()) continue;
-                // Ended without a final event: cancelled or failed.
+                // Ended without a final event: failed.
                 absl::StatusOr<GenerationResult> result = part.stream->Wait();
                 part.finished = true;
                 --open;
                 if (!result.ok()) {
-                  write(serve::ErrorBody(
-                      serve::ApiErrorFromStatus(result.status())));
-                  failed = true;
+                  failure = result.status();
+                  break;
                 }
                 continue;
               }
@@ -438,10 +609,13 @@ struct OpenAiServer::Handlers {
                 }
                 part.last_token = e->token;
                 choice.text_offset = part.text_offset;
-                part.text_offset += static_cast<int64_t>(choice.text.size());
+                part.text_offset += serve::CountCodePoints(choice.text);
                 if (e->finished) {
                   absl::StatusOr<GenerationResult> result = part.stream->Wait();
-                  if (result.ok()) choice.finish_reason = result->finish_reason;
+                  if (result.ok()) {
+                    choice.finish_reason = result->finish_reason;
+                    choice.stop_reason = result->stop_reason;
+                  }
                   part.finished = true;
                   --open;
                 }
@@ -454,14 +628,14 @@ struct OpenAiServer::Handlers {
                 e = part.stream->Next(std::chrono::milliseconds(0), &made_at);
               }
               if (!sink.write(pending.data(), pending.size())) {
-                // The client went away.
-                cancel_all();
+                // The client went away (or stopped reading).
+                self.CancelAll(parts);
                 s->requests_error_->Increment();
                 return false;
               }
             }
-            if (idle && !sink.is_writable()) {
-              cancel_all();
+            if (idle && connection != nullptr && connection->PeerClosed()) {
+              self.CancelAll(parts);
               s->requests_error_->Increment();
               return false;
             }
@@ -469,7 +643,12 @@ struct OpenAiServer::Handlers {
               std::this_thread::sleep_for(std::chrono::microseconds(500));
             }
           }
-          if (r.include_usage) {
+          if (failure) {
+            // After the 200: an error event, then the end of the stream, as
+            // vLLM sends them; the other choices are cancelled.
+            self.CancelAll(parts);
+            write(serve::ErrorBody(serve::ApiErrorFromStatus(*failure)));
+          } else if (r.include_usage) {
             write(serve::UsageChunk(r.endpoint, header, usage));
           }
           sink.write(serve::kSseDone.data(), serve::kSseDone.size());
@@ -478,7 +657,7 @@ struct OpenAiServer::Handlers {
               static_cast<double>(usage.prompt_tokens));
           s->generation_tokens_->Increment(
               static_cast<double>(usage.completion_tokens));
-          (failed ? s->requests_error_ : s->requests_ok_)->Increment();
+          (failure ? s->requests_error_ : s->requests_ok_)->Increment();
           return true;
         },
         [shared, s](bool success) {
@@ -489,21 +668,126 @@ struct OpenAiServer::Handlers {
   }
 };
 
+serve::ModelCard OpenAiServer::Card() const {
+  serve::ModelCard card;
+  card.id = options_.served_model_name;
+  card.created = UnixSeconds();
+  card.max_model_len = options_.max_model_len > 0
+                           ? options_.max_model_len
+                           : config_.max_position_embeddings;
+  return card;
+}
+
 absl::Status OpenAiServer::Start() {
   Handlers handlers{this};
-  // httplib owns the queue it gets from this factory (its API takes a raw
-  // pointer).
-  const int threads = std::max(1, options_.http_threads);
-  http_->new_task_queue = [threads] {
-    return new httplib::ThreadPool(threads);
-  };
-  http_->Get("/health", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content("", "text/plain");
+  const int64_t max_body = options_.max_request_bytes;
+
+  // Before a handler: the head is complete (the body's allowance applies
+  // from here), unknown routes are 404, wrong methods 405, and a declared
+  // body over the limit is 413 before a byte of it is read.
+  http_->set_pre_routing_handler([this, max_body](const httplib::Request& req,
+                                                  httplib::Response& res) {
+    if (Connection* c = HttpServer::CurrentConnection()) c->BodyStarted();
+    const std::string method = req.method == "HEAD" ? "GET" : req.method;
+    const Route* route = nullptr;
+    for (const Route& r : kRoutes) {
+      const bool match = r.prefix ? absl::StartsWith(req.path, r.path) &&
+                                        req.path.size() > std::strlen(r.path)
+                                  : req.path == r.path;
+      if (match) {
+        route = &r;
+        break;
+      }
+    }
+    if (route == nullptr || method != route->method) {
+      if (HasBody(req)) CloseAfter(res);
+      if (route == nullptr) {
+        SendError(res, serve::RouteNotFound(req.method, req.path));
+      } else {
+        res.set_header("Allow", route->method);
+        SendError(res,
+                  serve::MethodNotAllowed(req.method, req.path, route->method));
+      }
+      requests_error_->Increment();
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    const std::string length = req.get_header_value("Content-Length");
+    if (!length.empty()) {
+      uint64_t declared = 0;
+      if (!absl::SimpleAtoi(length, &declared)) {
+        CloseAfter(res);
+        SendError(res, serve::InvalidRequest("the Content-Length header is "
+                                             "not a number"));
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (declared > static_cast<uint64_t>(max_body)) {
+        CloseAfter(res);
+        SendError(res, TooLarge(max_body));
+        requests_error_->Increment();
+        return httplib::Server::HandlerResponse::Handled;
+      }
+    }
+    return httplib::Server::HandlerResponse::Unhandled;
   });
-  http_->Get("/v1/models", [this](const httplib::Request&,
-                                  httplib::Response& res) {
-    res.set_content(serve::ModelsResponse(options_.served_model_name, created_),
-                    "application/json");
+  // "Expect: 100-continue" with a body over the limit: 413 instead of 100.
+  http_->set_expect_100_continue_handler([max_body](const httplib::Request& req,
+                                                    httplib::Response& res) {
+    uint64_t declared = 0;
+    if (absl::SimpleAtoi(req.get_header_value("Content-Length"), &declared) &&
+        declared > static_cast<uint64_t>(max_body)) {
+      CloseAfter(res);
+      SendError(res, TooLarge(max_body));
+      return 413;
+    }
+    return 100;
+  });
+  // httplib's own refusals (a malformed request line or header, a URI over
+  // 8 KiB, ...) come without a body: give them an OpenAI-shaped one.
+  http_->set_error_handler(httplib::Server::HandlerWithResponse(
+      [](const httplib::Request&, httplib::Response& res) {
+        if (!res.body.empty() || res.has_header("Content-Type")) {
+          return httplib::Server::HandlerResponse::Unhandled;
+        }
+        SendError(res, Error(res.status,
+                             absl::StrCat("the server could not take the "
+                                          "request (HTTP ",
+                                          res.status, ")"),
+                             res.status >= 500 ? "server_error"
+                                               : "invalid_request_error",
+                             ""));
+        return httplib::Server::HandlerResponse::Handled;
+      }));
+
+  http_->Get(
+      "/health", [this](const httplib::Request&, httplib::Response& res) {
+        switch (engine_->state()) {
+          case AsyncEngine::State::kServing:
+            res.set_content("", "text/plain");
+            return;
+          case AsyncEngine::State::kDraining:
+            return SendError(res, Error(503, "the server is shutting down",
+                                        "service_unavailable", ""));
+          case AsyncEngine::State::kFailed:
+            return SendError(
+                res, Error(503, "the engine has failed", "server_error", ""));
+        }
+      });
+  http_->Get("/version",
+             [this](const httplib::Request&, httplib::Response& res) {
+               res.set_content(serve::VersionResponse(options_.version),
+                               "application/json");
+             });
+  http_->Get(
+      "/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+        res.set_content(serve::ModelsResponse(Card()), "application/json");
+      });
+  http_->Get("/v1/models/(.+)", [this](const httplib::Request& req,
+                                       httplib::Response& res) {
+    const std::string id = req.matches.size() > 1 ? req.matches[1].str() : "";
+    if (id != options_.served_model_name) {
+      return SendError(res, serve::ModelNotFound(id));
+    }
+    res.set_content(serve::ModelResponse(Card()), "application/json");
   });
   http_->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
@@ -511,18 +795,50 @@ absl::Status OpenAiServer::Start() {
         res.set_content(metrics_.Render(),
                         std::string(MetricsRegistry::kContentType).c_str());
       });
-  auto post = [this, handlers](Endpoint endpoint) {
-    return [this, handlers, endpoint](const httplib::Request& req,
-                                      httplib::Response& res) {
+  auto post = [this, handlers, max_body](Endpoint endpoint) {
+    return [this, handlers, endpoint, max_body](
+               const httplib::Request&, httplib::Response& res,
+               const httplib::ContentReader& reader) {
       const Clock::time_point arrival = Clock::now();
-      serve::ParseResult parsed = endpoint == Endpoint::kChat
-                                      ? serve::ParseChatRequest(req.body)
-                                      : serve::ParseCompletionRequest(req.body);
+      // The body, decoded (chunked, gzip), within the limit as it comes.
+      std::string body;
+      bool too_large = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > static_cast<size_t>(max_body)) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_large || !read) {
+        CloseAfter(res);
+        requests_error_->Increment();
+        return SendError(
+            res, too_large
+                     ? TooLarge(max_body)
+                     : serve::InvalidRequest(
+                           "the request body could not be read (malformed "
+                           "chunked or compressed data, too slow, or cut "
+                           "short)"));
+      }
+      serve::ParseOptions parse_options;
+      parse_options.max_logprobs = options_.max_logprobs;
+      serve::ParseResult parsed =
+          endpoint == Endpoint::kChat
+              ? serve::ParseChatRequest(body, parse_options)
+              : serve::ParseCompletionRequest(body, parse_options);
       if (auto* e = std::get_if<ApiError>(&parsed)) {
         requests_error_->Increment();
         return SendError(res, *e);
       }
       const CompletionRequest& r = std::get<CompletionRequest>(parsed);
+      // Fields that have no effect are never dropped silently (vLLM logs
+      // them the same way).
+      if (const std::string warning = serve::IgnoredFieldsWarning(r);
+          !warning.empty()) {
+        std::cerr << "[tessera] warning: " << warning << "\n";
+      }
       if (r.model != options_.served_model_name) {
         requests_error_->Increment();
         return SendError(res, serve::ModelNotFound(r.model));
@@ -533,41 +849,20 @@ absl::Status OpenAiServer::Start() {
   http_->Post("/v1/completions", post(Endpoint::kCompletions));
   http_->Post("/v1/chat/completions", post(Endpoint::kChat));
 
-  // Debian's cpp-httplib listens with a backlog of 5, so a burst of clients
-  // connecting at once would be reset. Keep the listening socket (the options
-  // hook sees it before bind) and widen the backlog after the bind.
-  // Tokens are small writes that must leave at once: no Nagle delay (accepted
-  // sockets inherit the option from the listening one).
-  http_->set_tcp_nodelay(true);
-  http_->set_socket_options([this](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    listen_fd_ = sock;
-  });
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host.c_str());
-    if (port_ <= 0) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot bind ", options_.host, " to any port"));
-    }
-  } else {
-    if (!http_->bind_to_port(options_.host.c_str(), options_.port)) {
-      return absl::UnavailableError(
-          absl::StrCat("cannot bind ", options_.host, ":", options_.port,
-                       " (in use, or not an address of this host)"));
-    }
-    port_ = options_.port;
-  }
-  if (listen_fd_ >= 0 && ::listen(listen_fd_, SOMAXCONN) != 0) {
-    return absl::InternalError(absl::StrCat(
-        "listen(", SOMAXCONN, ") on ", options_.host, ":", port_, " failed"));
+  port_ = http_->Bind(options_.host, options_.port);
+  if (port_ <= 0) {
+    return absl::UnavailableError(
+        options_.port == 0
+            ? absl::StrCat("cannot bind ", options_.host, " to any port")
+            : absl::StrCat("cannot bind ", options_.host, ":", options_.port,
+                           " (in use, or not an address of this host)"));
   }
   listener_ = std::thread([this] { http_->listen_after_bind(); });
   return absl::OkStatus();
 }
 
 void OpenAiServer::Stop() {
-  if (http_) http_->stop();
+  if (http_) http_->Stop();
   if (listener_.joinable()) listener_.join();
 }
 

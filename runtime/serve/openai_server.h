@@ -1,18 +1,37 @@
-// OpenAiServer: the OpenAI-compatible HTTP front end on rank 0 (cpp-httplib).
+// OpenAiServer: the OpenAI-compatible HTTP front end on rank 0 (cpp-httplib
+// under HttpServer, http_server.h).
 //
 //   POST /v1/completions, POST /v1/chat/completions  ("stream": true gives
 //        server-sent events ending in "data: [DONE]")
-//   GET  /v1/models, /health, /metrics (Prometheus text)
+//   GET  /v1/models, /v1/models/{id}, /health, /version, /metrics
+//   anything else: a JSON 404 (unknown path) or 405 (known path, wrong
+//   method, with an Allow header), OpenAI-shaped.
 //
 // HTTP threads parse and validate a request (openai_protocol.h), tokenize it
-// (chat: the model's chat template), submit one engine request per prompt
-// and choice to the AsyncEngine, and read the tokens back from their
-// streams; they never touch the engine, whose loop runs on the caller's
-// thread (AsyncEngine::Loop). A client that goes away has its requests
-// cancelled, which frees their KV blocks: a stream notices at its next event,
-// a plain response at its next keep-alive (responses are chunked, and a space
-// goes out every second until the JSON is ready). A full queue answers 429, a
-// draining server 503.
+// (chat: the model's chat template), submit its engine requests (one per
+// prompt and choice) to the AsyncEngine as one group, and read the tokens
+// back from their streams; they never touch the engine, whose loop runs on
+// the caller's thread (AsyncEngine::Loop).
+//
+// Costs are bounded before work: a body over max_request_bytes is a 413 (its
+// Content-Length is checked before it is read, and the decoded bytes as they
+// come); a text prompt is tokenized only up to the context
+// (Tokenizer::EncodeAtMost), so an oversized one costs what a fitting one
+// does (400 in vLLM's words); prompts x n above the per-request limit is a
+// 400. Admission is AsyncEngine's (async_engine.h): a full server is 429, a
+// draining one 503.
+//
+// Status codes tell the outcome: a plain response is sent, status and body
+// together, once every choice has finished (an engine failure is then its
+// own status, never a 200 with an error body); a stream's 200 goes out once
+// every choice has its first token (a failure before it is a real status),
+// and an error after it is an error event followed by "data: [DONE]"
+// (vLLM's behaviour), never a silent cut. A client that goes away has its
+// requests cancelled, which frees their KV blocks: the waiting thread polls
+// the connection (Connection::PeerClosed) without writing anything.
+//
+// GET /health is 200 while serving and 503 while draining (after SIGTERM) or
+// once the engine loop has failed.
 #ifndef TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 #define TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 
@@ -25,15 +44,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "runtime/engine/generation_defaults.h"
 #include "runtime/model/config.h"
 #include "runtime/serve/async_engine.h"
+#include "runtime/serve/http_server.h"
 #include "runtime/serve/metrics.h"
+#include "runtime/serve/openai_protocol.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
-
-namespace httplib {
-class Server;
-}
 
 namespace tessera {
 
@@ -41,9 +59,23 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;  // 0: any free port (see OpenAiServer::port()).
   std::string served_model_name;  // The "model" requests must name.
-  // HTTP worker threads: each open connection (a streaming response holds
-  // one for its whole life) takes one, so this bounds concurrent clients.
-  int http_threads = 256;
+  std::string version;            // GET /version.
+  // Connections, timeouts and keep-alive (http_server.h).
+  HttpLimits http;
+  // The largest request body (decoded); beyond it: 413.
+  int64_t max_request_bytes = int64_t{8} << 20;
+  // The most engine requests (prompts x n) one HTTP request may make; 0: the
+  // engine's group limit (AsyncEngine::max_group_parts). Beyond it: 400.
+  int64_t max_request_parts = 0;
+  // The context prompts and max_tokens are checked against; 0: the model's
+  // max_position_embeddings.
+  int64_t max_model_len = 0;
+  // The most log-probabilities per token a request may ask for (vLLM's
+  // --max-logprobs).
+  int32_t max_logprobs = 20;
+  // generation_config.json's sampling defaults for fields a request leaves
+  // unset (empty: the API's own).
+  GenerationDefaults generation_defaults;
 };
 
 class OpenAiServer {
@@ -68,6 +100,8 @@ class OpenAiServer {
 
  private:
   struct Handlers;
+  // The served model's card (GET /v1/models, /v1/models/{id}).
+  serve::ModelCard Card() const;
   void RegisterMetrics();
   // Updates the gauges and counters that mirror the engine's statistics.
   void RefreshEngineMetrics();
@@ -77,11 +111,9 @@ class OpenAiServer {
   const ModelConfig& config_;
   const Tokenizer* tokenizer_;
   std::optional<ChatTemplate> chat_template_;
-  std::unique_ptr<httplib::Server> http_;
+  std::unique_ptr<HttpServer> http_;
   std::thread listener_;
   int port_ = 0;
-  int listen_fd_ = -1;  // The listening socket (its backlog is widened).
-  int64_t created_ = 0;
 
   MetricsRegistry metrics_;
   Gauge* running_ = nullptr;
@@ -98,12 +130,15 @@ class OpenAiServer {
   Counter* requests_ok_ = nullptr;
   Counter* requests_error_ = nullptr;
   Counter* requests_rejected_ = nullptr;
+  Gauge* http_connections_ = nullptr;
+  Gauge* http_threads_ = nullptr;
+  Counter* http_refused_ = nullptr;
   Histogram* ttft_ = nullptr;
   Histogram* itl_ = nullptr;
   // Last engine totals mirrored into the counters above (under metrics_mu_).
   std::mutex metrics_mu_;
   int64_t seen_hits_ = 0, seen_queries_ = 0, seen_preemptions_ = 0;
-  int64_t seen_steps_ = 0;
+  int64_t seen_steps_ = 0, seen_refused_ = 0;
   double seen_step_seconds_ = 0;
 };
 

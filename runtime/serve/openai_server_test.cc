@@ -6,8 +6,15 @@
 // and /metrics, /v1/models and /health answer.
 #include "runtime/serve/openai_server.h"
 
+#include <arpa/inet.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -20,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/engine/local_executor.h"
+#include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -28,9 +36,49 @@ namespace {
 
 using json = nlohmann::json;
 
+// Delegates to a real executor, but fails every step after the first
+// `good_steps`: an engine that dies mid-request.
+class FailingExecutor final : public StepExecutor {
+ public:
+  FailingExecutor(StepExecutor* inner, int good_steps)
+      : inner_(inner), good_steps_(good_steps) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  AllocatorStats memory_stats() const override {
+    return inner_->memory_stats();
+  }
+  KvLayout kv_layout() const override { return inner_->kv_layout(); }
+  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    if (steps_++ >= good_steps_) {
+      return absl::InternalError("injected executor failure");
+    }
+    return inner_->Execute(plan, result);
+  }
+
+ private:
+  StepExecutor* inner_;
+  const int good_steps_;
+  int steps_ = 0;
+};
+
+struct StartOptions {
+  int64_t max_pending = 256;
+  int64_t max_request_bytes = int64_t{8} << 20;
+  int fail_after_steps = -1;  // >= 0: the engine fails after so many steps.
+  std::optional<ChatTemplate> chat_template;
+  HttpLimits http;
+};
+
 class ServerTest : public ::testing::Test {
  protected:
   void Start(int64_t max_pending = 256) {
+    StartOptions o;
+    o.max_pending = max_pending;
+    Start(std::move(o));
+  }
+  void Start(StartOptions o) {
     auto tokenizer = LoadTokenizer(DemoModelDir(), 1);
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
@@ -42,15 +90,32 @@ class ServerTest : public ::testing::Test {
         LocalEngine::Load(DemoModelDir(), &ops_, options, kv, tokenizer_.get());
     ASSERT_TRUE(local.ok()) << local.status();
     local_ = *std::move(local);
-    async_ = std::make_unique<AsyncEngine>(&local_->engine(), max_pending);
+    Engine* engine = &local_->engine();
+    if (o.fail_after_steps >= 0) {
+      failing_ = std::make_unique<FailingExecutor>(&local_->executor(),
+                                                   o.fail_after_steps);
+      auto failing_engine =
+          Engine::Create(failing_.get(), options, tokenizer_.get());
+      ASSERT_TRUE(failing_engine.ok()) << failing_engine.status();
+      failing_engine_ = *std::move(failing_engine);
+      engine = failing_engine_.get();
+    }
+    async_ = std::make_unique<AsyncEngine>(engine, o.max_pending);
     ServerOptions server_options;
     server_options.port = 0;
     server_options.served_model_name = "demo";
-    server_ = std::make_unique<OpenAiServer>(server_options, async_.get(),
-                                             local_->model().config(),
-                                             tokenizer_.get(), std::nullopt);
+    server_options.version = "test-version";
+    server_options.max_request_bytes = o.max_request_bytes;
+    server_options.http = o.http;
+    server_ = std::make_unique<OpenAiServer>(
+        server_options, async_.get(), local_->model().config(),
+        tokenizer_.get(), std::move(o.chat_template));
     ASSERT_TRUE(server_->Start().ok());
-    loop_ = std::thread([this] { EXPECT_TRUE(async_->Loop().ok()); });
+    const bool expect_ok = o.fail_after_steps < 0;
+    loop_ = std::thread([this, expect_ok] {
+      const absl::Status looped = async_->Loop();
+      if (expect_ok) EXPECT_TRUE(looped.ok()) << looped;
+    });
   }
   void TearDown() override {
     if (async_) async_->Drain();
@@ -106,6 +171,8 @@ class ServerTest : public ::testing::Test {
   CpuOps ops_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<LocalEngine> local_;
+  std::unique_ptr<FailingExecutor> failing_;
+  std::unique_ptr<Engine> failing_engine_;
   std::unique_ptr<AsyncEngine> async_;
   std::unique_ptr<OpenAiServer> server_;
   std::thread loop_;
@@ -336,6 +403,344 @@ TEST_F(ServerTest, FullQueueAnswers429) {
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429) << res->body;
   hog.join();
+}
+
+// The HTTP layer is no thread cap: 300 streams at once (httplib's pool had
+// 256 threads; the 257th waited for a free one) all get their offline text,
+// and they were all open together.
+TEST_F(ServerTest, ThreeHundredConcurrentStreamsAllComplete) {
+  Start(/*max_pending=*/512);
+  const std::string want = Offline("Once upon a time", 8);
+  constexpr int kClients = 300;
+  std::vector<std::string> got(kClients);
+  std::atomic<int> started{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      httplib::Client c = Client();
+      const json body = {{"model", "demo"},
+                         {"prompt", "Once upon a time"},
+                         {"max_tokens", 8},
+                         {"temperature", 0},
+                         {"stream", true}};
+      ++started;
+      auto res = c.Post("/v1/completions", body.dump(), "application/json");
+      ASSERT_TRUE(res) << "client " << i << ": "
+                       << httplib::to_string(res.error());
+      ASSERT_EQ(res->status, 200) << res->body;
+      got[i] = StreamedText(res->body);
+    });
+  }
+  for (std::thread& t : clients) t.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(got[i], want) << "client " << i;
+  EXPECT_EQ(async_->stats().accepted, kClients);
+  EXPECT_EQ(async_->stats().rejected, 0);
+}
+
+// A raw connection to the server.
+int Connect(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// 300 slow clients (heads and bodies trickled, more than httplib's 256
+// threads) do not stop /health or a completion from answering at once.
+TEST_F(ServerTest, SlowConnectionsDoNotStopHealthOrCompletions) {
+  Start();
+  std::vector<int> slow;
+  for (int i = 0; i < 300; ++i) {
+    const int fd = Connect(server_->port());
+    ASSERT_GE(fd, 0);
+    const std::string start =
+        i % 3 == 0   ? "GET /health HTTP/1.1\r\nHost: x\r\n"
+        : i % 3 == 1 ? "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                       "Content-Length: 100000\r\n\r\n{\"model\":"
+                     : "";  // An idle connection.
+    if (!start.empty()) ::send(fd, start.data(), start.size(), MSG_NOSIGNAL);
+    slow.push_back(fd);
+  }
+  for (int round = 0; round < 3; ++round) {
+    for (int fd : slow) ::send(fd, " ", 1, MSG_NOSIGNAL);
+    const auto t0 = std::chrono::steady_clock::now();
+    httplib::Client c = Client();
+    auto health = c.Get("/health");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    auto res = c.Post("/v1/completions",
+                      json({{"model", "demo"},
+                            {"prompt", "Once upon a time"},
+                            {"max_tokens", 4},
+                            {"temperature", 0}})
+                          .dump(),
+                      "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << res->body;
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  }
+  for (int fd : slow) ::close(fd);
+}
+
+TEST_F(ServerTest, BodiesOverTheLimitGetAJson413) {
+  StartOptions o;
+  o.max_request_bytes = 64 << 10;
+  Start(std::move(o));
+  const std::string big =
+      json({{"model", "demo"}, {"prompt", std::string(100 << 10, 'a')}}).dump();
+  auto expect_413 = [](const httplib::Result& res) {
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 413);
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_TRUE(j["error"]["message"].is_string()) << res->body;
+    EXPECT_NE(res->get_header_value("Content-Type").find("application/json"),
+              std::string::npos);
+  };
+  // Declared length: refused before the body is read.
+  expect_413(Client().Post("/v1/completions", big, "application/json"));
+  // Chunked (no length): refused when the decoded bytes pass the limit.
+  httplib::Client c = Client();
+  size_t sent = 0;
+  expect_413(c.Post(
+      "/v1/completions",
+      [&](size_t, httplib::DataSink& sink) {
+        const size_t n = std::min<size_t>(8192, big.size() - sent);
+        if (n == 0) {
+          sink.done();
+          return true;
+        }
+        sink.write(big.data() + sent, n);
+        sent += n;
+        return true;
+      },
+      "application/json"));
+  // Within the limit it works.
+  auto small = Client().Post(
+      "/v1/completions",
+      json({{"model", "demo"}, {"prompt", "Once"}, {"max_tokens", 2}}).dump(),
+      "application/json");
+  ASSERT_TRUE(small);
+  EXPECT_EQ(small->status, 200) << small->body;
+}
+
+// A text prompt far beyond the context is refused in vLLM's words, after
+// tokenizing no more than the context's worth of it.
+TEST_F(ServerTest, AnOversizedPromptIsA400InVllmsWords) {
+  Start();
+  std::string prompt;
+  while (prompt.size() < (2 << 20)) prompt += "Once upon a time there was ";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = Client().Post("/v1/completions",
+                           json({{"model", "demo"}, {"prompt", prompt}}).dump(),
+                           "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(
+                "This model's maximum context length is 512 tokens"),
+            std::string::npos)
+      << res->body;
+  EXPECT_EQ(j["error"]["param"], "prompt");
+  EXPECT_EQ(j["error"]["code"], "context_length_exceeded");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
+// prompts x n beyond what one request may ask for is a 400 naming the bound
+// (the engine admits at most half of --max-pending per request).
+TEST_F(ServerTest, TooManyPartsIsA400NamingTheBound) {
+  Start(/*max_pending=*/64);
+  auto res = Client().Post(
+      "/v1/completions",
+      json({{"model", "demo"}, {"prompt", "Once"}, {"n", 33}}).dump(),
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  const json j = json::parse(res->body);
+  EXPECT_NE(j["error"]["message"].get<std::string>().find(
+                "n x the number of prompts is 33 x 1 = 33"),
+            std::string::npos)
+      << res->body;
+  EXPECT_EQ(j["error"]["param"], "n");
+  std::vector<std::string> prompts(40, "Once");
+  res = Client().Post("/v1/completions",
+                      json({{"model", "demo"}, {"prompt", prompts}}).dump(),
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "prompt");
+  // 32 = half of 64 is fine.
+  res = Client().Post(
+      "/v1/completions",
+      json(
+          {{"model", "demo"}, {"prompt", "Once"}, {"n", 32}, {"max_tokens", 2}})
+          .dump(),
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// An engine failure while a plain request generates is a 500 with the error,
+// never a 200; /health then answers 503.
+TEST_F(ServerTest, AFailureDuringGenerationIsARealStatusAndHealthSays503) {
+  StartOptions o;
+  o.fail_after_steps = 3;
+  Start(std::move(o));
+  auto res = Client().Post("/v1/completions",
+                           json({{"model", "demo"},
+                                 {"prompt", "Once upon a time"},
+                                 {"max_tokens", 50},
+                                 {"ignore_eos", true},
+                                 {"temperature", 0}})
+                               .dump(),
+                           "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 500) << res->body;
+  const json j = json::parse(res->body, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << res->body;
+  EXPECT_NE(j["error"]["message"].get<std::string>().find("injected"),
+            std::string::npos)
+      << res->body;
+  EXPECT_EQ(res->get_header_value("Transfer-Encoding"), "");
+  for (int i = 0; i < 100 && async_->state() != AsyncEngine::State::kFailed;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  auto health = Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+}
+
+// A stream that fails after its 200 ends with an error event and [DONE].
+TEST_F(ServerTest, AStreamThatFailsEndsWithAnErrorEventThenDone) {
+  StartOptions o;
+  o.fail_after_steps = 3;
+  Start(std::move(o));
+  auto res = Client().Post("/v1/completions",
+                           json({{"model", "demo"},
+                                 {"prompt", "Once upon a time"},
+                                 {"max_tokens", 50},
+                                 {"ignore_eos", true},
+                                 {"temperature", 0},
+                                 {"stream", true}})
+                               .dump(),
+                           "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::vector<std::string> events;
+  for (absl::string_view e : absl::StrSplit(res->body, "\n\n")) {
+    if (!e.empty()) events.emplace_back(e);
+  }
+  ASSERT_GE(events.size(), 3u) << res->body;
+  EXPECT_EQ(events.back(), "data: [DONE]");
+  const json error = json::parse(events[events.size() - 2].substr(6));
+  EXPECT_TRUE(error.contains("error")) << res->body;
+  EXPECT_TRUE(json::parse(events[0].substr(6)).contains("choices"));
+}
+
+// /health is 503 while the server drains; requests in flight still finish.
+TEST_F(ServerTest, HealthIs503WhileDraining) {
+  Start();
+  auto health = Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  std::thread inflight([&] {
+    auto res = Client().Post("/v1/completions",
+                             json({{"model", "demo"},
+                                   {"prompt", "Once upon a time"},
+                                   {"max_tokens", 300},
+                                   {"ignore_eos", true},
+                                   {"temperature", 0}})
+                                 .dump(),
+                             "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200);
+  });
+  for (int i = 0; i < 200 && async_->stats().accepted == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  async_->Drain();
+  health = Client().Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503) << health->body;
+  EXPECT_TRUE(json::parse(health->body).contains("error"));
+  inflight.join();
+}
+
+TEST_F(ServerTest, RoutesVersionAndModelCards) {
+  Start();
+  const int64_t now = std::chrono::duration_cast<std::chrono::seconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  httplib::Client c = Client();
+  auto expect_error = [](const httplib::Result& res, int status) {
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, status) << res->body;
+    const json j = json::parse(res->body, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << res->body;
+    EXPECT_TRUE(j["error"]["message"].is_string()) << res->body;
+  };
+  expect_error(c.Get("/nope"), 404);
+  expect_error(c.Post("/v1/nope", "{}", "application/json"), 404);
+  auto wrong = c.Get("/v1/completions");
+  expect_error(wrong, 405);
+  EXPECT_EQ(wrong->get_header_value("Allow"), "POST");
+  expect_error(c.Post("/health", "{}", "application/json"), 405);
+  expect_error(c.Delete("/v1/models"), 405);
+  auto version = c.Get("/version");
+  ASSERT_TRUE(version);
+  EXPECT_EQ(json::parse(version->body)["version"], "test-version");
+  auto models = c.Get("/v1/models");
+  ASSERT_TRUE(models);
+  const json card = json::parse(models->body)["data"][0];
+  EXPECT_EQ(card["id"], "demo");
+  EXPECT_EQ(card["max_model_len"], 512);
+  auto one = c.Get("/v1/models/demo");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_EQ(json::parse(one->body)["id"], "demo");
+  expect_error(c.Get("/v1/models/other"), 404);
+  // `created` is the request's time.
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));
+  auto res = c.Post(
+      "/v1/completions",
+      json({{"model", "demo"}, {"prompt", "Once"}, {"max_tokens", 2}}).dump(),
+      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_GT(json::parse(res->body)["created"].get<int64_t>(), now);
+}
+
+// A template that raises is the request's fault: 400, not 429.
+TEST_F(ServerTest, AChatTemplateErrorIsA400) {
+  StartOptions o;
+  auto t = ChatTemplate::FromString(
+      "{% if messages|length > 1 %}{{ raise_exception('one message only') }}"
+      "{% endif %}{{ messages[0]['content'] }}",
+      {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  o.chat_template = *std::move(t);
+  Start(std::move(o));
+  const json two = {{"model", "demo"},
+                    {"messages",
+                     {{{"role", "user"}, {"content", "a"}},
+                      {{"role", "user"}, {"content", "b"}}}}};
+  auto res =
+      Client().Post("/v1/chat/completions", two.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+  EXPECT_EQ(json::parse(res->body)["error"]["type"], "invalid_request_error");
+  const json one = {{"model", "demo"},
+                    {"max_tokens", 3},
+                    {"messages", {{{"role", "user"}, {"content", "Once"}}}}};
+  res = Client().Post("/v1/chat/completions", one.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
 }
 
 }  // namespace

@@ -80,6 +80,38 @@ uint64_t NextCacheId() {
 BpeModel::BpeModel(BpeOptions options)
     : options_(std::move(options)), cache_id_(NextCacheId()) {}
 
+size_t BpeModel::MinIds(absl::string_view word) const {
+  if (word.empty()) return 0;
+  if (options_.fuse_unk || max_token_bytes_ == 0) return 1;
+  if (!options_.has_unk_token) {
+    // Without an unknown token a character not in the vocabulary (and not
+    // covered by byte fallback) gives no id at all.
+    absl::string_view last_known;
+    size_t pos = 0;
+    while (pos < word.size()) {
+      const size_t begin = pos;
+      pos += std::max<size_t>(
+          1, unicode::SequenceLength(static_cast<unsigned char>(word[pos])));
+      pos = std::min(pos, word.size());
+      const absl::string_view c = word.substr(begin, pos - begin);
+      if (c.size() == 1 && single_byte_token_[static_cast<unsigned char>(c[0])])
+        continue;
+      if (c == last_known) continue;  // runs of one character are common
+      if (vocab_.contains(c)) {
+        last_known = c;
+        continue;
+      }
+      if (options_.byte_fallback) {
+        bool all_bytes = true;
+        for (unsigned char b : c) all_bytes = all_bytes && byte_ids_[b] >= 0;
+        if (all_bytes) continue;
+      }
+      return 0;
+    }
+  }
+  return (word.size() + max_token_bytes_ - 1) / max_token_bytes_;
+}
+
 absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(Vocab vocab,
                                                            const Merges& merges,
                                                            BpeOptions options) {
@@ -98,6 +130,10 @@ absl::StatusOr<std::unique_ptr<BpeModel>> BpeModel::Create(Vocab vocab,
   for (const auto& [token, id] : vocab) {
     model->id_to_token_[id] = token;
     model->has_id_[id] = true;
+    model->max_token_bytes_ = std::max(model->max_token_bytes_, token.size());
+    if (token.size() == 1) {
+      model->single_byte_token_[static_cast<unsigned char>(token[0])] = true;
+    }
   }
   model->vocab_ = std::move(vocab);
 

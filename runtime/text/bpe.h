@@ -58,6 +58,15 @@ class BpeModel {
   absl::Status Tokenize(absl::string_view word,
                         std::vector<int32_t>* ids) const;
 
+  // A lower bound on the ids Tokenize(word) appends: every id stands for at
+  // most the bytes of its vocabulary string, so ceil(size / longest
+  // vocabulary string) when no character can vanish (each is a vocabulary
+  // token, or becomes the unknown token or bytes); 1 when consecutive
+  // unknown characters fuse into one id; 0 when a character would be
+  // dropped (HF drops unknown characters without an unk token). Linear in
+  // the word, with no allocation: cheap next to merging it.
+  size_t MinIds(absl::string_view word) const;
+
   // -1 when `token` is not in the vocabulary.
   int32_t TokenToId(absl::string_view token) const;
   // nullptr when no vocabulary token has this id.
@@ -91,6 +100,8 @@ class BpeModel {
   Vocab vocab_;
   std::vector<std::string> id_to_token_;
   std::vector<bool> has_id_;
+  size_t max_token_bytes_ = 0;        // the longest vocabulary string
+  bool single_byte_token_[256] = {};  // one-byte strings in the vocabulary
   absl::flat_hash_map<uint64_t, Merge> merges_;
   // "<0xXX>" ids for byte fallback, -1 where the vocabulary lacks one.
   int32_t byte_ids_[256];

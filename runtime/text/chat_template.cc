@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/core/json_limits.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -155,6 +156,18 @@ absl::StatusOr<std::string> ChatTemplate::Render(
   if (!extra_context.is_null() && !extra_context.is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat(kPrefix, "extra context must be a JSON object"));
+  }
+  // Checked before anything is copied: copying a JSON value recurses once per
+  // level, as does the conversion to template values (which checks again).
+  if (absl::Status deep = jinja::CheckJsonDepth(messages, kMaxJsonDepth);
+      !deep.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kPrefix, "messages: ", deep.message()));
+  }
+  if (absl::Status deep = jinja::CheckJsonDepth(extra_context, kMaxJsonDepth);
+      !deep.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kPrefix, "extra context: ", deep.message()));
   }
   // The variables transformers passes: special tokens, then messages, tools,
   // documents and add_generation_prompt, then the caller's keyword arguments

@@ -266,6 +266,76 @@ TEST(ChatTemplateTest, ErrorsArePrefixed) {
             "chat template: unsupported filter \"wordwrap\" (line 2)");
 }
 
+// `depth` nested arrays around 1, parsed (nlohmann's parser and destructor
+// do not recurse; copies and conversions do).
+ordered_json Nested(int depth) {
+  std::string text(static_cast<size_t>(depth), '[');
+  text += "1";
+  text.append(static_cast<size_t>(depth), ']');
+  return ordered_json::parse(text);
+}
+
+// 20,000 levels (40 KB) in a message field, in tools or in a
+// chat_template_kwargs variable: a 400 that says why, not a crash, even when
+// the caller did not check the text first.
+TEST(ChatTemplateTest, DeeplyNestedRequestJsonIsAnError) {
+  const ChatTemplate t = LoadFixture("qwen3", Qwen3Tokens());
+  ordered_json messages =
+      ordered_json::parse(R"json([{"role": "user", "content": "Hi"}])json");
+  messages[0]["extra"] = Nested(20000);
+  absl::StatusOr<std::string> out = t.Render(messages, true);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.status().message(),
+            "chat template: messages: JSON nested deeper than 64 levels");
+
+  messages[0].erase("extra");
+  ordered_json extra = ordered_json::object();
+  extra["tools"] = ordered_json::array({Nested(20000)});
+  out = t.Render(messages, true, extra);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.status().message(),
+            "chat template: extra context: JSON nested deeper than 64 levels");
+
+  extra = ordered_json::object();
+  extra["my_kwarg"] = Nested(20000);
+  out = t.Render(messages, true, extra);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+
+  // Nesting up to the limit renders (the tool schema is printed by tojson).
+  extra = ordered_json::object();
+  extra["tools"] = ordered_json::array({Nested(62)});
+  out = t.Render(messages, true, extra);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(absl::StrContains(*out, std::string(62, '[') + "1"));
+}
+
+// A runaway template is the request's or the template's fault: 400, never
+// ResourceExhausted (which the server answers with a retryable 429).
+TEST(ChatTemplateTest, RunawayTemplatesAreInvalidArgument) {
+  const ordered_json hi =
+      ordered_json::parse(R"json([{"role": "user", "content": "Hi"}])json");
+  for (const char* source : {
+           "{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}",
+           "{% for i in range(100000) %}{% for j in range(100000) %}"
+           "{% endfor %}{% endfor %}",
+           "{{ range(1000000)|length }}",
+           "{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}",
+           "{% set ns = namespace(x=none) %}{% for i in range(1000) %}"
+           "{% set ns.x = [ns.x] %}{% endfor %}",
+           "{{ 'x' * 100000000 }}",
+       }) {
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::FromString(source, {});
+    ASSERT_TRUE(t.ok()) << t.status();
+    absl::StatusOr<std::string> out = t->Render(hi, true);
+    ASSERT_FALSE(out.ok()) << source;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
+        << source << ": " << out.status();
+    EXPECT_TRUE(absl::StartsWith(out.status().message(), "chat template: "));
+  }
+}
+
 TEST(ChatTemplateTest, FromTokenizerConfigReadsTheSharedQwen3Tokenizer) {
   absl::StatusOr<ChatTemplate> t = ChatTemplate::FromTokenizerConfig(
       RunfilesRoot() + "/shared/tokenizers/qwen3");

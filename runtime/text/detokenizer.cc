@@ -19,31 +19,35 @@ bool EndsWith(absl::string_view text, absl::string_view suffix) {
 IncrementalDetokenizer::IncrementalDetokenizer(
     const Tokenizer* tokenizer, absl::Span<const int32_t> prompt_ids,
     bool skip_special_tokens)
-    : tokenizer_(tokenizer), skip_special_tokens_(skip_special_tokens) {
+    : IncrementalDetokenizer(tokenizer, prompt_ids,
+                             DecodeOptions{skip_special_tokens, false}) {
+  with_options_ = false;
+}
+
+IncrementalDetokenizer::IncrementalDetokenizer(
+    const Tokenizer* tokenizer, absl::Span<const int32_t> prompt_ids,
+    const DecodeOptions& options)
+    : tokenizer_(tokenizer), options_(options), with_options_(true) {
   const size_t context = std::min(prompt_ids.size(), kInitialContext);
   ids_.assign(prompt_ids.end() - context, prompt_ids.end());
   prefix_offset_ = 0;
   read_offset_ = ids_.size();
 }
 
-IncrementalDetokenizer::IncrementalDetokenizer(
-    const Tokenizer* tokenizer, absl::Span<const int32_t> prompt_ids,
-    const DecodeOptions& options)
-    // TODO(text): spaces_between_special_tokens.
-    : IncrementalDetokenizer(tokenizer, prompt_ids,
-                             options.skip_special_tokens) {}
+absl::StatusOr<std::string> IncrementalDetokenizer::Decode(
+    absl::Span<const int32_t> ids) const {
+  if (with_options_) return tokenizer_->Decode(ids, options_);
+  return tokenizer_->Decode(ids, options_.skip_special_tokens);
+}
 
 absl::StatusOr<std::string> IncrementalDetokenizer::PendingText(
     bool* complete) const {
   const absl::Span<const int32_t> all(ids_);
   ASSIGN_OR_RETURN(
       const std::string prefix_text,
-      tokenizer_->Decode(
-          all.subspan(prefix_offset_, read_offset_ - prefix_offset_),
-          skip_special_tokens_));
-  ASSIGN_OR_RETURN(
-      const std::string new_text,
-      tokenizer_->Decode(all.subspan(prefix_offset_), skip_special_tokens_));
+      Decode(all.subspan(prefix_offset_, read_offset_ - prefix_offset_)));
+  ASSIGN_OR_RETURN(const std::string new_text,
+                   Decode(all.subspan(prefix_offset_)));
   // A trailing U+FFFD means the last character is not complete yet.
   *complete = new_text.size() > prefix_text.size() &&
               !EndsWith(new_text, kReplacementCharacter);

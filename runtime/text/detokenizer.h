@@ -13,8 +13,12 @@
 // scheme is vLLM's detokenize_incrementally.)
 //
 // Concatenating every Append result and Finish() equals
-// tokenizer.DecodeSuffix(prompt + generated, prompt.size(),
-// skip_special_tokens).
+// tokenizer.DecodeSuffix(prompt + generated, prompt.size(), options) — with
+// the DecodeOptions constructor vLLM's output text (Decode(ids, options)), with
+// the bool one Tessera's own rendering (Decode(ids, skip_special_tokens)).
+// Each window is decoded on its own, as vLLM's slow detokenizer does, which
+// is what makes a tokenizer.model's segments come out the same streamed as
+// decoded whole.
 #ifndef TESSERA_RUNTIME_TEXT_DETOKENIZER_H_
 #define TESSERA_RUNTIME_TEXT_DETOKENIZER_H_
 
@@ -32,9 +36,11 @@ class IncrementalDetokenizer {
  public:
   // `tokenizer` must outlive this object. `prompt_ids` give the left context of
   // the first generated token (only their last few tokens are decoded).
+  // Tessera's rendering: Decode(ids, skip_special_tokens).
   IncrementalDetokenizer(const Tokenizer* tokenizer,
                          absl::Span<const int32_t> prompt_ids,
                          bool skip_special_tokens);
+  // vLLM's rendering: Decode(ids, options).
   IncrementalDetokenizer(const Tokenizer* tokenizer,
                          absl::Span<const int32_t> prompt_ids,
                          const DecodeOptions& options);
@@ -53,12 +59,15 @@ class IncrementalDetokenizer {
   // `complete` says whether it ends on a whole character (so it may be
   // emitted).
   absl::StatusOr<std::string> PendingText(bool* complete) const;
+  // `ids` decoded with the rendering the constructor chose.
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const;
 
   // How many prompt tokens of left context the first decode gets.
   static constexpr size_t kInitialContext = 5;
 
   const Tokenizer* tokenizer_;
-  bool skip_special_tokens_;
+  DecodeOptions options_;
+  bool with_options_;  // Decode(ids, options_) rather than the bool form
   std::vector<int32_t> ids_;
   size_t prefix_offset_;  // Start of the decode window.
   size_t read_offset_;    // Tokens before this have been emitted.

@@ -270,6 +270,7 @@ absl::Status SplitByChar(Predicate is_match, SplitBehavior behavior,
 class UnicodeNormalizer final : public Normalizer {
  public:
   explicit UnicodeNormalizer(unicode::NormalizationForm form) : form_(form) {}
+  bool KeepsAscii() const override { return true; }
   absl::Status Normalize(std::string* text, bool*) const override {
     *text = unicode::Normalize(*text, form_);
     return absl::OkStatus();
@@ -373,6 +374,12 @@ class SequenceNormalizer final : public Normalizer {
  public:
   explicit SequenceNormalizer(std::vector<std::unique_ptr<Normalizer>> parts)
       : parts_(std::move(parts)) {}
+  bool KeepsAscii() const override {
+    for (const auto& n : parts_) {
+      if (!n->KeepsAscii()) return false;
+    }
+    return true;
+  }
   absl::Status Normalize(std::string* text, bool* origin_kept) const override {
     for (const auto& part : parts_) {
       RETURN_IF_ERROR(part->Normalize(text, origin_kept));

@@ -42,6 +42,9 @@ class Normalizer {
   // character was removed (so the result no longer starts at offset 0).
   virtual absl::Status Normalize(std::string* text,
                                  bool* origin_kept) const = 0;
+  // Whether Normalize leaves every all-ASCII text as it is (the Unicode
+  // normal forms, and sequences of them), so such text need not be copied.
+  virtual bool KeepsAscii() const { return false; }
 };
 
 // Pre-tokenizers stream: each piece goes through every later stage and on to

@@ -250,7 +250,9 @@ absl::Status Regex::ForEachMatch(
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
-      return absl::ResourceExhaustedError(
+      // A property of the text (a run too long for the matcher's limits),
+      // not of the server's load: never ResourceExhausted (HTTP 429).
+      return absl::InvalidArgumentError(
           absl::StrCat("regex \"", pattern_, "\" failed: ", Pcre2Error(rc)));
     }
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(state.match_data);

@@ -284,7 +284,9 @@ class AddedTokenMatcher {
     if (nodes_[node].token < 0) nodes_[node].token = token;
   }
 
-  void FindAll(absl::string_view text, std::vector<Match>* out) const {
+  // Calls `found` with each match in order until it returns false.
+  template <typename Found>
+  void FindAll(absl::string_view text, Found found) const {
     size_t pos = 0;
     while (pos < text.size()) {
       int32_t node = root_[static_cast<unsigned char>(text[pos])];
@@ -309,7 +311,7 @@ class AddedTokenMatcher {
         ++pos;
         continue;
       }
-      out->push_back({pos, best_end, best_token});
+      if (!found(Match{pos, best_end, best_token})) return;
       pos = best_end;
     }
   }
@@ -353,16 +355,19 @@ char32_t FirstCodePoint(absl::string_view s) {
 }
 
 // HF's AddedVocabulary::find_matches: cuts `text` at the added tokens that
-// `matcher` finds, applying single_word, lstrip and rstrip.
-void SplitOnAddedTokens(absl::string_view text,
+// `matcher` finds, applying single_word, lstrip and rstrip. Each added token
+// kept becomes one id, so false (and `sections` incomplete) as soon as more
+// than `max_tokens` are kept: memory stays proportional to the limit.
+bool SplitOnAddedTokens(absl::string_view text,
                         const AddedTokenMatcher& matcher,
                         const std::vector<AddedToken>& tokens,
-                        std::vector<Section>* sections) {
+                        std::vector<Section>* sections,
+                        int64_t max_tokens = INT64_MAX) {
   sections->clear();
-  std::vector<AddedTokenMatcher::Match> matches;
-  matcher.FindAll(text, &matches);
   size_t start_offset = 0;
-  for (const auto& m : matches) {
+  int64_t kept = 0;
+  bool fits = true;
+  matcher.FindAll(text, [&](const AddedTokenMatcher::Match& m) {
     const AddedToken& token = tokens[m.token];
     size_t start = m.begin;
     size_t stop = m.end;
@@ -373,7 +378,7 @@ void SplitOnAddedTokens(absl::string_view text,
       const bool stop_space =
           stop == text.size() ||
           !unicode::IsWordChar(FirstCodePoint(text.substr(stop)));
-      if (!start_space || !stop_space) continue;
+      if (!start_space || !stop_space) return true;
     }
     if (token.lstrip) {
       // Back over the whitespace before the token, but never into what an
@@ -401,10 +406,14 @@ void SplitOnAddedTokens(absl::string_view text,
     if (start_offset < start) sections->push_back({start_offset, start, -1});
     sections->push_back({start, stop, m.token});
     start_offset = stop;
-  }
+    if (++kept > max_tokens) fits = false;
+    return fits;
+  });
+  if (!fits) return false;
   if (start_offset != text.size()) {
     sections->push_back({start_offset, text.size(), -1});
   }
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -521,6 +530,8 @@ class HfTokenizer final : public Tokenizer {
 
   absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view text) const override;
+  absl::StatusOr<std::vector<int32_t>> EncodeAtMost(
+      absl::string_view text, int64_t max_tokens) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
                                      bool skip_special_tokens) const override;
   int32_t vocab_size() const override { return vocab_size_; }
@@ -539,12 +550,22 @@ class HfTokenizer final : public Tokenizer {
  private:
   absl::Status ParseAddedTokens(const json& list);
   absl::Status ApplyConfig(absl::string_view config_json, int32_t template_bos);
+  // Encode, stopping with TooManyTokens() as soon as more than `max_tokens`
+  // ids are certain: pre-tokens stream into the model one at a time, and a
+  // pre-token is not tokenized when the ids it must give (BpeModel::MinIds)
+  // would pass the limit.
+  absl::StatusOr<std::vector<int32_t>> EncodeLimited(absl::string_view text,
+                                                     int64_t max_tokens) const;
   // Normalizes and tokenizes text between raw-matched added tokens.
   absl::Status EncodeSection(absl::string_view section, bool at_origin,
+                             int64_t max_tokens,
                              std::vector<int32_t>* ids) const;
   // Pre-tokenizes and tokenizes normalized text.
   absl::Status EncodeNormalized(absl::string_view text, bool at_origin,
+                                int64_t max_tokens,
                                 std::vector<int32_t>* ids) const;
+  absl::Status TokenizeWord(absl::string_view word, int64_t max_tokens,
+                            std::vector<int32_t>* ids) const;
 
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<hf::Normalizer> normalizer_;
@@ -809,32 +830,64 @@ absl::Status HfTokenizer::ApplyConfig(absl::string_view config_json,
   return absl::OkStatus();
 }
 
+absl::Status TooManyTokens(int64_t max_tokens) {
+  return absl::OutOfRangeError(
+      absl::StrCat("the text has more than ", max_tokens, " tokens"));
+}
+
+bool IsAscii(absl::string_view s) {
+  for (const char c : s) {
+    if (static_cast<unsigned char>(c) >= 0x80) return false;
+  }
+  return true;
+}
+
 absl::StatusOr<std::vector<int32_t>> HfTokenizer::Encode(
     absl::string_view text) const {
+  return EncodeLimited(text, INT64_MAX);
+}
+
+absl::StatusOr<std::vector<int32_t>> HfTokenizer::EncodeAtMost(
+    absl::string_view text, int64_t max_tokens) const {
+  return EncodeLimited(text, std::max<int64_t>(max_tokens, 0));
+}
+
+absl::StatusOr<std::vector<int32_t>> HfTokenizer::EncodeLimited(
+    absl::string_view text, int64_t max_tokens) const {
   if (!unicode::IsValidUtf8(text)) {
     return absl::InvalidArgumentError("Encode: text is not valid UTF-8");
   }
   std::vector<int32_t> ids;
-  ids.reserve(text.size() / 3 + 4);
+  ids.reserve(static_cast<size_t>(
+      std::min<int64_t>(static_cast<int64_t>(text.size() / 3 + 4),
+                        max_tokens == INT64_MAX ? INT64_MAX : max_tokens + 1)));
   std::vector<Section> sections;
-  SplitOnAddedTokens(text, raw_matcher_, added_, &sections);
+  if (!SplitOnAddedTokens(text, raw_matcher_, added_, &sections, max_tokens)) {
+    return TooManyTokens(max_tokens);
+  }
   for (const Section& s : sections) {
     if (s.token >= 0) {
       ids.push_back(added_[s.token].id);
-      continue;
+    } else {
+      RETURN_IF_ERROR(EncodeSection(text.substr(s.begin, s.end - s.begin),
+                                    s.begin == 0, max_tokens, &ids));
     }
-    RETURN_IF_ERROR(EncodeSection(text.substr(s.begin, s.end - s.begin),
-                                  s.begin == 0, &ids));
+    if (static_cast<int64_t>(ids.size()) > max_tokens) {
+      return TooManyTokens(max_tokens);
+    }
   }
   return ids;
 }
 
 absl::Status HfTokenizer::EncodeSection(absl::string_view section,
-                                        bool at_origin,
+                                        bool at_origin, int64_t max_tokens,
                                         std::vector<int32_t>* ids) const {
   std::string normalized_storage;
   absl::string_view normalized = section;
-  if (normalizer_ != nullptr) {
+  // Unicode normal forms leave ASCII alone: no copy of a (possibly huge)
+  // ASCII prompt.
+  if (normalizer_ != nullptr &&
+      !(normalizer_->KeepsAscii() && IsAscii(section))) {
     normalized_storage.assign(section.data(), section.size());
     bool origin_kept = true;
     RETURN_IF_ERROR(normalizer_->Normalize(&normalized_storage, &origin_kept));
@@ -843,30 +896,54 @@ absl::Status HfTokenizer::EncodeSection(absl::string_view section,
   }
   if (normalized.empty()) return absl::OkStatus();
   if (normalized_matcher_.empty()) {
-    return EncodeNormalized(normalized, at_origin, ids);
+    return EncodeNormalized(normalized, at_origin, max_tokens, ids);
   }
   std::vector<Section> sections;
-  SplitOnAddedTokens(normalized, normalized_matcher_, added_, &sections);
+  const int64_t room = max_tokens - static_cast<int64_t>(ids->size());
+  if (!SplitOnAddedTokens(normalized, normalized_matcher_, added_, &sections,
+                          room)) {
+    return TooManyTokens(max_tokens);
+  }
   for (const Section& s : sections) {
     if (s.token >= 0) {
       ids->push_back(added_[s.token].id);
+      if (static_cast<int64_t>(ids->size()) > max_tokens) {
+        return TooManyTokens(max_tokens);
+      }
       continue;
     }
     RETURN_IF_ERROR(
         EncodeNormalized(normalized.substr(s.begin, s.end - s.begin),
-                         at_origin && s.begin == 0, ids));
+                         at_origin && s.begin == 0, max_tokens, ids));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HfTokenizer::TokenizeWord(absl::string_view word,
+                                       int64_t max_tokens,
+                                       std::vector<int32_t>* ids) const {
+  // A word too long for the ids left is refused before the (superlinear)
+  // merging, which is what makes one huge word cheap to refuse.
+  if (max_tokens != INT64_MAX &&
+      static_cast<int64_t>(ids->size() + model_->MinIds(word)) > max_tokens) {
+    return TooManyTokens(max_tokens);
+  }
+  RETURN_IF_ERROR(model_->Tokenize(word, ids));
+  if (static_cast<int64_t>(ids->size()) > max_tokens) {
+    return TooManyTokens(max_tokens);
   }
   return absl::OkStatus();
 }
 
 absl::Status HfTokenizer::EncodeNormalized(absl::string_view text,
-                                           bool at_origin,
+                                           bool at_origin, int64_t max_tokens,
                                            std::vector<int32_t>* ids) const {
-  if (pre_tokenizer_ == nullptr) return model_->Tokenize(text, ids);
-  return pre_tokenizer_->PreTokenize(hf::PreToken{text, at_origin},
-                                     [this, ids](hf::PreToken piece) {
-                                       return model_->Tokenize(piece.text, ids);
-                                     });
+  if (pre_tokenizer_ == nullptr) return TokenizeWord(text, max_tokens, ids);
+  return pre_tokenizer_->PreTokenize(
+      hf::PreToken{text, at_origin},
+      [this, max_tokens, ids](hf::PreToken piece) {
+        return TokenizeWord(piece.text, max_tokens, ids);
+      });
 }
 
 absl::StatusOr<std::string> HfTokenizer::Decode(

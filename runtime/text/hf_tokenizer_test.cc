@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "runtime/text/hf_regex.h"
@@ -438,6 +440,13 @@ TEST_P(SmallTokenizerTest, MatchesHuggingFace) {
   auto skipped = (*tok)->Decode(c.ids, /*skip_special_tokens=*/true);
   ASSERT_TRUE(skipped.ok()) << skipped.status();
   EXPECT_EQ(*skipped, c.decoded_skip);
+  // A tokenizer.json is vLLM's fast path: spaces_between_special_tokens
+  // changes nothing.
+  for (bool spaces : {false, true}) {
+    EXPECT_EQ(*(*tok)->Decode(c.ids, DecodeOptions{false, spaces}), c.decoded);
+    EXPECT_EQ(*(*tok)->Decode(c.ids, DecodeOptions{true, spaces}),
+              c.decoded_skip);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(All, SmallTokenizerTest,
@@ -734,6 +743,26 @@ TEST_F(Qwen3Test, DecodeSpecialTokens) {
   EXPECT_EQ(*tok_->Decode({151657, 9707, 151644}, true), "<tool_call>Hello");
 }
 
+// vLLM's fast path (FastIncrementalDetokenizer over tokenizers' DecodeStream)
+// gives the same text whatever spaces_between_special_tokens says: its one
+// use of the flag, an added token right after an added token printed as its
+// content, is what ByteLevel decoding prints for <|im_end|> anyway.
+TEST_F(Qwen3Test, DecodeIgnoresSpacesBetweenSpecialTokens) {
+  const std::vector<int32_t> ids = {151644, 872,    198,  6023,  151645,
+                                    151645, 151657, 9707, 151644};
+  for (bool skip : {false, true}) {
+    const std::string expected = *tok_->Decode(ids, skip);
+    for (bool spaces : {false, true}) {
+      EXPECT_EQ(*tok_->Decode(ids, DecodeOptions{skip, spaces}), expected);
+      EXPECT_EQ(*tok_->DecodeSuffix(ids, 4, DecodeOptions{skip, spaces}),
+                *tok_->DecodeSuffix(ids, 4, skip));
+    }
+  }
+  EXPECT_EQ(*tok_->Decode(ids, DecodeOptions{false, true}),
+            "<|im_start|>user\nhi<|im_end|><|im_end|><tool_call>Hello"
+            "<|im_start|>");
+}
+
 TEST_F(Qwen3Test, DecodeIncompleteUtf8) {
   // 126 is byte 0xC2 alone: a lone lead byte decodes to U+FFFD.
   EXPECT_EQ(*tok_->Decode({126}), "\ufffd");
@@ -900,6 +929,96 @@ TEST(UnicodeTest, NormalizeFastPathMatchesUtf8proc) {
       ASSERT_EQ(unicode::Normalize(text, forms[f]), expected)
           << "form " << f << " text " << text;
     }
+  }
+}
+
+// --- EncodeAtMost ------------------------------------------------------------
+
+// Texts of the shapes that matter: words, added tokens, long words, runs of
+// spaces and newlines, non-ASCII (normalized), digits.
+std::vector<std::string> AtMostTexts() {
+  std::string long_text;
+  for (int i = 0; i < 400; ++i) {
+    absl::StrAppend(&long_text, "Line ", i, ": héllo wörld,   tabs\t\tand ",
+                    "<|im_start|>user\n", std::string(i % 7, ' '), "\n");
+  }
+  return {"",
+          "Hello world",
+          "<|im_start|>user\nHi there!<|im_end|>\n<|im_start|>assistant\n",
+          std::string(3000, 'a'),
+          std::string(5000, ' ') + "x",
+          "e\xcc\x81t\xc3\xa9 \xe6\x97\xa5\xe6\x9c\xac\xe8\xaa\x9e 12345678",
+          long_text};
+}
+
+void ExpectEncodeAtMostMatchesEncode(const Tokenizer& tok) {
+  for (const std::string& text : AtMostTexts()) {
+    absl::StatusOr<std::vector<int32_t>> full = tok.Encode(text);
+    ASSERT_TRUE(full.ok()) << full.status();
+    const int64_t n = static_cast<int64_t>(full->size());
+    for (int64_t limit : {n, n + 1, n * 2 + 10}) {
+      absl::StatusOr<std::vector<int32_t>> at_most =
+          tok.EncodeAtMost(text, limit);
+      ASSERT_TRUE(at_most.ok()) << at_most.status();
+      EXPECT_EQ(*at_most, *full) << text.substr(0, 40);
+    }
+    for (int64_t limit : {n - 1, n / 2, int64_t{0}}) {
+      if (limit < 0 || limit >= n) continue;
+      absl::StatusOr<std::vector<int32_t>> at_most =
+          tok.EncodeAtMost(text, limit);
+      EXPECT_EQ(at_most.status().code(), absl::StatusCode::kOutOfRange)
+          << text.substr(0, 40) << " limit " << limit;
+    }
+  }
+}
+
+TEST(HfEncodeAtMostTest, SameIdsAsEncodeOnTheFixtures) {
+  for (auto& [name, tok_json] : SmallTokenizers()) {
+    SCOPED_TRACE(name);
+    auto tok = LoadFromFiles("atmost_" + name, tok_json.dump());
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    ExpectEncodeAtMostMatchesEncode(**tok);
+  }
+}
+
+TEST_F(Qwen3Test, EncodeAtMostMatchesEncode) {
+  ExpectEncodeAtMostMatchesEncode(*tok_);
+}
+
+// 50 MB against a 40,960-token limit: refused after about the limit's worth
+// of work. Without the early stop, one word of 50 MB alone takes minutes of
+// BPE merging and gigabytes of memory; here every shape finishes at once (the
+// time is in the log, not asserted).
+TEST_F(Qwen3Test, EncodeAtMostGivesUpEarlyOnHugeText) {
+  constexpr size_t kBytes = size_t{50} << 20;
+  std::string words;
+  while (words.size() < kBytes) words += "The quick brown fox jumps. ";
+  std::string specials;
+  while (specials.size() < kBytes) specials += "<|im_start|>";
+  const std::vector<std::pair<const char*, std::string>> inputs = {
+      {"words", std::move(words)},
+      {"one word", std::string(kBytes, 'a')},
+      {"spaces", std::string(kBytes, ' ')},
+      {"newlines", std::string(kBytes, '\n')},
+      {"added tokens", std::move(specials)},
+  };
+  for (const auto& [name, text] : inputs) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::vector<int32_t>> ids = tok_->EncodeAtMost(text, 40960);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+            .count();
+    std::printf("EncodeAtMost(50 MB of %s, 40960): %.3f s\n", name, seconds);
+    if (std::string(name) == "spaces") {
+      // PCRE2 gives up on one 50 MB whitespace run (\s+(?!\S)) before the
+      // model sees it, as Encode does: a clear 400, not a crash or a 429.
+      EXPECT_TRUE(ids.status().code() == absl::StatusCode::kOutOfRange ||
+                  ids.status().code() == absl::StatusCode::kInvalidArgument)
+          << ids.status();
+      continue;
+    }
+    EXPECT_EQ(ids.status().code(), absl::StatusCode::kOutOfRange) << name;
+    EXPECT_EQ(ids.status().message(), "the text has more than 40960 tokens");
   }
 }
 

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/core/json_limits.h"
 #include "runtime/core/status.h"
 #include "runtime/text/jinja_ast.h"
 #include "runtime/text/jinja_builtins.h"
@@ -48,6 +50,16 @@ class Interpreter {
               absl::flat_hash_map<std::string, Value> variables)
       : options_(options), variables_(std::move(variables)) {}
 
+  // Namespaces are the one mutable object, so they can form cycles
+  // ({% set ns.x = ns %}) and chains of any length (each link set after it
+  // was built), which shared ownership would leak or free recursively (one
+  // stack frame per link). They all live until the render ends; then each is
+  // emptied while the others are still held, so nothing is freed deeper than
+  // one namespace.
+  ~Interpreter() {
+    for (const Value& ns : namespaces_) ns.namespace_attrs() = Dict();
+  }
+
   absl::Status Run(const StmtList& body, std::string* out) {
     Frame* root = NewFrame(nullptr);
     Flow flow = Flow::kNormal;
@@ -83,7 +95,7 @@ class Interpreter {
 
   absl::Status Step() {
     if (++steps_ > options_.max_steps) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "template exceeded ", options_.max_steps, " evaluation steps"));
     }
     return absl::OkStatus();
@@ -92,7 +104,7 @@ class Interpreter {
   absl::Status Append(absl::string_view text, std::string* out) const {
     out->append(text.data(), text.size());
     if (out->size() > options_.max_output_bytes) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "template output exceeded ", options_.max_output_bytes, " bytes"));
     }
     return absl::OkStatus();
@@ -116,7 +128,9 @@ class Interpreter {
         return Append(s.text, out);
       case Stmt::Kind::kOutput: {
         ASSIGN_OR_RETURN(Value v, Eval(*s.expr, frame));
-        return Append(ToPyStr(v), out);
+        if (v.is_string()) return Append(v.as_string(), out);
+        ASSIGN_OR_RETURN(std::string text, ToPyStr(v));
+        return Append(text, out);
       }
       case Stmt::Kind::kIf:
         for (size_t i = 0; i < s.conds.size(); ++i) {
@@ -193,7 +207,8 @@ class Interpreter {
     if (s.attr.empty())
       return BindTargets(s.targets, s.tuple_target, value, frame);
     const Value ns = Lookup(s.targets[0], frame);
-    if (!ns.is_namespace()) {
+    // Only namespace() objects: the loop object is read-only, as in Jinja.
+    if (!ns.is_namespace() || !namespace_ids_.contains(ns.identity())) {
       return absl::InvalidArgumentError(
           "cannot assign attribute on non-namespace object");
     }
@@ -325,7 +340,7 @@ class Interpreter {
   absl::StatusOr<Value> CallMacro(const Stmt& macro, Frame* defining,
                                   CallArgs args) {
     if (call_depth_ >= options_.max_call_depth) {
-      return absl::ResourceExhaustedError(absl::StrCat(
+      return absl::InvalidArgumentError(absl::StrCat(
           "macro calls nested deeper than ", options_.max_call_depth));
     }
     const std::vector<std::string>& params = macro.targets;
@@ -408,9 +423,12 @@ class Interpreter {
     if (name == "range") {
       fn = MakeFunction(name, Range);
     } else if (name == "namespace") {
-      fn = MakeFunction(name, [](CallArgs args) -> absl::StatusOr<Value> {
+      fn = MakeFunction(name, [this](CallArgs args) -> absl::StatusOr<Value> {
         ASSIGN_OR_RETURN(Dict attrs, DictFromArgs("namespace", args));
-        return Value::NewNamespace(std::move(attrs));
+        Value ns = Value::NewNamespace(std::move(attrs));
+        namespaces_.push_back(ns);
+        namespace_ids_.insert(ns.identity());
+        return ns;
       });
     } else if (name == "dict") {
       fn = MakeFunction(name, [](CallArgs args) -> absl::StatusOr<Value> {
@@ -419,8 +437,11 @@ class Interpreter {
       });
     } else if (name == "raise_exception") {
       fn = MakeFunction(name, [](CallArgs args) -> absl::StatusOr<Value> {
-        absl::Status raised = absl::InvalidArgumentError(
-            args.args.empty() ? "" : ToPyStr(args.args[0]));
+        std::string message;
+        if (!args.args.empty()) {
+          ASSIGN_OR_RETURN(message, ToPyStr(args.args[0]));
+        }
+        absl::Status raised = absl::InvalidArgumentError(message);
         raised.SetPayload(kRaisePayload, absl::Cord("1"));
         return raised;
       });
@@ -468,7 +489,7 @@ class Interpreter {
     const int64_t abs_step = step > 0 ? step : -step;
     const int64_t count = span <= 0 ? 0 : (span - 1) / abs_step + 1;
     if (count > kMaxRange) {
-      return absl::ResourceExhaustedError(
+      return absl::InvalidArgumentError(
           "Range too big. The sandbox blocks ranges larger than MAX_RANGE "
           "(100000).");
     }
@@ -530,12 +551,20 @@ class Interpreter {
     // Parsing bounds one expression's depth; this bounds the total through
     // macro calls, so that no template can exhaust the C++ stack.
     if (eval_depth_ >= kMaxEvalDepth) {
-      return absl::ResourceExhaustedError("template nested too deeply");
+      return absl::InvalidArgumentError("template nested too deeply");
     }
     ++eval_depth_;
     absl::StatusOr<Value> v = EvalInner(e, frame);
     --eval_depth_;
     if (!v.ok()) return AtLine(v.status(), e.line);
+    // Every value a template builds passes here, so no list or dict is ever
+    // deeper than kMaxValueDepth + 1 and the walks over them stay bounded.
+    if (v->depth() > kMaxValueDepth) {
+      return AtLine(
+          absl::InvalidArgumentError(absl::StrCat("value nested deeper than ",
+                                                  kMaxValueDepth, " levels")),
+          e.line);
+    }
     return v;
   }
 
@@ -652,9 +681,14 @@ class Interpreter {
         std::string text;
         for (const ExprPtr& operand : e.operands) {
           ASSIGN_OR_RETURN(Value v, Eval(*operand, frame));
-          text += ToPyStr(v);
+          if (v.is_string()) {
+            text += v.as_string();
+          } else {
+            ASSIGN_OR_RETURN(std::string piece, ToPyStr(v));
+            text += piece;
+          }
           if (text.size() > options_.max_output_bytes) {
-            return absl::ResourceExhaustedError("string too long");
+            return absl::InvalidArgumentError("string too long");
           }
         }
         return Value::String(std::move(text));
@@ -721,6 +755,9 @@ class Interpreter {
   absl::flat_hash_map<std::string, Value> globals_;
   std::vector<std::unique_ptr<Frame>> frames_;
   size_t pinned_frames_ = 0;  // frames_[0, pinned_frames_) hold macros
+  // Every namespace() made by this render (see ~Interpreter).
+  std::vector<Value> namespaces_;
+  absl::flat_hash_set<const void*> namespace_ids_;
   int64_t steps_ = 0;
   int call_depth_ = 0;
   int eval_depth_ = 0;
@@ -744,7 +781,12 @@ absl::StatusOr<std::string> Template::Render(
   }
   absl::flat_hash_map<std::string, Value> vars;
   for (const auto& [name, value] : variables.items()) {
-    vars[name] = FromJson(value);
+    absl::StatusOr<Value> v = FromJson(value, kMaxJsonDepth);
+    if (!v.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("variable \"", name, "\": ", v.status().message()));
+    }
+    vars[name] = *std::move(v);
   }
   Interpreter interpreter(options, std::move(vars));
   std::string out;

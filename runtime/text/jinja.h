@@ -43,8 +43,12 @@
 //
 // A template's raise_exception("msg") fails with InvalidArgument whose
 // message is exactly "msg" (IsTemplateException tells it apart). A runaway
-// template (endless recursion, enormous loops, strings or output) stops with
-// ResourceExhausted; rendering needs about 1 MB of stack at most. Template is
+// template (endless recursion, enormous loops, strings, lists or output,
+// values nested deeper than 128 levels) and variables nested deeper than
+// kMaxJsonDepth stop with InvalidArgument naming the limit: these are
+// properties of the request and the template, never a reason to retry (so
+// never ResourceExhausted, which a server answers with 429). Rendering needs
+// about 1 MB of stack at most. Template is
 // immutable after Parse, so one may Render from several threads at once.
 #ifndef TESSERA_RUNTIME_TEXT_JINJA_H_
 #define TESSERA_RUNTIME_TEXT_JINJA_H_
@@ -91,6 +95,13 @@ class Template {
  private:
   std::shared_ptr<const std::vector<std::unique_ptr<Stmt>>> body_;
 };
+
+// InvalidArgument ("JSON nested deeper than 64 levels") when `json` has more
+// than `max_depth` levels of arrays/objects. Iterative (no recursion at
+// all), so it is safe on any document however it was built; run it before
+// copying a document you did not parse yourself (copies recurse). Render
+// refuses variables deeper than kMaxJsonDepth in any case.
+absl::Status CheckJsonDepth(const nlohmann::ordered_json& json, int max_depth);
 
 // Whether `status` came from the template's own raise_exception(...).
 bool IsTemplateException(const absl::Status& status);

@@ -201,7 +201,26 @@ ValueList DictKeys(const Dict& d) {
   return keys;
 }
 
-std::string HtmlEscape(absl::string_view s) {
+absl::Status TooLarge() {
+  return absl::InvalidArgumentError(
+      absl::StrCat("value too large (a string over ", kMaxStringBytes,
+                   " bytes or a list over 2^20 items)"));
+}
+
+// A string being built may not pass kMaxStringBytes.
+absl::Status CheckSize(const std::string& out) {
+  return out.size() > kMaxStringBytes ? TooLarge() : absl::OkStatus();
+}
+
+absl::StatusOr<std::string> HtmlEscape(absl::string_view s) {
+  // At most 5 more bytes per byte: check once, before building.
+  if (s.size() > kMaxStringBytes / 6) {
+    size_t n = s.size();
+    for (char c : s) {
+      if (c == '&' || c == '<' || c == '>' || c == '"' || c == '\'') n += 4;
+    }
+    if (n > kMaxStringBytes) return TooLarge();
+  }
   std::string out;
   for (char c : s) {
     switch (c) {
@@ -227,9 +246,11 @@ std::string HtmlEscape(absl::string_view s) {
   return out;
 }
 
-Value Escape(const Value& v) {
+absl::StatusOr<Value> Escape(const Value& v) {
   if (v.is_string() && v.is_markup()) return v;
-  return Value::String(HtmlEscape(ToPyStr(v)), /*markup=*/true);
+  ASSIGN_OR_RETURN(std::string text, ToPyStr(v));
+  ASSIGN_OR_RETURN(std::string escaped, HtmlEscape(text));
+  return Value::String(std::move(escaped), /*markup=*/true);
 }
 
 // Lowercases strings for case-insensitive sorting/grouping (Jinja's
@@ -394,8 +415,9 @@ std::vector<std::string> RSplitSep(absl::string_view s, absl::string_view sep,
   return out;
 }
 
-std::string Replace(absl::string_view s, absl::string_view old,
-                    absl::string_view replacement, int64_t count) {
+absl::StatusOr<std::string> Replace(absl::string_view s, absl::string_view old,
+                                    absl::string_view replacement,
+                                    int64_t count) {
   std::string out;
   if (old.empty()) {
     // Python inserts the replacement before every character and at the end.
@@ -407,6 +429,7 @@ std::string Replace(absl::string_view s, absl::string_view old,
         ++done;
       }
       out += c;
+      RETURN_IF_ERROR(CheckSize(out));
     }
     if (count < 0 || done < count) absl::StrAppend(&out, replacement);
     return out;
@@ -417,6 +440,7 @@ std::string Replace(absl::string_view s, absl::string_view old,
     const size_t found = s.find(old, start);
     if (found == absl::string_view::npos) break;
     absl::StrAppend(&out, s.substr(start, found - start), replacement);
+    RETURN_IF_ERROR(CheckSize(out));
     start = found + old.size();
     ++done;
   }
@@ -482,17 +506,21 @@ absl::StatusOr<std::string> PyFormat(absl::string_view fmt,
             absl::StrCat("KeyError: '", field, "'"));
       }
     }
-    out += ToPyStr(*value);
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(*value));
+    out += text;
+    RETURN_IF_ERROR(CheckSize(out));
   }
   return out;
 }
 
 // str.center/ljust/rjust (`how`), in code points.
-std::string Pad(absl::string_view s, int64_t width, char32_t fill,
-                absl::string_view how) {
+absl::StatusOr<std::string> Pad(absl::string_view s, int64_t width,
+                                char32_t fill, absl::string_view how) {
   const int64_t length = static_cast<int64_t>(Utf8Length(s));
   const int64_t margin = width - length;
   if (margin <= 0) return std::string(s);
+  // A fill character is at most 4 bytes.
+  if (margin > static_cast<int64_t>(kMaxStringBytes / 4)) return TooLarge();
   int64_t left = 0;
   if (how == "center") {
     left = margin / 2 + (margin & width & 1);
@@ -614,7 +642,9 @@ absl::StatusOr<Value> StringMethod(const Value& receiver,
     if (p.Has(2)) {
       ASSIGN_OR_RETURN(count, ToIndex(p.Get(2), "count"));
     }
-    return Value::String(Replace(s, old_text, new_text, count));
+    ASSIGN_OR_RETURN(std::string replaced,
+                     Replace(s, old_text, new_text, count));
+    return Value::String(std::move(replaced));
   }
   if (name == "find" || name == "rfind" || name == "index" ||
       name == "rindex" || name == "count") {
@@ -743,7 +773,8 @@ absl::StatusOr<Value> StringMethod(const Value& receiver,
             "The fill character must be exactly one character long");
       }
     }
-    return Value::String(Pad(s, width, fill[0], name));
+    ASSIGN_OR_RETURN(std::string padded, Pad(s, width, fill[0], name));
+    return Value::String(std::move(padded));
   }
   if (name == "zfill") {
     ASSIGN_OR_RETURN(Params p, Params::Bind(fn, args, {"width"}));
@@ -751,6 +782,9 @@ absl::StatusOr<Value> StringMethod(const Value& receiver,
                      ToIndex(p.Get(0, Value::Undefined()), "width"));
     const int64_t length = static_cast<int64_t>(Utf8Length(s));
     if (width <= length) return Value::String(s);
+    if (width - length > static_cast<int64_t>(kMaxStringBytes)) {
+      return TooLarge();
+    }
     const std::string zeros(static_cast<size_t>(width - length), '0');
     if (!s.empty() && (s[0] == '+' || s[0] == '-')) {
       return Value::String(s.substr(0, 1) + zeros + s.substr(1));
@@ -820,8 +854,9 @@ absl::StatusOr<Value> ListMethod(const Value& receiver, absl::string_view name,
       ++n;
     }
     if (name == "index") {
-      return absl::InvalidArgumentError(
-          absl::StrCat(ToPyRepr(needle), " is not in list"));
+      absl::StatusOr<std::string> repr = ToPyRepr(needle);
+      return absl::InvalidArgumentError(absl::StrCat(
+          repr.ok() ? *repr : TypeName(needle), " is not in list"));
     }
     return Value::Int(n);
   }
@@ -866,12 +901,7 @@ absl::Status OperandError(absl::string_view op, const Value& a,
 
 // Caps on what one operation may build, so that a template doubling a string
 // or list in a loop stops with an error instead of exhausting memory.
-constexpr size_t kMaxStringBytes = size_t{64} << 20;
-constexpr size_t kMaxListItems = size_t{1} << 24;
-
-absl::Status TooLarge() {
-  return absl::ResourceExhaustedError("value too large");
-}
+constexpr size_t kMaxListItems = size_t{1} << 20;
 
 absl::Status Overflow() {
   return absl::OutOfRangeError("integer overflow (beyond 64 bits)");
@@ -1213,6 +1243,7 @@ absl::StatusOr<Value> IndentFilter(const Value& operand, const CallArgs& args) {
     indention = width.as_string();
   } else {
     ASSIGN_OR_RETURN(int64_t n, ToIndex(width, "width"));
+    if (n > static_cast<int64_t>(kMaxStringBytes)) return TooLarge();
     indention = std::string(static_cast<size_t>(std::max<int64_t>(0, n)), ' ');
   }
   const bool first = Truthy(p.Get(1, Value::Bool(false)));
@@ -1221,17 +1252,17 @@ absl::StatusOr<Value> IndentFilter(const Value& operand, const CallArgs& args) {
   const std::vector<std::string> lines =
       PySplitLines(operand.as_string() + "\n");
   std::string rv;
-  if (blank) {
-    rv = absl::StrJoin(lines, "\n" + indention);
-  } else if (!lines.empty()) {
+  if (!lines.empty()) {
     rv = lines[0];
     for (size_t i = 1; i < lines.size(); ++i) {
       rv += "\n";
-      if (!lines[i].empty()) rv += indention;
+      if (blank || !lines[i].empty()) rv += indention;
       rv += lines[i];
+      RETURN_IF_ERROR(CheckSize(rv));
     }
   }
   if (first) rv = indention + rv;
+  RETURN_IF_ERROR(CheckSize(rv));
   return Value::String(std::move(rv));
 }
 
@@ -1503,8 +1534,10 @@ Value GetItem(const Value& obj, const Value& key) {
   }
   // The sandbox falls back to the attribute for string keys.
   if (key.is_string()) return GetAttr(obj, key.as_string());
-  return Value::Undefined(absl::StrCat(
-      "'", TypeName(obj), " object' has no attribute ", ToPyRepr(key)));
+  absl::StatusOr<std::string> repr = ToPyRepr(key);
+  return Value::Undefined(absl::StrCat("'", TypeName(obj),
+                                       " object' has no attribute ",
+                                       repr.ok() ? *repr : TypeName(key)));
 }
 
 absl::StatusOr<Value> GetSlice(const Value& obj, const Value& start,
@@ -1561,10 +1594,15 @@ absl::StatusOr<Value> BinaryOp(absl::string_view op, const Value& a,
     if (a.is_string() && b.is_string()) {
       if (a.is_markup() || b.is_markup()) {
         // Markup.__add__/__radd__ escape the plain operand.
-        const std::string left =
-            a.is_markup() ? a.as_string() : HtmlEscape(a.as_string());
-        const std::string right =
-            b.is_markup() ? b.as_string() : HtmlEscape(b.as_string());
+        std::string left = a.as_string();
+        if (!a.is_markup()) {
+          ASSIGN_OR_RETURN(left, HtmlEscape(a.as_string()));
+        }
+        std::string right = b.as_string();
+        if (!b.is_markup()) {
+          ASSIGN_OR_RETURN(right, HtmlEscape(b.as_string()));
+        }
+        if (left.size() + right.size() > kMaxStringBytes) return TooLarge();
         return Value::String(left + right, /*markup=*/true);
       }
       if (a.as_string().size() + b.as_string().size() > kMaxStringBytes) {
@@ -1652,8 +1690,9 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
       return TypeError("strip arg must be None or str");
     }
     std::string set = chars.is_string() ? chars.as_string() : "";
-    return Value::String(PyStrip(ToPyStr(operand),
-                                 chars.is_none() ? nullptr : &set, true, true));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(
+        PyStrip(text, chars.is_none() ? nullptr : &set, true, true));
   }
   if (name == "length" || name == "count") {
     RETURN_IF_ERROR(no_args());
@@ -1662,24 +1701,29 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
   }
   if (name == "lower") {
     RETURN_IF_ERROR(no_args());
-    return Value::String(PyLower(ToPyStr(operand)));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(PyLower(text));
   }
   if (name == "upper") {
     RETURN_IF_ERROR(no_args());
-    return Value::String(PyUpper(ToPyStr(operand)));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(PyUpper(text));
   }
   if (name == "title") {
     RETURN_IF_ERROR(no_args());
-    return Value::String(JinjaTitle(ToPyStr(operand)));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(JinjaTitle(text));
   }
   if (name == "capitalize") {
     RETURN_IF_ERROR(no_args());
-    return Value::String(PyCapitalize(ToPyStr(operand)));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(PyCapitalize(text));
   }
   if (name == "string") {
     RETURN_IF_ERROR(no_args());
     if (operand.is_string()) return operand;
-    return Value::String(ToPyStr(operand));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(std::move(text));
   }
   if (name == "int") return IntFilter(operand, args);
   if (name == "float") return FloatFilter(operand, args);
@@ -1720,14 +1764,21 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
   }
   if (name == "join") {
     ASSIGN_OR_RETURN(Params p, Params::Bind(fn, args, {"d", "attribute"}));
-    const std::string separator = ToPyStr(p.Get(0, Value::String("")));
+    ASSIGN_OR_RETURN(const std::string separator,
+                     ToPyStr(p.Get(0, Value::String(""))));
     const ValueList parts = AttributeParts(p.Get(1));
     ASSIGN_OR_RETURN(ValueList items, Iterate(operand));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
       ASSIGN_OR_RETURN(Value item, FollowPath(items[i], parts));
       if (i > 0) out += separator;
-      out += ToPyStr(item);
+      if (item.is_string()) {
+        out += item.as_string();
+      } else {
+        ASSIGN_OR_RETURN(std::string text, ToPyStr(item));
+        out += text;
+      }
+      RETURN_IF_ERROR(CheckSize(out));
     }
     return Value::String(std::move(out));
   }
@@ -1769,9 +1820,13 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
     if (p.Has(2) && !p.Get(2).is_none()) {
       ASSIGN_OR_RETURN(count, ToIndex(p.Get(2), "count"));
     }
-    return Value::String(Replace(ToPyStr(operand),
-                                 ToPyStr(p.Get(0, Value::Undefined())),
-                                 ToPyStr(p.Get(1, Value::Undefined())), count));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    ASSIGN_OR_RETURN(std::string old, ToPyStr(p.Get(0, Value::Undefined())));
+    ASSIGN_OR_RETURN(std::string replacement,
+                     ToPyStr(p.Get(1, Value::Undefined())));
+    ASSIGN_OR_RETURN(std::string replaced,
+                     Replace(text, old, replacement, count));
+    return Value::String(std::move(replaced));
   }
   if (name == "map") return MapFilter(operand, args);
   if (name == "select") return SelectFilter(operand, args, false, true);
@@ -1849,7 +1904,8 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
   if (name == "safe") {
     RETURN_IF_ERROR(no_args());
     if (operand.is_string()) return Value::String(operand.as_string(), true);
-    return Value::String(ToPyStr(operand), /*markup=*/true);
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    return Value::String(std::move(text), /*markup=*/true);
   }
   if (name == "escape" || name == "e") {
     RETURN_IF_ERROR(no_args());
@@ -1857,19 +1913,24 @@ absl::StatusOr<Value> ApplyFilter(absl::string_view name, const Value& operand,
   }
   if (name == "forceescape") {
     RETURN_IF_ERROR(no_args());
-    return Value::String(HtmlEscape(ToPyStr(operand)), /*markup=*/true);
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    ASSIGN_OR_RETURN(std::string escaped, HtmlEscape(text));
+    return Value::String(std::move(escaped), /*markup=*/true);
   }
   if (name == "indent") return IndentFilter(operand, args);
   if (name == "center") {
     ASSIGN_OR_RETURN(Params p, Params::Bind(fn, args, {"width"}));
     ASSIGN_OR_RETURN(int64_t width, ToIndex(p.Get(0, Value::Int(80)), "width"));
-    return Value::String(Pad(ToPyStr(operand), width, U' ', "center"));
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    ASSIGN_OR_RETURN(std::string padded, Pad(text, width, U' ', "center"));
+    return Value::String(std::move(padded));
   }
   if (name == "wordcount") {
     RETURN_IF_ERROR(no_args());
     int64_t words = 0;
     bool in_word = false;
-    for (char32_t c : DecodeUtf8(ToPyStr(operand))) {
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
+    for (char32_t c : DecodeUtf8(text)) {
       const bool w = IsWordChar(c);
       if (w && !in_word) ++words;
       in_word = w;
@@ -1946,9 +2007,10 @@ absl::StatusOr<bool> ApplyTest(absl::string_view name, const Value& operand,
   }
   if (name == "lower" || name == "upper") {
     RETURN_IF_ERROR(no_args());
+    ASSIGN_OR_RETURN(std::string text, ToPyStr(operand));
     ASSIGN_OR_RETURN(
         Value r,
-        StringMethod(Value::String(ToPyStr(operand)),
+        StringMethod(Value::String(std::move(text)),
                      name == "lower" ? "islower" : "isupper", CallArgs()));
     return r.as_bool();
   }

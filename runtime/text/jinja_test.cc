@@ -658,25 +658,25 @@ TEST(JinjaLimitTest, RunawayTemplatesStop) {
       "{% for i in range(1000) %}{% for j in range(1000) %}"
       "{% endfor %}{% endfor %}",
       ordered_json::object(), options);
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 
   out = TryRender("{% macro m() %}{{ m() }}{% endmacro %}{{ m() }}");
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 
   // The sandbox's MAX_RANGE.
   out = TryRender("{{ range(100001)|length }}");
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 
   options = RenderOptions();
   options.max_output_bytes = 1000;
   out = TryRender("{% for i in range(100) %}0123456789ABCDEF{% endfor %}",
                   ordered_json::object(), options);
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 
   out = TryRender(
       "{% set ns = namespace(s='x') %}{% for i in range(64) %}"
       "{% set ns.s = ns.s + ns.s %}{% endfor %}");
-  EXPECT_EQ(out.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(JinjaLimitTest, DeepNestingIsASyntaxErrorNotACrash) {
@@ -690,11 +690,36 @@ TEST(JinjaLimitTest, DeepNestingIsASyntaxErrorNotACrash) {
   long_filters += " }}";
   std::string deep_ifs;
   for (int i = 0; i < 5000; ++i) deep_ifs += "{% if true %}";
-  for (const std::string& source :
-       {deep_parens, long_chain, long_filters, deep_ifs}) {
+  auto repeat = [](absl::string_view piece, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) absl::StrAppend(&out, piece);
+    return out;
+  };
+  const std::vector<std::string> more = {
+      "{{ " + repeat("-", 20000) + "1 }}",
+      "{{ " + repeat("not ", 20000) + "1 }}",
+      "{{ x" + repeat(".a", 20000) + " }}",
+      "{{ x" + repeat("[0]", 20000) + " }}",
+      "{{ f" + repeat("()", 20000) + " }}",
+      "{{ " + repeat("[", 20000) + repeat("]", 20000) + " }}",
+      "{{ " + repeat("{1: ", 20000) + "1" + repeat("}", 20000) + " }}",
+      "{{ " + repeat("1 if 1 else ", 20000) + "1 }}",
+      "{{ x" + repeat(" is defined", 20000) + " }}",
+      "{{ 2" + repeat(" ** 2", 20000) + " }}",
+      repeat("{% for x in y %}", 5000),
+      repeat("{% macro m() %}", 5000),
+      repeat("{% set x %}", 5000),
+      repeat("{% generation %}", 5000),
+      "{{ f(" + repeat("f(", 20000) + " }}",
+  };
+  std::vector<std::string> sources = {deep_parens, long_chain, long_filters,
+                                      deep_ifs};
+  sources.insert(sources.end(), more.begin(), more.end());
+  for (const std::string& source : sources) {
     absl::StatusOr<Template> t = Template::Parse(source);
-    ASSERT_FALSE(t.ok());
-    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_FALSE(t.ok()) << source.substr(0, 40);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument)
+        << source.substr(0, 40) << ": " << t.status();
   }
 }
 
@@ -713,6 +738,127 @@ TEST(JinjaRenderTest, VariablesMustBeAnObject) {
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->Render(Json("[1]")).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Nested arrays/objects `depth` levels deep around 1, parsed (nlohmann's
+// parser and destructor do not recurse).
+ordered_json Nested(int depth) {
+  std::string text(static_cast<size_t>(depth), '[');
+  text += "1";
+  text.append(static_cast<size_t>(depth), ']');
+  return ordered_json::parse(text);
+}
+
+TEST(JinjaLimitTest, DeeplyNestedVariablesAreAnErrorNotACrash) {
+  ordered_json vars = ordered_json::object();
+  vars["x"] = Nested(20000);
+  absl::StatusOr<std::string> out = TryRender("{{ x }}", vars);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                "JSON nested deeper than 64 levels"))
+      << out.status();
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "\"x\""));
+
+  // The limit itself is fine.
+  vars["x"] = Nested(64);
+  out = TryRender("{{ x|tojson|length }}", vars);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "129");
+  vars["x"] = Nested(65);
+  EXPECT_EQ(TryRender("{{ 1 }}", vars).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  EXPECT_TRUE(CheckJsonDepth(Nested(64), 64).ok());
+  EXPECT_EQ(CheckJsonDepth(Nested(20000), 64).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckJsonDepth(Json(R"({"a": [{"b": 1}], "c": [[]]})"), 3).ok());
+  EXPECT_FALSE(
+      CheckJsonDepth(Json(R"({"a": [{"b": 1}], "c": [[[]]]})"), 3).ok());
+  EXPECT_TRUE(CheckJsonDepth(Json("7"), 0).ok());
+}
+
+// A template can nest values as deep as it likes in a loop; every walk over
+// them (printing, ==, <, tojson) recurses, so the depth is refused where
+// the value is built.
+TEST(JinjaLimitTest, DeepValuesBuiltByATemplateAreAnError) {
+  for (const char* use :
+       {"{{ ns.x }}", "{{ ns.x == ns.x }}", "{{ ns.x|tojson }}",
+        "{{ [ns.x] < [ns.x] }}", "{{ ns.x|string|length }}"}) {
+    const std::string source = absl::StrCat(
+        "{% set ns = namespace(x=none) %}{% for i in range(100000) %}"
+        "{% set ns.x = [ns.x] %}{% endfor %}",
+        use);
+    absl::StatusOr<std::string> out = TryRender(source);
+    ASSERT_FALSE(out.ok()) << use;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                  "nested deeper than 128 levels"))
+        << out.status();
+  }
+  // Wrapping client JSON a few times is fine.
+  ordered_json vars = ordered_json::object();
+  vars["x"] = Nested(64);
+  EXPECT_TRUE(TryRender("{{ [[[x]]]|tojson|length }}", vars).ok());
+}
+
+// Namespaces are mutable: a chain of them grows after each is built, and one
+// can hold itself.
+TEST(JinjaLimitTest, PrintingNamespacesIsBounded) {
+  EXPECT_EQ(Render("{% set ns = namespace(x=1) %}{% set ns.x = ns %}{{ ns }}"),
+            "<Namespace {'x': <Namespace {...}>}>");
+  EXPECT_EQ(Render("{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}"
+                   "{% set a.x = [b] %}{{ a }}"),
+            "<Namespace {'x': [<Namespace {'y': <Namespace {...}>}>]}>");
+  absl::StatusOr<std::string> out = TryRender(
+      "{% set state = namespace(cur=namespace(x=none)) %}"
+      "{% set root = state.cur %}"
+      "{% for i in range(100000) %}{% set new = namespace(x=none) %}"
+      "{% set c = state.cur %}{% set c.x = new %}{% set state.cur = new %}"
+      "{% endfor %}{{ root }}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(absl::StrContains(out.status().message(), "nested deeper"))
+      << out.status();
+  // The same chain, dropped unprinted, is freed without recursing.
+  out = TryRender(
+      "{% set state = namespace(cur=namespace(x=none)) %}"
+      "{% for i in range(100000) %}{% set new = namespace(x=none) %}"
+      "{% set c = state.cur %}{% set c.x = new %}{% set state.cur = new %}"
+      "{% endfor %}done");
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out, "done");
+  // As in Jinja, the loop object is not a namespace.
+  out = TryRender("{% for i in [1] %}{% set loop.x = 1 %}{% endfor %}");
+  ASSERT_FALSE(out.ok());
+  EXPECT_TRUE(absl::StrContains(out.status().message(),
+                                "cannot assign attribute on non-namespace"))
+      << out.status();
+}
+
+// One operation may not build a string past 64 MiB, however it is asked to.
+TEST(JinjaLimitTest, HugeStringsAreRefusedBeforeTheyAreBuilt) {
+  for (const char* source : {
+           "{{ 'x'.center(10**12) }}",
+           "{{ 'x'|center(10**12) }}",
+           "{{ 'x'.ljust(10**12, '*') }}",
+           "{{ 'x'.zfill(10**12) }}",
+           "{{ 'a\nb'|indent(10**12) }}",
+           "{{ ('x' * 1000000)|replace('', 'y' * 100) }}",
+           "{{ ('x' * 1000000).replace('x', 'y' * 100) }}",
+           "{{ (['x' * 1000000] * 100)|join }}",
+           "{{ ['x' * 1000000] * 100 }}",
+           "{{ (['x' * 1000000] * 100)|tojson }}",
+           "{{ [[1]]|tojson(indent='x' * 40000000) }}",
+           "{{ ('{0}' * 1000).format('x' * 1000000) }}",
+           "{{ ('<' * 20000000)|forceescape }}",
+           "{{ [0] * 2000000 }}",
+       }) {
+    absl::StatusOr<std::string> out = TryRender(source);
+    ASSERT_FALSE(out.ok()) << source;
+    EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument)
+        << source << ": " << out.status();
+  }
 }
 
 }  // namespace

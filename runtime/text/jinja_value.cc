@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/core/status.h"
+#include "runtime/text/jinja.h"
 #include "utf8proc.h"
 
 namespace tessera {
@@ -58,10 +59,29 @@ Value Value::String(std::string s, bool markup) {
   return v;
 }
 
+namespace {
+
+uint32_t DepthOf(const ValueList& items) {
+  int deepest = 0;
+  for (const Value& item : items) deepest = std::max(deepest, item.depth());
+  return static_cast<uint32_t>(deepest) + 1;
+}
+
+uint32_t DepthOf(const Dict& dict) {
+  int deepest = 0;
+  for (const Dict::Entry& e : dict.entries()) {
+    deepest = std::max({deepest, e.first.depth(), e.second.depth()});
+  }
+  return static_cast<uint32_t>(deepest) + 1;
+}
+
+}  // namespace
+
 Value Value::List(ValueList items, ListFlavor flavor) {
   Value v;
   v.kind_ = Kind::kList;
   v.flavor_ = flavor;
+  v.depth_ = DepthOf(items);
   v.data_ = std::make_shared<const ValueList>(std::move(items));
   return v;
 }
@@ -69,6 +89,7 @@ Value Value::List(ValueList items, ListFlavor flavor) {
 Value Value::FromDict(Dict dict) {
   Value v;
   v.kind_ = Kind::kDict;
+  v.depth_ = DepthOf(dict);
   v.data_ = std::make_shared<const Dict>(std::move(dict));
   return v;
 }
@@ -76,6 +97,7 @@ Value Value::FromDict(Dict dict) {
 Value Value::NewNamespace(Dict attrs) {
   Value v;
   v.kind_ = Kind::kNamespace;
+  v.depth_ = DepthOf(attrs);
   v.data_ = std::make_shared<Dict>(std::move(attrs));
   return v;
 }
@@ -267,7 +289,24 @@ bool Equals(const Value& a, const Value& b) {
   }
 }
 
+namespace {
+
+absl::Status TooDeep() {
+  return absl::InvalidArgumentError(
+      absl::StrCat("value nested deeper than ", kMaxValueDepth, " levels"));
+}
+
+absl::Status TooLong() {
+  return absl::InvalidArgumentError(
+      absl::StrCat("string longer than ", kMaxStringBytes, " bytes"));
+}
+
+}  // namespace
+
 absl::StatusOr<int> Compare(const Value& a, const Value& b) {
+  if (a.depth() > kMaxValueDepth || b.depth() > kMaxValueDepth) {
+    return TooDeep();
+  }
   if (a.is_number() && b.is_number()) {
     if (a.is_float() || b.is_float()) {
       const double x = a.as_double();
@@ -401,90 +440,158 @@ std::string PyStringRepr(absl::string_view s) {
 
 namespace {
 
-void AppendJoinedRepr(const ValueList& items, std::string* out) {
-  for (size_t i = 0; i < items.size(); ++i) {
-    if (i > 0) *out += ", ";
-    *out += ToPyRepr(items[i]);
+// str() and repr() of nested values, bounded in depth and length. Python's
+// repr of a dict that contains itself (through a namespace, the one mutable
+// container) prints the inner occurrence as "{...}"; `active_` holds the
+// namespaces being printed, as Python's Py_ReprEnter does.
+class Printer {
+ public:
+  absl::Status Str(const Value& v, int depth) {
+    switch (v.kind()) {
+      case Value::Kind::kUndefined:
+        return absl::OkStatus();
+      case Value::Kind::kString:
+        return Add(v.as_string());
+      case Value::Kind::kList:
+      case Value::Kind::kDict:
+        return Repr(v, depth);
+      case Value::Kind::kNamespace: {
+        const Dict* attrs = &v.namespace_attrs();
+        RETURN_IF_ERROR(Add("<Namespace "));
+        if (std::find(active_.begin(), active_.end(), attrs) != active_.end()) {
+          RETURN_IF_ERROR(Add("{...}"));
+        } else {
+          active_.push_back(attrs);
+          absl::Status status = DictRepr(*attrs, depth);
+          active_.pop_back();
+          RETURN_IF_ERROR(status);
+        }
+        return Add(">");
+      }
+      default:
+        return Add(Scalar(v));
+    }
   }
-}
 
-std::string DictRepr(const Dict& dict) {
-  std::string out = "{";
-  bool first = true;
-  for (const Dict::Entry& e : dict.entries()) {
-    if (!first) out += ", ";
-    first = false;
-    absl::StrAppend(&out, ToPyRepr(e.first), ": ", ToPyRepr(e.second));
+  absl::Status Repr(const Value& v, int depth) {
+    switch (v.kind()) {
+      case Value::Kind::kUndefined:
+        return Add("Undefined");
+      case Value::Kind::kString:
+        return Add(PyStringRepr(v.as_string()));
+      case Value::Kind::kList: {
+        const ValueList& items = v.as_list();
+        switch (v.flavor()) {
+          case ListFlavor::kList:
+            RETURN_IF_ERROR(Add("["));
+            RETURN_IF_ERROR(Items(items, depth));
+            return Add("]");
+          case ListFlavor::kTuple:
+            RETURN_IF_ERROR(Add("("));
+            RETURN_IF_ERROR(Items(items, depth));
+            return Add(items.size() == 1 ? ",)" : ")");
+          case ListFlavor::kIterator:
+            return Add("<generator object>");
+          case ListFlavor::kDictItems:
+            RETURN_IF_ERROR(Add("dict_items(["));
+            break;
+          case ListFlavor::kDictKeys:
+            RETURN_IF_ERROR(Add("dict_keys(["));
+            break;
+          case ListFlavor::kDictValues:
+            RETURN_IF_ERROR(Add("dict_values(["));
+            break;
+        }
+        RETURN_IF_ERROR(Items(items, depth));
+        return Add("])");
+      }
+      case Value::Kind::kDict:
+        return DictRepr(v.as_dict(), depth);
+      default:
+        return Str(v, depth);
+    }
   }
-  out += "}";
-  return out;
-}
+
+  std::string Take() { return std::move(out_); }
+
+ private:
+  static std::string Scalar(const Value& v) {
+    switch (v.kind()) {
+      case Value::Kind::kNone:
+        return "None";
+      case Value::Kind::kBool:
+        return v.as_bool() ? "True" : "False";
+      case Value::Kind::kInt:
+        return absl::StrCat(v.as_int());
+      case Value::Kind::kFloat:
+        return PyFloatRepr(v.as_float());
+      case Value::Kind::kCallable:
+        return absl::StrCat("<function ", v.as_callable().name, ">");
+      default:
+        return "";
+    }
+  }
+
+  absl::Status Add(absl::string_view text) {
+    if (out_.size() + text.size() > kMaxStringBytes) return TooLong();
+    out_.append(text.data(), text.size());
+    return absl::OkStatus();
+  }
+
+  // Entering a container: one level deeper.
+  static absl::Status Enter(int depth) {
+    if (depth >= kMaxValueDepth) return TooDeep();
+    return absl::OkStatus();
+  }
+
+  absl::Status Items(const ValueList& items, int depth) {
+    RETURN_IF_ERROR(Enter(depth));
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (i > 0) RETURN_IF_ERROR(Add(", "));
+      RETURN_IF_ERROR(Repr(items[i], depth + 1));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status DictRepr(const Dict& dict, int depth) {
+    RETURN_IF_ERROR(Enter(depth));
+    RETURN_IF_ERROR(Add("{"));
+    bool first = true;
+    for (const Dict::Entry& e : dict.entries()) {
+      if (!first) RETURN_IF_ERROR(Add(", "));
+      first = false;
+      RETURN_IF_ERROR(Repr(e.first, depth + 1));
+      RETURN_IF_ERROR(Add(": "));
+      RETURN_IF_ERROR(Repr(e.second, depth + 1));
+    }
+    return Add("}");
+  }
+
+  std::string out_;
+  std::vector<const Dict*> active_;
+};
 
 }  // namespace
 
-std::string ToPyStr(const Value& v) {
+absl::StatusOr<std::string> ToPyStr(const Value& v) {
+  // Scalars, the common case, without the printer.
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-      return "";
-    case Value::Kind::kNone:
-      return "None";
-    case Value::Kind::kBool:
-      return v.as_bool() ? "True" : "False";
-    case Value::Kind::kInt:
-      return absl::StrCat(v.as_int());
-    case Value::Kind::kFloat:
-      return PyFloatRepr(v.as_float());
+      return std::string();
     case Value::Kind::kString:
       return v.as_string();
-    case Value::Kind::kList:
-    case Value::Kind::kDict:
-      return ToPyRepr(v);
-    case Value::Kind::kNamespace:
-      return absl::StrCat("<Namespace ", DictRepr(v.namespace_attrs()), ">");
-    case Value::Kind::kCallable:
-      return absl::StrCat("<function ", v.as_callable().name, ">");
+    default:
+      break;
   }
-  return "";
+  Printer printer;
+  RETURN_IF_ERROR(printer.Str(v, 0));
+  return printer.Take();
 }
 
-std::string ToPyRepr(const Value& v) {
-  switch (v.kind()) {
-    case Value::Kind::kUndefined:
-      return "Undefined";
-    case Value::Kind::kString:
-      return PyStringRepr(v.as_string());
-    case Value::Kind::kList: {
-      const ValueList& items = v.as_list();
-      std::string out;
-      switch (v.flavor()) {
-        case ListFlavor::kList:
-          out = "[";
-          AppendJoinedRepr(items, &out);
-          return out + "]";
-        case ListFlavor::kTuple:
-          out = "(";
-          AppendJoinedRepr(items, &out);
-          return out + (items.size() == 1 ? ",)" : ")");
-        case ListFlavor::kIterator:
-          return "<generator object>";
-        case ListFlavor::kDictItems:
-          out = "dict_items([";
-          break;
-        case ListFlavor::kDictKeys:
-          out = "dict_keys([";
-          break;
-        case ListFlavor::kDictValues:
-          out = "dict_values([";
-          break;
-      }
-      AppendJoinedRepr(items, &out);
-      return out + "])";
-    }
-    case Value::Kind::kDict:
-      return DictRepr(v.as_dict());
-    default:
-      return ToPyStr(v);
-  }
+absl::StatusOr<std::string> ToPyRepr(const Value& v) {
+  Printer printer;
+  RETURN_IF_ERROR(printer.Repr(v, 0));
+  return printer.Take();
 }
 
 // --- JSON -------------------------------------------------------------------
@@ -562,9 +669,8 @@ class JsonWriter {
   }
 
   absl::Status Write(const Value& v, int depth, std::string* out) {
-    if (depth > 512) {
-      return absl::ResourceExhaustedError("tojson: nesting too deep");
-    }
+    if (depth > kMaxValueDepth) return TooDeep();
+    if (out->size() > kMaxStringBytes) return TooLong();
     switch (v.kind()) {
       case Value::Kind::kNone:
         *out += "null";
@@ -591,10 +697,10 @@ class JsonWriter {
         out->push_back('[');
         for (size_t i = 0; i < items.size(); ++i) {
           if (i > 0) *out += item_sep_;
-          NewLine(depth + 1, out);
+          RETURN_IF_ERROR(NewLine(depth + 1, out));
           RETURN_IF_ERROR(Write(items[i], depth + 1, out));
         }
-        NewLine(depth, out);
+        RETURN_IF_ERROR(NewLine(depth, out));
         out->push_back(']');
         return absl::OkStatus();
       }
@@ -606,10 +712,15 @@ class JsonWriter {
   }
 
  private:
-  void NewLine(int depth, std::string* out) const {
-    if (!options_.indent_set) return;
+  absl::Status NewLine(int depth, std::string* out) const {
+    if (!options_.indent_set) return absl::OkStatus();
+    if (out->size() + 1 + options_.indent.size() * static_cast<size_t>(depth) >
+        kMaxStringBytes) {
+      return TooLong();
+    }
     out->push_back('\n');
     for (int i = 0; i < depth; ++i) *out += options_.indent;
+    return absl::OkStatus();
   }
 
   static absl::StatusOr<std::string> KeyString(const Value& key,
@@ -663,13 +774,13 @@ class JsonWriter {
     out->push_back('{');
     for (size_t i = 0; i < entries.size(); ++i) {
       if (i > 0) *out += item_sep_;
-      NewLine(depth + 1, out);
+      RETURN_IF_ERROR(NewLine(depth + 1, out));
       ASSIGN_OR_RETURN(std::string key,
                        KeyString(entries[i]->first, options_.ensure_ascii));
       absl::StrAppend(out, key, key_sep_);
       RETURN_IF_ERROR(Write(entries[i]->second, depth + 1, out));
     }
-    NewLine(depth, out);
+    RETURN_IF_ERROR(NewLine(depth, out));
     out->push_back('}');
     return absl::OkStatus();
   }
@@ -685,10 +796,20 @@ absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options) {
   std::string out;
   JsonWriter writer(options);
   RETURN_IF_ERROR(writer.Write(v, 0, &out));
+  if (out.size() > kMaxStringBytes) return TooLong();
   return out;
 }
 
-Value FromJson(const nlohmann::ordered_json& json) {
+namespace {
+
+absl::Status JsonTooDeep(int max_depth) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("JSON nested deeper than ", max_depth, " levels"));
+}
+
+// `depth`: the arrays and objects around `json`.
+absl::StatusOr<Value> FromJsonAt(const nlohmann::ordered_json& json, int depth,
+                                 int max_depth) {
   switch (json.type()) {
     case nlohmann::ordered_json::value_t::null:
       return Value::None();
@@ -709,15 +830,21 @@ Value FromJson(const nlohmann::ordered_json& json) {
     case nlohmann::ordered_json::value_t::string:
       return Value::String(json.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
+      if (depth >= max_depth) return JsonTooDeep(max_depth);
       ValueList items;
       items.reserve(json.size());
-      for (const auto& item : json) items.push_back(FromJson(item));
+      for (const auto& item : json) {
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(item, depth + 1, max_depth));
+        items.push_back(std::move(v));
+      }
       return Value::List(std::move(items));
     }
     case nlohmann::ordered_json::value_t::object: {
+      if (depth >= max_depth) return JsonTooDeep(max_depth);
       Dict dict;
       for (const auto& [key, item] : json.items()) {
-        dict.AppendNew(Value::String(key), FromJson(item));
+        ASSIGN_OR_RETURN(Value v, FromJsonAt(item, depth + 1, max_depth));
+        dict.AppendNew(Value::String(key), std::move(v));
       }
       return Value::FromDict(std::move(dict));
     }
@@ -725,6 +852,38 @@ Value FromJson(const nlohmann::ordered_json& json) {
       // Binary and discarded values have no Python counterpart.
       return Value::None();
   }
+}
+
+}  // namespace
+
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& json,
+                               int max_depth) {
+  return FromJsonAt(json, 0, max_depth);
+}
+
+absl::Status CheckJsonDepth(const nlohmann::ordered_json& json, int max_depth) {
+  if (!json.is_structured()) return absl::OkStatus();
+  if (max_depth < 1) return JsonTooDeep(max_depth);
+  // An explicit stack of the containers being walked: the position reached
+  // in each (the stack's size is the depth, so it never passes max_depth).
+  using Iter = nlohmann::ordered_json::const_iterator;
+  std::vector<std::pair<Iter, Iter>> stack;
+  stack.emplace_back(json.cbegin(), json.cend());
+  while (!stack.empty()) {
+    auto& [it, end] = stack.back();
+    if (it == end) {
+      stack.pop_back();
+      continue;
+    }
+    const nlohmann::ordered_json& child = *it;
+    ++it;
+    if (!child.is_structured()) continue;
+    if (static_cast<int>(stack.size()) >= max_depth) {
+      return JsonTooDeep(max_depth);
+    }
+    stack.emplace_back(child.cbegin(), child.cend());
+  }
+  return absl::OkStatus();
 }
 
 // --- UTF-8 and Python str helpers -------------------------------------------

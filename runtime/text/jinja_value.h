@@ -31,6 +31,19 @@
 namespace tessera {
 namespace jinja {
 
+// The deepest nesting of lists, dicts and namespaces a value may have. Every
+// walk over a value (printing, ==, <, tojson) recurses once per level, so the
+// interpreter refuses a value deeper than this (InvalidArgument) wherever one
+// is built: client JSON is at most kMaxJsonDepth (64) deep, and a template may
+// wrap it a few more times. Walks that follow namespaces (which are mutable,
+// so their depth is not fixed when a value is built) check the limit as they
+// go.
+inline constexpr int kMaxValueDepth = 128;
+
+// The longest string one operation may build (a join, a replace, str(list),
+// tojson, padding): past it the operation fails instead of allocating.
+inline constexpr size_t kMaxStringBytes = size_t{64} << 20;
+
 class Value;
 class Dict;
 struct Callable;
@@ -119,6 +132,12 @@ class Value {
   // (Python's `is`); nullptr for scalars.
   const void* identity() const;
 
+  // Levels of list/dict/namespace nesting when the value was built: 0 for a
+  // scalar, 1 + the deepest item for a container. Lists and dicts are
+  // immutable, so theirs is exact; a namespace's may grow after it is built
+  // ({% set ns.x = ... %}).
+  int depth() const { return static_cast<int>(depth_); }
+
  private:
   using StrPtr = std::shared_ptr<const std::string>;
   using ListPtr = std::shared_ptr<const ValueList>;
@@ -129,6 +148,7 @@ class Value {
   Kind kind_ = Kind::kUndefined;
   ListFlavor flavor_ = ListFlavor::kList;
   bool markup_ = false;
+  uint32_t depth_ = 0;
   std::variant<std::monostate, bool, int64_t, double, StrPtr, ListPtr, DictPtr,
                NsPtr, FnPtr>
       data_;
@@ -182,18 +202,25 @@ bool Truthy(const Value& v);
 
 // Python ==. int/float/bool compare numerically; lists and tuples element by
 // element; dicts as unordered mappings; Undefined equals Undefined.
+// Namespaces compare by identity, so the recursion follows only lists and
+// dicts: at most depth() levels, which the interpreter keeps within
+// kMaxValueDepth.
 bool Equals(const Value& a, const Value& b);
 
 // Python's <: -1, 0 or 1 for a <=> b, or InvalidArgument for types Python
-// cannot order ("'<' not supported between instances of 'str' and 'int'").
+// cannot order ("'<' not supported between instances of 'str' and 'int'")
+// or for values nested deeper than kMaxValueDepth.
 absl::StatusOr<int> Compare(const Value& a, const Value& b);
 
 // str(v) as Jinja prints it in {{ }}: Undefined -> "", None -> "None",
-// True -> "True", 1.0 -> "1.0", ['a'] -> "['a']".
-std::string ToPyStr(const Value& v);
+// True -> "True", 1.0 -> "1.0", ['a'] -> "['a']". A namespace that contains
+// itself prints as Python prints a recursive dict ("{...}"). InvalidArgument
+// when the value is nested deeper than kMaxValueDepth (through namespaces)
+// or the text would be longer than kMaxStringBytes.
+absl::StatusOr<std::string> ToPyStr(const Value& v);
 
-// repr(v): strings quoted as Python quotes them.
-std::string ToPyRepr(const Value& v);
+// repr(v): strings quoted as Python quotes them. Errors as ToPyStr.
+absl::StatusOr<std::string> ToPyRepr(const Value& v);
 
 // Python's repr(float): the shortest string that reads back to the same
 // double, in Python's fixed/exponent layout (1e+16, 1e-05, 0.1, 1.0, inf).
@@ -217,11 +244,17 @@ struct JsonOptions {
 };
 
 // json.dumps(v, ...). InvalidArgument for what Python cannot serialize
-// (Undefined, namespaces, functions).
+// (Undefined, namespaces, functions), for values nested deeper than
+// kMaxValueDepth and for text longer than kMaxStringBytes.
 absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& options);
 
 // A JSON document as the Python objects json.loads would give.
-Value FromJson(const nlohmann::ordered_json& json);
+// InvalidArgument ("JSON nested deeper than 64 levels") when `json` has more
+// than `max_depth` levels of arrays/objects: the conversion recurses once per
+// level and stops there, so a caller that did not check the text first
+// (CheckJsonNesting) still gets an error, not a stack overflow.
+absl::StatusOr<Value> FromJson(const nlohmann::ordered_json& json,
+                               int max_depth);
 
 // --- UTF-8 and Python str helpers -------------------------------------------
 

@@ -2,12 +2,14 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "runtime/core/status.h"
 #include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/sentencepiece_shim.h"
@@ -30,7 +32,65 @@ class SentencePieceTokenizer final : public Tokenizer {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot load SentencePiece model ", path, ": ", error));
     }
+    for (int id = 0; id < tok->processor_.PieceSize(); ++id) {
+      tok->max_piece_bytes_ =
+          std::max(tok->max_piece_bytes_, tok->processor_.IdToPiece(id).size());
+    }
     return tok;
+  }
+
+  // SentencePiece splits the (normalized) text at whitespace before it
+  // merges, and encodes a word after a space as it encodes the word alone
+  // (the dummy prefix stands for the space). So the text is encoded in
+  // chunks cut at single spaces between words, left to right, until more
+  // than `max_tokens` ids are certain; a text that fits is then encoded
+  // whole, so its ids are exactly Encode's. A run without such a space is
+  // refused unencoded when even its fewest possible ids (a piece covers at
+  // most its own bytes of printable ASCII, which normalization keeps; a
+  // factor of 4 to spare) would not fit. Known gap: a huge run of only
+  // whitespace or non-ASCII text without single spaces is encoded whole.
+  absl::StatusOr<std::vector<int32_t>> EncodeAtMost(
+      absl::string_view text, int64_t max_tokens) const override {
+    max_tokens = std::max<int64_t>(max_tokens, 0);
+    auto too_many = [max_tokens] {
+      return absl::OutOfRangeError(
+          absl::StrCat("the text has more than ", max_tokens, " tokens"));
+    };
+    constexpr size_t kChunkBytes = 16 << 10;
+    const size_t max_covered = std::max<size_t>(max_piece_bytes_, 1) * 4;
+    // Normalization may drop whitespace and control characters
+    // (remove_extra_whitespaces, nmt_nfkc), never printable ASCII.
+    auto kept = [](char c) { return c > ' ' && c < 0x7f; };
+    int64_t count = 0;
+    size_t pos = 0;
+    while (text.size() - pos > kChunkBytes) {
+      size_t cut = pos + kChunkBytes;
+      size_t sure = 0;  // bytes since `pos` that surely need ids
+      for (size_t i = pos; i < cut; ++i) sure += kept(text[i]);
+      while (
+          cut + 1 < text.size() &&
+          !(text[cut] == ' ' && text[cut - 1] != ' ' && text[cut + 1] != ' ')) {
+        sure += kept(text[cut]);
+        ++cut;
+        if (sure / max_covered > static_cast<size_t>(max_tokens - count)) {
+          return too_many();
+        }
+      }
+      if (cut + 1 >= text.size()) break;
+      ASSIGN_OR_RETURN(std::vector<int32_t> ids,
+                       Encode(text.substr(pos, cut - pos)));
+      count += static_cast<int64_t>(ids.size());
+      if (count > max_tokens) return too_many();
+      pos = cut + 1;  // the space is the next word's dummy prefix
+    }
+    size_t sure = 0;
+    for (size_t i = pos; i < text.size(); ++i) sure += kept(text[i]);
+    if (sure / max_covered > static_cast<size_t>(max_tokens - count)) {
+      return too_many();
+    }
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, Encode(text));
+    if (static_cast<int64_t>(ids.size()) > max_tokens) return too_many();
+    return ids;
   }
 
   absl::StatusOr<std::vector<int32_t>> Encode(
@@ -88,6 +148,54 @@ class SentencePieceTokenizer final : public Tokenizer {
     return text;
   }
 
+  // vLLM's rendering (see tokenizer.h): vLLM's slow detokenizer,
+  // vllm/transformers_utils/detokenizer_utils.py's
+  // _convert_tokens_to_string_with_added_encoders, which
+  // detokenize_incrementally uses for a slow tokenizer with added tokens. The
+  // added tokens are transformers' get_added_vocab() for a LlamaTokenizer:
+  // <unk>, <s>, </s> — here the control pieces and the unknown piece. With
+  // skip_special_tokens, convert_ids_to_tokens drops them (all_special_ids
+  // holds all three) before any cutting, so they neither print nor cut a run.
+  // A run is LlamaTokenizer.convert_tokens_to_string of its pieces, which is
+  // sentencepiece's decode: its first word-boundary space is dropped.
+  absl::StatusOr<std::string> DecodeWithOptions(
+      absl::Span<const int32_t> ids,
+      const DecodeOptions& options) const override {
+    std::vector<std::string> segments;
+    std::vector<int> run;
+    auto flush = [&]() -> absl::Status {
+      if (run.empty()) return absl::OkStatus();
+      std::string run_text, error;
+      if (!processor_.Decode(run, &run_text, &error)) {
+        return absl::InternalError(
+            absl::StrCat("SentencePiece decode: ", error));
+      }
+      // Even an empty run is a segment, as in vLLM (" ".join keeps it).
+      segments.push_back(std::move(run_text));
+      run.clear();
+      return absl::OkStatus();
+    };
+    for (int32_t id : ids) {
+      if (id < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", id, " is negative"));
+      }
+      // An id of the model's padded vocabulary beyond the tokenizer's: no
+      // text and no cut (vLLM's out-of-range token is "", an ordinary piece).
+      if (id >= vocab_size()) continue;
+      if (processor_.IsControl(id) || id == processor_.UnkId()) {
+        if (options.skip_special_tokens) continue;
+        RETURN_IF_ERROR(flush());
+        segments.push_back(processor_.IdToPiece(id));
+        continue;
+      }
+      run.push_back(id);
+    }
+    RETURN_IF_ERROR(flush());
+    return absl::StrJoin(segments,
+                         options.spaces_between_special_tokens ? " " : "");
+  }
+
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && processor_.IsControl(id);
   }
@@ -105,6 +213,7 @@ class SentencePieceTokenizer final : public Tokenizer {
 
  private:
   SentencePieceShim processor_;
+  size_t max_piece_bytes_ = 0;  // the longest piece
 };
 
 }  // namespace

@@ -22,10 +22,11 @@ namespace tessera {
 struct DecodeOptions {
   // Special tokens (BOS, EOS, <|im_end|>, ...) produce no text.
   bool skip_special_tokens = true;
-  // Kept special and added tokens are separated from the text around them by
-  // a space, as vLLM decodes with Hugging Face's slow (SentencePiece)
-  // tokenizers. vLLM's fast path (tokenizer.json) ignores the flag, and so
-  // does Decode for a tokenizer.json: the text is the same as vLLM's.
+  // Kept added tokens are separated from the text around them and from each
+  // other by a space ("<s> The </s>", not "<s>The</s>"), as vLLM decodes with
+  // Hugging Face's slow (SentencePiece) tokenizers: a tokenizer.model. vLLM's
+  // fast path (tokenizer.json) ignores the flag, and so does Decode for a
+  // tokenizer.json. See Tokenizer::Decode(ids, options).
   bool spaces_between_special_tokens = true;
 };
 
@@ -52,15 +53,31 @@ class Tokenizer {
   // Ids to text. InvalidArgument for a negative id; an id >= vocab_size() (a
   // model's padded embedding rows) decodes to no text, as in Hugging Face. With
   // skip_special_tokens, special tokens (BOS, EOS, <|im_end|>, ...) produce no
-  // text.
+  // text. This is Tessera's own rendering (transformers' decode), not vLLM's:
+  // a tokenizer.model prints a kept special token's text right after the text
+  // before it ("<s> The</s>": the space is the piece's word boundary), and its
+  // unknown piece as SentencePiece does (" \u2047 "). Use the DecodeOptions
+  // form for vLLM's output text.
   virtual absl::StatusOr<std::string> Decode(
       absl::Span<const int32_t> ids, bool skip_special_tokens) const = 0;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const {
     return Decode(ids, /*skip_special_tokens=*/false);
   }
-  // Decode with every DecodeOptions field.
+  // Ids to text as vLLM renders a request's output with these options. A
+  // tokenizer.json decodes as Decode(ids, options.skip_special_tokens) does
+  // (vLLM's fast detokenizer ignores spaces_between_special_tokens). A
+  // tokenizer.model decodes as vLLM's slow detokenizer over transformers'
+  // LlamaTokenizer: the added tokens (control pieces and the unknown piece,
+  // what get_added_vocab() holds) are skipped with skip_special_tokens, and
+  // otherwise cut the text into segments — each run of other pieces decoded on
+  // its own, so without its leading word-boundary space, and each added
+  // token's piece text — joined with " " when spaces_between_special_tokens
+  // and "" when not: {<s>, The, </s>} is "<s> The </s>" or "<s>The</s>".
+  // Skipped tokens do not cut a run.
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
-                                     const DecodeOptions& options) const;
+                                     const DecodeOptions& options) const {
+    return DecodeWithOptions(ids, options);
+  }
 
   // Number of ids (the base vocabulary plus added tokens).
   virtual int32_t vocab_size() const = 0;
@@ -84,9 +101,17 @@ class Tokenizer {
   absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
                                            size_t prefix_len,
                                            bool skip_special_tokens) const;
+  // The same with Decode(ids, options)'s rendering.
   absl::StatusOr<std::string> DecodeSuffix(absl::Span<const int32_t> ids,
                                            size_t prefix_len,
                                            const DecodeOptions& options) const;
+
+ protected:
+  // Decode(ids, options). The default is vLLM's fast path:
+  // Decode(ids, options.skip_special_tokens), whatever
+  // spaces_between_special_tokens says.
+  virtual absl::StatusOr<std::string> DecodeWithOptions(
+      absl::Span<const int32_t> ids, const DecodeOptions& options) const;
 
  private:
   bool add_bos_ = false;
