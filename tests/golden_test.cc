@@ -5,10 +5,12 @@
 // transformers' greedy tokens and prefill logits, and transformers' greedy
 // story for the real demo checkpoint. Every token must match; logits must agree
 // to f32 rounding.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -296,6 +298,42 @@ TEST_P(GoldenFixtureTest, MinTokensIsTransformersMinNewTokens) {
         << what;
     EXPECT_GT(got->output_ids.size(), static_cast<size_t>(kMinTokens)) << what;
   }
+}
+
+// The same against transformers' own numbers: with the greedy first token as
+// a stop id and min_tokens = 1, the first token is the argmax of
+// transformers' prefill logits (golden.json) with that id and EOS at -inf,
+// as MinNewTokensLengthLogitsProcessor leaves them.
+TEST_P(GoldenFixtureTest, MinTokensFirstTokenIsTheMaskedArgmaxOfHfLogits) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
+  const std::vector<int64_t>& eos = local->engine().config().eos_token_ids;
+  const json golden = ReadJson(dir + "/golden.json");
+  size_t checked = 0;
+  for (const json& c : golden["cases"]) {
+    const std::vector<int32_t> ref = Ids(c["output_ids"]);
+    std::vector<float> hf = c["prefill_logits"].get<std::vector<float>>();
+    hf[ref[0]] = -INFINITY;
+    for (int64_t e : eos) hf[e] = -INFINITY;
+    std::vector<float> sorted = hf;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    // A near-tie that f32 rounding could flip proves nothing either way.
+    if (sorted[0] - sorted[1] < 1e-3f) continue;
+    GenerationRequest request = GreedyRequest(c);
+    request.stop_token_ids = {ref[0]};
+    request.min_tokens = 1;
+    request.max_tokens = 2;
+    auto got = local->engine().Generate(request);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->output_ids[0],
+              std::max_element(hf.begin(), hf.end()) - hf.begin())
+        << GetParam() << " prompt of " << c["prompt_ids"].size();
+    EXPECT_NE(got->output_ids[0], ref[0]);
+    ++checked;
+  }
+  EXPECT_GE(checked, golden["cases"].size() - 1) << "too many near-ties";
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFixtureTest,
