@@ -79,6 +79,9 @@ struct DeviceSampleRow {
   uint64_t step = 0;  // The sequence's draw number: (seed, step) fixes it.
   absl::Span<const int32_t> prompt;
   absl::Span<const int32_t> output;
+  // Ids whose logits are -inf for this draw, after the penalties (min_tokens
+  // masks EOS and stop ids); ids outside the vocabulary are ignored.
+  absl::Span<const int32_t> masked;
   int32_t top_logprobs = 0;  // <= 20.
 };
 
@@ -142,7 +145,8 @@ class Ops {
   // reference samples in runtime/sampler instead).
   virtual bool samples_on_device() const { return false; }
   // Samples one token per row of `logits` [rows, V] (this backend's memory)
-  // and reports its log-probability and the top alternatives.
+  // and reports its log-probability and the top alternatives, both under the
+  // unmodified logits (no penalty or mask).
   virtual absl::Status SampleOnDevice(const TensorView& logits,
                                       absl::Span<const DeviceSampleRow> rows,
                                       std::vector<DeviceSample>* out) {

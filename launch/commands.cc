@@ -30,6 +30,7 @@
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
+#include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/local_executor.h"
 #include "runtime/model/config.h"
@@ -218,17 +219,49 @@ struct LoadedModel {
   StepExecutor* executor = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
   std::unique_ptr<Engine> engine;
+  // What --generation-config selects (empty with vllm/none, or a folder
+  // without sampling fields): the values requests that leave a field unset
+  // take.
+  GenerationDefaults generation_defaults;
 };
 
+// Sets the sampling fields of `o` that the user left unset from the model's
+// defaults.
+void ApplyGenerationDefaults(const GenerationDefaults& d, GenerateOptions* o) {
+  const GenerateOptions::Unset& unset = o->unset;
+  if (unset.temperature && d.temperature)
+    o->sampling.temperature = *d.temperature;
+  if (unset.top_p && d.top_p) o->sampling.top_p = *d.top_p;
+  if (unset.top_k && d.top_k) o->sampling.top_k = *d.top_k;
+  if (unset.min_p && d.min_p) o->sampling.min_p = *d.min_p;
+  if (unset.repetition_penalty && d.repetition_penalty) {
+    o->sampling.repetition_penalty = *d.repetition_penalty;
+  }
+  if (unset.max_tokens && d.max_tokens) o->max_tokens = *d.max_tokens;
+}
+
+// `announce_defaults`: print the generation_config.json defaults in force
+// (commands whose requests take them).
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
     const std::string& model_dir, const EngineFlags& flags, bool need_tokenizer,
-    StepExecutor* executor) {
+    StepExecutor* executor, bool announce_defaults = true) {
   if (model_dir.empty())
     return absl::InvalidArgumentError("--model DIR is required");
   EngineOptions engine_options;
   KvCacheOptions kv;
   RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &kv));
   auto loaded = std::make_unique<LoadedModel>();
+  // Before the weights: a bad file or flag costs no load.
+  ASSIGN_OR_RETURN(loaded->generation_defaults,
+                   LoadGenerationDefaults(model_dir, flags.generation_config));
+  if (announce_defaults && !loaded->generation_defaults.empty()) {
+    std::cerr << "[tessera] generation_config.json defaults"
+              << (flags.generation_config == "auto"
+                      ? std::string()
+                      : absl::StrCat(" from ", flags.generation_config))
+              << ": " << loaded->generation_defaults.Describe()
+              << " (--generation-config vllm turns them off)\n";
+  }
   if (executor != nullptr) {
     loaded->executor = executor;
   } else {
@@ -237,6 +270,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
         CreateBackend(flags.device, 0, static_cast<int>(flags.gpus_per_node)));
     ASSIGN_OR_RETURN(const DType weights, WeightDType(flags));
     LlamaModel::Placement placement;
+    placement.max_model_len = flags.max_model_len;
     // A bar for people at a terminal; logs of one process need none.
     std::optional<ProgressBar> bar;
     if (isatty(STDERR_FILENO)) {
@@ -328,6 +362,15 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
     return absl::InvalidArgumentError(absl::StrCat(
         "--kv-cache-fraction must be in (0, 1], got ", f.kv_cache_fraction));
   }
+  if (f.max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len must be >= 1 (or 0: the model's context), got ",
+        f.max_model_len));
+  }
+  if (f.generation_config.empty()) {
+    return absl::InvalidArgumentError(
+        "--generation-config must be auto, vllm, none or a folder");
+  }
   engine->scheduler.max_num_seqs = static_cast<int>(f.max_num_seqs);
   engine->scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   engine->enable_prefix_caching = !f.no_prefix_cache;
@@ -341,21 +384,40 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   return absl::OkStatus();
 }
 
-absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
-                         std::ostream& out) {
-  if (o.output != "text" && o.output != "json") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--output must be text or json, got \"", o.output, "\""));
-  }
+namespace {
+
+// The flag checks RunGenerate makes, before and again after the model's
+// defaults are applied (`final`: the defaults are in; before, max_tokens may
+// still change).
+absl::Status CheckGenerateOptions(const GenerateOptions& o, bool final) {
   if (o.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--max-tokens must be >= 1, got ", o.max_tokens));
+  }
+  if (o.min_tokens < 0 ||
+      ((final || !o.unset.max_tokens) && o.min_tokens > o.max_tokens)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--min-tokens must be in [0, --max-tokens = ", o.max_tokens, "], got ",
+        o.min_tokens));
+  }
+  return o.sampling.Validate();
+}
+
+}  // namespace
+
+absl::Status RunGenerate(const GenerateOptions& options,
+                         StepExecutor* executor_in, std::ostream& out) {
+  GenerateOptions o = options;
+  if (o.output != "text" && o.output != "json") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--output must be text or json, got \"", o.output, "\""));
   }
   if (o.logprobs > 20) {
     return absl::InvalidArgumentError(
         absl::StrCat("--logprobs must be at most 20, got ", o.logprobs));
   }
-  RETURN_IF_ERROR(o.sampling.Validate());
+  // A value the user gave must be valid whatever the model's defaults are.
+  RETURN_IF_ERROR(CheckGenerateOptions(o, /*final=*/false));
   ASSIGN_OR_RETURN(std::vector<Prompt> prompts, CollectPrompts(o));
   std::vector<int32_t> stop_token_ids;
   if (!o.stop_token_ids.empty()) {
@@ -385,6 +447,13 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
   ASSIGN_OR_RETURN(
       std::unique_ptr<LoadedModel> loaded,
       LoadModel(o.model_dir, o.engine, need_tokenizer, executor_in));
+  ApplyGenerationDefaults(loaded->generation_defaults, &o);
+  {
+    absl::Status checked = CheckGenerateOptions(o, /*final=*/true);
+    if (!checked.ok()) {
+      return Annotate(checked, "with the generation_config.json defaults");
+    }
+  }
   const ModelConfig& config = loaded->executor->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
   Engine& engine = *loaded->engine;
@@ -441,6 +510,7 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
     GenerationRequest request;
     request.prompt_ids = prompts[i].ids;
     request.max_tokens = o.max_tokens;
+    request.min_tokens = o.min_tokens;
     request.sampling = o.sampling;
     request.ignore_eos = o.ignore_eos;
     request.stop_token_ids = stop_token_ids;
@@ -472,7 +542,10 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
     ids[i] = *id;
   }
 
-  std::vector<std::optional<GenerationResult>> results(prompts.size());
+  std::vector<std::optional<absl::StatusOr<GenerationResult>>> results(
+      prompts.size());
+  // The first prompt that failed alone (the others still run and print).
+  absl::Status failed;
   size_t next_to_print = 0;
   int64_t generated = 0;
   double step_seconds = 0;  // Inside Engine::Step, to compare with serve.
@@ -489,13 +562,32 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
     for (size_t i = next_to_print; i < prompts.size(); ++i) {
       if (results[i]) continue;
       absl::StatusOr<GenerationResult> r = engine.TakeResult(ids[i]);
-      if (r.ok()) results[i] = *std::move(r);
+      if (!absl::IsNotFound(r.status())) results[i] = std::move(r);
     }
     // Print every finished prompt whose predecessors are printed.
     while (next_to_print < prompts.size() && results[next_to_print]) {
       const size_t i = next_to_print++;
       const Prompt& p = prompts[i];
-      const GenerationResult& r = *results[i];
+      if (!results[i]->ok()) {
+        const absl::Status& error = results[i]->status();
+        if (o.output == "json") {
+          nlohmann::ordered_json line = {
+              {"prompt_ids", p.ids}, {"error", std::string(error.message())}};
+          out << line.dump(-1, ' ', false,
+                           nlohmann::ordered_json::error_handler_t::replace)
+              << "\n";
+          out.flush();
+        }
+        std::cerr << "[tessera] prompt " << i + 1
+                  << " failed: " << error.message() << "\n";
+        if (failed.ok()) {
+          failed = Annotate(error, prompts.size() > 1
+                                       ? absl::StrCat("prompt ", i + 1)
+                                       : "generate");
+        }
+        continue;
+      }
+      const GenerationResult& r = **results[i];
       generated += static_cast<int64_t>(r.output_ids.size());
       if (o.output == "json") {
         out << ResultJson(p.ids, r, o.logprobs >= 0)
@@ -544,6 +636,7 @@ absl::Status RunGenerate(const GenerateOptions& o, StepExecutor* executor_in,
         stats.scheduler.max_batch, stats.scheduler.preemptions,
         stats.blocks.hit_tokens, stats.blocks.queried_tokens);
   }
+  if (!failed.ok()) return failed;
   if (!o.stats_json.empty()) {
     const AllocatorStats mem = engine.memory_stats();
     nlohmann::ordered_json j;
@@ -588,8 +681,10 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   EngineFlags flags = o.engine;
   // Every sequence of the batch runs together.
   flags.max_num_seqs = std::max(flags.max_num_seqs, o.batch_size);
+  // Greedy with EOS ignored: the model's sampling defaults do not apply.
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, flags, false, executor));
+                   LoadModel(o.model_dir, flags, false, executor,
+                             /*announce_defaults=*/false));
   const ModelConfig& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
@@ -798,6 +893,11 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
   server_options.port = static_cast<int>(o.port);
   server_options.served_model_name = o.served_model_name;
   server_options.version = kTesseraVersion;
+  // The engine's context (--max-model-len lowered the config's to it) and
+  // the sampling defaults LoadModel announced.
+  server_options.max_model_len =
+      loaded->executor->config().max_position_embeddings;
+  server_options.generation_defaults = loaded->generation_defaults;
   if (server_options.served_model_name.empty()) {
     std::string dir = o.model_dir;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();

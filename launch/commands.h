@@ -37,6 +37,15 @@ struct EngineFlags {
   std::string kv_dtype = "auto";
   std::string attention = "paged";  // paged or static.
   bool no_prefix_cache = false;
+  // > 0: the context the engine serves (request validation, KV sizing, the
+  // most tokens a request may make); at most config.json's
+  // max_position_embeddings. 0: that (vLLM's --max-model-len).
+  int64_t max_model_len = 0;
+  // Sampling defaults for requests that leave a field unset (vLLM's
+  // --generation-config): "auto" the model folder's generation_config.json,
+  // "vllm" or "none" no defaults, or a folder holding the file
+  // (runtime/engine/generation_defaults.h).
+  std::string generation_config = "auto";
   // Tokenizer files (and chat template) from this folder instead of the
   // model's (vLLM's --tokenizer).
   std::string tokenizer_dir;
@@ -62,10 +71,24 @@ struct GenerateOptions {
       prompts_file;  // JSON lines: {"prompt": ...} or {"prompt_ids": [...]}.
   int64_t max_tokens = 256;
   SamplingParams sampling;
+  // EOS and stop ids cannot end a sequence before this many tokens
+  // (GenerationRequest::min_tokens); 0 <= min_tokens <= max_tokens.
+  int64_t min_tokens = 0;
   bool ignore_eos = false;
   std::string stop_token_ids;  // "7,42": more ids that end a sequence like EOS.
   std::vector<std::string> stop;  // Stop strings.
-  int64_t logprobs = -1;          // >= 0: report logprobs (and this many top).
+  // The fields the user left unset (tessera.cc: flags not given): these take
+  // the model's generation_config.json value when it has one (see
+  // EngineFlags::generation_config); the others keep the value above.
+  struct Unset {
+    bool temperature = false;
+    bool top_p = false;
+    bool top_k = false;
+    bool min_p = false;
+    bool repetition_penalty = false;
+    bool max_tokens = false;
+  } unset;
+  int64_t logprobs = -1;  // >= 0: report logprobs (and this many top).
   EngineFlags engine;
   std::string output = "text";  // "text" or "json".
   // Wrap each text prompt as one user message and render it with the model's
@@ -91,8 +114,11 @@ struct GenerateOptions {
 // {"prompt_ids": [...], "output_ids": [...], "text": "...", "finish_reason":
 // "length"|"stop"} ("text" is the continuation, null when the folder has no
 // tokenizer), plus "logprobs": [{"id", "logprob", "top": [[id, logprob],
-// ...]}] with --logprobs. `executor` runs the steps (a parallel job on rank
-// 0); null loads the model into this process.
+// ...]}] with --logprobs. A prompt that fails alone during generation (its
+// tokenizer cannot decode a token, ...) does not stop the others: json mode
+// prints {"prompt_ids": [...], "error": "..."} in its place, and the command
+// returns its error once every prompt is done. `executor` runs the steps (a
+// parallel job on rank 0); null loads the model into this process.
 absl::Status RunGenerate(const GenerateOptions& options, StepExecutor* executor,
                          std::ostream& out);
 

@@ -3,7 +3,7 @@
 //   tessera generate --model DIR (--prompt TEXT | --prompt-ids 1,2,3 |
 //   --prompts-file F.jsonl)
 //                    [--max-tokens N] [--temperature T] [--top-k K] [--top-p P]
-//                    [--seed S]
+//                    [--seed S] [--min-tokens N]
 //                    [--ignore-eos] [--output text|json] [--chat]
 //                    [--tp N] [--pp M] [--pp-layers 3,2] [--weights
 //                    rank0|local]
@@ -13,7 +13,8 @@
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
 //   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
-//   --attention paged|static --no-prefix-cache
+//   --attention paged|static --no-prefix-cache --max-model-len N
+//   --generation-config auto|vllm|none|DIR
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
@@ -73,6 +74,12 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "paged, or static (contiguous per sequence)");
   flags.Add("no-prefix-cache", &e->no_prefix_cache,
             "do not reuse the KV of shared prompt prefixes");
+  flags.Add("max-model-len", &e->max_model_len,
+            "the context to serve, at most the model's max_position_embeddings "
+            "(0: that)");
+  flags.Add("generation-config", &e->generation_config,
+            "sampling defaults for unset fields: auto (the model folder's "
+            "generation_config.json), vllm or none (off), or a folder");
 }
 
 // Parses `args` into `flags`; on --help prints the usage instead and returns
@@ -249,6 +256,7 @@ struct ParallelFlags {
     p.max_num_batched_tokens = engine.max_num_batched_tokens;
     p.device = engine.device;
     p.gpus_per_node = static_cast<int>(engine.gpus_per_node);
+    p.max_model_len = engine.max_model_len;
     p.show_progress = true;
     ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(engine));
     *parallel = tp * pp > 1 || LaunchedAsMultiRankJob();
@@ -291,6 +299,8 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("prompts-file", &o.prompts_file,
             "JSON lines: {\"prompt\": \"...\"} or {\"prompt_ids\": [...]}");
   flags.Add("max-tokens", &o.max_tokens, "most tokens to generate per prompt");
+  flags.Add("min-tokens", &o.min_tokens,
+            "EOS and stop ids cannot end a sequence before this many tokens");
   flags.Add("temperature", &temperature, "sampling temperature; 0 is greedy");
   flags.Add("top-k", &top_k, "keep the k most likely tokens (0: off)");
   flags.Add("top-p", &top_p, "nucleus sampling mass in (0, 1]");
@@ -323,6 +333,13 @@ absl::Status Generate(const std::vector<std::string>& args, int* exit_code) {
             "template");
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
+  // What the user did not set takes the model's generation_config.json value.
+  o.unset.temperature = !flags.WasSet("temperature");
+  o.unset.top_p = !flags.WasSet("top-p");
+  o.unset.top_k = !flags.WasSet("top-k");
+  o.unset.min_p = !flags.WasSet("min-p");
+  o.unset.repetition_penalty = !flags.WasSet("repetition-penalty");
+  o.unset.max_tokens = !flags.WasSet("max-tokens");
   o.sampling.temperature = static_cast<float>(temperature);
   o.sampling.top_p = static_cast<float>(top_p);
   o.sampling.min_p = static_cast<float>(min_p);

@@ -186,6 +186,7 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
                                                        : "float32");
     e->set_device(options.device);
     e->set_gpus_per_node(options.gpus_per_node);
+    e->set_max_model_len(options.max_model_len);
     e->set_weight_dtype(options.weight_dtype == DType::kBF16 ? "bfloat16"
                                                              : "float32");
     e->set_attention(options.kv.backend == AttentionBackend::kStatic ? "static"
@@ -214,6 +215,8 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
                    ProcessGrid::Create(world.size(), manifest.tensor_parallel(),
                                        manifest.pipeline_parallel()));
   ASSIGN_OR_RETURN(ModelConfig config, ConfigFromManifest(manifest));
+  // --max-model-len: every rank sizes its KV pool and checks positions by it.
+  RETURN_IF_ERROR(LimitContext(manifest.engine().max_model_len(), &config));
   const std::vector<int64_t> pp_layers(manifest.pp_layers().begin(),
                                        manifest.pp_layers().end());
   const GridPosition me = job->grid_.Position(world.rank());

@@ -50,6 +50,9 @@ struct ParallelOptions {
   // rank uses GPU local_rank % that. More ranks on a node than GPUs is an
   // error either way (NCCL needs a GPU per rank).
   int gpus_per_node = 0;
+  // > 0: the context the job serves (--max-model-len; at most the config's
+  // max_position_embeddings, which every rank lowers to it).
+  int64_t max_model_len = 0;
   // Rank 0 draws a progress bar on stderr while it reads weights.
   bool show_progress = false;
 };

@@ -302,6 +302,77 @@ expect_error "--output other" "--output" \
 
 expect_error "negative --seed" "--seed" \
   generate --model "$FIXTURE" --prompt-ids 1 --seed -7
+expect_error "--min-tokens above --max-tokens" "--min-tokens" \
+  generate --model "$FIXTURE" --prompt-ids 1 --max-tokens 5 --min-tokens 6
+expect_error "--max-model-len above max_position_embeddings" "--max-model-len 300" \
+  generate --model "$FIXTURE" --prompt-ids 1 --max-model-len 300
+expect_error "prompt longer than --max-model-len" "context of 4" \
+  generate --model "$FIXTURE" --prompt-ids 1,2,3,4,5 --max-model-len 4
+expect_error "--generation-config neither mode nor folder" "--generation-config" \
+  generate --model "$FIXTURE" --prompt-ids 1 --generation-config bogus
+
+# --max-model-len caps the continuation: 16 - 5 + 1 tokens.
+name="--max-model-len is the context"
+run_tessera generate --model "$FIXTURE" --prompt-ids 1,5,9,13,17 --max-tokens 100 \
+  --ignore-eos --temperature 0 --max-model-len 16 --output json
+n=$(json_ids output_ids <"$TMP/out" | tr ',' '\n' | wc -l)
+if [ "$RC" -ne 0 ] || [ "$n" -ne 12 ]; then
+  fail "$name" "exit $RC, $n tokens: $(cat "$TMP/out") $(head -c 300 "$TMP/err")"
+else
+  pass "$name"
+fi
+
+# --min-tokens: a stop id greedy decoding makes second cannot end the sequence before 8.
+golden_prompt=$(json_ids prompt_ids <"$FIXTURE/golden.json")
+golden_second=$(json_ids output_ids <"$FIXTURE/golden.json" | cut -d, -f2)
+name="--min-tokens keeps a stop id away"
+run_tessera generate --model "$FIXTURE" --prompt-ids "$golden_prompt" --max-tokens 20 \
+  --temperature 0 --stop-token-ids "$golden_second" --output json
+early=$(json_ids output_ids <"$TMP/out" | tr ',' '\n' | wc -l)
+run_tessera generate --model "$FIXTURE" --prompt-ids "$golden_prompt" --max-tokens 20 \
+  --temperature 0 --stop-token-ids "$golden_second" --min-tokens 8 --output json
+ids=$(json_ids output_ids <"$TMP/out")
+n=$(echo "$ids" | tr ',' '\n' | wc -l)
+if [ "$RC" -ne 0 ] || [ "$early" -ne 2 ] || [ "$n" -le 8 ] ||
+  echo "$ids" | cut -d, -f1-8 | tr ',' '\n' | grep -qx "$golden_second"; then
+  fail "$name" "exit $RC, $early tokens without, with: $ids $(head -c 300 "$TMP/err")"
+else
+  pass "$name"
+fi
+
+# generation_config.json defaults (vLLM's --generation-config auto): they fill
+# what the flags leave unset, one startup line says so, and vllm turns them off.
+dir=$(copy_fixture gen_defaults)
+sed -i 's/"bos_token_id": 1,/"bos_token_id": 1, "temperature": 0.0, "max_new_tokens": 3,/' \
+  "$dir/generation_config.json"
+name="generation_config.json defaults"
+run_tessera generate --model "$dir" --prompt-ids "$golden_prompt" --output json
+want3=$(json_ids output_ids <"$FIXTURE/golden.json" | cut -d, -f1-3)
+want5=$(json_ids output_ids <"$FIXTURE/golden.json" | cut -d, -f1-5)
+got=$(json_ids output_ids <"$TMP/out")
+if [ "$RC" -ne 0 ] || [ "$got" != "$want3" ] ||
+  ! grep -q '^\[tessera\] generation_config.json defaults: temperature=0, max_tokens=3 (--generation-config vllm turns them off)$' "$TMP/err"; then
+  fail "$name" "exit $RC, got $got (want $want3), stderr: $(head -c 400 "$TMP/err")"
+else
+  pass "$name"
+fi
+name="generation_config.json defaults: a flag wins"
+run_tessera generate --model "$dir" --prompt-ids "$golden_prompt" --max-tokens 5 --output json
+got=$(json_ids output_ids <"$TMP/out")
+if [ "$RC" -ne 0 ] || [ "$got" != "$want5" ]; then
+  fail "$name" "exit $RC, got $got (want $want5)"
+else
+  pass "$name"
+fi
+name="--generation-config vllm turns the defaults off"
+run_tessera generate --model "$dir" --prompt-ids "$golden_prompt" --temperature 0 \
+  --generation-config vllm --output json
+n=$(json_ids output_ids <"$TMP/out" | tr ',' '\n' | wc -l)
+if [ "$RC" -ne 0 ] || [ "$n" -le 3 ] || grep -q 'generation_config.json defaults' "$TMP/err"; then
+  fail "$name" "exit $RC, $n tokens, stderr: $(head -c 400 "$TMP/err")"
+else
+  pass "$name"
+fi
 expect_error "unknown command" 'unknown command "frobnicate"' frobnicate
 expect_error "no command" "no command given"
 

@@ -9,16 +9,19 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/local_executor.h"
@@ -1287,6 +1290,337 @@ TEST(SamplingFlags, StopTokenIdsEndTheSequence) {
                                     story.begin(), story.begin() + first + 1)));
   o.stop_token_ids = "1,x";
   EXPECT_EQ(Generate(o).status.code(), absl::StatusCode::kInvalidArgument);
+}
+
+// ---------------------------------------------------------------------------
+// The vocabulary gap: Qwen checkpoints pad the embedding to 151,936 rows while
+// the tokenizer has 151,669 ids. A model of that shape (tiny otherwise) whose
+// head makes the gap ids win, with the real Qwen3 tokenizer.
+
+constexpr int64_t kQwenVocab = 151936;
+constexpr int32_t kQwenTokenizerVocab = 151669;
+
+std::vector<float> RandomValues(size_t n, float scale, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// A Qwen3-shaped folder: vocab 151936, hidden 16, one layer, untied head whose
+// gap rows are +/-40 e_0 (so whatever the sign of the final hidden state's
+// first element, half of the gap ids get logits far above every real id's),
+// and the real tokenizer files.
+std::string QwenGapModel(const std::string& name) {
+  const std::string dir = TempDir(name);
+  const int64_t h = 16, heads = 2, kv_heads = 1, head_dim = 8, inter = 32;
+  json config = {{"architectures", {"Qwen3ForCausalLM"}},
+                 {"model_type", "qwen3"},
+                 {"vocab_size", kQwenVocab},
+                 {"hidden_size", h},
+                 {"intermediate_size", inter},
+                 {"num_hidden_layers", 1},
+                 {"num_attention_heads", heads},
+                 {"num_key_value_heads", kv_heads},
+                 {"head_dim", head_dim},
+                 {"max_position_embeddings", 64},
+                 {"rms_norm_eps", 1e-6},
+                 {"rope_theta", 10000.0},
+                 {"hidden_act", "silu"},
+                 {"attention_bias", false},
+                 {"tie_word_embeddings", false},
+                 {"bos_token_id", 151643},
+                 {"eos_token_id", 151645},
+                 {"torch_dtype", "float32"}};
+  WriteFile(dir + "/config.json", config.dump(2));
+  SafetensorsWriter w;
+  uint32_t seed = 1;
+  auto add = [&](const std::string& tensor, std::vector<int64_t> shape,
+                 float scale, float offset = 0.0f) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<float> v = RandomValues(n, scale, seed++);
+    for (float& x : v) x += offset;
+    w.AddF32(tensor, Shape(shape), v);
+  };
+  add("model.embed_tokens.weight", {kQwenVocab, h}, 0.5f);
+  const std::string l = "model.layers.0.";
+  add(l + "input_layernorm.weight", {h}, 0.1f, 1.0f);
+  add(l + "post_attention_layernorm.weight", {h}, 0.1f, 1.0f);
+  add(l + "self_attn.q_proj.weight", {heads * head_dim, h}, 0.3f);
+  add(l + "self_attn.k_proj.weight", {kv_heads * head_dim, h}, 0.3f);
+  add(l + "self_attn.v_proj.weight", {kv_heads * head_dim, h}, 0.3f);
+  add(l + "self_attn.o_proj.weight", {h, heads * head_dim}, 0.3f);
+  add(l + "self_attn.q_norm.weight", {head_dim}, 0.1f, 1.0f);
+  add(l + "self_attn.k_norm.weight", {head_dim}, 0.1f, 1.0f);
+  add(l + "mlp.gate_proj.weight", {inter, h}, 0.3f);
+  add(l + "mlp.up_proj.weight", {inter, h}, 0.3f);
+  add(l + "mlp.down_proj.weight", {h, inter}, 0.3f);
+  add("model.norm.weight", {h}, 0.1f, 1.0f);
+  std::vector<float> head = RandomValues(kQwenVocab * h, 0.05f, seed++);
+  for (int64_t id = kQwenTokenizerVocab; id < kQwenVocab; ++id) {
+    for (int64_t j = 0; j < h; ++j) head[id * h + j] = 0.0f;
+    head[id * h] = id % 2 == 0 ? 40.0f : -40.0f;
+  }
+  w.AddF32("lm_head.weight", Shape({kQwenVocab, h}), head);
+  const absl::Status written = w.Write(dir + "/model.safetensors");
+  EXPECT_TRUE(written.ok()) << written;
+  const std::string tokenizer = RunfilesRoot() + "/shared/tokenizers/qwen3";
+  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
+    WriteFile(dir + "/" + file, ReadFile(tokenizer + "/" + file));
+  }
+  return dir;
+}
+
+// Greedy and sampled tokens in the gap, and prompt ids in it, decode to no
+// text (as Hugging Face decodes them) instead of ending the run.
+TEST(VocabularyGap, GapTokensDecodeToNothing) {
+  const std::string dir = QwenGapModel("qwen_gap");
+  GenerateOptions o = Greedy(dir);
+  o.prompt = "Hello world";
+  o.max_tokens = 6;
+  o.output = "json";
+  RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  std::vector<json> lines = JsonLines(run.out);
+  ASSERT_EQ(lines.size(), 1u);
+  ASSERT_EQ(lines[0]["output_ids"].size(), 6u);
+  for (int32_t id : Ids(lines[0]["output_ids"])) {
+    EXPECT_GE(id, kQwenTokenizerVocab);
+    EXPECT_LT(id, kQwenVocab);
+  }
+  EXPECT_EQ(lines[0]["text"], "");
+
+  // Sampled (every seed draws gap ids), and a prompt holding gap ids; text
+  // mode echoes the prompt's text.
+  o.sampling.temperature = 1.0f;
+  o.prompt.clear();
+  o.prompt_ids = absl::StrCat("9707,", kQwenTokenizerVocab + 31, ",1879");
+  for (uint64_t seed : {1, 2, 3}) {
+    o.sampling.seed = seed;
+    run = Generate(o);
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    lines = JsonLines(run.out);
+    ASSERT_EQ(lines.size(), 1u);
+    int gap = 0;
+    for (int32_t id : Ids(lines[0]["output_ids"])) {
+      gap += id >= kQwenTokenizerVocab;
+    }
+    EXPECT_GT(gap, 0);
+  }
+  o.output = "text";
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(run.out.substr(0, 11), "Hello world") << run.out;
+  // A prompt id past the model's own vocabulary is still refused.
+  o.prompt_ids = absl::StrCat("9707,", kQwenVocab);
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument, {"vocabulary"});
+}
+
+// ---------------------------------------------------------------------------
+// generation_config.json sampling defaults (vLLM's --generation-config).
+
+// kFixture with temperature 0 and max_new_tokens 3 in its
+// generation_config.json.
+std::string FolderWithDefaults(const std::string& name) {
+  const std::string dir = CopyFixture(kFixture, name);
+  EditJson(dir + "/generation_config.json", [](json& j) {
+    j["temperature"] = 0.0;
+    j["max_new_tokens"] = 3;
+    j["top_k"] = 5;
+  });
+  return dir;
+}
+
+TEST(GenerationConfig, DefaultsApplyToWhatTheUserLeftUnset) {
+  const std::string dir = FolderWithDefaults("gen_defaults");
+  const json c = FirstCase();
+  const std::vector<int32_t> golden = Ids(c["output_ids"]);
+  GenerateOptions o;
+  o.model_dir = dir;
+  o.prompt_ids = Join(Ids(c["prompt_ids"]));
+  o.output = "json";
+  o.unset.temperature = o.unset.top_p = o.unset.top_k = o.unset.min_p =
+      o.unset.repetition_penalty = o.unset.max_tokens = true;
+  // Unset: greedy (temperature 0 from the file) and 3 tokens.
+  ::testing::internal::CaptureStderr();
+  RunResult run = Generate(o);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(Ids(JsonLines(run.out)[0]["output_ids"]),
+            std::vector<int32_t>(golden.begin(), golden.begin() + 3));
+  EXPECT_NE(log.find("generation_config.json defaults: temperature=0, "
+                     "top_k=5, max_tokens=3 (--generation-config vllm turns "
+                     "them off)"),
+            std::string::npos)
+      << log;
+
+  // What the user set wins.
+  o.unset.max_tokens = false;
+  o.max_tokens = 5;
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(Ids(JsonLines(run.out)[0]["output_ids"]),
+            std::vector<int32_t>(golden.begin(), golden.begin() + 5));
+
+  // vllm (or none): no defaults, no line; the flags' own values stand.
+  for (const char* mode : {"vllm", "none"}) {
+    o.engine.generation_config = mode;
+    o.unset.temperature = false;
+    o.sampling.temperature = 0.0f;
+    o.unset.max_tokens = true;
+    o.max_tokens = 7;
+    ::testing::internal::CaptureStderr();
+    run = Generate(o);
+    const std::string quiet = ::testing::internal::GetCapturedStderr();
+    ASSERT_TRUE(run.status.ok()) << run.status;
+    EXPECT_EQ(Ids(JsonLines(run.out)[0]["output_ids"]),
+              std::vector<int32_t>(golden.begin(), golden.begin() + 7))
+        << mode;
+    EXPECT_EQ(quiet.find("generation_config.json defaults"), std::string::npos)
+        << quiet;
+  }
+
+  // A folder: its file, for a model folder without one.
+  const std::string plain = CopyFixture(kFixture, "gen_defaults_plain");
+  o.model_dir = plain;
+  o.engine.generation_config = dir;
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 3u);
+
+  // A folder without the file, or a word that is neither, is an error.
+  o.engine.generation_config = TempDir("no_generation_config");
+  ExpectError(Generate(o), absl::StatusCode::kNotFound,
+              {"generation_config.json"});
+  o.engine.generation_config = "autoo";
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--generation-config"});
+}
+
+// ---------------------------------------------------------------------------
+// --min-tokens and --max-model-len.
+
+TEST(RunGenerate, MinTokensKeepsEarlyStopsAway) {
+  const json c = FirstCase();
+  const std::vector<int32_t> golden = Ids(c["output_ids"]);
+  GenerateOptions o = Greedy(GoldenDir() + "/" + kFixture);
+  o.prompt_ids = Join(Ids(c["prompt_ids"]));
+  o.max_tokens = 20;
+  o.output = "json";
+  o.stop_token_ids = std::to_string(golden[1]);
+  RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 2u);
+  o.min_tokens = 8;
+  run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const std::vector<int32_t> ids = Ids(JsonLines(run.out)[0]["output_ids"]);
+  ASSERT_GT(ids.size(), 8u);
+  for (size_t k = 0; k < 8; ++k) EXPECT_NE(ids[k], golden[1]);
+
+  o.min_tokens = 21;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--min-tokens", "21"});
+  o.min_tokens = -1;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--min-tokens"});
+}
+
+// A StepExecutor that runs the model here but hands back an impossible token
+// (-7) as `victim`'s third one: a fault attributable to that request alone.
+class CorruptingExecutor final : public StepExecutor {
+ public:
+  CorruptingExecutor(StepExecutor* inner, uint64_t victim)
+      : inner_(inner), victim_(victim) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  AllocatorStats memory_stats() const override {
+    return inner_->memory_stats();
+  }
+  KvLayout kv_layout() const override { return inner_->kv_layout(); }
+  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    RETURN_IF_ERROR(inner_->Execute(plan, result));
+    for (proto::SampledToken& t : *result->mutable_tokens()) {
+      if (t.sequence_id() == victim_ && ++victim_tokens_ == 3) t.set_token(-7);
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  StepExecutor* inner_;
+  uint64_t victim_;
+  int victim_tokens_ = 0;
+};
+
+// One prompt failing during generation does not stop the others: json mode
+// prints an error object in its place, the others their tokens, and the
+// command then fails with that prompt's error (before: a hang, or the whole
+// run ended).
+TEST(RunGenerate, APromptThatFailsAloneLeavesTheOthers) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  CpuOps ops;
+  auto model = LlamaModel::Load(dir, &ops, 2048, 4);
+  ASSERT_TRUE(model.ok()) << model.status();
+  KvCacheOptions kv;
+  kv.num_blocks = 64;
+  auto local = LocalExecutor::Create(model->get(), kv, 4);
+  ASSERT_TRUE(local.ok()) << local.status();
+  CorruptingExecutor executor(local->get(), /*victim=*/1);  // The first.
+  const std::string file = TempDir("one_fails") + "/prompts.jsonl";
+  WriteFile(file, "{\"prompt_ids\": [1, 5, 9]}\n{\"prompt_ids\": [1, 7]}\n");
+  GenerateOptions o = Greedy(dir);
+  o.prompts_file = file;
+  o.max_tokens = 6;
+  o.ignore_eos = true;
+  o.output = "json";
+  o.engine.max_num_seqs = 4;
+  std::ostringstream out;
+  const absl::Status status = RunGenerate(o, &executor, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal) << status;
+  EXPECT_TRUE(Contains(status, "prompt 1"));
+  EXPECT_TRUE(Contains(status, "-7"));
+  const std::vector<json> lines = JsonLines(out.str());
+  ASSERT_EQ(lines.size(), 2u) << out.str();
+  EXPECT_EQ(Ids(lines[0]["prompt_ids"]), (std::vector<int32_t>{1, 5, 9}));
+  EXPECT_TRUE(Contains(
+      absl::InvalidArgumentError(lines[0]["error"].get<std::string>()), "-7"));
+  EXPECT_EQ(lines[1]["output_ids"].size(), 6u);
+  EXPECT_EQ(lines[1]["finish_reason"], "length");
+}
+
+TEST(RunGenerate, MaxModelLenIsTheContext) {
+  const std::string dir = GoldenDir() + "/" + kFixture;
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = "1,5,9,13,17";
+  o.max_tokens = 100;
+  o.ignore_eos = true;
+  o.output = "json";
+  o.engine.max_model_len = 16;
+  o.stats_json = TempDir("max_model_len") + "/stats.json";
+  RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  EXPECT_EQ(JsonLines(run.out)[0]["output_ids"].size(), 12u);  // 16 - 5 + 1
+  EXPECT_EQ(JsonLines(run.out)[0]["finish_reason"], "length");
+  // The KV pool holds at most max_num_seqs contexts of 16 tokens.
+  const json stats = ReadJson(o.stats_json);
+  EXPECT_EQ(stats["kv_cache"]["num_blocks"], o.engine.max_num_seqs);
+  o.stats_json.clear();
+
+  std::vector<int32_t> long_prompt(17, 7);
+  o.prompt_ids = Join(long_prompt);
+  ExpectError(Generate(o), absl::StatusCode::kOutOfRange,
+              {"17 tokens", "context of 16"});
+  o.prompt_ids = "1,2";
+  o.engine.max_model_len = 257;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--max-model-len 257", "256", "max_position_embeddings"});
+  o.engine.max_model_len = -1;
+  ExpectError(Generate(o), absl::StatusCode::kInvalidArgument,
+              {"--max-model-len"});
 }
 
 // A prompts-file or tokenize line nested 20,000 deep (40 KB) is refused

@@ -11,12 +11,14 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/engine/local_executor.h"
+#include "runtime/sampler/sampler.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -511,6 +513,400 @@ TEST(EngineErrors, RefusedAtSubmission) {
   // A request that fits still runs.
   auto ok = engine.Generate(Greedy(RandomPrompt(rng, 10), 10));
   EXPECT_TRUE(ok.ok()) << ok.status();
+}
+
+// A tokenizer over ids alone: id i reads "<i>", an id of `special` "[i]"
+// (no text with skip_special_tokens), and decoding `bad` fails, as a broken
+// tokenizer file or an id it cannot render would.
+class FakeTokenizer final : public Tokenizer {
+ public:
+  explicit FakeTokenizer(int32_t vocab, int32_t bad = -1,
+                         std::vector<int32_t> special = {})
+      : vocab_(vocab), bad_(bad), special_(std::move(special)) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      absl::string_view) const override {
+    return absl::UnimplementedError("FakeTokenizer does not encode");
+  }
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     bool skip_special_tokens) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (id < 0) return absl::InvalidArgumentError("negative id");
+      if (id == bad_) {
+        return absl::DataLossError(absl::StrCat("cannot decode token ", id));
+      }
+      if (id >= vocab_) continue;
+      if (IsSpecial(id)) {
+        if (!skip_special_tokens) absl::StrAppend(&text, "[", id, "]");
+        continue;
+      }
+      absl::StrAppend(&text, "<", id, ">");
+    }
+    return text;
+  }
+  int32_t vocab_size() const override { return vocab_; }
+  bool IsSpecial(int32_t id) const override {
+    return std::find(special_.begin(), special_.end(), id) != special_.end();
+  }
+  int32_t TokenToId(absl::string_view) const override { return -1; }
+  int32_t bos_id() const override { return 1; }
+  int32_t eos_id() const override { return 2; }
+
+ protected:
+  // vLLM's rendering: a kept special token stands apart ("<5> [9] <7>")
+  // with spaces_between_special_tokens.
+  absl::StatusOr<std::string> DecodeWithOptions(
+      absl::Span<const int32_t> ids,
+      const DecodeOptions& options) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (!IsSpecial(id) || options.skip_special_tokens) {
+        absl::StatusOr<std::string> piece =
+            Decode(absl::MakeConstSpan(&id, 1), options.skip_special_tokens);
+        if (!piece.ok()) return piece.status();
+        text += *piece;
+      } else {
+        absl::StrAppend(&text, options.spaces_between_special_tokens ? " " : "",
+                        "[", id, "]",
+                        options.spaces_between_special_tokens ? " " : "");
+      }
+    }
+    return text;
+  }
+
+ private:
+  int32_t vocab_, bad_;
+  std::vector<int32_t> special_;
+};
+
+// What FakeTokenizer renders ids[begin, end) as.
+std::string FakeText(const std::vector<int32_t>& ids, size_t begin,
+                     size_t end) {
+  std::string text;
+  for (size_t i = begin; i < end && i < ids.size(); ++i) {
+    absl::StrAppend(&text, "<", ids[i], ">");
+  }
+  return text;
+}
+
+// Runs `request` on `engine`, collecting the streamed text and events.
+struct Streamed {
+  absl::StatusOr<GenerationResult> result;
+  std::string text;
+  std::vector<TokenEvent> events;
+};
+Streamed RunStreamed(Engine& engine, const GenerationRequest& request) {
+  Streamed s;
+  auto id = engine.Submit(request, [&s](const TokenEvent& e) {
+    s.text += e.text;
+    s.events.push_back(e);
+  });
+  if (!id.ok()) {
+    s.result = id.status();
+    return s;
+  }
+  const absl::Status ran = engine.RunUntilIdle();
+  EXPECT_TRUE(ran.ok()) << ran;
+  s.result = engine.TakeResult(*id);
+  return s;
+}
+
+// A request whose tokenizer fails during a step ends alone, with the error
+// (result and last event); the requests batched with it finish as if they
+// had run alone, and the engine keeps serving.
+TEST(EngineFailures, OneRequestFailsAloneAndTheOthersContinue) {
+  std::mt19937 rng(77);
+  std::vector<GenerationRequest> requests;
+  for (int i = 0; i < 4; ++i) {
+    GenerationRequest r = Greedy(RandomPrompt(rng, 10 + 7 * i), 24);
+    r.ignore_eos = true;
+    requests.push_back(std::move(r));
+  }
+  CpuOps ops;
+  FakeTokenizer plain(512);
+  EngineSetup s;
+  s.tokenizer = &plain;
+  std::unique_ptr<LocalEngine> reference = DemoEngine(&ops, s);
+  ASSERT_NE(reference, nullptr);
+  const std::vector<GenerationResult> want =
+      RunOneByOne(reference->engine(), requests);
+  // A token that request 0 generates and no other request shows its
+  // detokenizer (the last prompt tokens and the output).
+  int32_t bad = -1;
+  size_t bad_at = 0;
+  for (size_t k = 0; k < want[0].output_ids.size() && bad < 0; ++k) {
+    const int32_t t = want[0].output_ids[k];
+    bool elsewhere = std::count(requests[0].prompt_ids.end() - 5,
+                                requests[0].prompt_ids.end(), t) > 0;
+    for (size_t i = 1; i < requests.size(); ++i) {
+      elsewhere = elsewhere ||
+                  std::count(want[i].output_ids.begin(),
+                             want[i].output_ids.end(), t) > 0 ||
+                  std::count(requests[i].prompt_ids.begin(),
+                             requests[i].prompt_ids.end(), t) > 0;
+    }
+    if (!elsewhere) {
+      bad = t;
+      bad_at = k;
+    }
+  }
+  ASSERT_GE(bad, 0) << "no token of request 0 is its own";
+
+  FakeTokenizer failing(512, bad);
+  s.tokenizer = &failing;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, s);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  std::vector<int64_t> ids;
+  std::vector<std::vector<TokenEvent>> events(requests.size());
+  for (size_t i = 0; i < requests.size(); ++i) {
+    auto id = engine.Submit(requests[i], [&events, i](const TokenEvent& e) {
+      events[i].push_back(e);
+    });
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+  }
+  while (engine.HasWork()) ASSERT_TRUE(engine.Step().ok());
+  auto failed = engine.TakeResult(ids[0]);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss)
+      << failed.status();
+  ASSERT_FALSE(events[0].empty());
+  EXPECT_EQ(events[0].size(), bad_at + 1);
+  EXPECT_TRUE(events[0].back().finished);
+  EXPECT_EQ(events[0].back().error, failed.status());
+  for (size_t k = 0; k + 1 < events[0].size(); ++k) {
+    EXPECT_TRUE(events[0][k].error.ok());
+    EXPECT_FALSE(events[0][k].finished);
+  }
+  for (size_t i = 1; i < requests.size(); ++i) {
+    auto got = engine.TakeResult(ids[i]);
+    ASSERT_TRUE(got.ok()) << "request " << i << ": " << got.status();
+    EXPECT_EQ(got->output_ids, want[i].output_ids) << "request " << i;
+    EXPECT_EQ(got->text, want[i].text) << "request " << i;
+    EXPECT_TRUE(events[i].back().finished);
+    EXPECT_TRUE(events[i].back().error.ok());
+  }
+  // Its blocks and sampler were given back; the engine still serves.
+  EXPECT_EQ(engine.stats().blocks.num_used_blocks, 0);
+  auto again = engine.Generate(requests[1]);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->output_ids, want[1].output_ids);
+  // Generate reports the failure as its result.
+  EXPECT_EQ(engine.Generate(requests[0]).status().code(),
+            absl::StatusCode::kDataLoss);
+}
+
+// min_tokens masks EOS and the stop ids in the sampler until that many
+// tokens are out; the reported logprob stays the unmodified logits' (vLLM's
+// raw logprobs).
+TEST(EngineMinTokens, EosAndStopIdsCannotEndTheSequenceEarly) {
+  std::mt19937 rng(5);
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, EngineSetup{});
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  GenerationRequest base = Greedy(RandomPrompt(rng, 12), 16);
+  base.ignore_eos = true;
+  base.return_prefill_logits = true;
+  auto free_run = engine.Generate(base);
+  ASSERT_TRUE(free_run.ok()) << free_run.status();
+  const std::vector<int32_t>& ref = free_run->output_ids;
+
+  // The first token as a stop id ends the sequence at once...
+  GenerationRequest stop_first = base;
+  stop_first.stop_token_ids = {ref[0]};
+  auto stopped = engine.Generate(stop_first);
+  ASSERT_TRUE(stopped.ok());
+  EXPECT_EQ(stopped->output_ids, std::vector<int32_t>{ref[0]});
+  EXPECT_EQ(stopped->finish_reason, FinishReason::kStop);
+
+  // ...but not with min_tokens: the first token is the best other than it
+  // and EOS (id 2), and its logprob is under the unmodified logits.
+  GenerationRequest held = stop_first;
+  held.ignore_eos = false;
+  held.min_tokens = 5;
+  auto got = engine.Generate(held);
+  ASSERT_TRUE(got.ok()) << got.status();
+  ASSERT_GE(got->output_ids.size(), 5u);
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_NE(got->output_ids[k], ref[0]) << k;
+    EXPECT_NE(got->output_ids[k], 2) << k;
+  }
+  const std::vector<float>& logits = got->prefill_logits;
+  ASSERT_EQ(logits.size(), 512u);
+  std::vector<float> masked = logits;
+  masked[ref[0]] = masked[2] = -INFINITY;
+  EXPECT_EQ(got->output_ids[0], ArgMax(masked));
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double z = 0;
+  for (float l : logits) z += std::exp(l - max);
+  EXPECT_NEAR(got->logprobs[0], logits[got->output_ids[0]] - max - std::log(z),
+              1e-5);
+  if (got->finish_reason == FinishReason::kStop) {
+    EXPECT_GT(got->output_ids.size(), 5u);
+  }
+
+  // Sampling too: no seed draws a masked id before min_tokens.
+  for (uint64_t seed = 0; seed < 8; ++seed) {
+    GenerationRequest sampled = held;
+    sampled.sampling.temperature = 1.5f;
+    sampled.sampling.seed = seed;
+    sampled.stop_token_ids = {ref[0], ref[1], ref[2]};
+    auto r = engine.Generate(sampled);
+    ASSERT_TRUE(r.ok()) << r.status();
+    ASSERT_GE(r->output_ids.size(), 5u);
+    for (size_t k = 0; k < 5; ++k) {
+      for (int32_t banned : {ref[0], ref[1], ref[2], 2}) {
+        EXPECT_NE(r->output_ids[k], banned) << "seed " << seed << " k " << k;
+      }
+    }
+  }
+
+  // 0 <= min_tokens <= max_tokens.
+  GenerationRequest bad = base;
+  bad.min_tokens = bad.max_tokens + 1;
+  EXPECT_EQ(engine.Submit(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.min_tokens = -1;
+  EXPECT_EQ(engine.Submit(bad).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  bad.min_tokens = bad.max_tokens;
+  EXPECT_TRUE(engine.Generate(bad).ok());
+}
+
+// Stop strings: stop_reason names the one that ended the sequence;
+// include_stop_str_in_output keeps it at the end of the text (and then
+// nothing needs holding back); before min_tokens none is looked for.
+TEST(EngineStopStrings, StopReasonIncludeStopStrAndMinTokens) {
+  std::mt19937 rng(21);
+  CpuOps ops;
+  FakeTokenizer tokenizer(512);
+  EngineSetup s;
+  s.tokenizer = &tokenizer;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, s);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  GenerationRequest base = Greedy(RandomPrompt(rng, 9), 20);
+  base.ignore_eos = true;
+  auto free_run = engine.Generate(base);
+  ASSERT_TRUE(free_run.ok());
+  const std::vector<int32_t>& ref = free_run->output_ids;
+  ASSERT_EQ(ref.size(), 20u);
+  EXPECT_EQ(*free_run->text, FakeText(ref, 0, 20));
+  EXPECT_FALSE(free_run->stop_reason.has_value());  // Length.
+
+  // The first place where ref[k] shows, for k = 6.
+  const size_t k = std::find(ref.begin(), ref.end(), ref[6]) - ref.begin();
+  const std::string stop = absl::StrCat("<", ref[k], ">");
+  GenerationRequest r = base;
+  r.stop = {"never", stop};
+  Streamed cut = RunStreamed(engine, r);
+  ASSERT_TRUE(cut.result.ok());
+  EXPECT_EQ(cut.result->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(*cut.result->text, FakeText(ref, 0, k));
+  EXPECT_EQ(cut.text, *cut.result->text);
+  ASSERT_TRUE(cut.result->stop_reason.has_value());
+  EXPECT_EQ(std::get<std::string>(*cut.result->stop_reason), stop);
+
+  r.include_stop_str_in_output = true;
+  Streamed kept = RunStreamed(engine, r);
+  ASSERT_TRUE(kept.result.ok());
+  EXPECT_EQ(*kept.result->text, FakeText(ref, 0, k + 1));
+  EXPECT_EQ(kept.text, *kept.result->text);
+  EXPECT_EQ(kept.result->output_ids, cut.result->output_ids);
+  // Nothing was held back: each token's text came with it.
+  ASSERT_EQ(kept.events.size(), k + 1);
+  for (size_t i = 0; i <= k; ++i) {
+    EXPECT_EQ(kept.events[i].text, FakeText(ref, i, i + 1)) << i;
+  }
+
+  // With min_tokens = k + 1 the stop string is only looked for in the text
+  // of the tokens after the (k+1)-th: the next showing of ref[k], if any.
+  r.include_stop_str_in_output = false;
+  r.min_tokens = static_cast<int64_t>(k) + 1;
+  Streamed late = RunStreamed(engine, r);
+  ASSERT_TRUE(late.result.ok());
+  const size_t next =
+      std::find(ref.begin() + k + 1, ref.end(), ref[k]) - ref.begin();
+  if (next < ref.size()) {
+    EXPECT_EQ(late.result->finish_reason, FinishReason::kStop);
+    EXPECT_EQ(*late.result->text, FakeText(ref, 0, next));
+  } else {
+    EXPECT_EQ(late.result->finish_reason, FinishReason::kLength);
+    EXPECT_EQ(*late.result->text, FakeText(ref, 0, ref.size()));
+  }
+  EXPECT_EQ(late.text, *late.result->text);
+}
+
+// A stop token id: stop_reason is the id, and its text is dropped unless
+// include_stop_str_in_output (vLLM).
+TEST(EngineStopTokens, StopReasonIsTheIdAndItsTextIsDropped) {
+  std::mt19937 rng(31);
+  CpuOps ops;
+  FakeTokenizer tokenizer(512);
+  EngineSetup s;
+  s.tokenizer = &tokenizer;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, s);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  GenerationRequest base = Greedy(RandomPrompt(rng, 9), 12);
+  base.ignore_eos = true;
+  auto free_run = engine.Generate(base);
+  ASSERT_TRUE(free_run.ok());
+  const std::vector<int32_t>& ref = free_run->output_ids;
+  const size_t k = std::find(ref.begin(), ref.end(), ref[4]) - ref.begin();
+
+  GenerationRequest r = base;
+  r.stop_token_ids = {ref[k]};
+  Streamed dropped = RunStreamed(engine, r);
+  ASSERT_TRUE(dropped.result.ok());
+  EXPECT_EQ(dropped.result->finish_reason, FinishReason::kStop);
+  EXPECT_EQ(dropped.result->output_ids,
+            std::vector<int32_t>(ref.begin(), ref.begin() + k + 1));
+  EXPECT_EQ(*dropped.result->text, FakeText(ref, 0, k));
+  EXPECT_EQ(dropped.text, *dropped.result->text);
+  ASSERT_TRUE(dropped.result->stop_reason.has_value());
+  EXPECT_EQ(std::get<int32_t>(*dropped.result->stop_reason), ref[k]);
+
+  r.include_stop_str_in_output = true;
+  Streamed kept = RunStreamed(engine, r);
+  ASSERT_TRUE(kept.result.ok());
+  EXPECT_EQ(*kept.result->text, FakeText(ref, 0, k + 1));
+}
+
+// skip_special_tokens and spaces_between_special_tokens reach the
+// detokenizer: special tokens' text shows only when skip is false, set apart
+// by spaces unless spaces_between_special_tokens is false.
+TEST(EngineSpecialTokens, SkipSpecialTokensReachesTheText) {
+  std::mt19937 rng(41);
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> bare = DemoEngine(&ops, EngineSetup{});
+  ASSERT_NE(bare, nullptr);
+  GenerationRequest r = Greedy(RandomPrompt(rng, 9), 10);
+  r.ignore_eos = true;
+  auto free_run = bare->engine().Generate(r);
+  ASSERT_TRUE(free_run.ok());
+  const std::vector<int32_t>& ref = free_run->output_ids;
+  FakeTokenizer tokenizer(512, -1, {ref[3]});
+  EngineSetup s;
+  s.tokenizer = &tokenizer;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, s);
+  ASSERT_NE(local, nullptr);
+  auto skipped = local->engine().Generate(r);
+  ASSERT_TRUE(skipped.ok());
+  const std::string marker = absl::StrCat("[", ref[3], "]");
+  EXPECT_EQ(skipped->text->find(marker), std::string::npos) << *skipped->text;
+  r.skip_special_tokens = false;
+  auto shown = local->engine().Generate(r);
+  ASSERT_TRUE(shown.ok());
+  EXPECT_NE(shown->text->find(" " + marker + " "), std::string::npos)
+      << *shown->text;
+  // spaces_between_special_tokens reaches it too.
+  r.spaces_between_special_tokens = false;
+  auto tight = local->engine().Generate(r);
+  ASSERT_TRUE(tight.ok());
+  EXPECT_NE(tight->text->find(marker), std::string::npos) << *tight->text;
+  EXPECT_EQ(tight->text->find(" " + marker), std::string::npos) << *tight->text;
 }
 
 }  // namespace

@@ -5,10 +5,12 @@
 // transformers' greedy tokens and prefill logits, and transformers' greedy
 // story for the real demo checkpoint. Every token must match; logits must agree
 // to f32 rounding.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -220,6 +222,118 @@ TEST_P(GoldenFixtureTest, BatchedRequestsMatchTransformers) {
       EXPECT_GT(stats.blocks.hit_tokens, 0) << config.name;
     }
   }
+}
+
+// min_tokens is transformers' min_new_tokens: greedy decoding where, while
+// fewer than min_new_tokens tokens are generated, every EOS logit is -inf
+// (MinNewTokensLengthLogitsProcessor), and an EOS ends the sequence (it is
+// kept). The reference applies exactly that to the model's next-token logits
+// (tied to transformers above), one prompt extension at a time; the EOS set
+// is the config's EOS plus a token that greedy decoding produces early (in
+// Tessera a stop_token_id), so without min_tokens the sequence would end at
+// once. f32 on the CPU, token for token.
+TEST_P(GoldenFixtureTest, MinTokensIsTransformersMinNewTokens) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  const std::vector<int64_t>& eos = engine.config().eos_token_ids;
+  const json golden = ReadJson(dir + "/golden.json");
+  constexpr int64_t kMinTokens = 8;
+  for (const json& c : golden["cases"]) {
+    const std::vector<int32_t> ref = Ids(c["output_ids"]);
+    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
+    size_t early = 1;
+    while (early < ref.size() &&
+           std::find(eos.begin(), eos.end(), ref[early]) != eos.end()) {
+      ++early;
+    }
+    ASSERT_LT(early, ref.size());
+    const int32_t stop = ref[early];
+    std::vector<int32_t> ends(eos.begin(), eos.end());
+    ends.push_back(stop);
+    auto is_end = [&](int32_t t) {
+      return std::find(ends.begin(), ends.end(), t) != ends.end();
+    };
+
+    GenerationRequest request = GreedyRequest(c);
+    request.return_prefill_logits = false;
+    request.stop_token_ids = {stop};
+    auto unmasked = engine.Generate(request);
+    ASSERT_TRUE(unmasked.ok()) << unmasked.status();
+    ASSERT_LE(unmasked->output_ids.size(), early + 1);
+    EXPECT_EQ(unmasked->finish_reason, FinishReason::kStop);
+
+    std::vector<int32_t> want;
+    std::vector<int32_t> ids = prompt;
+    while (static_cast<int64_t>(want.size()) < request.max_tokens) {
+      GenerationRequest next;
+      next.prompt_ids = ids;
+      next.max_tokens = 1;
+      next.sampling.temperature = 0.0f;
+      next.ignore_eos = true;
+      next.return_prefill_logits = true;
+      auto step = engine.Generate(next);
+      ASSERT_TRUE(step.ok()) << step.status();
+      std::vector<float> logits = step->prefill_logits;
+      if (static_cast<int64_t>(want.size()) < kMinTokens) {
+        for (int32_t e : ends) logits[e] = -INFINITY;
+      }
+      const int32_t token = static_cast<int32_t>(
+          std::max_element(logits.begin(), logits.end()) - logits.begin());
+      want.push_back(token);
+      if (is_end(token)) break;
+      ids.push_back(token);
+    }
+    request.min_tokens = kMinTokens;
+    auto got = engine.Generate(request);
+    ASSERT_TRUE(got.ok()) << got.status();
+    const std::string what = GetParam() + " prompt of " +
+                             std::to_string(prompt.size()) + ", stop " +
+                             std::to_string(stop);
+    EXPECT_EQ(got->output_ids, want) << what;
+    EXPECT_EQ(got->finish_reason,
+              is_end(want.back()) ? FinishReason::kStop : FinishReason::kLength)
+        << what;
+    EXPECT_GT(got->output_ids.size(), static_cast<size_t>(kMinTokens)) << what;
+  }
+}
+
+// The same against transformers' own numbers: with the greedy first token as
+// a stop id and min_tokens = 1, the first token is the argmax of
+// transformers' prefill logits (golden.json) with that id and EOS at -inf,
+// as MinNewTokensLengthLogitsProcessor leaves them.
+TEST_P(GoldenFixtureTest, MinTokensFirstTokenIsTheMaskedArgmaxOfHfLogits) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
+  const std::vector<int64_t>& eos = local->engine().config().eos_token_ids;
+  const json golden = ReadJson(dir + "/golden.json");
+  size_t checked = 0;
+  for (const json& c : golden["cases"]) {
+    const std::vector<int32_t> ref = Ids(c["output_ids"]);
+    std::vector<float> hf = c["prefill_logits"].get<std::vector<float>>();
+    hf[ref[0]] = -INFINITY;
+    for (int64_t e : eos) hf[e] = -INFINITY;
+    std::vector<float> sorted = hf;
+    std::sort(sorted.begin(), sorted.end(), std::greater<float>());
+    // A near-tie that f32 rounding could flip proves nothing either way.
+    if (sorted[0] - sorted[1] < 1e-3f) continue;
+    GenerationRequest request = GreedyRequest(c);
+    request.stop_token_ids = {ref[0]};
+    request.min_tokens = 1;
+    request.max_tokens = 2;
+    auto got = local->engine().Generate(request);
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(got->output_ids[0],
+              std::max_element(hf.begin(), hf.end()) - hf.begin())
+        << GetParam() << " prompt of " << c["prompt_ids"].size();
+    EXPECT_NE(got->output_ids[0], ref[0]);
+    ++checked;
+  }
+  EXPECT_GE(checked, golden["cases"].size() - 1) << "too many near-ties";
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFixtureTest,

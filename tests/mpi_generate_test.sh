@@ -101,6 +101,50 @@ for fixture in llama qwen3 mistral_1kv; do
   done
 done
 
+# min_tokens travels with the sampling parameters to the sampling rank: with a stop id that
+# greedy decoding makes second, --min-tokens 8 gives under TP2 and PP2 the tokens it gives in
+# one process (which tests/golden_test.cc ties to transformers' min_new_tokens). And
+# --max-model-len reaches every rank: with the static layout each rank's KV blocks are one
+# context long, so a rank that missed it would read the wrong slots.
+for fixture in qwen3 llama; do
+  grep -o '"prompt_ids":\[[0-9,]*\]' "$GOLDEN/$fixture/golden.json" | head -n 2 |
+    sed 's/^/{/; s/$/}/' >"$TMP/prompts.jsonl"
+  second=$(grep -o '"output_ids":\[[0-9,]*\]' "$GOLDEN/$fixture/golden.json" | head -n 1 |
+    sed 's/.*\[//; s/\].*//' | cut -d, -f2)
+  for flags in "--min-tokens 8 --stop-token-ids $second" \
+    "--max-model-len 24 --attention static --ignore-eos"; do
+    # shellcheck disable=SC2086
+    "$TESSERA" generate --model "$GOLDEN/$fixture" --prompts-file "$TMP/prompts.jsonl" \
+      --max-tokens 20 --temperature 0 --output json $flags 2>/dev/null |
+      grep -o '"output_ids":\[[0-9,]*\]' >"$TMP/want"
+    for layout in "2 --tp 2" "2 --pp 2"; do
+      # shellcheck disable=SC2086
+      run_case "$fixture np=$layout $flags" "$GOLDEN/$fixture" 20 $layout $flags
+    done
+  done
+done
+
+# Each rank sizes its static KV blocks (one context each) by the --max-model-len it got in the
+# manifest: the two stages (one layer each) report the same KV cache size, smaller than with
+# the model's whole context.
+kv_sizes() {  # extra flags...; prints each rank's distinct KV cache size
+  timeout 120 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$GOLDEN/llama" \
+    --prompt-ids 1 --max-tokens 2 --pp 2 --attention static "$@" >"$TMP/out" 2>"$TMP/err" &&
+    grep -o '^\[tessera\]   rank [01] on .*KV cache [0-9.]* MiB$' "$TMP/err" |
+    sed 's/.*KV cache //; s/ MiB//' | sort -u
+}
+cases=$((cases + 1))
+kv=$(kv_sizes --max-model-len 24)
+kv_full=$(kv_sizes)
+if [ "$(echo "$kv" | wc -l)" -eq 1 ] && [ -n "$kv" ] && [ -n "$kv_full" ] &&
+  awk -v a="$kv" -v b="$kv_full" 'BEGIN { exit !(a < b) }'; then
+  echo "PASS: --max-model-len reaches every rank (KV cache $kv MiB on both, $kv_full without)"
+else
+  failures=$((failures + 1))
+  echo "FAIL: --max-model-len on every rank: KV cache sizes '$kv' (without: '$kv_full')"
+  head -c 800 "$TMP/err"
+fi
+
 # int8 KV under TP2 and PP2 gives the tokens it gives in one process (the demo's stories).
 printf '{"prompt": "Once upon a time"}\n{"prompt": "Lily and Ben"}\n{"prompt": "One day"}\n' \
   >"$TMP/prompts.jsonl"

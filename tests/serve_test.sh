@@ -176,6 +176,28 @@ else
   tail -5 "$TMP/serve.err"
 fi
 
+# --max-model-len reaches the server (/v1/models), and generation_config.json's defaults fill
+# what a request leaves unset (greedy, 5 tokens here), announced at startup.
+printf '{"temperature": 0.0, "max_new_tokens": 5}\n' >"$TMP/model/generation_config.json"
+SERVE_FLAGS=(--max-model-len 64)
+if start "$TESSERA"; then
+  BASE="http://127.0.0.1:$PORT"
+  len=$(curl -s "$BASE/v1/models/demo" | python3 -c 'import json,sys; print(json.load(sys.stdin)["max_model_len"])')
+  got=$(curl -s "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time"}' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["usage"]["completion_tokens"], r["choices"][0]["text"] == sys.argv[1][:len(r["choices"][0]["text"])])' "$expected")
+  if [ "$len" = 64 ] && [ "$got" = "5 True" ] &&
+    grep -q '^\[tessera\] generation_config.json defaults: temperature=0, max_tokens=5 (--generation-config vllm turns them off)$' "$TMP/serve.err"; then
+    pass "serve --max-model-len and generation_config.json defaults"
+  else
+    fail "serve --max-model-len 64 / defaults: max_model_len $len, completion '$got'"
+    tail -5 "$TMP/serve.err"
+  fi
+  stop
+else
+  fail "serve --max-model-len did not start"
+fi
+rm -f "$TMP/model/generation_config.json"
+
 # Two ranks (TP2): the same greedy text; SIGTERM stops every rank.
 SERVE_FLAGS=(--tp 2)
 if start timeout 120 mpirun -np 2 --bind-to none "$TESSERA"; then

@@ -126,6 +126,20 @@ for x, y in zip(a["logprobs"], b["logprobs"]):
         assert abs(s[1] - t[1]) < 1e-4, (s, t)
 PY
 
+# min_tokens on the device: transformers' min_new_tokens references for two fixtures (written
+# to $OUT/min_tokens/<name>/min_tokens.json, to be committed next to golden.json), and
+# `tessera generate --min-tokens --device cuda --dtype float32` against them, token for token.
+cases=$((cases + 1))
+if PYTHONUNBUFFERED=1 timeout 300 python3 tools/make_min_tokens_golden.py \
+  --golden tests/fixtures/golden --out "$OUT/min_tokens" --fixtures qwen3 llama \
+  --tessera "$T" --device cuda >"$OUT/min_tokens.log" 2>&1; then
+  echo "PASS: min_tokens on cuda equals transformers' min_new_tokens"
+else
+  failures=$((failures + 1))
+  echo "FAIL: min_tokens on cuda"
+  grep -E "MISMATCH|Error|error" "$OUT/min_tokens.log" | head -10
+fi
+
 if [ "$GPUS" -ge 2 ]; then
   LAUNCH=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$T")
   for dir in tests/fixtures/golden/*/; do

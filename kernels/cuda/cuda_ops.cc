@@ -3,6 +3,7 @@
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -229,6 +230,8 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
   std::vector<cuda::DeviceSamplingParams> params(n);
   bool penalties = false;
   int32_t top_n = 0;
+  // Every row's masked ids, ascending and distinct, one list after another.
+  sample_masked_.clear();
   for (int64_t i = 0; i < n; ++i) {
     const DeviceSampleRow& r = rows[i];
     if (r.top_logprobs < 0 || r.top_logprobs > cuda::kMaxTopLogprobs) {
@@ -246,6 +249,16 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
     p.frequency_penalty = r.frequency_penalty;
     p.seed = r.seed;
     p.step = r.step;
+    const size_t begin = sample_masked_.size();
+    for (int32_t t : r.masked) {
+      if (t >= 0 && t < vocab) sample_masked_.push_back(t);
+    }
+    std::sort(sample_masked_.begin() + begin, sample_masked_.end());
+    sample_masked_.erase(
+        std::unique(sample_masked_.begin() + begin, sample_masked_.end()),
+        sample_masked_.end());
+    p.masked_begin = static_cast<int32_t>(begin);
+    p.masked_end = static_cast<int32_t>(sample_masked_.size());
     penalties = penalties || r.repetition_penalty != 1.0f ||
                 r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
     top_n = std::max(top_n, r.top_logprobs);
@@ -274,6 +287,12 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
     d_counts = static_cast<const int32_t*>(c);
     d_mask = static_cast<const uint8_t*>(m);
   }
+  const int32_t* d_masked = nullptr;
+  if (!sample_masked_.empty()) {
+    ASSIGN_OR_RETURN(void* m, Stage(kSampleMasked, sample_masked_.data(),
+                                    sample_masked_.size() * sizeof(int32_t)));
+    d_masked = static_cast<const int32_t*>(m);
+  }
   ASSIGN_OR_RETURN(void* scratch,
                    Grow(kSampleScratch, static_cast<size_t>(n * vocab) * 4));
   ASSIGN_OR_RETURN(void* d_tokens, Grow(kSampleTokens, n * sizeof(int32_t)));
@@ -281,7 +300,7 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
       Launch(cuda::LaunchSample(
                  logits.data_as<const float>(), n, vocab,
                  static_cast<const cuda::DeviceSamplingParams*>(d_params),
-                 d_counts, d_mask, static_cast<float*>(scratch),
+                 d_counts, d_mask, d_masked, static_cast<float*>(scratch),
                  static_cast<int32_t*>(d_tokens), stream_),
              "Sample"));
   ASSIGN_OR_RETURN(void* d_log_z, Grow(kSampleLogZ, n * sizeof(float)));

@@ -96,6 +96,7 @@ class CudaOps final : public Ops {
     kSampleParams,
     kSampleCounts,
     kSampleMask,
+    kSampleMasked,
     kSampleScratch,
     kSampleTokens,
     kSampleIndex,
@@ -139,7 +140,7 @@ class CudaOps final : public Ops {
   const AttentionMetadata* step_ = nullptr;
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,
-      sample_top_ids_;
+      sample_top_ids_, sample_masked_;
   std::vector<uint8_t> sample_mask_;
   std::vector<float> sample_chosen_, sample_log_z_, sample_top_logprobs_;
   int64_t step_blocks_ = 0;

@@ -221,6 +221,23 @@ __device__ __forceinline__ float Penalize(float l, int32_t count,
   return l;
 }
 
+// Whether id i is in the ascending list ids[begin, end) (binary search; the
+// lists are a few EOS and stop ids).
+__device__ __forceinline__ bool IsMasked(const int32_t* __restrict__ ids,
+                                         int32_t begin, int32_t end,
+                                         int64_t i) {
+  int32_t lo = begin, hi = end;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] < i) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return lo < end && ids[lo] == i;
+}
+
 struct RowState {
   const float* t;  // Tempered logits; -inf for NaN (never kept).
   int64_t vocab;
@@ -285,6 +302,7 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
                              const DeviceSamplingParams* __restrict__ params,
                              const int32_t* __restrict__ token_counts,
                              const uint8_t* __restrict__ prompt_mask,
+                             const int32_t* __restrict__ masked_ids,
                              float* __restrict__ scratch,
                              int32_t* __restrict__ out_tokens) {
   __shared__ ValId shared_best[33];
@@ -306,6 +324,7 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
   const bool additive =
       p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const bool greedy = p.temperature == 0.0f;
+  const bool masking = masked_ids != nullptr && p.masked_end > p.masked_begin;
 
   // Pass 1: penalties, the argmax of the penalized logits and (sampling) the
   // tempered logits and their maximum.
@@ -316,6 +335,9 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
     if (repetition || additive) {
       v = Penalize(v, counts != nullptr ? counts[i] : 0,
                    mask != nullptr && mask[i] != 0, p, repetition, additive);
+    }
+    if (masking && IsMasked(masked_ids, p.masked_begin, p.masked_end, i)) {
+      v = -INFINITY;
     }
     if (v > best.v) best = {v, static_cast<int32_t>(i)};
     if (!greedy) {
@@ -451,12 +473,14 @@ cudaError_t LaunchLogprobs(const float* logits, int64_t rows, int64_t vocab,
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab,
                          const DeviceSamplingParams* params,
                          const int32_t* token_counts,
-                         const uint8_t* prompt_mask, float* scratch,
-                         int32_t* out_tokens, cudaStream_t stream) {
+                         const uint8_t* prompt_mask, const int32_t* masked_ids,
+                         float* scratch, int32_t* out_tokens,
+                         cudaStream_t stream) {
   if (vocab <= 0 || vocab > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   SampleKernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(
-      logits, vocab, params, token_counts, prompt_mask, scratch, out_tokens);
+      logits, vocab, params, token_counts, prompt_mask, masked_ids, scratch,
+      out_tokens);
   return cudaGetLastError();
 }
 

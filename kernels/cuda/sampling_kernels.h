@@ -45,6 +45,10 @@ struct DeviceSamplingParams {
   // Which draw of the sequence this is (e.g. the number of tokens generated so
   // far). The uniform is a pure function of (seed, step): see PhiloxUniform.
   uint64_t step = 0;
+  // The row's masked ids: masked_ids[masked_begin, masked_end), ascending,
+  // distinct, in [0, vocab). Their logits count as -inf (min_tokens).
+  int32_t masked_begin = 0;
+  int32_t masked_end = 0;
 };
 
 // Samples one token per row of logits [rows, vocab] into out_tokens[rows],
@@ -55,7 +59,9 @@ struct DeviceSamplingParams {
 //     token loses frequency_penalty * count + presence_penalty. token_counts
 //     and prompt_mask are device [rows, vocab] arrays and may be null (no
 //     output tokens / no prompt tokens); the arithmetic is the CPU's, without
-//     fused multiply-adds, so penalized logits are bit-identical.
+//     fused multiply-adds, so penalized logits are bit-identical. Then the
+//     row's masked ids (masked_ids, see DeviceSamplingParams; may be null when
+//     no row has any) become -inf, as the CPU Sampler's `masked`.
 //  2. temperature == 0: the argmax of the penalized logits (ArgMax's rules), so
 //     greedy decoding equals the CPU exactly.
 //  3. Otherwise logits / temperature; min-p drops tokens below
@@ -75,8 +81,9 @@ struct DeviceSamplingParams {
 cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab,
                          const DeviceSamplingParams* params,
                          const int32_t* token_counts,
-                         const uint8_t* prompt_mask, float* scratch,
-                         int32_t* out_tokens, cudaStream_t stream);
+                         const uint8_t* prompt_mask, const int32_t* masked_ids,
+                         float* scratch, int32_t* out_tokens,
+                         cudaStream_t stream);
 
 // Philox4x32-10 (Salmon et al., SC'11; Random123's philox4x32 with 10
 // rounds): encrypts `counter` with `key`. Plain C++ so that host and device

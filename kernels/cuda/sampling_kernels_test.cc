@@ -202,8 +202,11 @@ class CudaSamplingTest : public ::testing::Test {
                               int64_t vocab,
                               const std::vector<DeviceSamplingParams>& params,
                               const std::vector<int32_t>* counts = nullptr,
-                              const std::vector<uint8_t>* mask = nullptr) {
+                              const std::vector<uint8_t>* mask = nullptr,
+                              const std::vector<int32_t>* masked = nullptr) {
     DeviceArray<float> d_logits(logits);
+    DeviceArray<int32_t> d_masked(masked != nullptr ? *masked
+                                                    : std::vector<int32_t>());
     DeviceArray<DeviceSamplingParams> d_params(params);
     DeviceArray<int32_t> d_counts(counts != nullptr ? *counts
                                                     : std::vector<int32_t>());
@@ -214,6 +217,7 @@ class CudaSamplingTest : public ::testing::Test {
     EXPECT_EQ(cuda::LaunchSample(d_logits.get(), rows, vocab, d_params.get(),
                                  counts != nullptr ? d_counts.get() : nullptr,
                                  mask != nullptr ? d_mask.get() : nullptr,
+                                 masked != nullptr ? d_masked.get() : nullptr,
                                  d_scratch.get(), d_out.get(), nullptr),
               cudaSuccess);
     return d_out.Download();
@@ -425,6 +429,93 @@ TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
       ASSERT_GE(got[r], 0);
       ASSERT_LT(got[r], vocab);
       EXPECT_GT(w[got[r]], 0.0) << "drew a dropped token, row " << r;
+    }
+  }
+}
+
+// min_tokens: the masked ids (here the rows' front-runners, so the mask
+// decides) are never drawn, greedy equals the CPU Sampler given the same
+// `masked`, and sampling equals the reference with those logits at -inf.
+TEST_F(CudaSamplingTest, MaskedIdsAreNeverDrawnAndGreedyEqualsCpuSampler) {
+  for (int64_t vocab : {151936, 517}) {
+    const int64_t rows = 32;
+    std::vector<float> logits = RandomLogits(rows * vocab);
+    std::vector<DeviceSamplingParams> params(rows);
+    std::vector<int32_t> counts(rows * vocab, 0);
+    std::vector<uint8_t> mask(rows * vocab, 0);
+    std::vector<int32_t> masked_ids;
+    std::vector<std::vector<int32_t>> masked(rows), outputs(rows);
+    std::uniform_int_distribution<uint64_t> any_u64;
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = logits.data() + r * vocab;
+      std::vector<int32_t> order(vocab);
+      for (int64_t i = 0; i < vocab; ++i) order[i] = i;
+      std::partial_sort(order.begin(), order.begin() + 4, order.end(),
+                        [&](int32_t a, int32_t b) {
+                          return row[a] > row[b] || (row[a] == row[b] && a < b);
+                        });
+      // Rows 0 mod 4 mask nothing; the others their 1..3 best tokens, made
+      // far more likely than anything else.
+      for (int k = 0; k < static_cast<int>(r % 4); ++k) {
+        masked[r].push_back(order[k]);
+        row[order[k]] += 30.0f;
+      }
+      std::sort(masked[r].begin(), masked[r].end());
+      DeviceSamplingParams& p = params[r];
+      p.temperature = r % 2 == 0 ? 0.0f : 0.8f;
+      p.top_k = r % 3 == 0 ? 0 : 3;
+      p.top_p = r % 5 == 0 ? 0.9f : 1.0f;
+      if (r % 6 == 5) {
+        // Penalties first, then the mask (a masked token also in the output).
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        if (!masked[r].empty()) outputs[r].push_back(masked[r][0]);
+        outputs[r].push_back(order[3]);
+        for (int32_t id : outputs[r]) ++counts[r * vocab + id];
+      }
+      p.seed = any_u64(rng_);
+      p.step = any_u64(rng_) % 1000;
+      p.masked_begin = static_cast<int32_t>(masked_ids.size());
+      masked_ids.insert(masked_ids.end(), masked[r].begin(), masked[r].end());
+      p.masked_end = static_cast<int32_t>(masked_ids.size());
+    }
+    const std::vector<int32_t> got =
+        Sample(logits, rows, vocab, params, &counts, &mask, &masked_ids);
+    for (int64_t r = 0; r < rows; ++r) {
+      const DeviceSamplingParams& p = params[r];
+      const absl::Span<const float> row(logits.data() + r * vocab, vocab);
+      ASSERT_GE(got[r], 0);
+      ASSERT_LT(got[r], vocab);
+      EXPECT_EQ(std::count(masked[r].begin(), masked[r].end(), got[r]), 0)
+          << "drew masked token " << got[r] << ", row " << r;
+      if (p.temperature == 0.0f) {
+        Sampler cpu(ToCpu(p));
+        const absl::StatusOr<int32_t> want =
+            cpu.Sample(row, {}, outputs[r], masked[r]);
+        ASSERT_TRUE(want.ok()) << want.status();
+        EXPECT_EQ(got[r], *want) << "vocab=" << vocab << " row=" << r;
+      } else {
+        // The reference's penalties, then the mask.
+        std::vector<float> l(row.begin(), row.end());
+        std::vector<int32_t> c(counts.begin() + r * vocab,
+                               counts.begin() + (r + 1) * vocab);
+        DeviceSamplingParams unpenalized = p;
+        const bool repetition = p.repetition_penalty != 1.0f;
+        for (int64_t i = 0; i < vocab; ++i) {
+          if (repetition && c[i] > 0) {
+            l[i] = l[i] > 0 ? l[i] / p.repetition_penalty
+                            : l[i] * p.repetition_penalty;
+          }
+          if (c[i] > 0) l[i] -= p.frequency_penalty * c[i] + p.presence_penalty;
+        }
+        for (int32_t id : masked[r]) l[id] = -INFINITY;
+        unpenalized.repetition_penalty = 1.0f;
+        unpenalized.presence_penalty = unpenalized.frequency_penalty = 0.0f;
+        const std::vector<double> w =
+            ReferenceWeights(l.data(), vocab, unpenalized, nullptr, nullptr);
+        EXPECT_EQ(got[r], ReferenceDraw(w, cuda::PhiloxUniform(p.seed, p.step)))
+            << "vocab=" << vocab << " row=" << r;
+      }
     }
   }
 }

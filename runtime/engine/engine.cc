@@ -155,10 +155,18 @@ absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
       static_cast<int64_t>(request.prompt_ids.size()) + r.max_new_tokens - 1;
   RETURN_IF_ERROR(scheduler_->Add(id, request.prompt_ids, max_total));
   if (tokenizer_ != nullptr) {
-    r.detokenizer.emplace(tokenizer_, request.prompt_ids,
-                          /*skip_special_tokens=*/true);
+    DecodeOptions decode;
+    decode.skip_special_tokens = request.skip_special_tokens;
+    decode.spaces_between_special_tokens =
+        request.spaces_between_special_tokens;
+    r.detokenizer.emplace(tokenizer_, request.prompt_ids, decode);
     for (const std::string& s : request.stop)
       r.max_stop_len = std::max(r.max_stop_len, s.size());
+    // A stop string that stays in the text need not be kept from the
+    // stream (vLLM holds nothing back then either).
+    if (r.max_stop_len > 0 && !request.include_stop_str_in_output) {
+      r.hold_back = r.max_stop_len - 1;
+    }
     r.result.text.emplace();
   }
   requests_.emplace(id, std::move(r));
@@ -228,6 +236,14 @@ absl::Status Engine::Step() {
     if (!r.runner_started) {
       step->set_start(true);
       SamplingToProto(r.params.sampling, step->mutable_sampling());
+      if (r.params.min_tokens > 0) {
+        proto::SamplingParams* sampling = step->mutable_sampling();
+        sampling->set_min_tokens(r.params.min_tokens);
+        for (int32_t stop_id :
+             StopTokenIds(r.params, executor_->config().eos_token_ids)) {
+          sampling->add_min_tokens_stop_ids(stop_id);
+        }
+      }
       if (r.params.sampling.has_penalties()) {
         step->mutable_prompt()->Add(r.params.prompt_ids.begin(),
                                     r.params.prompt_ids.end());
@@ -246,31 +262,35 @@ absl::Status Engine::Step() {
   return absl::OkStatus();
 }
 
-bool Engine::AddText(Request& r, const std::string& piece) {
+bool Engine::AddText(Request& r, const std::string& piece, bool check) {
   const size_t old_size = r.text.size();
   r.text += piece;
-  if (r.max_stop_len == 0 || piece.empty()) return false;
+  if (!check || r.max_stop_len == 0 || piece.empty()) return false;
   // A stop string that ends in the new piece starts at most
   // max_stop_len - 1 bytes before it.
   const size_t from =
       old_size >= r.max_stop_len ? old_size - (r.max_stop_len - 1) : 0;
-  size_t cut = std::string::npos;
+  size_t at = std::string::npos;
+  const std::string* found = nullptr;
   for (const std::string& stop : r.params.stop) {
-    const size_t at = r.text.find(stop, from);
-    if (at != std::string::npos) cut = std::min(cut, at);
+    const size_t pos = r.text.find(stop, from);
+    if (pos != std::string::npos && (found == nullptr || pos < at)) {
+      at = pos;
+      found = &stop;
+    }
   }
-  if (cut == std::string::npos) return false;
-  r.text.resize(cut);
+  if (found == nullptr) return false;
+  r.result.stop_reason = *found;
+  r.text.resize(r.params.include_stop_str_in_output ? at + found->size() : at);
   return true;
 }
 
 std::string Engine::ReleaseText(Request& r, bool finishing) {
   size_t end = r.text.size();
-  if (!finishing && r.max_stop_len > 1) {
+  if (!finishing && r.hold_back > 0) {
     // Hold back what could still be the start of a stop string.
-    end = Utf8Floor(r.text, r.text.size() >= r.max_stop_len - 1
-                                ? r.text.size() - (r.max_stop_len - 1)
-                                : 0);
+    end = Utf8Floor(
+        r.text, r.text.size() >= r.hold_back ? r.text.size() - r.hold_back : 0);
   }
   if (end <= r.delivered) return std::string();
   std::string out = r.text.substr(r.delivered, end - r.delivered);
@@ -285,6 +305,29 @@ absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
         absl::StrCat("a token came back for unknown sequence ", id));
   }
   Request& r = it->second;
+  TokenEvent event;
+  absl::StatusOr<std::optional<FinishReason>> finish =
+      Advance(id, r, sampled, event);
+  if (!finish.ok()) {
+    Fail(id, r, std::move(event), finish.status());
+    return absl::OkStatus();
+  }
+  event.finished = finish->has_value();
+  if (r.detokenizer) event.text = ReleaseText(r, event.finished);
+  if (!event.finished) {
+    if (r.on_token) r.on_token(event);
+    return absl::OkStatus();
+  }
+  // Finish moves the request out: keep its callback for the last event.
+  TokenCallback callback = std::move(r.on_token);
+  Finish(id, r, **finish);
+  if (callback) callback(event);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<FinishReason>> Engine::Advance(
+    int64_t id, Request& r, const proto::SampledToken& sampled,
+    TokenEvent& event) {
   const ModelConfig& config = executor_->config();
   const int32_t token = sampled.token();
   GenerationResult& result = r.result;
@@ -297,7 +340,6 @@ absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
   }
   result.output_ids.push_back(token);
   result.logprobs.push_back(sampled.logprob());
-  TokenEvent event;
   event.token = token;
   event.logprob = sampled.logprob();
   if (r.params.top_logprobs > 0) {
@@ -308,38 +350,59 @@ absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
     event.top_logprobs = top;
     result.top_logprobs.push_back(std::move(top));
   }
+  if (token < 0 || token >= config.vocab_size) {
+    return absl::InternalError(
+        absl::StrCat("the model sampled token id ", token,
+                     ", outside its vocabulary [0, ", config.vocab_size, ")"));
+  }
+  const int64_t generated = static_cast<int64_t>(result.output_ids.size());
+  // vLLM: no stop check before min_tokens (EOS and stop ids are masked in
+  // the sampler until then), and stop strings only in text that tokens
+  // after the min_tokens-th add.
+  const bool check_strings = generated > r.params.min_tokens;
   std::optional<FinishReason> finish;
-  if (IsStopToken(r.params, config.eos_token_ids, token)) {
-    finish = FinishReason::kStop;
+  bool stop_token = false;
+  if (generated >= r.params.min_tokens) {
+    if (!r.params.ignore_eos && IsEos(config.eos_token_ids, token)) {
+      stop_token = true;  // No stop_reason for EOS.
+    } else if (std::find(r.params.stop_token_ids.begin(),
+                         r.params.stop_token_ids.end(),
+                         token) != r.params.stop_token_ids.end()) {
+      stop_token = true;
+      result.stop_reason = token;
+    }
+    if (stop_token) finish = FinishReason::kStop;
   }
   bool stopped_by_string = false;
-  if (r.detokenizer) {
+  // The text of the token that ended the sequence as EOS or a stop id is
+  // dropped, unless include_stop_str_in_output (vLLM).
+  if (r.detokenizer && (!stop_token || r.params.include_stop_str_in_output)) {
     ASSIGN_OR_RETURN(std::string piece, r.detokenizer->Append(token));
-    stopped_by_string = AddText(r, piece);
+    stopped_by_string = AddText(r, piece, check_strings);
     if (stopped_by_string) finish = FinishReason::kStop;
   }
-  if (!finish &&
-      static_cast<int64_t>(result.output_ids.size()) >= r.max_new_tokens) {
+  if (!finish && generated >= r.max_new_tokens) {
     finish = FinishReason::kLength;
   }
   if (finish && r.detokenizer && !stopped_by_string) {
     // Whatever the detokenizer still holds (an incomplete character).
     ASSIGN_OR_RETURN(std::string rest, r.detokenizer->Finish());
-    if (AddText(r, rest)) finish = FinishReason::kStop;
+    if (AddText(r, rest, check_strings)) finish = FinishReason::kStop;
   }
   // The next step decodes the token; the last one is never run.
   if (!finish) RETURN_IF_ERROR(scheduler_->AppendToken(id, token));
-  event.finished = finish.has_value();
-  if (r.detokenizer) event.text = ReleaseText(r, event.finished);
-  if (!finish) {
-    if (r.on_token) r.on_token(event);
-    return absl::OkStatus();
-  }
-  // Finish moves the request out: keep its callback for the last event.
+  return finish;
+}
+
+void Engine::Fail(int64_t id, Request& r, TokenEvent event,
+                  absl::Status error) {
   TokenCallback callback = std::move(r.on_token);
-  Finish(id, r, *finish);
+  Finish(id, r, FinishReason::kAbort);  // Frees its blocks and its sampler.
+  finished_.insert_or_assign(id, error);
+  event.finished = true;
+  event.text.clear();
+  event.error = std::move(error);
   if (callback) callback(event);
-  return absl::OkStatus();
 }
 
 absl::Status Engine::RunUntilIdle() {
@@ -352,7 +415,7 @@ absl::StatusOr<GenerationResult> Engine::TakeResult(int64_t id) {
   if (it == finished_.end()) {
     return absl::NotFoundError(absl::StrCat("request ", id, " has no result"));
   }
-  GenerationResult result = std::move(it->second);
+  absl::StatusOr<GenerationResult> result = std::move(it->second);
   finished_.erase(it);
   return result;
 }
@@ -362,7 +425,8 @@ int64_t Engine::NumGenerated(int64_t id) const {
     return static_cast<int64_t>(it->second.result.output_ids.size());
   }
   if (auto it = finished_.find(id); it != finished_.end()) {
-    return static_cast<int64_t>(it->second.output_ids.size());
+    return it->second.ok() ? static_cast<int64_t>(it->second->output_ids.size())
+                           : 0;
   }
   return 0;
 }

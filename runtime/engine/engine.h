@@ -8,8 +8,19 @@
 // Stop strings need a tokenizer: the engine detokenizes every request
 // incrementally and holds back the last (longest stop string - 1) bytes of
 // text until they can no longer start a stop string, so streamed text never
-// contains one. The text ends before the stop string; output_ids include the
-// token that completed it.
+// contains one. The text ends before the stop string (after it with
+// include_stop_str_in_output, and then nothing is held back); output_ids
+// include the token that completed it. The text of a token that ends the
+// sequence as EOS or a stop token id is dropped unless
+// include_stop_str_in_output (vLLM). With min_tokens, EOS and stop ids are
+// masked in the sampler until min_tokens are generated, and stop strings are
+// looked for only in text that a later token adds (vLLM).
+//
+// Failures: anything that goes wrong with one request during a step (its
+// detokenizer, a token its tokenizer cannot decode, its scheduler state)
+// ends that request alone: its callback gets a last event with `error` set,
+// TakeResult returns the error, and every other request carries on. Only a
+// failure of the executor (the job) is Step()'s error.
 //
 // Thread safety: none; one thread drives Submit/Cancel/Step.
 #ifndef TESSERA_RUNTIME_ENGINE_ENGINE_H_
@@ -100,6 +111,9 @@ struct TokenEvent {
   // last token's event also carries whatever was held back.
   std::string text;
   bool finished = false;  // The request's last event.
+  // Set (with finished) when the request failed alone during a step: its
+  // result is this error (TakeResult), the other requests are unaffected.
+  absl::Status error;
 };
 using TokenCallback = std::function<void(const TokenEvent&)>;
 
@@ -134,13 +148,14 @@ class Engine final : public TokenGenerator {
 
   bool HasWork() const { return scheduler_->HasWork(); }
   // One scheduling step (nothing when there is no work). An error here means
-  // the job is unusable.
+  // the job is unusable; a request's own failure is its result instead.
   absl::Status Step();
   // Steps until every submitted request has finished.
   absl::Status RunUntilIdle();
   // Tokens generated so far by a request (finished or not; 0 if unknown).
   int64_t NumGenerated(int64_t id) const;
-  // The result of a finished request, once (NotFound otherwise).
+  // The result of a finished request, once (NotFound otherwise): the error
+  // that ended it when it failed alone.
   absl::StatusOr<GenerationResult> TakeResult(int64_t id);
 
   Stats stats() const;
@@ -169,14 +184,29 @@ class Engine final : public TokenGenerator {
     std::string text;
     size_t delivered = 0;
     size_t max_stop_len = 0;
+    // Bytes of text held back from the callback: what could still be the
+    // start of a stop string (max_stop_len - 1; 0 when it is kept anyway).
+    size_t hold_back = 0;
   };
 
   Engine(StepExecutor* executor, EngineOptions options,
          const Tokenizer* tokenizer, BlockManager blocks);
+  // Hands a sampled token to its request; an error here is the job's (a
+  // token for an unknown sequence). The request's own failures end it alone.
   absl::Status OnSampled(int64_t id, const proto::SampledToken& sampled);
+  // The per-request part of OnSampled: records the token, fills `event`
+  // (but not its text) and says whether and why the request ends.
+  absl::StatusOr<std::optional<FinishReason>> Advance(
+      int64_t id, Request& r, const proto::SampledToken& sampled,
+      TokenEvent& event);
+  // Ends a request that failed alone: its result is `error`, its callback
+  // gets a last event carrying it.
+  void Fail(int64_t id, Request& r, TokenEvent event, absl::Status error);
   // Appends `piece` to the request's text; true when a stop string appeared
-  // (the text is then cut where it starts).
-  bool AddText(Request& r, const std::string& piece);
+  // (the text is then cut where it starts, or where it ends with
+  // include_stop_str_in_output, and it becomes the stop_reason). With
+  // `check` false only appends.
+  bool AddText(Request& r, const std::string& piece, bool check = true);
   // The event's text: what may be released now (all of it when finishing).
   std::string ReleaseText(Request& r, bool finishing);
   void Finish(int64_t id, Request& r, FinishReason reason);
@@ -188,7 +218,7 @@ class Engine final : public TokenGenerator {
   std::unique_ptr<Scheduler> scheduler_;
   int64_t next_id_ = 1;
   absl::flat_hash_map<int64_t, Request> requests_;  // Unfinished.
-  absl::flat_hash_map<int64_t, GenerationResult> finished_;
+  absl::flat_hash_map<int64_t, absl::StatusOr<GenerationResult>> finished_;
   std::vector<uint64_t> released_;  // For the next plan.
   proto::StepPlan plan_;
   proto::StepResult result_;

@@ -95,7 +95,10 @@ absl::StatusOr<GenerationDefaults> ParseGenerationDefaults(
   // copies or walks nested values.
   const Json j = Json::parse(json_text.begin(), json_text.end(), nullptr,
                              /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) {
+  if (j.is_discarded()) {
+    return absl::InvalidArgumentError("generation_config.json: malformed JSON");
+  }
+  if (!j.is_object()) {
     return absl::InvalidArgumentError(
         "generation_config.json is not a JSON object");
   }

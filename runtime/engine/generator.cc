@@ -29,7 +29,7 @@ absl::Status ValidateRequest(const ModelConfig& config,
     return absl::OutOfRangeError(
         absl::StrCat("the prompt has ", prompt_len,
                      " tokens, more than the model's context of ", context,
-                     " (max_position_embeddings)"));
+                     " (max_position_embeddings, or --max-model-len)"));
   }
   for (int32_t id : request.prompt_ids) {
     if (id < 0 || id >= config.vocab_size) {
@@ -41,6 +41,11 @@ absl::Status ValidateRequest(const ModelConfig& config,
   if (request.max_tokens < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_tokens must be >= 1, got ", request.max_tokens));
+  }
+  if (request.min_tokens < 0 || request.min_tokens > request.max_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "min_tokens must be in [0, max_tokens = ", request.max_tokens,
+        "], got ", request.min_tokens));
   }
   if (request.top_logprobs < 0) {
     return absl::InvalidArgumentError(
@@ -71,6 +76,19 @@ bool IsStopToken(const GenerationRequest& request,
   if (!request.ignore_eos && IsEos(eos_ids, token)) return true;
   return std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
                    token) != request.stop_token_ids.end();
+}
+
+std::vector<int32_t> StopTokenIds(const GenerationRequest& request,
+                                  const std::vector<int64_t>& eos_ids) {
+  std::vector<int32_t> ids = request.stop_token_ids;
+  if (!request.ignore_eos) {
+    for (int64_t id : eos_ids) {
+      if (id >= 0 && id <= INT32_MAX) ids.push_back(static_cast<int32_t>(id));
+    }
+  }
+  std::sort(ids.begin(), ids.end());
+  ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+  return ids;
 }
 
 }  // namespace tessera

@@ -100,8 +100,11 @@ class TokenGenerator {
 };
 
 // The checks every TokenGenerator makes before running a request: a non-empty
-// prompt of ids inside the vocabulary that fits the context, max_tokens >= 1,
-// valid sampling parameters.
+// prompt of ids inside the model's vocabulary (config.vocab_size, which may
+// exceed the tokenizer's: such ids decode to no text) that fits the context
+// (config.max_position_embeddings, lowered to --max-model-len when given),
+// max_tokens >= 1, 0 <= min_tokens <= max_tokens, valid sampling
+// parameters.
 absl::Status ValidateRequest(const ModelConfig& config,
                              const GenerationRequest& request);
 
@@ -118,6 +121,11 @@ bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token);
 // one of its stop_token_ids.
 bool IsStopToken(const GenerationRequest& request,
                  const std::vector<int64_t>& eos_ids, int32_t token);
+
+// The ids that min_tokens keeps from being sampled: the EOS ids (unless
+// ignore_eos) and the request's stop_token_ids, distinct, ascending.
+std::vector<int32_t> StopTokenIds(const GenerationRequest& request,
+                                  const std::vector<int64_t>& eos_ids);
 
 }  // namespace tessera
 

@@ -78,6 +78,10 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
       auto state =
           std::make_unique<SequenceState>(SamplingFromProto(step.sampling()));
       state->prompt.assign(step.prompt().begin(), step.prompt().end());
+      state->min_tokens = step.sampling().min_tokens();
+      state->min_tokens_stop_ids.assign(
+          step.sampling().min_tokens_stop_ids().begin(),
+          step.sampling().min_tokens_stop_ids().end());
       seqs_[step.sequence_id()] = std::move(state);
     }
   }
@@ -133,6 +137,7 @@ absl::Status StepRunner::SampleOnDevice(const proto::StepPlan& plan,
     row.step = state.output.size();
     row.prompt = state.prompt;
     row.output = state.output;
+    row.masked = state.Masked();
     row.top_logprobs = step.top_logprobs();
     device_rows_.push_back(row);
   }
@@ -176,13 +181,15 @@ absl::Status StepRunner::SampleRow(const proto::SequenceStep& step,
                      ", which was never started"));
   }
   SequenceState& state = *it->second;
-  ASSIGN_OR_RETURN(const int32_t token,
-                   state.sampler.Sample(logits, state.prompt, state.output));
+  ASSIGN_OR_RETURN(
+      const int32_t token,
+      state.sampler.Sample(logits, state.prompt, state.output, state.Masked()));
   state.output.push_back(token);
   out->set_sequence_id(step.sequence_id());
   out->set_token(token);
   // Log-probabilities under the model's distribution (before temperature,
-  // penalties and truncation), as OpenAI's logprobs report them.
+  // penalties, the min_tokens mask and truncation), as OpenAI's logprobs and
+  // vLLM's default (raw) logprobs report them.
   const float max = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float l : logits) sum += std::exp(static_cast<double>(l) - max);

@@ -55,6 +55,15 @@ class StepRunner {
     Sampler sampler;
     std::vector<int32_t> prompt;  // The penalties' view.
     std::vector<int32_t> output;
+    // min_tokens: these ids are masked while output has fewer tokens.
+    int64_t min_tokens = 0;
+    std::vector<int32_t> min_tokens_stop_ids;
+    // The ids masked for the next draw (empty once min_tokens are out).
+    absl::Span<const int32_t> Masked() const {
+      return static_cast<int64_t>(output.size()) < min_tokens
+                 ? absl::Span<const int32_t>(min_tokens_stop_ids)
+                 : absl::Span<const int32_t>();
+    }
   };
 
   absl::Status SampleRow(const proto::SequenceStep& step,

@@ -600,4 +600,19 @@ absl::Status MergeGenerationConfig(absl::string_view json_text,
                         &config->eos_token_ids);
 }
 
+absl::Status LimitContext(int64_t max_model_len, ModelConfig* config) {
+  if (max_model_len < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len must be >= 0 (0: the model's), got ", max_model_len));
+  }
+  if (max_model_len > config->max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len ", max_model_len, " exceeds the model's context of ",
+        config->max_position_embeddings,
+        " (max_position_embeddings in config.json)"));
+  }
+  if (max_model_len > 0) config->max_position_embeddings = max_model_len;
+  return absl::OkStatus();
+}
+
 }  // namespace tessera

@@ -108,6 +108,13 @@ absl::Status MergeGenerationConfig(absl::string_view json_text,
 // or config.json is missing.
 absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
+// --max-model-len (vLLM's): the context a model is served with. > 0 lowers
+// config->max_position_embeddings to it, so everything sized or checked by
+// the context (KV pool, request validation, max tokens) follows; 0 keeps it.
+// InvalidArgument when it exceeds max_position_embeddings (as vLLM refuses
+// it) or is negative. RoPE does not depend on it.
+absl::Status LimitContext(int64_t max_model_len, ModelConfig* config);
+
 }  // namespace tessera
 
 #endif  // TESSERA_RUNTIME_MODEL_CONFIG_H_

@@ -427,6 +427,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
     int64_t max_logit_rows, const Placement& placement) {
   ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
   RETURN_IF_ERROR(CheckHostMemory(*ckpt, model_dir));

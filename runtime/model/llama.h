@@ -146,6 +146,9 @@ struct ModelPlacement {
   DType matrix_dtype = DType::kF32;
   // Called after each part of the weights is read (see LoadLlamaWeights).
   std::function<void()> on_weight_part;
+  // > 0: serve this context instead of max_position_embeddings (LimitContext
+  // in config.h; config() then reports it).
+  int64_t max_model_len = 0;
 };
 
 class LlamaModel {

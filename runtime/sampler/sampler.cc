@@ -62,14 +62,15 @@ Sampler::Scratch& Sampler::ThreadScratch() {
 
 absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits,
                                         absl::Span<const int32_t> prompt,
-                                        absl::Span<const int32_t> output) {
+                                        absl::Span<const int32_t> output,
+                                        absl::Span<const int32_t> masked) {
   if (logits.empty()) return absl::InvalidArgumentError("Sample: empty logits");
   Scratch& scratch = ThreadScratch();
   std::vector<std::pair<float, int32_t>>& candidates = scratch.candidates;
   std::vector<float>& penalized = scratch.penalized;
-  if (params_.has_penalties()) {
+  const int64_t vocab = static_cast<int64_t>(logits.size());
+  if (params_.has_penalties() || !masked.empty()) {
     penalized.assign(logits.begin(), logits.end());
-    const int64_t vocab = static_cast<int64_t>(penalized.size());
     auto valid = [&](int32_t id) { return id >= 0 && id < vocab; };
     if (params_.repetition_penalty != 1.0f) {
       // Each distinct token once: mark by making the penalty idempotent per
@@ -98,6 +99,9 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits,
         scratch.counts[id] = 0;  // Applied once per distinct token.
       }
     }
+    for (int32_t id : masked) {
+      if (valid(id)) penalized[id] = -INFINITY;
+    }
     logits = penalized;
   }
   if (params_.temperature == 0.0f) return ArgMax(logits);
@@ -106,12 +110,13 @@ absl::StatusOr<int32_t> Sampler::Sample(absl::Span<const float> logits,
   // deterministically).
   candidates.clear();
   for (size_t i = 0; i < logits.size(); ++i) {
-    if (std::isnan(logits[i])) continue;
+    // NaN and -inf have no probability (exp(-inf) = 0): never drawn.
+    if (std::isnan(logits[i]) || logits[i] == -INFINITY) continue;
     candidates.emplace_back(logits[i] / params_.temperature,
                             static_cast<int32_t>(i));
   }
-  if (candidates.empty())
-    return absl::InvalidArgumentError("Sample: every logit is NaN");
+  // Nothing can be drawn: the argmax, as the device sampler does.
+  if (candidates.empty()) return ArgMax(logits);
   if (params_.min_p > 0.0f) {
     // p(token) >= min_p * p(best)  <=>  logit >= best + log(min_p), in tempered
     // logits.

@@ -3,7 +3,9 @@
 //
 // The processing order follows Hugging Face's generate(): temperature, then
 // top-k, then top-p over the tempered distribution, then a draw. temperature ==
-// 0 means greedy (argmax; the lowest id wins a tie, as torch.argmax does). A
+// 0 means greedy (argmax; the lowest id wins a tie, as torch.argmax does).
+// NaN and -inf logits are never drawn; a row with nothing else yields its
+// argmax (as the device sampler does), never an error that would end the job. A
 // Sampler owns its random engine, so two samplers made with the same seed draw
 // the same tokens from the same logits.
 #ifndef TESSERA_RUNTIME_SAMPLER_SAMPLER_H_
@@ -52,10 +54,15 @@ class Sampler {
   explicit Sampler(const SamplingParams& params);
 
   // Picks the next token from `logits` [vocab]. Penalties look at `prompt`
-  // (repetition only) and `output` (the tokens generated so far).
+  // (repetition only) and `output` (the tokens generated so far). `masked`
+  // ids get the logit -inf after the penalties, so they are never picked
+  // while any other token can be (min_tokens: transformers'
+  // MinNewTokensLengthLogitsProcessor); ids outside the vocabulary are
+  // ignored.
   absl::StatusOr<int32_t> Sample(absl::Span<const float> logits,
                                  absl::Span<const int32_t> prompt,
-                                 absl::Span<const int32_t> output);
+                                 absl::Span<const int32_t> output,
+                                 absl::Span<const int32_t> masked = {});
   absl::StatusOr<int32_t> Sample(absl::Span<const float> logits) {
     return Sample(logits, {}, {});
   }

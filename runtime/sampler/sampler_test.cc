@@ -28,6 +28,34 @@ TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentStream) {
   EXPECT_NE(draw(7), draw(8));
 }
 
+// min_tokens: masked ids are never picked, greedy or sampled, penalties or
+// not; ids outside the vocabulary are ignored; with everything masked the
+// argmax comes back rather than an error (as on the device).
+TEST(SamplerTest, MaskedIdsAreNeverPicked) {
+  const std::vector<float> logits = {1.0f, 9.0f, 3.0f, 8.5f, 0.0f};
+  const std::vector<int32_t> masked = {1, 3, 99, -4};
+  Sampler greedy(SamplingParams{0.0f, 0, 1.0f, 1});
+  EXPECT_EQ(*greedy.Sample(logits), 1);
+  EXPECT_EQ(*greedy.Sample(logits, {}, {}, masked), 2);
+  SamplingParams penalized{0.0f, 0, 1.0f, 1};
+  penalized.repetition_penalty = 2.0f;
+  Sampler with_penalty(penalized);
+  // 2 is penalized to 1.5: 0 (1.0) still loses, 2 wins.
+  EXPECT_EQ(*with_penalty.Sample(logits, {2}, {}, masked), 2);
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    Sampler hot(SamplingParams{2.0f, 0, 1.0f, seed});
+    for (int i = 0; i < 50; ++i) {
+      const int32_t t = *hot.Sample(logits, {}, {}, masked);
+      EXPECT_TRUE(t != 1 && t != 3) << t;
+    }
+  }
+  Sampler all(SamplingParams{1.0f, 0, 1.0f, 5});
+  const absl::StatusOr<int32_t> none =
+      all.Sample(logits, {}, {}, std::vector<int32_t>{0, 1, 2, 3, 4});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(*none, 0);
+}
+
 TEST(SamplerTest, TopKKeepsOnlyTheKMostLikely) {
   std::vector<float> logits = {1.0f, 5.0f, 3.0f, 4.0f, 0.0f};
   Sampler s(SamplingParams{1.0f, 2, 1.0f, 3});

@@ -146,8 +146,11 @@ class AsyncEngine {
   // Any thread: stop admitting; Loop() returns when the last request ends.
   void Drain();
 
-  // The loop thread: runs until Drain() and no work is left. An engine error
-  // ends every open stream with it and is returned.
+  // The loop thread: runs until Drain() and no work is left. A request that
+  // fails alone during a step (Engine: its last TokenEvent carries the
+  // error) ends its own stream with that error, and the loop carries on; an
+  // engine error (the job's) ends every open stream with it and is
+  // returned.
   absl::Status Loop();
 
   Stats stats() const;

@@ -4,12 +4,14 @@
 // in-flight work and refuses new requests.
 #include "runtime/serve/async_engine.h"
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <random>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/engine/local_executor.h"
@@ -239,6 +241,98 @@ TEST(AsyncEngine, DrainFinishesInFlightRequests) {
     EXPECT_EQ(r->output_ids.size(), 30u);
   }
   loop.join();
+}
+
+// Renders id i as "<i>"; decoding `bad` fails (a tokenizer that cannot
+// render one id).
+class FailingTokenizer final : public Tokenizer {
+ public:
+  explicit FailingTokenizer(int32_t bad) : bad_(bad) {}
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      absl::string_view) const override {
+    return absl::UnimplementedError("no Encode");
+  }
+  absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
+                                     bool) const override {
+    std::string text;
+    for (int32_t id : ids) {
+      if (id == bad_) {
+        return absl::DataLossError(absl::StrCat("cannot decode token ", id));
+      }
+      absl::StrAppend(&text, "<", id, ">");
+    }
+    return text;
+  }
+  int32_t vocab_size() const override { return 512; }
+  bool IsSpecial(int32_t) const override { return false; }
+  int32_t TokenToId(absl::string_view) const override { return -1; }
+  int32_t bos_id() const override { return 1; }
+  int32_t eos_id() const override { return 2; }
+
+ private:
+  int32_t bad_;
+};
+
+// A request that fails during a step (its detokenizer) ends its stream with
+// the error, its last event carrying it; the request beside it streams to
+// the end, the loop keeps running, and Drain still finds nothing open.
+TEST(AsyncEngine, ARequestThatFailsInAStepEndsOnlyItsStream) {
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> reference = Demo(&ops);
+  ASSERT_NE(reference, nullptr);
+  const GenerationRequest victim = Greedy(3, 30), other = Greedy(4, 30);
+  auto want_victim = reference->engine().Generate(victim);
+  auto want_other = reference->engine().Generate(other);
+  ASSERT_TRUE(want_victim.ok() && want_other.ok());
+  auto shows = [](const std::vector<int32_t>& ids, int32_t t) {
+    return std::find(ids.begin(), ids.end(), t) != ids.end();
+  };
+  int32_t bad = -1;
+  for (int32_t t : want_victim->output_ids) {
+    if (!shows(other.prompt_ids, t) && !shows(want_other->output_ids, t) &&
+        !shows(victim.prompt_ids, t)) {
+      bad = t;
+      break;
+    }
+  }
+  ASSERT_GE(bad, 0);
+  FailingTokenizer tokenizer(bad);
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 16;
+  options.scheduler.max_num_batched_tokens = 256;
+  KvCacheOptions kv;
+  kv.memory_bytes = int64_t{32} << 20;
+  auto served =
+      LocalEngine::Load(DemoModelDir(), &ops, options, kv, &tokenizer);
+  ASSERT_TRUE(served.ok()) << served.status();
+  AsyncEngine async(&(*served)->engine(), 8);
+  auto failing = async.Submit(victim);
+  auto fine = async.Submit(other);
+  ASSERT_TRUE(failing.ok() && fine.ok());
+  std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
+  std::vector<TokenEvent> events;
+  while (!(*failing)->done()) {
+    if (auto e = (*failing)->Next(std::chrono::milliseconds(100))) {
+      events.push_back(*e);
+    }
+  }
+  const absl::StatusOr<GenerationResult> failed = (*failing)->Wait();
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss)
+      << failed.status();
+  ASSERT_FALSE(events.empty());
+  EXPECT_TRUE(events.back().finished);
+  EXPECT_EQ(events.back().error, failed.status());
+  EXPECT_EQ(Drain(**fine), want_other->output_ids);
+  auto result = (*fine)->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->output_ids, want_other->output_ids);
+  // The loop still serves.
+  auto after = async.Submit(other);
+  ASSERT_TRUE(after.ok());
+  EXPECT_TRUE((*after)->Wait().ok());
+  async.Drain();
+  loop.join();
+  EXPECT_EQ(async.engine_stats().blocks.num_used_blocks, 0);
 }
 
 // Requests with several parts share half of max_pending, so single requests

@@ -951,11 +951,14 @@ absl::StatusOr<std::string> HfTokenizer::Decode(
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id < 0 || id >= vocab_size_) {
+    if (id < 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                       vocab_size_, ")"));
+          absl::StrCat("token id ", id, " is negative"));
     }
+    // An id of the model's padded vocabulary beyond the tokenizer's (Qwen's
+    // 151,936 embedding rows for 151,669 ids): no text, as Hugging Face
+    // decodes it.
+    if (id >= vocab_size_) continue;
     const std::string* text = nullptr;
     if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
       text = &added_[it->second].decode_text;

@@ -644,8 +644,8 @@ TEST(HfTokenizerErrorTest, BadInputAndIds) {
   ASSERT_TRUE(tok.ok());
   EXPECT_EQ((*tok)->Encode("a\xFF").status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ((*tok)->Decode({99}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  // Past the vocabulary (a model's padded rows): no text, as in Hugging Face.
+  EXPECT_EQ(*(*tok)->Decode({99}), "");
   EXPECT_EQ((*tok)->Decode({-1}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -682,6 +682,14 @@ TEST_F(Qwen3Test, Vocabulary) {
   EXPECT_EQ(tok_->eos_id(), 151645);
   EXPECT_EQ(tok_->bos_id(), -1);
   EXPECT_FALSE(tok_->add_bos());
+}
+
+// Qwen checkpoints pad the embedding to 151,936 rows: the ids past the
+// tokenizer's 151,669 decode to nothing (Hugging Face's decode gives "").
+TEST_F(Qwen3Test, IdsPastTheVocabularyDecodeToNothing) {
+  EXPECT_EQ(*tok_->Decode({151669}), "");
+  EXPECT_EQ(*tok_->Decode({9707, 151700, 151935, 1879}, true), "Hello world");
+  EXPECT_FALSE(tok_->Decode({9707, -3}).ok());
 }
 
 struct KnownEncoding {
@@ -760,7 +768,7 @@ TEST_F(Qwen3Test, DecodeIncompleteUtf8) {
   EXPECT_EQ(*tok_->Decode({126}), "\ufffd");
   EXPECT_EQ(*tok_->Decode({64, 126}), "a\ufffd");
   EXPECT_EQ(*tok_->Decode({64, 126, 227, 65}), "a\u0085b");
-  EXPECT_EQ(tok_->Decode({151669}).status().code(),
+  EXPECT_EQ(tok_->Decode({-1}).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -130,11 +130,13 @@ class SentencePieceTokenizer final : public Tokenizer {
       return absl::OkStatus();
     };
     for (int32_t id : ids) {
-      if (id < 0 || id >= vocab_size()) {
+      if (id < 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                         vocab_size(), ")"));
+            absl::StrCat("token id ", id, " is negative"));
       }
+      // An id of the model's padded vocabulary beyond the tokenizer's: no
+      // text, as Hugging Face decodes it.
+      if (id >= vocab_size()) continue;
       if (processor_.IsControl(id)) {
         RETURN_IF_ERROR(flush());
         if (!skip_special_tokens) text += processor_.IdToPiece(id);

@@ -50,7 +50,8 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<int32_t>> EncodeAtMost(
       absl::string_view text, int64_t max_tokens) const;
 
-  // Ids to text. InvalidArgument for an id outside the vocabulary. With
+  // Ids to text. InvalidArgument for a negative id; an id >= vocab_size() (a
+  // model's padded embedding rows) decodes to no text, as in Hugging Face. With
   // skip_special_tokens, special tokens (BOS, EOS, <|im_end|>, ...) produce no
   // text. This is Tessera's own rendering (transformers' decode), not vLLM's:
   // a tokenizer.model prints a kept special token's text right after the text

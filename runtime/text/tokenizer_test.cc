@@ -41,7 +41,12 @@ TEST(SentencePieceTokenizerTest, DecodeSuffixKeepsTheLeadingSpace) {
   auto suffix = (*tok)->DecodeSuffix(ids, prefix, false);
   ASSERT_TRUE(suffix.ok());
   EXPECT_EQ(*suffix, " there was");
-  EXPECT_FALSE((*tok)->Decode(std::vector<int32_t>{600}).ok());
+  // Ids past the tokenizer's vocabulary (a model's padded embedding rows)
+  // decode to nothing, as in Hugging Face; negative ids are an error.
+  EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{600}), "");
+  EXPECT_EQ(*(*tok)->Decode(std::vector<int32_t>{ids[0], 600, ids[1]}),
+            *(*tok)->Decode(std::vector<int32_t>{ids[0], ids[1]}));
+  EXPECT_FALSE((*tok)->Decode(std::vector<int32_t>{-1}).ok());
 }
 
 TEST(LoadTokenizerTest, MissingAndUnsupportedFiles) {
