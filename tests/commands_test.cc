@@ -30,6 +30,7 @@
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 #include "tests/testing/safetensors_writer.h"
+#include "tests/testing/tiny_qwen.h"
 
 namespace tessera {
 namespace {
@@ -1297,79 +1298,13 @@ TEST(SamplingFlags, StopTokenIdsEndTheSequence) {
 // the tokenizer has 151,669 ids. A model of that shape (tiny otherwise) whose
 // head makes the gap ids win, with the real Qwen3 tokenizer.
 
-constexpr int64_t kQwenVocab = 151936;
-constexpr int32_t kQwenTokenizerVocab = 151669;
-
-std::vector<float> RandomValues(size_t n, float scale, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
-// A Qwen3-shaped folder: vocab 151936, hidden 16, one layer, untied head whose
-// gap rows are +/-40 e_0 (so whatever the sign of the final hidden state's
-// first element, half of the gap ids get logits far above every real id's),
-// and the real tokenizer files.
+// A Qwen3-shaped folder (tests/testing/tiny_qwen.h) whose head makes the gap
+// ids win, with the real tokenizer files.
 std::string QwenGapModel(const std::string& name) {
   const std::string dir = TempDir(name);
-  const int64_t h = 16, heads = 2, kv_heads = 1, head_dim = 8, inter = 32;
-  json config = {{"architectures", {"Qwen3ForCausalLM"}},
-                 {"model_type", "qwen3"},
-                 {"vocab_size", kQwenVocab},
-                 {"hidden_size", h},
-                 {"intermediate_size", inter},
-                 {"num_hidden_layers", 1},
-                 {"num_attention_heads", heads},
-                 {"num_key_value_heads", kv_heads},
-                 {"head_dim", head_dim},
-                 {"max_position_embeddings", 64},
-                 {"rms_norm_eps", 1e-6},
-                 {"rope_theta", 10000.0},
-                 {"hidden_act", "silu"},
-                 {"attention_bias", false},
-                 {"tie_word_embeddings", false},
-                 {"bos_token_id", 151643},
-                 {"eos_token_id", 151645},
-                 {"torch_dtype", "float32"}};
-  WriteFile(dir + "/config.json", config.dump(2));
-  SafetensorsWriter w;
-  uint32_t seed = 1;
-  auto add = [&](const std::string& tensor, std::vector<int64_t> shape,
-                 float scale, float offset = 0.0f) {
-    int64_t n = 1;
-    for (int64_t d : shape) n *= d;
-    std::vector<float> v = RandomValues(n, scale, seed++);
-    for (float& x : v) x += offset;
-    w.AddF32(tensor, Shape(shape), v);
-  };
-  add("model.embed_tokens.weight", {kQwenVocab, h}, 0.5f);
-  const std::string l = "model.layers.0.";
-  add(l + "input_layernorm.weight", {h}, 0.1f, 1.0f);
-  add(l + "post_attention_layernorm.weight", {h}, 0.1f, 1.0f);
-  add(l + "self_attn.q_proj.weight", {heads * head_dim, h}, 0.3f);
-  add(l + "self_attn.k_proj.weight", {kv_heads * head_dim, h}, 0.3f);
-  add(l + "self_attn.v_proj.weight", {kv_heads * head_dim, h}, 0.3f);
-  add(l + "self_attn.o_proj.weight", {h, heads * head_dim}, 0.3f);
-  add(l + "self_attn.q_norm.weight", {head_dim}, 0.1f, 1.0f);
-  add(l + "self_attn.k_norm.weight", {head_dim}, 0.1f, 1.0f);
-  add(l + "mlp.gate_proj.weight", {inter, h}, 0.3f);
-  add(l + "mlp.up_proj.weight", {inter, h}, 0.3f);
-  add(l + "mlp.down_proj.weight", {h, inter}, 0.3f);
-  add("model.norm.weight", {h}, 0.1f, 1.0f);
-  std::vector<float> head = RandomValues(kQwenVocab * h, 0.05f, seed++);
-  for (int64_t id = kQwenTokenizerVocab; id < kQwenVocab; ++id) {
-    for (int64_t j = 0; j < h; ++j) head[id * h + j] = 0.0f;
-    head[id * h] = id % 2 == 0 ? 40.0f : -40.0f;
-  }
-  w.AddF32("lm_head.weight", Shape({kQwenVocab, h}), head);
-  const absl::Status written = w.Write(dir + "/model.safetensors");
+  const absl::Status written =
+      WriteTinyQwen(dir, RunfilesRoot() + "/shared/tokenizers/qwen3");
   EXPECT_TRUE(written.ok()) << written;
-  const std::string tokenizer = RunfilesRoot() + "/shared/tokenizers/qwen3";
-  for (const char* file : {"tokenizer.json", "tokenizer_config.json"}) {
-    WriteFile(dir + "/" + file, ReadFile(tokenizer + "/" + file));
-  }
   return dir;
 }
 

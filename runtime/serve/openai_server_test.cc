@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +31,7 @@
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
+#include "tests/testing/tiny_qwen.h"
 
 namespace tessera {
 namespace {
@@ -64,6 +66,8 @@ class FailingExecutor final : public StepExecutor {
 };
 
 struct StartOptions {
+  std::string model_dir = DemoModelDir();
+  int64_t config_bos_id = 1;  // The model's bos_token_id (LoadTokenizer).
   int64_t max_pending = 256;
   int64_t max_request_bytes = int64_t{8} << 20;
   int fail_after_steps = -1;  // >= 0: the engine fails after so many steps.
@@ -79,7 +83,7 @@ class ServerTest : public ::testing::Test {
     Start(std::move(o));
   }
   void Start(StartOptions o) {
-    auto tokenizer = LoadTokenizer(DemoModelDir(), 1);
+    auto tokenizer = LoadTokenizer(o.model_dir, o.config_bos_id);
     ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
     tokenizer_ = *std::move(tokenizer);
     EngineOptions options;
@@ -87,7 +91,7 @@ class ServerTest : public ::testing::Test {
     KvCacheOptions kv;
     kv.memory_bytes = int64_t{64} << 20;
     auto local =
-        LocalEngine::Load(DemoModelDir(), &ops_, options, kv, tokenizer_.get());
+        LocalEngine::Load(o.model_dir, &ops_, options, kv, tokenizer_.get());
     ASSERT_TRUE(local.ok()) << local.status();
     local_ = *std::move(local);
     Engine* engine = &local_->engine();
@@ -741,6 +745,112 @@ TEST_F(ServerTest, AChatTemplateErrorIsA400) {
   res = Client().Post("/v1/chat/completions", one.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// A folder of tests/testing/tiny_qwen.h (the padded Qwen vocabulary, the real
+// Qwen3 tokenizer) in the test's temporary directory.
+std::string TinyQwenDir(const std::string& name, bool gap_wins) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::create_directories(dir);
+  TinyQwenOptions options;
+  options.gap_wins = gap_wins;
+  const absl::Status written =
+      WriteTinyQwen(dir, RunfilesRoot() + "/shared/tokenizers/qwen3", options);
+  EXPECT_TRUE(written.ok()) << written;
+  return dir;
+}
+
+// Real Qwen checkpoints pad the embedding past the tokenizer's ids. A prompt
+// id in that gap and sampled gap ids (greedy and at temperature 1) are
+// answered (their text is empty, as Hugging Face decodes them), and the
+// server keeps serving: before the fix the first such token ended it.
+TEST_F(ServerTest, QwenVocabularyGapIdsAreServed) {
+  StartOptions o;
+  o.model_dir = TinyQwenDir("qwen_gap_serve", /*gap_wins=*/true);
+  o.config_bos_id = 151643;
+  Start(std::move(o));
+  httplib::Client c = Client();
+  const int32_t gap_id = kQwenTokenizerVocab + 7;
+  for (const bool stream : {false, true}) {
+    for (const double temperature : {0.0, 1.0}) {
+      const json body = {
+          {"model", "demo"}, {"prompt", json::array({9707, gap_id, 1879})},
+          {"max_tokens", 6}, {"temperature", temperature},
+          {"seed", 3},       {"stream", stream}};
+      auto res = c.Post("/v1/completions", body.dump(), "application/json");
+      ASSERT_TRUE(res) << "the server went away";
+      ASSERT_EQ(res->status, 200) << res->body;
+      if (stream) {
+        EXPECT_NE(res->body.find("data: [DONE]"), std::string::npos);
+      } else {
+        const json j = json::parse(res->body);
+        EXPECT_EQ(j["usage"]["completion_tokens"], 6);
+        EXPECT_EQ(j["choices"][0]["text"], "");  // Gap ids have no text.
+      }
+    }
+  }
+  // /health still answers 200.
+  auto health = c.Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  // An id past the model's own vocabulary is the request's error alone.
+  const json bad = {{"model", "demo"},
+                    {"prompt", json::array({9707, kQwenVocab})},
+                    {"max_tokens", 2}};
+  auto res = c.Post("/v1/completions", bad.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body;
+}
+
+// Streamed text_offset counts code points, like the plain response and
+// vLLM (Python's len()): each chunk's offset is the code points of the text
+// streamed before it. Random Qwen tokens give non-ASCII text, where bytes
+// and code points differ (the old streamed offsets counted bytes).
+TEST_F(ServerTest, StreamedTextOffsetCountsCodePoints) {
+  StartOptions o;
+  o.model_dir = TinyQwenDir("qwen_random_serve", /*gap_wins=*/false);
+  o.config_bos_id = 151643;
+  Start(std::move(o));
+  httplib::Client c = Client();
+  const json body = {{"model", "demo"},    {"prompt", "Hello"},
+                     {"max_tokens", 24},   {"temperature", 0},
+                     {"ignore_eos", true}, {"logprobs", 0},
+                     {"stream", true}};
+  auto res = c.Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  std::string streamed;  // The text before the current chunk.
+  int64_t code_points = 0;
+  bool non_ascii = false;
+  int chunks = 0;
+  for (const std::string& event :
+       std::vector<std::string>(absl::StrSplit(res->body, "\n\n"))) {
+    if (event.rfind("data: {", 0) != 0) continue;
+    const json chunk = json::parse(event.substr(6));
+    for (const json& choice : chunk["choices"]) {
+      const std::string text = choice["text"].get<std::string>();
+      ASSERT_TRUE(choice["logprobs"].is_object()) << event;
+      const json& offsets = choice["logprobs"]["text_offset"];
+      ASSERT_EQ(offsets.size(), 1u) << event;
+      EXPECT_EQ(offsets[0].get<int64_t>(), code_points) << event;
+      for (unsigned char ch : text) {
+        code_points += (ch & 0xC0) != 0x80;
+        non_ascii |= ch >= 0x80;
+      }
+      streamed += text;
+      ++chunks;
+    }
+  }
+  EXPECT_EQ(chunks, 24);
+  // The case the old byte count got wrong must be there.
+  EXPECT_TRUE(non_ascii) << "no non-ASCII text in: " << streamed;
+  EXPECT_LT(code_points, static_cast<int64_t>(streamed.size()));
 }
 
 }  // namespace
