@@ -898,6 +898,16 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
   server_options.max_model_len =
       loaded->executor->config().max_position_embeddings;
   server_options.generation_defaults = loaded->generation_defaults;
+  if (loaded->generation_defaults.empty()) {
+    // LoadModel names the defaults when there are some; a server also says
+    // when there are none, so its log always tells what unset fields become.
+    std::cerr << "[tessera] sampling defaults: the API's own ("
+              << (o.engine.generation_config == "auto"
+                      ? "no sampling fields in generation_config.json"
+                      : absl::StrCat("--generation-config ",
+                                     o.engine.generation_config))
+              << ")\n";
+  }
   if (server_options.served_model_name.empty()) {
     std::string dir = o.model_dir;
     while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
