@@ -1,10 +1,12 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
@@ -18,8 +20,61 @@ namespace {
 
 // Work (in multiply-adds) below which threads cost more than they save.
 constexpr int64_t kParallelThreshold = 1 << 16;
-// Multiply-adds below which a matrix product runs on one OpenBLAS thread.
+// Multiply-adds below which a matrix product runs on one thread.
 constexpr int64_t kBlasParallelThreshold = int64_t{1} << 23;
+// Output features per thread of a split matrix product are a multiple of
+// this, so every slice starts on the same micro-kernel tile boundary as the
+// whole product would (OpenBLAS's sgemm/sgemv tiles are at most 16 wide): an
+// output element is computed by the same kernel code in the same order, and
+// the result is bit for bit the single-threaded one.
+constexpr int64_t kBlasSliceAlign = 64;
+
+// Who runs the threads of a large matrix product. OpenBLAS (the pthreads
+// build Debian ships) keeps a thread pool of its own besides OpenMP's, and
+// both busy-wait after their work: on a 2-core machine an OpenMP worker
+// still spinning after an attention region and an OpenBLAS worker waiting to
+// run a product fight over the second core, and a decode step at a 1000-token
+// context took 30 ms instead of 3. So by default every product runs on one
+// OpenBLAS thread per slice and the slices are spread over OpenMP's threads:
+// one pool, as many threads as cores. A user who sets OPENBLAS_NUM_THREADS
+// (or GOTO_NUM_THREADS) chooses OpenBLAS's threading instead, as before;
+// OMP_NUM_THREADS sizes the one pool.
+struct BlasThreading {
+  bool openblas_threads = false;  // Large products use OpenBLAS's pool.
+  int max_threads = 1;            // That pool's size, when it is used.
+};
+
+bool EnvSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+const BlasThreading& GetBlasThreading() {
+  static const BlasThreading threading = [] {
+    BlasThreading t;
+    t.openblas_threads =
+        EnvSet("OPENBLAS_NUM_THREADS") || EnvSet("GOTO_NUM_THREADS");
+    t.max_threads = openblas_get_num_threads();
+    // Set once, before any concurrent use (ranks run as threads in tests).
+    if (!t.openblas_threads) openblas_set_num_threads(1);
+    return t;
+  }();
+  return threading;
+}
+
+// out[:, begin:end] = x * weight[begin:end, :]^T on the calling thread's
+// OpenBLAS call (out has row stride n).
+void LinearSlice(const float* x, const float* weight, int64_t t, int64_t k,
+                 int64_t n, int64_t begin, int64_t end, float* out) {
+  if (t == 1) {
+    // A single token is a matrix-vector product: gemv streams the weight once.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, k, 1.0f,
+                weight + begin * k, k, x, 1, 0.0f, out + begin, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, end - begin, k,
+                1.0f, x, k, weight + begin * k, k, 0.0f, out + begin, n);
+  }
+}
 
 absl::Status CheckF32(absl::string_view op, absl::string_view name,
                       const TensorView& t) {
@@ -665,22 +720,37 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
     }
   }
   if (t == 0 || n == 0) return absl::OkStatus();
-  // Waking OpenBLAS's threads costs more than small products take (measured on
-  // the demo model: 128-token prefill 10x slower with 2 threads), so they only
-  // run for large ones.
-  static const int max_threads = openblas_get_num_threads();
-  openblas_set_num_threads(t * n * k >= kBlasParallelThreshold ? max_threads
-                                                               : 1);
+  // Waking threads costs more than small products take (measured on the demo
+  // model: 128-token prefill 10x slower with 2 threads), so they only run for
+  // large ones.
+  const bool large = t * n * k >= kBlasParallelThreshold;
+  const BlasThreading& threading = GetBlasThreading();
+  const float* xp = x.data_as<const float>();
+  const float* wp = weight.data_as<const float>();
   float* o = out.data_as<float>();
-  if (t == 1) {
-    // A single token is a matrix-vector product: gemv streams the weight once.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f,
-                weight.data_as<const float>(), k, x.data_as<const float>(), 1,
-                0.0f, o, 1);
+  if (threading.openblas_threads) {
+    openblas_set_num_threads(large ? threading.max_threads : 1);
+    LinearSlice(xp, wp, t, k, n, 0, n, o);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, n, k, 1.0f,
-                x.data_as<const float>(), k, weight.data_as<const float>(), k,
-                0.0f, o, n);
+    const int64_t slices = (n + kBlasSliceAlign - 1) / kBlasSliceAlign;
+    const int threads =
+        large
+            ? static_cast<int>(std::min<int64_t>(omp_get_max_threads(), slices))
+            : 1;
+    if (threads <= 1) {
+      // Off OpenMP entirely (see RunPagedAttention).
+      LinearSlice(xp, wp, t, k, n, 0, n, o);
+    } else {
+      // Equal contiguous shares: the product streams the weight once, so
+      // static shares keep every thread on its own part of memory.
+      const int64_t share = (slices + threads - 1) / threads * kBlasSliceAlign;
+#pragma omp parallel num_threads(threads)
+      {
+        const int64_t begin = omp_get_thread_num() * share;
+        const int64_t end = std::min(n, begin + share);
+        if (begin < end) LinearSlice(xp, wp, t, k, n, begin, end, o);
+      }
+    }
   }
   if (bias != nullptr) {
     const float* b = bias->data_as<const float>();
