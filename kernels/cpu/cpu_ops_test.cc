@@ -4,7 +4,6 @@
 #include "kernels/cpu/cpu_ops.h"
 
 #include <cblas.h>
-#include <omp.h>
 
 #include <cmath>
 #include <cstring>
@@ -67,11 +66,18 @@ TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
 
 // Products large enough to run on several threads (>= 2^23 multiply-adds)
 // with an output width that is not a multiple of any slice or tile.
+// K = 1024 with 3 or 5 tokens: slices of about 10^6 multiply-adds would take
+// OpenBLAS's small-matrix path and differ in the last bit.
 TEST_F(CpuOpsTest, LargeLinearIsBitIdenticalOnAnyThreadCount) {
-  constexpr int64_t kN = 70001, kK = 128;
-  Tensor w = Random({kN, kK});
-  for (int64_t t : {1, 3}) {
-    SCOPED_TRACE(t);
+  struct Case {
+    int64_t t, n, k;
+  };
+  for (const Case c :
+       {Case{1, 70001, 128}, Case{3, 70001, 128}, Case{3, 9001, 1024},
+        Case{5, 9001, 1024}, Case{64, 4099, 64}}) {
+    const int64_t t = c.t, kN = c.n, kK = c.k;
+    SCOPED_TRACE(testing::Message() << t << " x " << kK << " by " << kN);
+    Tensor w = Random({kN, kK});
     Tensor x = Random({t, kK});
     Tensor out = *Tensor::Empty(DType::kF32, {t, kN});
     // The reference: one single-threaded OpenBLAS call over the whole
@@ -89,22 +95,21 @@ TEST_F(CpuOpsTest, LargeLinearIsBitIdenticalOnAnyThreadCount) {
                   want.data(), kN);
     }
     openblas_set_num_threads(before);
-    const int saved = omp_get_max_threads();
     for (int threads : {1, 2, 3, 4, 7}) {
-      omp_set_num_threads(threads);
+      CpuThreadPool pool(threads);
+      CpuOps ops(&pool);
       std::fill_n(out.data_as<float>(), t * kN, NAN);
-      ASSERT_TRUE(ops_.Linear(x.view(), w.view(), nullptr, out.view()).ok());
+      ASSERT_TRUE(ops.Linear(x.view(), w.view(), nullptr, out.view()).ok());
       EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * 4), 0)
-          << threads << " OpenMP threads";
+          << threads << " threads";
     }
-    omp_set_num_threads(saved);
   }
 }
 
 // By default OpenBLAS's own thread pool stays idle (large products are split
-// over OpenMP's threads instead): two busy-waiting pools on few cores fight
-// for them. OPENBLAS_NUM_THREADS set by the user brings OpenBLAS's pool back
-// (cpu_ops_openblas_threads_test).
+// over CpuThreadPool's threads instead): two busy-waiting pools on few cores
+// fight for them. OPENBLAS_NUM_THREADS set by the user brings OpenBLAS's pool
+// back (cpu_ops_openblas_threads_test).
 TEST_F(CpuOpsTest, LargeLinearKeepsOpenBlasOnOneThreadByDefault) {
   if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr ||
       std::getenv("GOTO_NUM_THREADS") != nullptr) {
