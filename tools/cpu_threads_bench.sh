@@ -15,7 +15,9 @@
 # case runs once per round, the order rotating), so a burst of load from
 # elsewhere hits all of them alike; the 1-minute load average is printed with
 # every round. Environment: CONTEXTS="16 1000 2000", BATCHES="1 8",
-# OUTPUT_LEN=64, MODEL=DIR (skip the model build).
+# OUTPUT_LEN=64, MODEL=DIR (skip the model build), BIN=PATH (another tessera
+# binary, e.g. an older build to compare), SETTINGS="default omp1 ..." (a
+# subset of the names below; default must be one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -26,8 +28,10 @@ if [[ -z "${MODEL:-}" ]]; then
   MODEL=out/tiny-qwen3
   [[ -f $MODEL/model.safetensors ]] || python3 tools/make_tiny_qwen3.py "$MODEL" >/dev/null
 fi
-[[ -n "${SKIP_BUILD:-}" ]] || bazel build //launch:tessera >/dev/null 2>&1
-BIN=bazel-bin/launch/tessera
+if [[ -z "${BIN:-}" ]]; then
+  [[ -n "${SKIP_BUILD:-}" ]] || bazel build //launch:tessera >/dev/null 2>&1
+  BIN=bazel-bin/launch/tessera
+fi
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 
@@ -45,6 +49,7 @@ declare -A ENVS=(
   [passive]="OMP_WAIT_POLICY=passive"
   [active]="OMP_WAIT_POLICY=active"
 )
+[[ -z "${SETTINGS:-}" ]] || read -r -a NAMES <<<"$SETTINGS"
 CLEAR=(-u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS
   -u OMP_WAIT_POLICY -u GOMP_SPINCOUNT -u OMP_PROC_BIND -u OMP_DYNAMIC)
 
