@@ -5,21 +5,83 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/op_checks.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
 
-// Work (in multiply-adds) below which threads cost more than they save.
+// Attention work (in multiply-adds) below which threads cost more than they
+// save.
 constexpr int64_t kParallelThreshold = 1 << 16;
-// Multiply-adds below which a matrix product runs on one OpenBLAS thread.
+// Multiply-adds below which a matrix product runs on one thread.
 constexpr int64_t kBlasParallelThreshold = int64_t{1} << 23;
+// A split matrix product runs as slices of output features (rows of the
+// weight), each one OpenBLAS call on one thread. Every slice starts on a
+// multiple of this, the same micro-kernel tile boundary as in the whole
+// product (OpenBLAS's sgemm/sgemv tiles are at most 16 wide)...
+constexpr int64_t kBlasSliceAlign = 64;
+// ...and holds at least this many multiply-adds, so OpenBLAS never takes its
+// small-matrix path for it (on AVX-512 cores, sgemm products of up to 10^6
+// multiply-adds: measured, slices of ~10^6 differed in the last bit). An
+// output element is then computed by the same kernel code in the same order
+// as in one single-threaded call over the whole product: bit for bit the same
+// result, whatever the number of threads (cpu_ops_test). Small enough that a
+// thread the OS is slow to run holds up little.
+constexpr int64_t kBlasSliceWork = int64_t{1} << 21;
+
+// Who runs the threads of a large matrix product. OpenBLAS (the pthreads
+// build Debian ships) keeps a thread pool of its own, which busy-waits after
+// its work: next to the pool that runs attention, on a 2-core machine, the
+// two fought over the second core (a decode step at a 1000-token context took
+// 30 ms instead of 3). So by default every product runs as slices on one
+// OpenBLAS thread each, spread over CpuThreadPool: one pool, as many threads
+// as cores. A user who sets OPENBLAS_NUM_THREADS (or GOTO_NUM_THREADS)
+// chooses OpenBLAS's threading instead, as before; OMP_NUM_THREADS sizes the
+// one pool.
+struct BlasThreading {
+  bool openblas_threads = false;  // Large products use OpenBLAS's pool.
+  int max_threads = 1;            // That pool's size, when it is used.
+};
+
+bool EnvSet(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0';
+}
+
+const BlasThreading& GetBlasThreading() {
+  static const BlasThreading threading = [] {
+    BlasThreading t;
+    t.openblas_threads =
+        EnvSet("OPENBLAS_NUM_THREADS") || EnvSet("GOTO_NUM_THREADS");
+    t.max_threads = openblas_get_num_threads();
+    // Set once, before any concurrent use (ranks run as threads in tests).
+    if (!t.openblas_threads) openblas_set_num_threads(1);
+    return t;
+  }();
+  return threading;
+}
+
+// out[:, begin:end] = x * weight[begin:end, :]^T on the calling thread's
+// OpenBLAS call (out has row stride n).
+void LinearSlice(const float* x, const float* weight, int64_t t, int64_t k,
+                 int64_t n, int64_t begin, int64_t end, float* out) {
+  if (t == 1) {
+    // A single token is a matrix-vector product: gemv streams the weight once.
+    cblas_sgemv(CblasRowMajor, CblasNoTrans, end - begin, k, 1.0f,
+                weight + begin * k, k, x, 1, 0.0f, out + begin, 1);
+  } else {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, end - begin, k,
+                1.0f, x, k, weight + begin * k, k, 0.0f, out + begin, n);
+  }
+}
 
 absl::Status CheckF32(absl::string_view op, absl::string_view name,
                       const TensorView& t) {
@@ -455,7 +517,7 @@ constexpr int kAttentionChunk = 4;
 // a fixed order, so its result does not depend on the batch or the threads.
 template <typename T, bool kStatic>
 void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
-                       bool one_row_per_seq) {
+                       bool one_row_per_seq, CpuThreadPool* pool) {
   const int32_t* starts = args.metadata->query_start_loc.data();
   const int64_t heads = plan.num_heads;
   const int64_t items = (plan.row_end - plan.row_begin) * heads;
@@ -473,32 +535,36 @@ void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
     AttendOne<T, kStatic>(args, plan, seq, row, h, weights);
   };
   if (plan.work <= kParallelThreshold) {
-    // Small work stays off OpenMP entirely: even a parallel region that its
-    // `if` clause makes serial costs futex calls into the idle team (about
-    // ten per decode token on the demo model, measured with strace).
+    // Small work stays on the calling thread: even waking a spinning worker
+    // costs more.
     float* weights = ScratchWeights(plan.max_keys);
     for (int64_t item = 0; item < items; ++item) attend(item, weights);
     return;
   }
-#pragma omp parallel
-  {
-    float* weights = ScratchWeights(plan.max_keys);
-#pragma omp for schedule(dynamic, kAttentionChunk)
-    for (int64_t item = 0; item < items; ++item) attend(item, weights);
-  }
+  pool->ParallelFor(
+      (items + kAttentionChunk - 1) / kAttentionChunk, [&](int64_t chunk) {
+        float* weights = ScratchWeights(plan.max_keys);
+        const int64_t end = std::min(items, (chunk + 1) * kAttentionChunk);
+        for (int64_t item = chunk * kAttentionChunk; item < end; ++item) {
+          attend(item, weights);
+        }
+      });
 }
 
 template <bool kStatic>
 void DispatchPagedAttention(const PagedAttentionArgs& args,
-                            const PagedPlan& plan, bool one_row_per_seq) {
+                            const PagedPlan& plan, bool one_row_per_seq,
+                            CpuThreadPool* pool) {
   if (plan.cache.quantized) {
-    RunPagedAttention<int8_t, kStatic>(args, plan, one_row_per_seq);
+    RunPagedAttention<int8_t, kStatic>(args, plan, one_row_per_seq, pool);
   } else {
-    RunPagedAttention<float, kStatic>(args, plan, one_row_per_seq);
+    RunPagedAttention<float, kStatic>(args, plan, one_row_per_seq, pool);
   }
 }
 
 }  // namespace
+
+CpuOps::CpuOps() : CpuOps(&CpuThreadPool::Default()) {}
 
 absl::Status CpuOps::Embedding(const TensorView& table,
                                absl::Span<const int32_t> ids,
@@ -665,22 +731,32 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
     }
   }
   if (t == 0 || n == 0) return absl::OkStatus();
-  // Waking OpenBLAS's threads costs more than small products take (measured on
-  // the demo model: 128-token prefill 10x slower with 2 threads), so they only
-  // run for large ones.
-  static const int max_threads = openblas_get_num_threads();
-  openblas_set_num_threads(t * n * k >= kBlasParallelThreshold ? max_threads
-                                                               : 1);
+  // Waking threads costs more than small products take (measured on the demo
+  // model: 128-token prefill 10x slower with 2 threads), so they only run for
+  // large ones.
+  const bool large = t * n * k >= kBlasParallelThreshold;
+  const BlasThreading& threading = GetBlasThreading();
+  const float* xp = x.data_as<const float>();
+  const float* wp = weight.data_as<const float>();
   float* o = out.data_as<float>();
-  if (t == 1) {
-    // A single token is a matrix-vector product: gemv streams the weight once.
-    cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.0f,
-                weight.data_as<const float>(), k, x.data_as<const float>(), 1,
-                0.0f, o, 1);
+  if (threading.openblas_threads) {
+    openblas_set_num_threads(large ? threading.max_threads : 1);
+    LinearSlice(xp, wp, t, k, n, 0, n, o);
   } else {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, n, k, 1.0f,
-                x.data_as<const float>(), k, weight.data_as<const float>(), k,
-                0.0f, o, n);
+    // Slices of whole 64-row blocks (the last one also takes the rest), at
+    // least min_blocks each, as even as they can be.
+    const int64_t blocks = n / kBlasSliceAlign;
+    const int64_t min_blocks = (kBlasSliceWork + t * k * kBlasSliceAlign - 1) /
+                               (t * k * kBlasSliceAlign);
+    const int64_t slices = large && pool_->threads() > 1
+                               ? std::max<int64_t>(1, blocks / min_blocks)
+                               : 1;
+    pool_->ParallelFor(slices, [&](int64_t i) {
+      const int64_t begin = i * blocks / slices * kBlasSliceAlign;
+      const int64_t end =
+          i + 1 == slices ? n : (i + 1) * blocks / slices * kBlasSliceAlign;
+      LinearSlice(xp, wp, t, k, n, begin, end, o);
+    });
   }
   if (bias != nullptr) {
     const float* b = bias->data_as<const float>();
@@ -817,7 +893,7 @@ absl::Status CpuOps::PrefillAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(
       PlanPagedAttention("PrefillAttention", PagedKind::kPrefill, args, &plan));
   DispatchPagedAttention</*kStatic=*/false>(args, plan,
-                                            /*one_row_per_seq=*/false);
+                                            /*one_row_per_seq=*/false, pool_);
   return absl::OkStatus();
 }
 
@@ -826,7 +902,7 @@ absl::Status CpuOps::DecodeAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(
       PlanPagedAttention("DecodeAttention", PagedKind::kDecode, args, &plan));
   DispatchPagedAttention</*kStatic=*/false>(args, plan,
-                                            /*one_row_per_seq=*/true);
+                                            /*one_row_per_seq=*/true, pool_);
   return absl::OkStatus();
 }
 
@@ -835,7 +911,7 @@ absl::Status CpuOps::StaticAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(
       PlanPagedAttention("StaticAttention", PagedKind::kStatic, args, &plan));
   DispatchPagedAttention</*kStatic=*/true>(args, plan,
-                                           /*one_row_per_seq=*/false);
+                                           /*one_row_per_seq=*/false, pool_);
   return absl::OkStatus();
 }
 

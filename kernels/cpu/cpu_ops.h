@@ -1,15 +1,22 @@
 // The CPU reference backend: f32 storage, f32 accumulation, OpenBLAS for matrix
-// products. It defines what every other backend must compute (kernels are
-// tested against it).
+// products, one CpuThreadPool for every parallel loop (cpu_threads.h). It
+// defines what every other backend must compute (kernels are tested against
+// it).
 #ifndef TESSERA_KERNELS_CPU_CPU_OPS_H_
 #define TESSERA_KERNELS_CPU_CPU_OPS_H_
 
+#include "kernels/cpu/cpu_threads.h"
 #include "kernels/ops.h"
 
 namespace tessera {
 
 class CpuOps final : public Ops {
  public:
+  // Parallel loops run on CpuThreadPool::Default(), or on `pool` (not owned;
+  // it must outlive this object).
+  CpuOps();
+  explicit CpuOps(CpuThreadPool* pool) : pool_(pool) {}
+
   absl::Status Embedding(const TensorView& table, absl::Span<const int32_t> ids,
                          const TensorView& out) override;
   absl::Status EmbeddingShard(const TensorView& table,
@@ -38,11 +45,14 @@ class CpuOps final : public Ops {
   // All three kernels read an f32 or an int8 cache (scales applied inside the
   // dot products and the value accumulation), run one (token, head) reduction
   // on one thread in a fixed order (so a sequence's result does not depend on
-  // the rest of the batch) and spread (token, head) pairs over OpenMP threads
-  // when the step is large enough to pay for them.
+  // the rest of the batch) and spread (token, head) pairs over the pool's
+  // threads when the step is large enough to pay for them.
   absl::Status PrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status StaticAttention(const PagedAttentionArgs& args) override;
+
+ private:
+  CpuThreadPool* pool_;
 };
 
 }  // namespace tessera

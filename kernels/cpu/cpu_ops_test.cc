@@ -3,7 +3,10 @@
 // random inputs.
 #include "kernels/cpu/cpu_ops.h"
 
+#include <cblas.h>
+
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -59,6 +62,65 @@ TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
   Tensor out = *Tensor::Empty(DType::kF32, {2, 4});
   EXPECT_EQ(ops_.Linear(x.view(), w.view(), nullptr, out.view()).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// Products large enough to run on several threads (>= 2^23 multiply-adds)
+// with an output width that is not a multiple of any slice or tile.
+// K = 1024 with 3 or 5 tokens: slices of about 10^6 multiply-adds would take
+// OpenBLAS's small-matrix path and differ in the last bit.
+TEST_F(CpuOpsTest, LargeLinearIsBitIdenticalOnAnyThreadCount) {
+  struct Case {
+    int64_t t, n, k;
+  };
+  for (const Case c :
+       {Case{1, 70001, 128}, Case{3, 70001, 128}, Case{3, 9001, 1024},
+        Case{5, 9001, 1024}, Case{64, 4099, 64}}) {
+    const int64_t t = c.t, kN = c.n, kK = c.k;
+    SCOPED_TRACE(testing::Message() << t << " x " << kK << " by " << kN);
+    Tensor w = Random({kN, kK});
+    Tensor x = Random({t, kK});
+    Tensor out = *Tensor::Empty(DType::kF32, {t, kN});
+    // The reference: one single-threaded OpenBLAS call over the whole
+    // product (after a first Linear, which fixes the threading).
+    ASSERT_TRUE(ops_.Linear(x.view(), w.view(), nullptr, out.view()).ok());
+    const int before = openblas_get_num_threads();
+    openblas_set_num_threads(1);
+    std::vector<float> want(t * kN);
+    if (t == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, kN, kK, 1.0f, w.data_as<float>(),
+                  kK, x.data_as<float>(), 1, 0.0f, want.data(), 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, kN, kK, 1.0f,
+                  x.data_as<float>(), kK, w.data_as<float>(), kK, 0.0f,
+                  want.data(), kN);
+    }
+    openblas_set_num_threads(before);
+    for (int threads : {1, 2, 3, 4, 7}) {
+      CpuThreadPool pool(threads);
+      CpuOps ops(&pool);
+      std::fill_n(out.data_as<float>(), t * kN, NAN);
+      ASSERT_TRUE(ops.Linear(x.view(), w.view(), nullptr, out.view()).ok());
+      EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * 4), 0)
+          << threads << " threads";
+    }
+  }
+}
+
+// By default OpenBLAS's own thread pool stays idle (large products are split
+// over CpuThreadPool's threads instead): two busy-waiting pools on few cores
+// fight for them. OPENBLAS_NUM_THREADS set by the user brings OpenBLAS's pool
+// back (cpu_ops_openblas_threads_test).
+TEST_F(CpuOpsTest, LargeLinearKeepsOpenBlasOnOneThreadByDefault) {
+  if (std::getenv("OPENBLAS_NUM_THREADS") != nullptr ||
+      std::getenv("GOTO_NUM_THREADS") != nullptr) {
+    GTEST_SKIP() << "the user chose OpenBLAS's threads";
+  }
+  if (openblas_get_num_procs() < 2) GTEST_SKIP() << "one CPU";
+  Tensor w = Random({70001, 128});
+  Tensor x = Random({1, 128});
+  Tensor out = *Tensor::Empty(DType::kF32, {1, 70001});
+  ASSERT_TRUE(ops_.Linear(x.view(), w.view(), nullptr, out.view()).ok());
+  EXPECT_EQ(openblas_get_num_threads(), 1);
 }
 
 TEST_F(CpuOpsTest, RmsNormMatchesFormula) {
