@@ -42,44 +42,12 @@
 #include "runtime/engine/scheduler.h"
 #include "runtime/engine/step_runner.h"
 #include "runtime/kv/block_manager.h"
+#include "runtime/kv/kv_layout.h"
 #include "runtime/model/llama.h"
 #include "runtime/text/detokenizer.h"
 #include "runtime/text/tokenizer.h"
 
 namespace tessera {
-
-// The KV cache every rank holds, as the engine must know it.
-struct KvLayout {
-  int64_t num_blocks = 0;
-  int64_t block_size = 16;
-  // Static layout: one block per sequence (block_size = the context), no
-  // prefix caching.
-  bool static_layout = false;
-};
-
-// What the user asks for (flags); see ResolveKvLayout.
-struct KvCacheOptions {
-  int64_t block_size = 16;
-  int64_t num_blocks = 0;        // > 0: exactly this many.
-  int64_t memory_bytes = 0;      // > 0: this budget.
-  double memory_fraction = 0.5;  // Otherwise: this share of free memory.
-  DType dtype = DType::kF32;
-  AttentionBackend backend = AttentionBackend::kPaged;
-};
-
-// How many blocks (and of what size) one rank's pool gets: --num-kv-blocks as
-// given; else the budget (memory_bytes, or memory_fraction of
-// `free_bytes`) divided by the block's bytes, capped at what max_num_seqs
-// full contexts could use. In the static layout a block is a whole context
-// and num_blocks is the number of sequences. InvalidArgument for bad values;
-// ResourceExhausted (with the figures) when the budget holds no block.
-absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& options,
-                                         const KvPoolShape& shape,
-                                         int64_t max_model_len,
-                                         int max_num_seqs, int64_t free_bytes);
-
-// MemAvailable of this host in bytes (-1 when unknown).
-int64_t AvailableHostMemory();
 
 // Runs StepPlans across the job.
 class StepExecutor {

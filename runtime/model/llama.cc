@@ -354,14 +354,6 @@ absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   return inv_freq;
 }
 
-absl::StatusOr<AttentionBackend> ParseAttentionBackend(
-    const std::string& name) {
-  if (name == "paged") return AttentionBackend::kPaged;
-  if (name == "static") return AttentionBackend::kStatic;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown attention backend '", name, "' (expected paged or static)"));
-}
-
 LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
                        LlamaWeights weights, Tensor inv_freq, Ops* ops,
                        Communicator* tp, Communicator* pp)

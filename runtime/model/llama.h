@@ -32,6 +32,7 @@
 #include "runtime/core/tensor.h"
 #include "runtime/core/workspace.h"
 #include "runtime/dist/communicator.h"
+#include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/safetensors.h"
@@ -101,13 +102,6 @@ void ForEachWeight(LlamaWeights* weights,
 // Rotary inverse frequencies [head_dim / 2] for the config's rope type,
 // computed as transformers does (f32).
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
-
-// Which attention kernels a step uses (see kernels/ops.h): "paged" runs
-// decodes through the paged decode kernel and the other sequences through the
-// varlen prefill kernel; "static" expects the static layout (one block per
-// sequence) and runs every sequence through the static kernel.
-enum class AttentionBackend { kPaged, kStatic };
-absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string& name);
 
 // One forward step over a batch of sequences.
 struct StepBatch {

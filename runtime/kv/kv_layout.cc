@@ -1,0 +1,76 @@
+#include "runtime/kv/kv_layout.h"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+
+namespace tessera {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+absl::StatusOr<AttentionBackend> ParseAttentionBackend(
+    const std::string& name) {
+  if (name == "paged") return AttentionBackend::kPaged;
+  if (name == "static") return AttentionBackend::kStatic;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown attention backend '", name, "' (expected paged or static)"));
+}
+
+int64_t AvailableHostMemory() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key, unit;
+  int64_t kib = 0;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& o,
+                                         const KvPoolShape& shape,
+                                         int64_t max_model_len,
+                                         int max_num_seqs, int64_t free_bytes) {
+  if (o.block_size < 1 || o.num_blocks < 0 || o.memory_bytes < 0 ||
+      !(o.memory_fraction > 0.0 && o.memory_fraction <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV cache: block size ", o.block_size, ", ", o.num_blocks, " blocks, ",
+        o.memory_bytes, " bytes, fraction ", o.memory_fraction,
+        " (need block size >= 1, counts >= 0, fraction in (0, 1])"));
+  }
+  KvLayout layout;
+  layout.static_layout = o.backend == AttentionBackend::kStatic;
+  layout.block_size = layout.static_layout ? max_model_len : o.block_size;
+  // No use for more than every sequence's whole context.
+  const int64_t most_useful = static_cast<int64_t>(max_num_seqs) *
+                              CeilDiv(max_model_len, layout.block_size);
+  if (o.num_blocks > 0) {
+    layout.num_blocks = o.num_blocks;
+    return layout;
+  }
+  const int64_t block_bytes = layout.block_size * shape.BytesPerSlot();
+  int64_t budget = o.memory_bytes;
+  if (budget == 0) {
+    if (free_bytes < 0) {
+      return absl::FailedPreconditionError(
+          "cannot read the free memory to size the KV cache; give "
+          "--kv-cache-memory or --num-kv-blocks");
+    }
+    budget = static_cast<int64_t>(static_cast<double>(free_bytes) *
+                                  o.memory_fraction);
+  }
+  layout.num_blocks = std::min(most_useful, budget / block_bytes);
+  if (layout.num_blocks < 1) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the KV cache budget of ", budget, " bytes holds no block of ",
+        layout.block_size, " tokens (", block_bytes,
+        " bytes); raise --kv-cache-memory or lower --block-size"));
+  }
+  return layout;
+}
+
+}  // namespace tessera

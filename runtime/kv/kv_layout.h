@@ -1,0 +1,59 @@
+// The KV cache's layout as every layer above the pool sees it: which
+// attention backend a step uses, how many blocks of what size a rank's pool
+// holds (KvLayout), what the user asked for (KvCacheOptions, from flags), and
+// how the two meet against the memory a rank has (ResolveKvLayout).
+#ifndef TESSERA_RUNTIME_KV_KV_LAYOUT_H_
+#define TESSERA_RUNTIME_KV_KV_LAYOUT_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "runtime/core/dtype.h"
+#include "runtime/kv/kv_pool.h"
+
+namespace tessera {
+
+// Which attention kernels a step uses (see kernels/ops.h): "paged" runs
+// decodes through the paged decode kernel and the other sequences through the
+// varlen prefill kernel; "static" expects the static layout (one block per
+// sequence) and runs every sequence through the static kernel.
+enum class AttentionBackend { kPaged, kStatic };
+absl::StatusOr<AttentionBackend> ParseAttentionBackend(const std::string& name);
+
+// The KV cache every rank holds, as the engine must know it.
+struct KvLayout {
+  int64_t num_blocks = 0;
+  int64_t block_size = 16;
+  // Static layout: one block per sequence (block_size = the context), no
+  // prefix caching.
+  bool static_layout = false;
+};
+
+// What the user asks for (flags); see ResolveKvLayout.
+struct KvCacheOptions {
+  int64_t block_size = 16;
+  int64_t num_blocks = 0;        // > 0: exactly this many.
+  int64_t memory_bytes = 0;      // > 0: this budget.
+  double memory_fraction = 0.5;  // Otherwise: this share of free memory.
+  DType dtype = DType::kF32;
+  AttentionBackend backend = AttentionBackend::kPaged;
+};
+
+// How many blocks (and of what size) one rank's pool gets: --num-kv-blocks as
+// given; else the budget (memory_bytes, or memory_fraction of
+// `free_bytes`) divided by the block's bytes, capped at what max_num_seqs
+// full contexts could use. In the static layout a block is a whole context
+// and num_blocks is the number of sequences. InvalidArgument for bad values;
+// ResourceExhausted (with the figures) when the budget holds no block.
+absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& options,
+                                         const KvPoolShape& shape,
+                                         int64_t max_model_len,
+                                         int max_num_seqs, int64_t free_bytes);
+
+// MemAvailable of this host in bytes (-1 when unknown).
+int64_t AvailableHostMemory();
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_KV_KV_LAYOUT_H_
