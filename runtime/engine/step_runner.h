@@ -24,9 +24,6 @@
 
 namespace tessera {
 
-SamplingParams SamplingFromProto(const proto::SamplingParams& p);
-void SamplingToProto(const SamplingParams& s, proto::SamplingParams* p);
-
 class StepRunner {
  public:
   // `model` must outlive the runner; `pool` must have the model's
