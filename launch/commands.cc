@@ -24,7 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "kernels/backend.h"
+#include "kernels/backend/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/json_limits.h"
 #include "runtime/core/progress_bar.h"

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/backend.h"
+#include "kernels/backend/backend.h"
 #include "parallel/control_channel.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_world.h"

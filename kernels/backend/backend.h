@@ -2,8 +2,8 @@
 // ("cpu" or "cuda"). The CPU backend computes in host memory the model owns;
 // the CUDA backend owns an allocator over the GPU's memory (weights, scratch,
 // KV cache) and the stream every op runs on.
-#ifndef TESSERA_KERNELS_BACKEND_H_
-#define TESSERA_KERNELS_BACKEND_H_
+#ifndef TESSERA_KERNELS_BACKEND_BACKEND_H_
+#define TESSERA_KERNELS_BACKEND_BACKEND_H_
 
 #include <memory>
 #include <string>
@@ -44,4 +44,4 @@ int VisibleCudaDevices();
 
 }  // namespace tessera
 
-#endif  // TESSERA_KERNELS_BACKEND_H_
+#endif  // TESSERA_KERNELS_BACKEND_BACKEND_H_

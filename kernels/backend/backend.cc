@@ -1,4 +1,4 @@
-#include "kernels/backend.h"
+#include "kernels/backend/backend.h"
 
 #include <cuda_runtime_api.h>
 
