@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "parallel/mpi_world.h"
 #include "runtime/core/tensor.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace tessera {
 

@@ -22,7 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "parallel/mpi_world.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace tessera {
 

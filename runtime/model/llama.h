@@ -31,7 +31,7 @@
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
 #include "runtime/core/workspace.h"
-#include "runtime/dist/communicator.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"

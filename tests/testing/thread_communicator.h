@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "runtime/dist/communicator.h"
+#include "runtime/comm/communicator.h"
 
 namespace tessera {
 

@@ -18,8 +18,8 @@
 //  the library's
 //    own message; a failed collective leaves the group unusable (the caller
 //    aborts the job).
-#ifndef TESSERA_RUNTIME_DIST_COMMUNICATOR_H_
-#define TESSERA_RUNTIME_DIST_COMMUNICATOR_H_
+#ifndef TESSERA_RUNTIME_COMM_COMMUNICATOR_H_
+#define TESSERA_RUNTIME_COMM_COMMUNICATOR_H_
 
 #include "absl/status/status.h"
 #include "runtime/core/tensor.h"
@@ -65,4 +65,4 @@ class SingleRankCommunicator final : public Communicator {
 
 }  // namespace tessera
 
-#endif  // TESSERA_RUNTIME_DIST_COMMUNICATOR_H_
+#endif  // TESSERA_RUNTIME_COMM_COMMUNICATOR_H_

@@ -1,4 +1,4 @@
-#include "runtime/dist/communicator.h"
+#include "runtime/comm/communicator.h"
 
 #include <cstring>
 
