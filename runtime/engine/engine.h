@@ -40,10 +40,9 @@
 #include "proto/tessera.pb.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/scheduler.h"
-#include "runtime/engine/step_runner.h"
 #include "runtime/kv/block_manager.h"
 #include "runtime/kv/kv_layout.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/config.h"
 #include "runtime/text/detokenizer.h"
 #include "runtime/text/tokenizer.h"
 

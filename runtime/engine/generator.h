@@ -12,8 +12,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "runtime/model/llama.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/core/memory.h"
+#include "runtime/model/config.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 

@@ -1,4 +1,6 @@
-// The KV cache's layout as every layer above the pool sees it: which
+// The KV cache's layout as every layer above the pool sees it (no tensor
+// memory, no op set: rank 0's engine includes this, never kv_pool.h): the
+// cache's element type and per-slot shape (KvPoolShape), which
 // attention backend a step uses, how many blocks of what size a rank's pool
 // holds (KvLayout), what the user asked for (KvCacheOptions, from flags), and
 // how the two meet against the memory a rank has (ResolveKvLayout).
@@ -10,9 +12,24 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/core/dtype.h"
-#include "runtime/kv/kv_pool.h"
 
 namespace tessera {
+
+// The cache's element type: "float32"/"auto" (the CPU computes in f32),
+// "bfloat16" (CUDA) or "int8" (per-slot, per-head scales). "auto" means f32
+// here; callers that know the device resolve it first.
+absl::StatusOr<DType> ParseKvDType(const std::string& name);
+
+struct KvPoolShape {
+  int64_t num_layers = 0;    // This rank's layers.
+  int64_t num_kv_heads = 0;  // This rank's KV heads.
+  int64_t head_dim = 0;
+  DType dtype = DType::kF32;  // kF32, kBF16 or kI8.
+
+  // Bytes one slot (one token) takes across every layer, K and V, scales
+  // included.
+  int64_t BytesPerSlot() const;
+};
 
 // Which attention kernels a step uses (see kernels/ops.h): "paged" runs
 // decodes through the paged decode kernel and the other sequences through the

@@ -5,22 +5,6 @@
 
 namespace tessera {
 
-absl::StatusOr<DType> ParseKvDType(const std::string& name) {
-  if (name == "auto" || name == "float32" || name == "f32") return DType::kF32;
-  if (name == "int8") return DType::kI8;
-  if (name == "bfloat16" || name == "bf16") return DType::kBF16;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown KV cache dtype '", name,
-                   "' (expected auto, float32, bfloat16 or int8)"));
-}
-
-int64_t KvPoolShape::BytesPerSlot() const {
-  const int64_t per_side =
-      num_kv_heads * (head_dim * static_cast<int64_t>(DTypeSize(dtype)) +
-                      (dtype == DType::kI8 ? 4 : 0));
-  return num_layers * 2 * per_side;
-}
-
 absl::StatusOr<KvPool> KvPool::Create(const KvPoolShape& shape,
                                       int64_t num_blocks, int64_t block_size,
                                       PinnableBlockAllocator* allocator) {

@@ -14,24 +14,9 @@
 #include "kernels/ops.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
+#include "runtime/kv/kv_layout.h"
 
 namespace tessera {
-
-// The cache's element type: "float32"/"auto" (the CPU computes in f32),
-// "bfloat16" (CUDA) or "int8" (per-slot, per-head scales). "auto" means f32
-// here; callers that know the device resolve it first.
-absl::StatusOr<DType> ParseKvDType(const std::string& name);
-
-struct KvPoolShape {
-  int64_t num_layers = 0;    // This rank's layers.
-  int64_t num_kv_heads = 0;  // This rank's KV heads.
-  int64_t head_dim = 0;
-  DType dtype = DType::kF32;  // kF32, kBF16 or kI8.
-
-  // Bytes one slot (one token) takes across every layer, K and V, scales
-  // included.
-  int64_t BytesPerSlot() const;
-};
 
 class KvPool {
  public:
