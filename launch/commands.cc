@@ -32,7 +32,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/shard.h"

@@ -30,7 +30,7 @@
 #include "parallel/process_grid.h"
 #include "proto/tessera.pb.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/step_runner.h"
+#include "runtime/executor/step_runner.h"
 #include "runtime/model/llama.h"
 
 namespace tessera {

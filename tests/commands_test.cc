@@ -24,7 +24,7 @@
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/text/tokenizer.h"

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "runtime/sampler/sampler.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"

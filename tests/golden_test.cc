@@ -20,7 +20,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "runtime/model/llama.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"

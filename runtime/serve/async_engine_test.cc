@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "tests/test_paths.h"
 
 namespace tessera {

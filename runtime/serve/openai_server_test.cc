@@ -27,7 +27,7 @@
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"

@@ -8,8 +8,8 @@
 // rank draws a token for every sequence marked `sample`, each with its own
 // sampler, so a seeded request draws the same tokens whatever else is in the
 // batch.
-#ifndef TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
-#define TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
+#ifndef TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
+#define TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 
 #include <cstdint>
 #include <memory>
@@ -89,4 +89,4 @@ class StepRunner {
 
 }  // namespace tessera
 
-#endif  // TESSERA_RUNTIME_ENGINE_STEP_RUNNER_H_
+#endif  // TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_

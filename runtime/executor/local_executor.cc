@@ -1,4 +1,4 @@
-#include "runtime/engine/local_executor.h"
+#include "runtime/executor/local_executor.h"
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"

@@ -1,4 +1,4 @@
-#include "runtime/engine/step_runner.h"
+#include "runtime/executor/step_runner.h"
 
 #include <algorithm>
 #include <cmath>

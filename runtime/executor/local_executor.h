@@ -1,14 +1,14 @@
 // LocalExecutor: runs step plans in this process — the whole model and its KV
 // pool here, this process samples.
-#ifndef TESSERA_RUNTIME_ENGINE_LOCAL_EXECUTOR_H_
-#define TESSERA_RUNTIME_ENGINE_LOCAL_EXECUTOR_H_
+#ifndef TESSERA_RUNTIME_EXECUTOR_LOCAL_EXECUTOR_H_
+#define TESSERA_RUNTIME_EXECUTOR_LOCAL_EXECUTOR_H_
 
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
-#include "runtime/engine/step_runner.h"
+#include "runtime/executor/step_runner.h"
 #include "runtime/model/llama.h"
 
 namespace tessera {
@@ -76,4 +76,4 @@ class LocalEngine {
 
 }  // namespace tessera
 
-#endif  // TESSERA_RUNTIME_ENGINE_LOCAL_EXECUTOR_H_
+#endif  // TESSERA_RUNTIME_EXECUTOR_LOCAL_EXECUTOR_H_
