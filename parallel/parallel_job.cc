@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "parallel/nccl_communicator.h"
+#include "parallel/weight_transfer.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/model/safetensors.h"
@@ -22,11 +23,9 @@
 namespace tessera {
 namespace {
 
-// Control-channel tags.
-constexpr int kShardTag = 10;
+// The control-channel tag of StepResults (ShardChunks use kShardTag,
+// weight_transfer.h).
 constexpr int kResultTag = 11;
-// ShardChunk payloads stay far below protobuf's 2 GiB limit.
-constexpr int64_t kChunkBytes = int64_t{64} << 20;
 
 absl::StatusOr<std::string> ReadText(const std::string& path, bool required) {
   std::ifstream in(path, std::ios::binary);
@@ -56,69 +55,6 @@ ShardSpec ShardOf(const ModelConfig& config, const ProcessGrid& grid,
   const GridPosition p = grid.Position(rank);
   return *MakeShardSpec(config, p.tp_rank, grid.tp(), p.pp_stage, grid.pp(),
                         pp_layers);
-}
-
-// Rank 0: sends `weights` (rank `dest`'s shard) as ShardChunks in ForEachWeight
-// order.
-absl::Status SendShard(ControlChannel& control, LlamaWeights& weights,
-                       int dest) {
-  std::vector<std::pair<std::string, Tensor*>> tensors;
-  ForEachWeight(&weights, [&](const std::string& name, Tensor* t) {
-    tensors.emplace_back(name, t);
-  });
-  proto::ShardChunk chunk;
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const Tensor& t = *tensors[i].second;
-    const int64_t bytes = static_cast<int64_t>(t.nbytes());
-    for (int64_t offset = 0; offset == 0 || offset < bytes;
-         offset += kChunkBytes) {
-      const int64_t n = std::min(kChunkBytes, bytes - offset);
-      chunk.Clear();
-      chunk.set_index(static_cast<int32_t>(i));
-      chunk.set_name(tensors[i].first);
-      for (int64_t d : t.shape().dims()) chunk.add_shape(d);
-      chunk.set_byte_offset(offset);
-      chunk.set_data(static_cast<const char*>(t.data()) + offset, n);
-      chunk.set_last(i + 1 == tensors.size() && offset + n >= bytes);
-      RETURN_IF_ERROR(control.Send(chunk, dest, kShardTag));
-      if (bytes == 0) break;
-    }
-  }
-  return absl::OkStatus();
-}
-
-// Other ranks: fills the allocated `weights` from rank 0's chunks, checking
-// each against the shard this rank expects.
-absl::Status ReceiveShard(ControlChannel& control, LlamaWeights& weights) {
-  std::vector<std::pair<std::string, Tensor*>> tensors;
-  ForEachWeight(&weights, [&](const std::string& name, Tensor* t) {
-    tensors.emplace_back(name, t);
-  });
-  proto::ShardChunk chunk;
-  while (true) {
-    RETURN_IF_ERROR(control.Recv(0, kShardTag, &chunk));
-    if (chunk.index() < 0 ||
-        chunk.index() >= static_cast<int32_t>(tensors.size())) {
-      return absl::DataLossError(absl::StrCat(
-          "weight chunk for tensor #", chunk.index(), " (", chunk.name(),
-          "): this shard has ", tensors.size(), " tensors"));
-    }
-    Tensor& t = *tensors[chunk.index()].second;
-    const Shape shape(
-        absl::MakeConstSpan(chunk.shape().data(), chunk.shape_size()));
-    if (chunk.name() != tensors[chunk.index()].first || shape != t.shape() ||
-        chunk.byte_offset() < 0 ||
-        chunk.byte_offset() + static_cast<int64_t>(chunk.data().size()) >
-            static_cast<int64_t>(t.nbytes())) {
-      return absl::DataLossError(absl::StrCat(
-          "weight chunk ", chunk.name(), " ", shape.ToString(), " at byte ",
-          chunk.byte_offset(), " does not fit tensor ",
-          tensors[chunk.index()].first, " ", t.shape().ToString()));
-    }
-    std::memcpy(static_cast<char*>(t.data()) + chunk.byte_offset(),
-                chunk.data().data(), chunk.data().size());
-    if (chunk.last()) return absl::OkStatus();
-  }
 }
 
 // Rank 0 records which rank holds what, when the split is valid (an invalid one
