@@ -13,8 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "parallel/nccl_communicator.h"
+#include "parallel/tensor_comms.h"
 #include "parallel/weight_transfer.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
@@ -193,24 +192,13 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
       CreateBackend(device, world.local_rank(), settings.gpus_per_node());
   if (!device_backend.ok()) job->Fail(device_backend.status());
   job->backend_ = *std::move(device_backend);
-  if (job->backend_.is_cuda()) {
-    // NCCL for tensors (collective over each group; ids travel over MPI).
-    cudaStream_t stream =
-        static_cast<CudaOps*>(job->backend_.ops.get())->stream();
-    absl::StatusOr<std::unique_ptr<NcclCommunicator>> tp =
-        NcclCommunicator::Create(job->comms_.tp, stream);
-    if (!tp.ok()) job->Fail(tp.status());
-    absl::StatusOr<std::unique_ptr<NcclCommunicator>> pp =
-        NcclCommunicator::Create(job->comms_.pp, stream);
-    if (!pp.ok()) job->Fail(pp.status());
-    job->tp_comm_ = *std::move(tp);
-    job->pp_comm_ = *std::move(pp);
-  } else {
-    ASSIGN_OR_RETURN(job->tp_comm_,
-                     MpiCommunicator::Create(std::move(job->comms_.tp)));
-    ASSIGN_OR_RETURN(job->pp_comm_,
-                     MpiCommunicator::Create(std::move(job->comms_.pp)));
-  }
+  // Tensor traffic: NCCL on a GPU, MPI collectives on the CPU. A failure
+  // here leaves the other ranks in the collective: it ends the job.
+  absl::StatusOr<TensorComms> comms =
+      CreateTensorComms(&job->comms_, job->backend_);
+  if (!comms.ok()) job->Fail(comms.status());
+  job->tp_comm_ = std::move(comms->tp);
+  job->pp_comm_ = std::move(comms->pp);
 
   // Weights: a failure here is this rank's alone, and the others are already
   // waiting on it.

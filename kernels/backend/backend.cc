@@ -67,6 +67,7 @@ absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
   b.allocator = std::make_unique<PinnableBlockAllocator>(b.source.get());
   ASSIGN_OR_RETURN(std::unique_ptr<CudaOps> ops,
                    CudaOps::Create(b.gpu, b.allocator.get()));
+  b.stream = ops->stream();
   b.ops = std::move(ops);
   return b;
 }

@@ -12,6 +12,9 @@
 #include "kernels/ops.h"
 #include "runtime/core/memory.h"
 
+// cudaStream_t without the CUDA headers (it is CUstream_st*).
+struct CUstream_st;
+
 namespace tessera {
 
 struct Backend {
@@ -20,6 +23,9 @@ struct Backend {
   std::unique_ptr<MemorySource> source;
   std::unique_ptr<PinnableBlockAllocator> allocator;  // Null on the CPU.
   std::unique_ptr<Ops> ops;
+  // The CUDA ops' stream, on which every op runs and with which NCCL
+  // collectives are ordered (a cudaStream_t); null on the CPU.
+  CUstream_st* stream = nullptr;
   bool is_cuda() const { return device == "cuda"; }
   // Bytes free on the device (CUDA), or -1 (CPU: see AvailableHostMemory).
   int64_t FreeDeviceBytes() const;
