@@ -509,6 +509,22 @@ TEST(EngineErrors, RefusedAtSubmission) {
   bad_logprobs.top_logprobs = -1;
   EXPECT_EQ(engine.Submit(bad_logprobs).status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Stop strings are bounded in total bytes (each token is checked against
+  // every one of them), not in number.
+  GenerationRequest many_stops = Greedy(RandomPrompt(rng, 3), 2);
+  many_stops.stop.assign(kMaxStopStringBytes / 8, "12345678");
+  EXPECT_TRUE(ValidateRequest(local->model().config(), many_stops).ok());
+  many_stops.stop.push_back("x");
+  const absl::Status too_many_stops = engine.Submit(many_stops).status();
+  EXPECT_EQ(too_many_stops.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(too_many_stops.message().find("stop strings"), std::string::npos)
+      << too_many_stops;
+  GenerationRequest many_ids = Greedy(RandomPrompt(rng, 3), 2);
+  many_ids.stop_token_ids.assign(kMaxStopTokenIds, 7);
+  EXPECT_TRUE(ValidateRequest(local->model().config(), many_ids).ok());
+  many_ids.stop_token_ids.push_back(7);
+  EXPECT_EQ(engine.Submit(many_ids).status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_FALSE(engine.HasWork());
   // A request that fits still runs.
   auto ok = engine.Generate(Greedy(RandomPrompt(rng, 10), 10));

@@ -51,10 +51,24 @@ absl::Status ValidateRequest(const ModelConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs must be >= 0, got ", request.top_logprobs));
   }
+  if (request.stop_token_ids.size() > kMaxStopTokenIds) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("stop_token_ids holds ", request.stop_token_ids.size(),
+                     " ids; at most ", kMaxStopTokenIds, " are allowed"));
+  }
+  size_t stop_bytes = 0;
   for (const std::string& stop : request.stop) {
     if (stop.empty()) {
       return absl::InvalidArgumentError("a stop string must not be empty");
     }
+    stop_bytes += stop.size();
+  }
+  if (stop_bytes > kMaxStopStringBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the stop strings hold ", stop_bytes, " bytes; at most ",
+                     kMaxStopStringBytes,
+                     " are allowed (each token is checked against all "
+                     "of them)"));
   }
   return request.sampling.Validate();
 }

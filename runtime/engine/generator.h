@@ -28,6 +28,16 @@ enum class FinishReason {
 // "length" / "stop" / "abort"
 absl::string_view FinishReasonName(FinishReason reason);
 
+// The most bytes a request's stop strings may hold together: every generated
+// token is looked for in each of them (within the last few bytes of text), so
+// this bounds what one request adds to every step of the engine, whatever the
+// number of strings (any number fits, as in vLLM, while they are this short).
+inline constexpr size_t kMaxStopStringBytes = 16 << 10;
+
+// The most stop_token_ids a request may give: each generated token is looked
+// up among them, and they are masked on the sampling rank under min_tokens.
+inline constexpr size_t kMaxStopTokenIds = 1024;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
   int64_t max_tokens = 256;         // >= 1.
@@ -37,7 +47,8 @@ struct GenerationRequest {
   // included in output_ids); they apply even with ignore_eos.
   std::vector<int32_t> stop_token_ids;
   // Texts that end the sequence (finish_reason "stop") as soon as the output
-  // text contains one; the text is cut before it. Needs a tokenizer.
+  // text contains one; the text is cut before it. Needs a tokenizer. At most
+  // kMaxStopStringBytes in all.
   std::vector<std::string> stop;
   // Report the log-probabilities of this many most likely tokens at each step
   // (the sampled token's own log-probability is always reported).

@@ -73,7 +73,9 @@
 //    bounds n times the prompts itself); best_of >= n; max_tokens /
 //    max_completion_tokens >= 1; min_tokens >= 0 and <= max_tokens when
 //    that is given; seed any int64; stop a string or an array of any number
-//    of non-empty strings; stop_token_ids ids >= 0; completions' logprobs and
+//    of non-empty strings (the engine bounds their total bytes,
+//    kMaxStopStringBytes); stop_token_ids ids >= 0 (at most
+//    kMaxStopTokenIds, the engine's check); completions' logprobs and
 //    chat's top_logprobs 0..ParseOptions::max_logprobs, chat's top_logprobs
 //    > 0 only with logprobs true (vLLM's rule); request_id a string of at
 //    most 256 bytes, non-empty. Float ranges are checked after the conversion
