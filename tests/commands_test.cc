@@ -29,6 +29,7 @@
 #include "runtime/model/safetensors.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
+#include "tests/testing/delegating_executor.h"
 #include "tests/testing/safetensors_writer.h"
 #include "tests/testing/tiny_qwen.h"
 
@@ -1465,20 +1466,13 @@ TEST(RunGenerate, MinTokensKeepsEarlyStopsAway) {
 
 // A StepExecutor that runs the model here but hands back an impossible token
 // (-7) as `victim`'s third one: a fault attributable to that request alone.
-class CorruptingExecutor final : public StepExecutor {
+class CorruptingExecutor final : public DelegatingExecutor {
  public:
   CorruptingExecutor(StepExecutor* inner, uint64_t victim)
-      : inner_(inner), victim_(victim) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  AllocatorStats memory_stats() const override {
-    return inner_->memory_stats();
-  }
-  KvLayout kv_layout() const override { return inner_->kv_layout(); }
-  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
-  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+      : DelegatingExecutor(inner), victim_(victim) {}
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
-    RETURN_IF_ERROR(inner_->Execute(plan, result));
+    RETURN_IF_ERROR(inner()->Execute(plan, result));
     for (proto::SampledToken& t : *result->mutable_tokens()) {
       if (t.sequence_id() == victim_ && ++victim_tokens_ == 3) t.set_token(-7);
     }
@@ -1486,7 +1480,6 @@ class CorruptingExecutor final : public StepExecutor {
   }
 
  private:
-  StepExecutor* inner_;
   uint64_t victim_;
   int victim_tokens_ = 0;
 };

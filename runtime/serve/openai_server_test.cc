@@ -31,6 +31,7 @@
 #include "runtime/text/chat_template.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
+#include "tests/testing/delegating_executor.h"
 #include "tests/testing/tiny_qwen.h"
 
 namespace tessera {
@@ -40,27 +41,19 @@ using json = nlohmann::json;
 
 // Delegates to a real executor, but fails every step after the first
 // `good_steps`: an engine that dies mid-request.
-class FailingExecutor final : public StepExecutor {
+class FailingExecutor final : public DelegatingExecutor {
  public:
   FailingExecutor(StepExecutor* inner, int good_steps)
-      : inner_(inner), good_steps_(good_steps) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  AllocatorStats memory_stats() const override {
-    return inner_->memory_stats();
-  }
-  KvLayout kv_layout() const override { return inner_->kv_layout(); }
-  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
-  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+      : DelegatingExecutor(inner), good_steps_(good_steps) {}
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
     if (steps_++ >= good_steps_) {
       return absl::InternalError("injected executor failure");
     }
-    return inner_->Execute(plan, result);
+    return inner()->Execute(plan, result);
   }
 
  private:
-  StepExecutor* inner_;
   const int good_steps_;
   int steps_ = 0;
 };
