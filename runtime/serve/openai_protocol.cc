@@ -1131,10 +1131,20 @@ ParseResult ParseChatRequest(absl::string_view text,
               "When using `tool_choice`, `tools` must be set.", "tool_choice",
               "invalid_value");
         }
-        // "required" with no tools is "none" (OpenAI's and vLLM's rule).
+        // With no tools either is "none" (OpenAI's and vLLM's rule). With
+        // tools, both ask for tool calls parsed out of the output, which
+        // Tessera does not do yet: a 400, as vLLM answers "auto" without a
+        // --tool-call-parser, rather than <tool_call> text in content.
         if (name == "required" && !request.tools.empty()) {
           return Unsupported("tool_choice",
                              "tool_choice \"required\" (forced tool calls)");
+        }
+        if (name == "auto" && !request.tools.empty()) {
+          return Unsupported("tool_choice",
+                             "tool_choice \"auto\" (tool calls parsed from "
+                             "the output; send tools without tool_choice, or "
+                             "with \"none\", to have the template render "
+                             "them)");
         }
       } else if (name != "none") {
         return ValueError("tool_choice",

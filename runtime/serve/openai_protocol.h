@@ -34,7 +34,7 @@
 //    scheduling) and stream_options.continuous_usage_stats; and best_of > n,
 //    a non-empty suffix or logit_bias, response_format other than
 //    {"type": "text"} (json_object / json_schema / structural_tag), echo
-//    with logprobs (prompt log-probabilities), chat's tool_choice
+//    with logprobs (prompt log-probabilities), chat's tool_choice "auto" or
 //    "required" (with tools) or a named function, and content parts other
 //    than text.
 //  - Fields vLLM accepts and ignores (user, parallel_tool_calls,
@@ -92,8 +92,8 @@
 //    400 naming the field. Every other field of a message is kept as given.
 //    `tools` (array), `documents` (array) and `chat_template_kwargs`
 //    (object) are kept for the chat template; tool calls in the output are
-//    not parsed, so tool_choice may only be "none" or "auto" (which needs
-//    tools, as in vLLM). add_generation_prompt and continue_final_message
+//    not parsed, so with tools tool_choice may only be absent or "none" (vLLM
+//    refuses "auto" without a tool-call parser too). add_generation_prompt and continue_final_message
 //    both true is a 400 (vLLM's rule; add_generation_prompt defaults to
 //    true), and continue_final_message needs a final assistant message.
 //    `echo` (vLLM): the reply starts with the final message's content when

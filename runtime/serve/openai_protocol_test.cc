@@ -694,6 +694,9 @@ TEST(FieldTest, ChatOnlyInvalidValues) {
            {R"("tool_choice": "sometimes", "tools": [])", "tool_choice",
             "invalid_value"},
            {R"("tool_choice": 1, "tools": [])", "tool_choice", "invalid_type"},
+           {R"("tool_choice": "auto",
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice", "unsupported_parameter"},
            {R"("tool_choice": "required",
                "tools": [{"type": "function", "function": {"name": "f"}}])",
             "tool_choice", "unsupported_parameter"},
@@ -1508,7 +1511,7 @@ TEST(ExtraFieldsTest, ChatEcho) {
 TEST(ExtraFieldsTest, ToolsDocumentsAndKwargsFormTheTemplateContext) {
   CompletionRequest r = Ok(ParseChatRequest(ChatBody(
       R"("tools": [{"type": "function", "function": {"name": "f"}}],
-         "tool_choice": "auto",
+         "tool_choice": "none",
          "documents": [{"title": "t", "text": "x"}],
          "chat_template_kwargs": {"enable_thinking": false, "documents": []})")));
   ordered_json context = ChatTemplateContext(r);
@@ -1518,9 +1521,11 @@ TEST(ExtraFieldsTest, ToolsDocumentsAndKwargsFormTheTemplateContext) {
   EXPECT_EQ(context["enable_thinking"], false);
   EXPECT_EQ(ChatTemplateContext(Ok(ParseChatRequest(ChatBody()))),
             ordered_json::object());
-  // tool_choice "none" and "required" with no tools are accepted.
+  // tool_choice "none", and "auto" or "required" with no tools, are
+  // accepted.
   Ok(ParseChatRequest(ChatBody(R"("tool_choice": "none")")));
   Ok(ParseChatRequest(ChatBody(R"("tool_choice": "required", "tools": [])")));
+  Ok(ParseChatRequest(ChatBody(R"("tool_choice": "auto", "tools": [])")));
 }
 
 TEST(ContinueFinalMessageTest, CutsAfterTheFinalMessage) {
