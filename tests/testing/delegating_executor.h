@@ -1,0 +1,35 @@
+// A StepExecutor that forwards everything to another one, for tests that
+// inject faults into a real model's steps: derive and override Execute.
+#ifndef TESSERA_TESTS_TESTING_DELEGATING_EXECUTOR_H_
+#define TESSERA_TESTS_TESTING_DELEGATING_EXECUTOR_H_
+
+#include "runtime/engine/engine.h"
+
+namespace tessera {
+
+class DelegatingExecutor : public StepExecutor {
+ public:
+  // `inner` must outlive this executor.
+  explicit DelegatingExecutor(StepExecutor* inner) : inner_(inner) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  AllocatorStats memory_stats() const override {
+    return inner_->memory_stats();
+  }
+  KvLayout kv_layout() const override { return inner_->kv_layout(); }
+  int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
+  int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    return inner_->Execute(plan, result);
+  }
+
+ protected:
+  StepExecutor* inner() const { return inner_; }
+
+ private:
+  StepExecutor* inner_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_TESTS_TESTING_DELEGATING_EXECUTOR_H_
