@@ -265,8 +265,14 @@ absl::Status WeightSet::Put(size_t i, Tensor tensor) {
   return absl::OkStatus();
 }
 
-absl::Status WeightSet::Store(size_t i, const TensorView& host, Ops* ops,
-                              DType matrix_dtype) {
+UploadFn UploadTo(Ops* ops) {
+  return [ops](const TensorView& host, DType dtype) {
+    return ops->Upload(host, dtype);
+  };
+}
+
+absl::Status WeightSet::Store(size_t i, const TensorView& host,
+                              const UploadFn& upload, DType matrix_dtype) {
   if (i >= table_.size()) {
     return absl::DataLossError(absl::StrCat("weight #", i, ": the table has ",
                                             table_.size(), " tensors"));
@@ -278,8 +284,7 @@ absl::Status WeightSet::Store(size_t i, const TensorView& host, Ops* ops,
                      ", this rank's ", WeightSplitName(spec.split),
                      " slice is ", spec.local_shape().ToString()));
   }
-  absl::StatusOr<Tensor> stored =
-      ops->Upload(host, StoredDType(spec, matrix_dtype));
+  absl::StatusOr<Tensor> stored = upload(host, StoredDType(spec, matrix_dtype));
   if (!stored.ok()) {
     return Annotate(stored.status(), absl::StrCat("uploading ", spec.name));
   }
@@ -323,15 +328,17 @@ int64_t WeightSet::bytes() const {
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,
                                         WeightTable table,
                                         const WeightLoadOptions& options) {
-  if (options.ops == nullptr) {
+  if (options.ops == nullptr && !options.upload) {
     return absl::InvalidArgumentError("LoadWeightSet: no backend");
   }
+  const UploadFn upload =
+      options.upload ? options.upload : UploadTo(options.ops);
   WeightSet set(std::move(table));
   HostStaging staging;
   for (size_t i = 0; i < set.size(); ++i) {
     const WeightSpec& spec = set.table()[i];
     ASSIGN_OR_RETURN(const TensorView host, ReadSlice(ckpt, spec, &staging));
-    RETURN_IF_ERROR(set.Store(i, host, options.ops, options.matrix_dtype));
+    RETURN_IF_ERROR(set.Store(i, host, upload, options.matrix_dtype));
     const bool part_done =
         i + 1 == set.size() || set.table()[i + 1].part != spec.part;
     if (part_done && options.on_part) options.on_part();

@@ -125,6 +125,12 @@ absl::StatusOr<TensorView> ReadSlice(const Checkpoint& checkpoint,
                                      const WeightSpec& spec,
                                      HostStaging* staging);
 
+// Stores one host tensor in a backend as `dtype`: Ops::Upload (UploadTo), or
+// a test's counting fake.
+using UploadFn =
+    std::function<absl::StatusOr<Tensor>(const TensorView& host, DType dtype)>;
+UploadFn UploadTo(Ops* ops);
+
 // One rank's tensors in a backend's memory, by spec. Built tensor by tensor
 // (Put/Store), then taken apart by the model that binds them (Take). Move-only.
 class WeightSet {
@@ -140,8 +146,12 @@ class WeightSet {
   // Stores `host` (table()[i]'s local slice, host memory in any float dtype)
   // through ops->Upload as StoredDType(spec, matrix_dtype). DataLoss when the
   // shape is not the slice's; FailedPrecondition when tensor i is present.
-  absl::Status Store(size_t i, const TensorView& host, Ops* ops,
+  absl::Status Store(size_t i, const TensorView& host, const UploadFn& upload,
                      DType matrix_dtype);
+  absl::Status Store(size_t i, const TensorView& host, Ops* ops,
+                     DType matrix_dtype) {
+    return Store(i, host, UploadTo(ops), matrix_dtype);
+  }
   // Places a tensor already in the backend's memory (the slice's shape).
   absl::Status Put(size_t i, Tensor tensor);
 
@@ -166,8 +176,10 @@ class WeightSet {
 };
 
 struct WeightLoadOptions {
-  // The backend the tensors are stored in (required).
+  // The backend the tensors are stored in: `upload` when set, else
+  // ops->Upload (one of them is required).
   Ops* ops = nullptr;
+  UploadFn upload;
   DType matrix_dtype = DType::kF32;
   // Called after each part of the table (see WeightSpec::part) is stored.
   std::function<void()> on_part;
