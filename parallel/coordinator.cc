@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "parallel/weight_transfer.h"
 #include "runtime/core/status.h"
+#include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
 
 namespace tessera {
@@ -120,28 +121,32 @@ class SentWeights final : public WeightSource {
     }
   }
 
-  int64_t ProgressParts(const ShardSpec& mine) const override {
-    int64_t parts = LlamaWeightParts(mine);
-    for (const ShardSpec& s : theirs_) parts += LlamaWeightParts(s);
+  int64_t ProgressParts(const ModelConfig& config,
+                        const ShardSpec& mine) const override {
+    int64_t parts = WeightSource::ProgressParts(config, mine);
+    for (const ShardSpec& s : theirs_) {
+      parts += WeightSource::ProgressParts(config, s);
+    }
     return parts;
   }
 
-  absl::StatusOr<LlamaWeights> Load(
-      const ModelConfig& config, const ShardSpec& mine,
-      const std::function<void()>& on_part) override {
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& mine,
+                                 const WeightLoadOptions& options) override {
     ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                      Checkpoint::Open(model_dir_));
     for (size_t i = 0; i < theirs_.size(); ++i) {
       const int rank = static_cast<int>(i) + 1;
-      ASSIGN_OR_RETURN(LlamaWeights weights,
-                       LoadLlamaWeights(*ckpt, config, theirs_[i], on_part));
-      const absl::Status sent = SendShard(*control_, weights, rank);
+      ASSIGN_OR_RETURN(const WeightTable table,
+                       ModelWeightTable(config, theirs_[i]));
+      const absl::Status sent =
+          SendShard(*control_, *ckpt, table, rank, options.on_part);
       if (!sent.ok()) {
         return Annotate(sent,
                         absl::StrCat("sending rank ", rank, " its weights"));
       }
     }
-    return LoadLlamaWeights(*ckpt, config, mine, on_part);
+    return LoadShardWeights(*ckpt, config, mine, options);
   }
 
  private:

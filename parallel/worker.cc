@@ -8,6 +8,7 @@
 #include "parallel/tensor_comms.h"
 #include "parallel/weight_transfer.h"
 #include "runtime/core/status.h"
+#include "runtime/model/registry.h"
 
 namespace tessera {
 namespace {
@@ -17,12 +18,12 @@ class ReceivedWeights final : public WeightSource {
  public:
   explicit ReceivedWeights(ControlChannel* control) : control_(control) {}
 
-  absl::StatusOr<LlamaWeights> Load(const ModelConfig& config,
-                                    const ShardSpec& shard,
-                                    const std::function<void()>&) override {
-    ASSIGN_OR_RETURN(LlamaWeights weights, AllocateLlamaWeights(config, shard));
-    RETURN_IF_ERROR(ReceiveShard(*control_, weights));
-    return weights;
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
+    ASSIGN_OR_RETURN(WeightTable table, ModelWeightTable(config, shard));
+    return ReceiveShard(*control_, std::move(table), options.ops,
+                        options.matrix_dtype);
   }
 
  private:

@@ -31,7 +31,7 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Build(
 }
 
 absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
-    LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs,
+    Model* model, const KvCacheOptions& kv, int max_num_seqs,
     int64_t free_bytes) {
   RankContext context;
   context.free_bytes = free_bytes;
@@ -59,7 +59,7 @@ absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Load(
 }
 
 absl::StatusOr<std::unique_ptr<LocalEngine>> LocalEngine::Create(
-    std::unique_ptr<LlamaModel> model, const EngineOptions& options,
+    std::unique_ptr<Model> model, const EngineOptions& options,
     const KvCacheOptions& kv, const Tokenizer* tokenizer, int64_t free_bytes) {
   RankContext context;
   context.free_bytes = free_bytes;

@@ -26,7 +26,7 @@ class LocalExecutor final : public StepExecutor {
   // otherwise. `free_bytes`: the memory the KV budget's fraction applies to
   // (the device's free memory on a GPU); -1: this host's MemAvailable.
   static absl::StatusOr<std::unique_ptr<LocalExecutor>> Create(
-      LlamaModel* model, const KvCacheOptions& kv, int max_num_seqs,
+      Model* model, const KvCacheOptions& kv, int max_num_seqs,
       int64_t free_bytes = -1);
 
   explicit LocalExecutor(std::unique_ptr<Rank> rank) : rank_(std::move(rank)) {}
@@ -60,12 +60,12 @@ class LocalEngine {
   // The same over an already built model, whose max_step_tokens() and
   // max_logit_rows() must cover the options.
   static absl::StatusOr<std::unique_ptr<LocalEngine>> Create(
-      std::unique_ptr<LlamaModel> model, const EngineOptions& options,
+      std::unique_ptr<Model> model, const EngineOptions& options,
       const KvCacheOptions& kv, const Tokenizer* tokenizer = nullptr,
       int64_t free_bytes = -1);
 
   Engine& engine() { return *engine_; }
-  LlamaModel& model() { return executor_->rank().model(); }
+  Model& model() { return executor_->rank().model(); }
   LocalExecutor& executor() { return *executor_; }
 
  private:

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
+#include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
 
 namespace tessera {
@@ -32,12 +33,12 @@ class CheckpointSource final : public WeightSource {
   const std::string& model_dir() const { return model_dir_; }
   std::string ProgressLabel() const override { return label_; }
 
-  absl::StatusOr<LlamaWeights> Load(
-      const ModelConfig& config, const ShardSpec& shard,
-      const std::function<void()>& on_part) override {
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
     ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                      Checkpoint::Open(model_dir_));
-    return LoadLlamaWeights(*ckpt, config, shard, on_part);
+    return LoadShardWeights(*ckpt, config, shard, options);
   }
 
  private:
@@ -45,46 +46,49 @@ class CheckpointSource final : public WeightSource {
   std::string label_;
 };
 
-// The rank's model: its weights from `source` (uploaded to a GPU as
+// The rank's model: its weights from `source` (stored in the backend as
 // `matrices`), scratch for the spec's sizing. Every error is this rank's.
-absl::StatusOr<std::unique_ptr<LlamaModel>> MakeModel(
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(
     const RankSpec& spec, const ModelConfig& config, const ShardSpec& shard,
     WeightSource& source, const RankContext& context, Ops* ops,
     const Backend& backend, const RankComms& comms, DType matrices) {
-  const int64_t parts = source.ProgressParts(shard);
+  const int64_t parts = source.ProgressParts(config, shard);
   ProgressBar bar(source.ProgressLabel(), parts,
                   spec.show_progress ? stderr : nullptr, isatty(STDERR_FILENO));
   const std::function<void()> advance = [&bar] { bar.Advance(); };
   const auto* checkpoint = dynamic_cast<const CheckpointSource*>(&source);
-  std::unique_ptr<LlamaModel> model;
+  std::unique_ptr<Model> model;
   if (checkpoint != nullptr && context.connect == nullptr) {
-    // One process over a checkpoint: LlamaModel::Load also refuses a model
-    // whose f32 weights cannot fit in host memory before reading any.
-    LlamaModel::Placement placement;
+    // One process over a checkpoint: the registry's LoadModel also refuses,
+    // before reading any, weights that cannot fit where they go.
+    Model::Placement placement;
     placement.max_model_len = spec.max_model_len;
     placement.on_weight_part = advance;
-    if (backend.is_cuda()) {
-      placement.allocator = backend.allocator.get();
-      placement.upload_weights = true;
-      placement.matrix_dtype = matrices;
-    }
-    ASSIGN_OR_RETURN(model, LlamaModel::Load(checkpoint->model_dir(), ops,
-                                             spec.max_num_batched_tokens,
-                                             spec.max_num_seqs, placement));
+    placement.allocator = backend.allocator.get();
+    placement.upload_weights = backend.is_cuda();
+    placement.matrix_dtype = matrices;
+    ASSIGN_OR_RETURN(model, LoadModel(checkpoint->model_dir(), ops,
+                                      spec.max_num_batched_tokens,
+                                      spec.max_num_seqs, placement));
   } else {
-    absl::StatusOr<LlamaWeights> weights = source.Load(config, shard, advance);
+    WeightLoadOptions options;
+    options.ops = ops;
+    options.matrix_dtype = matrices;
+    options.on_part = advance;
+    absl::StatusOr<WeightSet> weights = source.Load(config, shard, options);
     if (!weights.ok()) {
       return Annotate(weights.status(),
                       absl::StrCat("loading weights from ", spec.model_dir));
     }
-    if (backend.is_cuda()) {
-      RETURN_IF_ERROR(UploadLlamaWeights(&*weights, ops, matrices));
-    }
+    ModelContext model_context;
+    model_context.ops = ops;
+    model_context.tp = comms.tp.get();
+    model_context.pp = comms.pp.get();
+    model_context.max_step_tokens = spec.max_num_batched_tokens;
+    model_context.max_logit_rows = spec.max_num_seqs;
+    model_context.allocator = backend.allocator.get();
     ASSIGN_OR_RETURN(
-        model, LlamaModel::Create(config, shard, *std::move(weights), ops,
-                                  comms.tp.get(), comms.pp.get(),
-                                  spec.max_num_batched_tokens,
-                                  spec.max_num_seqs, backend.allocator.get()));
+        model, CreateModel(config, shard, *std::move(weights), model_context));
   }
   bar.Finish();
   return model;
@@ -92,8 +96,10 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> MakeModel(
 
 }  // namespace
 
-int64_t WeightSource::ProgressParts(const ShardSpec& shard) const {
-  return LlamaWeightParts(shard);
+int64_t WeightSource::ProgressParts(const ModelConfig& config,
+                                    const ShardSpec& shard) const {
+  absl::StatusOr<int64_t> parts = ModelWeightParts(config, shard);
+  return parts.ok() ? *parts : 1;
 }
 
 std::unique_ptr<WeightSource> CheckpointWeights(std::string model_dir,
@@ -144,7 +150,7 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
     if (!connected.ok()) return RankLocal(connected.status());
     comms = *std::move(connected);
   }
-  absl::StatusOr<std::unique_ptr<LlamaModel>> model = MakeModel(
+  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(
       spec, config, shard, weights, context, ops, backend, comms, matrices);
   if (!model.ok()) return RankLocal(model.status());
   const bool samples = spec.pp_stage == spec.pp - 1 && spec.tp_rank == 0;
@@ -163,10 +169,9 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
 }
 
 absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
-    std::unique_ptr<LlamaModel> owned, LlamaModel* borrowed,
-    const KvCacheOptions& kv, int64_t max_num_seqs, bool samples,
-    const RankContext& context) {
-  LlamaModel* model = owned != nullptr ? owned.get() : borrowed;
+    std::unique_ptr<Model> owned, Model* borrowed, const KvCacheOptions& kv,
+    int64_t max_num_seqs, bool samples, const RankContext& context) {
+  Model* model = owned != nullptr ? owned.get() : borrowed;
   if (model == nullptr || (owned != nullptr && borrowed != nullptr)) {
     return absl::InvalidArgumentError(
         "AssembleRank takes exactly one of an owned and a borrowed model");

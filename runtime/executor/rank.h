@@ -34,8 +34,9 @@
 #include "runtime/executor/step_runner.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/model/config.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/model.h"
 #include "runtime/model/shard.h"
+#include "runtime/model/weights.h"
 
 namespace tessera {
 
@@ -68,12 +69,15 @@ class WeightSource {
   // What the progress bar says and how many parts it counts while Load runs
   // (rank 0 that sends every rank its shard counts them all).
   virtual std::string ProgressLabel() const { return "loading weights"; }
-  virtual int64_t ProgressParts(const ShardSpec& shard) const;
-  // This rank's weights for `shard`, in host memory; `on_part` is called after
-  // each part (LlamaWeightParts of them).
-  virtual absl::StatusOr<LlamaWeights> Load(
-      const ModelConfig& config, const ShardSpec& shard,
-      const std::function<void()>& on_part) = 0;
+  virtual int64_t ProgressParts(const ModelConfig& config,
+                                const ShardSpec& shard) const;
+  // This rank's weights for `shard`, stored through options.ops as they
+  // arrive (matrices as options.matrix_dtype, in the checkpoint's dtype until
+  // then); options.on_part is called after each part (ModelWeightParts of
+  // them).
+  virtual absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                         const ShardSpec& shard,
+                                         const WeightLoadOptions& options) = 0;
 };
 
 // Reads this rank's slice (the whole model in one process) from the
@@ -113,7 +117,7 @@ class Rank {
 
   const ModelConfig& config() const { return model_->config(); }
   const ShardSpec& shard() const { return model_->shard(); }
-  LlamaModel& model() const { return *model_; }
+  Model& model() const { return *model_; }
   StepRunner& runner() const { return *runner_; }
   KvLayout kv_layout() const { return kv_layout_; }
   // Whether this rank samples: tp-rank 0 of the last pipeline stage (it holds
@@ -134,16 +138,16 @@ class Rank {
                                                          WeightSource&,
                                                          const RankContext&);
   friend absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
-      std::unique_ptr<LlamaModel>, LlamaModel*, const KvCacheOptions&, int64_t,
-      bool, const RankContext&);
+      std::unique_ptr<Model>, Model*, const KvCacheOptions&, int64_t, bool,
+      const RankContext&);
   Rank() = default;
 
   // Declared in destruction order's reverse: the communicators and the model
   // use the backend, the runner uses the model.
   Backend backend_;
   RankComms comms_;
-  std::unique_ptr<LlamaModel> owned_model_;
-  LlamaModel* model_ = nullptr;
+  std::unique_ptr<Model> owned_model_;
+  Model* model_ = nullptr;
   KvLayout kv_layout_;
   bool samples_ = true;
   std::unique_ptr<StepRunner> runner_;
@@ -165,9 +169,8 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(
 // (`borrowed` must outlive the rank). The model must sample at least
 // `max_num_seqs` sequences per step (InvalidArgument otherwise).
 absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
-    std::unique_ptr<LlamaModel> owned, LlamaModel* borrowed,
-    const KvCacheOptions& kv, int64_t max_num_seqs, bool samples,
-    const RankContext& context = {});
+    std::unique_ptr<Model> owned, Model* borrowed, const KvCacheOptions& kv,
+    int64_t max_num_seqs, bool samples, const RankContext& context = {});
 
 }  // namespace tessera
 
