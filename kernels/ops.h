@@ -18,9 +18,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
 #include "runtime/core/tensor.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 
@@ -64,32 +66,65 @@ struct PagedAttentionArgs {
   float scale = 1.0f;  // Usually 1 / sqrt(D).
 };
 
-// One row of logits to sample on the device (Ops::SampleOnDevice), with the
-// sequence's sampling parameters (runtime/sampler/sampler.h has their
-// meaning) and, for penalties, its prompt and output so far.
-struct DeviceSampleRow {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+// One row of Ops::Sample: the sequence's SamplingParams (the one struct; not
+// owned, must outlive the call) and the state of this draw.
+struct SampleRow {
+  const SamplingParams* params = nullptr;  // Validated by Sample.
+  // The sequence's stream (params->seed, or the random one it was given when
+  // it started) and its draw number: the uniform is PhiloxUniform(seed, step)
+  // (kernels/philox.h), so (seed, step) fixes the token on either backend.
   uint64_t seed = 0;
-  uint64_t step = 0;  // The sequence's draw number: (seed, step) fixes it.
+  uint64_t step = 0;
+  // The penalties' view: the prompt (repetition only) and the output so far.
   absl::Span<const int32_t> prompt;
   absl::Span<const int32_t> output;
   // Ids whose logits are -inf for this draw, after the penalties (min_tokens
   // masks EOS and stop ids); ids outside the vocabulary are ignored.
   absl::Span<const int32_t> masked;
-  int32_t top_logprobs = 0;  // <= 20.
+  // How many alternatives to report: >= 0; a backend may refuse more than it
+  // can rank (CUDA: 20, cuda::kMaxTopLogprobs), as vLLM's --max-logprobs.
+  int32_t top_logprobs = 0;
 };
 
-struct DeviceSample {
+struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;                        // Under the unmodified logits.
-  std::vector<std::pair<int32_t, float>> top;  // Best first.
+  float logprob = 0.0f;  // Under the unmodified logits.
+  // The min(top_logprobs, V) most likely ids under the unmodified logits,
+  // best first (ties by lower id, NaN last), with their log-probabilities.
+  std::vector<std::pair<int32_t, float>> top;
 };
+
+// Sample's shared argument checks: f32 logits [rows, V] with V > 0 and
+// storage, each row's params set and valid, top_logprobs >= 0, an output.
+inline absl::Status CheckSample(const TensorView& logits,
+                                absl::Span<const SampleRow> rows,
+                                const std::vector<SampleResult>* out) {
+  if (out == nullptr) return absl::InvalidArgumentError("Sample: no output");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (logits.dtype() != DType::kF32 || logits.shape().rank() != 2 ||
+      logits.shape()[0] != n || logits.shape()[1] <= 0 ||
+      (n > 0 && logits.data() == nullptr)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sample: logits must be f32 [", n, ", V > 0], got ",
+        DTypeName(logits.dtype()), " ", logits.shape().ToString()));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const SampleRow& r = rows[i];
+    if (r.params == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: row ", i, " has no sampling parameters"));
+    }
+    if (absl::Status valid = r.params->Validate(); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: row ", i, ": ", valid.message()));
+    }
+    if (r.top_logprobs < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Sample: row ", i, " asks for ", r.top_logprobs, " top logprobs"));
+    }
+  }
+  return absl::OkStatus();
+}
 
 class Ops {
  public:
@@ -141,19 +176,21 @@ class Ops {
   virtual absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
                                     const TensorView& out) = 0;
 
-  // Whether SampleOnDevice works (a GPU samples where the logits are; the CPU
-  // reference samples in runtime/sampler instead).
-  virtual bool samples_on_device() const { return false; }
-  // Samples one token per row of `logits` [rows, V] (this backend's memory)
-  // and reports its log-probability and the top alternatives, both under the
-  // unmodified logits (no penalty or mask).
-  virtual absl::Status SampleOnDevice(const TensorView& logits,
-                                      absl::Span<const DeviceSampleRow> rows,
-                                      std::vector<DeviceSample>* out) {
-    (void)logits;
-    (void)rows;
-    (void)out;
-    return absl::UnimplementedError("this backend samples on the host");
+  // Samples one token per row of `logits` [rows, V] (f32, this backend's
+  // memory) into (*out)[row], with its log-probability and the top
+  // alternatives, both under the unmodified logits (no penalty, temperature or
+  // mask). Both backends draw the same token from the same logits, params and
+  // (seed, step): the semantics and where that equality is exact are
+  // kernels/cpu/cpu_sampling.h's. Non-virtual: checks the arguments
+  // (CheckSample) once, then calls the backend's DoSample.
+  absl::Status Sample(const TensorView& logits,
+                      absl::Span<const SampleRow> rows,
+                      std::vector<SampleResult>* out) {
+    absl::Status checked = CheckSample(logits, rows, out);
+    if (!checked.ok()) return checked;
+    out->resize(rows.size());
+    if (rows.empty()) return absl::OkStatus();
+    return DoSample(logits, rows, out);
   }
 
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
@@ -216,6 +253,13 @@ class Ops {
   // contiguous slots and no block table is walked per position. Any query
   // lengths.
   virtual absl::Status StaticAttention(const PagedAttentionArgs& args) = 0;
+
+ protected:
+  // Sample's work, after CheckSample passed and with out->size() ==
+  // rows.size() > 0.
+  virtual absl::Status DoSample(const TensorView& logits,
+                                absl::Span<const SampleRow> rows,
+                                std::vector<SampleResult>* out) = 0;
 };
 
 }  // namespace tessera

@@ -13,7 +13,7 @@
 #include "absl/status/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 

@@ -51,6 +51,13 @@ class CpuOps final : public Ops {
   absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status StaticAttention(const PagedAttentionArgs& args) override;
 
+ protected:
+  // One row after another through kernels/cpu/cpu_sampling.h (the same tokens
+  // as the CUDA sampler).
+  absl::Status DoSample(const TensorView& logits,
+                        absl::Span<const SampleRow> rows,
+                        std::vector<SampleResult>* out) override;
+
  private:
   CpuThreadPool* pool_;
 };

@@ -46,10 +46,6 @@ class CudaOps final : public Ops {
   absl::Status BeginStep(const AttentionMetadata& metadata) override;
   absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
                             const TensorView& out) override;
-  bool samples_on_device() const override { return true; }
-  absl::Status SampleOnDevice(const TensorView& logits,
-                              absl::Span<const DeviceSampleRow> rows,
-                              std::vector<DeviceSample>* out) override;
   absl::Status GatherRows(const TensorView& src, absl::Span<const int32_t> rows,
                           const TensorView& dst) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
@@ -78,6 +74,13 @@ class CudaOps final : public Ops {
   absl::Status PrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status StaticAttention(const PagedAttentionArgs& args) override;
+
+ protected:
+  // Penalty arrays, masks and params staged per call; the penalties' [rows,
+  // V] arrays only when a row has penalties.
+  absl::Status DoSample(const TensorView& logits,
+                        absl::Span<const SampleRow> rows,
+                        std::vector<SampleResult>* out) override;
 
  private:
   // Grow-only device buffers of the ops themselves.
