@@ -123,18 +123,21 @@ int32_t CpuSampleToken(absl::Span<const float> raw, const SampleRow& row,
   }
   // top-k: the k best survivors (a count is exact, so this is the device's
   // cutoff).
-  if (p.top_k > 0 && static_cast<size_t>(p.top_k) < cand.size()) {
+  const bool top_k_cut =
+      p.top_k > 0 && static_cast<size_t>(p.top_k) < cand.size();
+  if (top_k_cut) {
     std::nth_element(cand.begin(), cand.begin() + (p.top_k - 1), cand.end(),
                      Better);
     cand.resize(p.top_k);
   }
-  // The survivors by id, with their weights.
+  // The survivors by id, with their weights (cand is in id order unless top-k
+  // reordered it).
   std::vector<std::pair<int32_t, float>>& by_id = s->by_id;
   by_id.clear();
   for (const auto& [t, id] : cand) {
     by_id.emplace_back(id, sampling::SampleWeight(t, max));
   }
-  std::sort(by_id.begin(), by_id.end());
+  if (top_k_cut) std::sort(by_id.begin(), by_id.end());
   // top-p: the shortest best-first prefix whose mass, summed as the device
   // sums it, reaches top_p.
   if (p.top_p < 1.0f) {

@@ -412,9 +412,11 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
   }
   __syncthreads();
   const double total = prefix[blockDim.x];
-  const double r = PhiloxUniform(p.seed, p.step) * total;
+  // Rounded operations, never fused (nvcc would contract u * total - prefix
+  // into an FMA): the CPU sampler computes these same two roundings.
+  const double r = __dmul_rn(PhiloxUniform(p.seed, p.step), total);
   if (prefix[threadIdx.x] <= r && r < prefix[threadIdx.x + 1]) {
-    const double target = r - prefix[threadIdx.x];
+    const double target = __dsub_rn(r, prefix[threadIdx.x]);
     double acc = 0.0;
     int32_t choice = my_last;
     for (int64_t i = begin; i < end; ++i) {

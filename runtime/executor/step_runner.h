@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "kernels/ops.h"
 #include "proto/tessera.pb.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/llama.h"
