@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 #include <vector>
@@ -169,6 +170,236 @@ TEST(CpuSamplingTest, DrawsEqualTheReferenceFromPhiloxUniform) {
     }
   }
   EXPECT_EQ(compared, 24 + 300 + 300);
+}
+
+// --- A literal single-threaded replay of the CUDA SampleKernel
+// (kernels/cuda/sampling_kernels.cu): its threads' strided sums and warp
+// butterflies, its bisections over the float keys, its chunked draw. The CPU
+// sampler finds the same cutoffs by sorting, so this checks, without a GPU,
+// that the two searches agree exactly.
+
+constexpr int kThreads = sampling::kSampleThreads;
+
+double ReplayBlockSum(const double* partial) {
+  auto warp = [](double* v) {
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      double next[32];
+      for (int l = 0; l < 32; ++l) next[l] = v[l] + v[l ^ offset];
+      std::copy(next, next + 32, v);
+    }
+    return v[0];
+  };
+  double second[32] = {};
+  for (int w = 0; w < kThreads / 32; ++w) {
+    double lanes[32];
+    std::copy(partial + 32 * w, partial + 32 * (w + 1), lanes);
+    second[w] = warp(lanes);
+  }
+  return warp(second);
+}
+
+uint32_t OrderedKey(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, 4);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+struct Cutoff {
+  uint32_t key;
+  int32_t id_limit;
+};
+bool Keeps(Cutoff c, uint32_t key, int64_t i) {
+  return key > c.key || (key == c.key && i < c.id_limit);
+}
+
+struct Replay {
+  std::vector<float> t;
+  float max;
+
+  double Metric(Cutoff a, Cutoff b, Cutoff c, bool mass) const {
+    double partial[kThreads] = {};
+    for (size_t i = 0; i < t.size(); ++i) {
+      if (!(t[i] > -INFINITY)) continue;
+      const uint32_t key = OrderedKey(t[i]);
+      if (Keeps(a, key, i) && Keeps(b, key, i) && Keeps(c, key, i)) {
+        partial[i % kThreads] +=
+            mass ? static_cast<double>(sampling::SampleWeight(t[i], max)) : 1.0;
+      }
+    }
+    return ReplayBlockSum(partial);
+  }
+
+  Cutoff FindCutoff(Cutoff a, Cutoff b, bool mass, double target,
+                    double total) const {
+    auto reaches = [&](Cutoff c) {
+      const double m = Metric(a, b, c, mass);
+      return mass ? m / total >= target : m >= target;
+    };
+    uint32_t lo = 0, hi = OrderedKey(max);
+    while (lo < hi) {
+      const uint32_t mid =
+          lo + static_cast<uint32_t>((static_cast<uint64_t>(hi) - lo + 1) / 2);
+      if (reaches({mid, INT32_MAX})) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const Cutoff all_of_key = {lo, INT32_MAX};
+    if (Metric(a, b, all_of_key, false) - Metric(a, b, {lo, 0}, false) <= 1.0) {
+      return all_of_key;
+    }
+    int64_t id_lo = 0, id_hi = t.size();
+    while (id_lo < id_hi) {
+      const int64_t mid = (id_lo + id_hi) / 2;
+      if (reaches({lo, static_cast<int32_t>(mid)})) {
+        id_hi = mid;
+      } else {
+        id_lo = mid + 1;
+      }
+    }
+    return {lo, static_cast<int32_t>(id_lo)};
+  }
+};
+
+int32_t ReplayKernel(absl::Span<const float> logits, const SamplingParams& p,
+                     uint64_t seed, uint64_t step,
+                     absl::Span<const int32_t> prompt,
+                     absl::Span<const int32_t> output,
+                     absl::Span<const int32_t> masked) {
+  const int64_t vocab = logits.size();
+  std::vector<int32_t> counts(vocab, 0);
+  std::vector<uint8_t> in_prompt(vocab, 0);
+  for (int32_t id : output) ++counts[id];
+  for (int32_t id : prompt) in_prompt[id] = 1;
+  const bool penalties = p.has_penalties();
+  Replay s;
+  s.t.resize(vocab);
+  float best = -INFINITY, max = -INFINITY;
+  int32_t argmax = 0;
+  for (int64_t i = 0; i < vocab; ++i) {
+    float v = logits[i];
+    if (penalties) {
+      v = sampling::PenalizeLogit(v, counts[i], in_prompt[i] != 0,
+                                  p.repetition_penalty, p.presence_penalty,
+                                  p.frequency_penalty);
+    }
+    if (std::count(masked.begin(), masked.end(), i) > 0) v = -INFINITY;
+    if (v > best) best = v, argmax = static_cast<int32_t>(i);
+    if (p.temperature != 0.0f) {
+      s.t[i] = sampling::TemperLogit(v, p.temperature);
+      max = std::fmax(max, s.t[i]);
+    }
+  }
+  if (p.temperature == 0.0f) return argmax;
+  if (!(max > -INFINITY && max < INFINITY)) return argmax;
+  s.max = max;
+  const Cutoff all = {0u, INT32_MAX};
+  Cutoff min_p = all;
+  if (p.min_p > 0.0f) {
+    min_p = {OrderedKey(sampling::MinPFloor(max, sampling::MinPLog(p.min_p))),
+             INT32_MAX};
+  }
+  Cutoff top_k = all;
+  if (p.top_k > 0 && p.top_k < s.Metric(min_p, all, all, false)) {
+    top_k = s.FindCutoff(min_p, all, false, p.top_k, 0.0);
+  }
+  Cutoff top_p = all;
+  if (p.top_p < 1.0f) {
+    const double total = s.Metric(min_p, top_k, all, true);
+    top_p = s.FindCutoff(min_p, top_k, true, p.top_p, total);
+  }
+  const int64_t chunk = (vocab + kThreads - 1) / kThreads;
+  auto weight = [&](int64_t i) -> float {
+    const float v = s.t[i];
+    if (!(v > -INFINITY)) return 0.0f;
+    const uint32_t key = OrderedKey(v);
+    if (!Keeps(min_p, key, i) || !Keeps(top_k, key, i) ||
+        !Keeps(top_p, key, i)) {
+      return 0.0f;
+    }
+    return sampling::SampleWeight(v, max);
+  };
+  double prefix[kThreads + 1] = {};
+  int32_t my_last[kThreads], last_kept = -1;
+  for (int j = 0; j < kThreads; ++j) {
+    my_last[j] = -1;
+    for (int64_t i = j * chunk; i < std::min<int64_t>((j + 1) * chunk, vocab);
+         ++i) {
+      const float w = weight(i);
+      if (w > 0.0f) {
+        prefix[j + 1] += w;
+        my_last[j] = static_cast<int32_t>(i);
+      }
+    }
+    last_kept = std::max(last_kept, my_last[j]);
+  }
+  for (int j = 1; j <= kThreads; ++j) prefix[j] += prefix[j - 1];
+  const double r = PhiloxUniform(seed, step) * prefix[kThreads];
+  for (int j = 0; j < kThreads; ++j) {
+    if (!(prefix[j] <= r && r < prefix[j + 1])) continue;
+    const double target = r - prefix[j];
+    double acc = 0.0;
+    for (int64_t i = j * chunk; i < std::min<int64_t>((j + 1) * chunk, vocab);
+         ++i) {
+      const float w = weight(i);
+      if (w > 0.0f) {
+        acc += w;
+        if (target < acc) return static_cast<int32_t>(i);
+      }
+    }
+    return my_last[j];
+  }
+  return last_kept >= 0 ? last_kept : argmax;
+}
+
+TEST(CpuSamplingTest, EqualsAReplayOfTheCudaKernel) {
+  std::mt19937 rng(77);
+  std::uniform_int_distribution<uint64_t> any_u64;
+  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+  const float temperatures[] = {1.0f, 0.5f, 1.7f, 0.05f, 0.0f};
+  const int32_t top_ks[] = {0, 1, 2, 5, 50, 0, 300};
+  const float top_ps[] = {1.0f, 0.9f, 0.5f, 0.1f, 0.99f, 0.3f, 1e-6f};
+  const float min_ps[] = {0.0f, 0.05f, 0.0f, 0.5f, 1.0f};
+  int sampled = 0;
+  for (int64_t vocab : {151936, 4099, 517, 7}) {
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::uniform_int_distribution<int32_t> any_id(0, vocab - 1);
+    const int rows = vocab > 100000 ? 6 : 120;
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> logits(vocab);
+      for (float& x : logits) x = normal(rng);
+      if (r % 5 == 2) {
+        for (float& x : logits) x = std::round(x);  // Ties at the cutoffs.
+      }
+      if (r % 9 == 4) {
+        for (int k = 0; k < 1 + vocab / 8; ++k) logits[any_id(rng)] = NAN;
+        for (int k = 0; k < 1 + vocab / 8; ++k) logits[any_id(rng)] = -INFINITY;
+      }
+      SamplingParams p = Params(
+          r % 11 == 10 ? 0.1f + 2.0f * unit(rng) : temperatures[r % 5],
+          top_ks[r % 7], r % 13 == 12 ? unit(rng) + 1e-3f : top_ps[r % 7],
+          min_ps[r % 5]);
+      p.top_p = std::min(p.top_p, 1.0f);
+      std::vector<int32_t> prompt, output, masked;
+      if (r % 4 == 3) {
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = -0.25f;
+        for (int k = 0; k < 20; ++k) prompt.push_back(any_id(rng));
+        for (int k = 0; k < 20; ++k) output.push_back(any_id(rng));
+      }
+      if (r % 6 == 1) masked.push_back(any_id(rng));
+      const uint64_t seed = any_u64(rng), step = any_u64(rng) % 100000;
+      ASSERT_EQ(Draw(logits, p, seed, step, prompt, output, masked),
+                ReplayKernel(logits, p, seed, step, prompt, output, masked))
+          << "vocab=" << vocab << " row=" << r << " T=" << p.temperature
+          << " top_k=" << p.top_k << " top_p=" << p.top_p
+          << " min_p=" << p.min_p;
+      sampled += p.temperature > 0.0f;
+    }
+  }
+  EXPECT_GT(sampled, 200);
 }
 
 // --- Semantics (moved from runtime/sampler/sampler_test.cc).
