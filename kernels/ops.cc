@@ -103,4 +103,13 @@ absl::Status Ops::StaticAttention(const PagedAttentionArgs& args) {
   return DoStaticAttention(args);
 }
 
+absl::Status Ops::Sample(const TensorView& logits,
+                         absl::Span<const SampleRow> rows,
+                         std::vector<SampleResult>* out) {
+  RETURN_IF_ERROR(CheckSample(logits, rows, out));
+  out->resize(rows.size());
+  if (rows.empty()) return absl::OkStatus();
+  return DoSample(logits, rows, out);
+}
+
 }  // namespace tessera

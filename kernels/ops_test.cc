@@ -88,6 +88,10 @@ class RecordingOps final : public Ops {
   absl::Status DoStaticAttention(const PagedAttentionArgs&) override {
     return Record("StaticAttention");
   }
+  absl::Status DoSample(const TensorView&, absl::Span<const SampleRow>,
+                        std::vector<SampleResult>*) override {
+    return Record("Sample");
+  }
 };
 
 Tensor F32(Shape shape) {
@@ -235,6 +239,38 @@ TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   EXPECT_EQ(ops.calls,
             (std::vector<std::string>{"PrefillAttention", "PrefillAttention",
                                       "PrefillAttention"}));
+}
+
+// Sample reaches DoSample only with f32 [rows, V] logits and valid rows; no
+// rows is done without the backend.
+TEST(OpsTest, SampleChecksLogitsAndRowsBeforeTheBackend) {
+  RecordingOps ops;
+  Tensor logits = F32({2, 5});
+  SamplingParams ok, bad;
+  bad.top_p = 0.0f;
+  std::vector<SampleRow> rows(2);
+  rows[0].params = rows[1].params = &ok;
+  std::vector<SampleResult> out;
+  EXPECT_TRUE(ops.Sample(logits.view(), rows, &out).ok());
+  EXPECT_EQ(out.size(), 2u);
+  ExpectInvalid(ops.Sample(logits.view(), {rows[0]}, &out),
+                "Sample: logits must be f32 [1, V > 0], got f32 [2, 5]");
+  ExpectInvalid(ops.Sample(logits.view(), rows, nullptr), "Sample: no output");
+  rows[1].params = &bad;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "Sample: row 1: top_p must be in (0, 1]");
+  rows[1].params = nullptr;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "row 1 has no sampling parameters");
+  rows[1].params = &ok;
+  rows[1].top_logprobs = -1;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out), "-1 top logprobs");
+  Tensor ints = *Tensor::Zeros(DType::kI32, {2, 5});
+  ExpectInvalid(ops.Sample(ints.view(), rows, &out), "got i32");
+  Tensor none = F32({0, 5});
+  EXPECT_TRUE(ops.Sample(none.view(), {}, &out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
 }
 
 }  // namespace

@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "runtime/executor/local_executor.h"
-#include "runtime/sampler/sampler.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 

@@ -51,10 +51,6 @@ class CudaOps final : public Ops {
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
   absl::Status BeginStep(const AttentionMetadata& metadata) override;
-  bool samples_on_device() const override { return true; }
-  absl::Status SampleOnDevice(const TensorView& logits,
-                              absl::Span<const DeviceSampleRow> rows,
-                              std::vector<DeviceSample>* out) override;
 
  protected:
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
@@ -88,6 +84,11 @@ class CudaOps final : public Ops {
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
+  // Penalty arrays, masks and params staged per call; the penalties' [rows,
+  // V] arrays only when a row has penalties.
+  absl::Status DoSample(const TensorView& logits,
+                        absl::Span<const SampleRow> rows,
+                        std::vector<SampleResult>* out) override;
 
  private:
   // Grow-only device buffers of the ops themselves.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/sampler/sampling_params_proto.h"
 
 namespace tessera {
 namespace {

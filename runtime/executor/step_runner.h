@@ -1,13 +1,14 @@
 // StepRunner: executes StepPlans on one rank. The same code runs in a single
 // process and on every rank of a parallel job (parallel/ broadcasts the plan
 // and collects the result); it owns the rank's KV pool and, on the sampling
-// rank, one sampler per live sequence.
+// rank, the sampling state of every live sequence.
 //
 // Per step: the plan's sequences become one AttentionMetadata (built once,
 // shared by every layer), the model runs the whole batch, and the sampling
-// rank draws a token for every sequence marked `sample`, each with its own
-// sampler, so a seeded request draws the same tokens whatever else is in the
-// batch.
+// rank draws a token for every sequence marked `sample` with one Ops::Sample
+// call over the logits where the backend holds them (every backend, the same
+// tokens). Each draw is a function of the sequence's (seed, step), so a seeded
+// request draws the same tokens whatever else is in the batch.
 #ifndef TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 #define TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 
@@ -17,10 +18,11 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "kernels/ops.h"
 #include "proto/tessera.pb.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 
@@ -46,9 +48,9 @@ class StepRunner {
   struct SequenceState {
     explicit SequenceState(const SamplingParams& params);
     SamplingParams params;
-    // The device sampler's stream: the request's seed, or a random one.
+    // The sampler's stream: the request's seed, or a random one. Draw n of
+    // the sequence (n = output.size()) is step n of it.
     uint64_t seed;
-    Sampler sampler;
     std::vector<int32_t> prompt;  // The penalties' view.
     std::vector<int32_t> output;
     // min_tokens: these ids are masked while output has fewer tokens.
@@ -62,13 +64,9 @@ class StepRunner {
     }
   };
 
-  absl::Status SampleRow(const proto::SequenceStep& step,
-                         absl::Span<const float> logits,
-                         proto::SampledToken* out);
-  // The same for every sampled sequence of `plan` at once, where the logits
-  // are (the backend samples on its device).
-  absl::Status SampleOnDevice(const proto::StepPlan& plan,
-                              proto::StepResult* result);
+  // Draws the next token of every sampled sequence of `plan` from the step's
+  // logits (model_->step_logits()), in one Ops::Sample call.
+  absl::Status Sample(const proto::StepPlan& plan, proto::StepResult* result);
 
   Model* model_;
   KvPool pool_;
@@ -80,10 +78,8 @@ class StepRunner {
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> logit_rows_;
-  std::vector<float> logits_;
-  std::vector<std::pair<float, int32_t>> top_;
-  std::vector<DeviceSampleRow> device_rows_;
-  std::vector<DeviceSample> device_samples_;
+  std::vector<SampleRow> sample_rows_;
+  std::vector<SampleResult> samples_out_;
 };
 
 }  // namespace tessera
