@@ -14,6 +14,7 @@
 #define TESSERA_KERNELS_OPS_H_
 
 #include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -119,6 +120,10 @@ struct WeightView {
 struct OpSupport {
   absl::Span<const DType> weights;   // Embedding tables, Linear weights.
   absl::Span<const DType> kv_cache;  // KvCacheLayer k and v.
+  // The most alternatives Sample ranks per row (SampleRow::top_logprobs).
+  // The engine refuses requests above it before they reach a step, since a
+  // refused row would fail every sequence of that step.
+  int32_t max_top_logprobs = std::numeric_limits<int32_t>::max();
 };
 
 // The op set. Every public op is non-virtual: it runs the argument checks
@@ -232,6 +237,9 @@ class Ops : public Device {
   // contiguous slots and no block table is walked per position. Any query
   // lengths.
   absl::Status StaticAttention(const PagedAttentionArgs& args);
+
+  // OpSupport::max_top_logprobs: the most alternatives Sample ranks per row.
+  int32_t max_top_logprobs() const { return support_.max_top_logprobs; }
 
  protected:
   explicit Ops(OpSupport support) : support_(support) {}

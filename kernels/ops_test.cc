@@ -3,6 +3,7 @@
 // list what the backend takes.
 #include "kernels/ops.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ constexpr DType kCache[] = {DType::kF32, DType::kI8};
 // Records which Do* ran; computes nothing.
 class RecordingOps final : public Ops {
  public:
-  RecordingOps() : Ops(OpSupport{kWeights, kCache}) {}
+  explicit RecordingOps(
+      int32_t max_top_logprobs = std::numeric_limits<int32_t>::max())
+      : Ops(OpSupport{kWeights, kCache, max_top_logprobs}) {}
 
   absl::StatusOr<Tensor> Upload(const TensorView&, DType) override {
     return absl::UnimplementedError("no upload");
@@ -270,6 +273,24 @@ TEST(OpsTest, SampleChecksLogitsAndRowsBeforeTheBackend) {
   Tensor none = F32({0, 5});
   EXPECT_TRUE(ops.Sample(none.view(), {}, &out).ok());
   EXPECT_TRUE(out.empty());
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
+}
+
+// A backend's ranking limit (OpSupport::max_top_logprobs) is checked before
+// it is called.
+TEST(OpsTest, SampleRefusesMoreTopLogprobsThanTheBackendRanks) {
+  RecordingOps ops(/*max_top_logprobs=*/2);
+  EXPECT_EQ(ops.max_top_logprobs(), 2);
+  Tensor logits = F32({1, 5});
+  SamplingParams params;
+  std::vector<SampleRow> rows(1);
+  rows[0].params = &params;
+  rows[0].top_logprobs = 2;
+  std::vector<SampleResult> out;
+  EXPECT_TRUE(ops.Sample(logits.view(), rows, &out).ok());
+  rows[0].top_logprobs = 3;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "asks for 3 top logprobs; this backend ranks at most 2");
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
 }
 

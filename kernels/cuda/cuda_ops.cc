@@ -77,7 +77,7 @@ constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
 }  // namespace
 
 CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
-    : Ops(OpSupport{kWeightDTypes, kCacheDTypes}),
+    : Ops(OpSupport{kWeightDTypes, kCacheDTypes, cuda::kMaxTopLogprobs}),
       device_(device),
       allocator_(allocator) {}
 
@@ -287,11 +287,6 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   sample_masked_.clear();
   for (int64_t i = 0; i < n; ++i) {
     const SampleRow& r = rows[i];
-    if (r.top_logprobs > cuda::kMaxTopLogprobs) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Sample: top_logprobs ", r.top_logprobs, " outside [0, ",
-                       cuda::kMaxTopLogprobs, "]"));
-    }
     const SamplingParams& sp = *r.params;
     // The one place the device image of SamplingParams is filled.
     cuda::DeviceSamplingParams& p = params[i];

@@ -71,6 +71,11 @@ absl::Status Engine::CheckRequest(const GenerationRequest& request) const {
         absl::StrCat("top_logprobs ", request.top_logprobs,
                      " exceeds the vocabulary of ", config.vocab_size));
   }
+  if (request.top_logprobs > executor_->max_top_logprobs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_logprobs ", request.top_logprobs, " exceeds the ",
+        executor_->max_top_logprobs(), " this backend's sampler ranks"));
+  }
   // The pool must be able to hold the request whole (the scheduler checks
   // the same when it is added); block counts never change after creation.
   const int64_t max_total = static_cast<int64_t>(request.prompt_ids.size()) +
