@@ -1,23 +1,14 @@
 #include "runtime/model/llama.h"
 
-#include <cmath>
 #include <functional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
-
-const TensorView* OptionalView(const std::optional<Tensor>& t,
-                               TensorView* storage) {
-  if (!t.has_value()) return nullptr;
-  *storage = t->view();
-  return storage;
-}
 
 // Moves the tensors of `set` (a complete set of LlamaWeightTable(c, s)) into
 // the model's struct.
@@ -247,63 +238,14 @@ void ForEachWeight(LlamaWeights* w,
 
 namespace {}  // namespace
 
-absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
-  const int64_t dim = c.head_dim;
-  if (dim % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim ", dim, " must be even for RoPE"));
-  }
-  ASSIGN_OR_RETURN(Tensor inv_freq, Tensor::Empty(DType::kF32, {dim / 2}));
-  float* f = inv_freq.data_as<float>();
-  const RopeConfig& r = c.rope;
-  for (int64_t i = 0; i < dim / 2; ++i) {
-    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), in f32.
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    f[i] = 1.0f / std::pow(static_cast<float>(r.theta), exponent);
-  }
-  switch (r.scaling) {
-    case RopeScaling::kNone:
-      break;
-    case RopeScaling::kLinear:
-      for (int64_t i = 0; i < dim / 2; ++i)
-        f[i] = f[i] / static_cast<float>(r.factor);
-      break;
-    case RopeScaling::kLlama3: {
-      // Long wavelengths (low frequencies) are slowed by `factor`, short ones
-      // kept, and the band between is interpolated smoothly (transformers'
-      // _compute_llama3_parameters).
-      const double old_len = static_cast<double>(r.original_max_position);
-      const double low_freq_wavelen = old_len / r.low_freq_factor;
-      const double high_freq_wavelen = old_len / r.high_freq_factor;
-      for (int64_t i = 0; i < dim / 2; ++i) {
-        const float freq = f[i];
-        const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
-        float scaled = wavelen > low_freq_wavelen
-                           ? freq / static_cast<float>(r.factor)
-                           : freq;
-        const bool medium =
-            !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
-        if (medium) {
-          const float smooth =
-              static_cast<float>((old_len / wavelen - r.low_freq_factor) /
-                                 (r.high_freq_factor - r.low_freq_factor));
-          scaled = (1.0f - smooth) * scaled / static_cast<float>(r.factor) +
-                   smooth * scaled;
-        }
-        f[i] = scaled;
-      }
-      break;
-    }
-  }
-  return inv_freq;
-}
-
 LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
                        LlamaWeights weights, Tensor inv_freq, Ops* ops,
                        Communicator* tp, Communicator* pp)
     : config_(std::move(config)),
       shard_(shard),
-      weights_(std::move(weights)),
+      embed_tokens_(std::move(weights.embed_tokens)),
+      final_norm_(std::move(weights.final_norm)),
+      lm_head_(std::move(weights.lm_head)),
       inv_freq_(std::move(inv_freq)),
       ops_(ops),
       tp_(tp != nullptr ? tp : &single_),
@@ -313,7 +255,41 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
           std::make_unique<PinnableBlockAllocator>(own_source_.get())),
       allocator_(own_allocator_.get()),
       max_step_tokens_(
-          std::min<int64_t>(2048, config_.max_position_embeddings)) {}
+          std::min<int64_t>(2048, config_.max_position_embeddings)) {
+  for (size_t l = 0; l < weights.layers.size(); ++l) {
+    LlamaLayerWeights& w = weights.layers[l];
+    DecoderLayer layer;
+    layer.input_norm = std::move(w.input_norm);
+    layer.post_attention_norm = std::move(w.post_attention_norm);
+    AttentionBlock& a = layer.attention;
+    a.weights.q_proj = std::move(w.q_proj);
+    a.weights.k_proj = std::move(w.k_proj);
+    a.weights.v_proj = std::move(w.v_proj);
+    a.weights.o_proj = std::move(w.o_proj);
+    a.weights.q_bias = std::move(w.q_bias);
+    a.weights.k_bias = std::move(w.k_bias);
+    a.weights.v_bias = std::move(w.v_bias);
+    a.weights.o_bias = std::move(w.o_bias);
+    a.weights.q_norm = std::move(w.q_norm);
+    a.weights.k_norm = std::move(w.k_norm);
+    a.local_heads = shard_.local_heads;
+    a.local_kv_heads = shard_.local_kv_heads;
+    a.head_dim = config_.head_dim;
+    a.rms_norm_eps = static_cast<float>(config_.rms_norm_eps);
+    const int64_t global_layer = shard_.first_layer + static_cast<int64_t>(l);
+    a.sliding_window = config_.sliding_window_per_layer.empty()
+                           ? 0
+                           : config_.sliding_window_per_layer[global_layer];
+    GatedMlpWeights& m = layer.mlp.weights;
+    m.gate_proj = std::move(w.gate_proj);
+    m.up_proj = std::move(w.up_proj);
+    m.down_proj = std::move(w.down_proj);
+    m.gate_bias = std::move(w.gate_bias);
+    m.up_bias = std::move(w.up_bias);
+    m.down_bias = std::move(w.down_bias);
+    layers_.push_back(std::move(layer));
+  }
+}
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, LlamaWeights weights, Ops* ops) {
@@ -404,24 +380,14 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
 
 int64_t LlamaModel::weight_bytes() const {
   int64_t bytes = 0;
-  auto add = [&](const Tensor& t) { bytes += t.nbytes(); };
-  auto add_opt = [&](const std::optional<Tensor>& t) {
-    if (t) add(*t);
-  };
-  add_opt(weights_.embed_tokens);
-  add_opt(weights_.final_norm);
-  add_opt(weights_.lm_head);
-  for (const LlamaLayerWeights& L : weights_.layers) {
-    for (const Tensor* t :
-         {&L.input_norm, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj,
-          &L.post_attention_norm, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      add(*t);
-    }
-    for (const std::optional<Tensor>* t :
-         {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm,
-          &L.gate_bias, &L.up_bias, &L.down_bias}) {
-      add_opt(*t);
-    }
+  for (const std::optional<Tensor>* t :
+       {&embed_tokens_, &final_norm_, &lm_head_}) {
+    if (t->has_value()) bytes += static_cast<int64_t>((*t)->nbytes());
+  }
+  for (const DecoderLayer& layer : layers_) {
+    bytes += static_cast<int64_t>(layer.input_norm.nbytes() +
+                                  layer.post_attention_norm.nbytes()) +
+             layer.attention.weights.bytes() + layer.mlp.weights.bytes();
   }
   return bytes;
 }
@@ -439,13 +405,13 @@ absl::Status LlamaModel::BindScratch() {
   const Spec specs[] = {
       {"hidden", &hidden_, {T, c.hidden_size}},
       {"normed", &normed_, {T, c.hidden_size}},
-      {"q", &q_, {T, s.local_heads, D}},
-      {"k", &k_, {T, s.local_kv_heads, D}},
-      {"v", &v_, {T, s.local_kv_heads, D}},
-      {"attn", &attn_, {T, s.local_heads, D}},
+      {"q", &attention_scratch_.q, {T, s.local_heads, D}},
+      {"k", &attention_scratch_.k, {T, s.local_kv_heads, D}},
+      {"v", &attention_scratch_.v, {T, s.local_kv_heads, D}},
+      {"attn", &attention_scratch_.attn, {T, s.local_heads, D}},
       {"proj", &proj_, {T, c.hidden_size}},
-      {"gate", &gate_, {T, s.local_intermediate}},
-      {"up", &up_, {T, s.local_intermediate}},
+      {"gate", &mlp_scratch_.gate, {T, s.local_intermediate}},
+      {"up", &mlp_scratch_.up, {T, s.local_intermediate}},
       {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
       {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
       {"gathered_logits",
@@ -465,12 +431,6 @@ absl::Status LlamaModel::BindScratch() {
                      workspace_.View(spec.name, DType::kF32, spec.shape));
   }
   return absl::OkStatus();
-}
-
-absl::Status LlamaModel::AddBias(const std::optional<Tensor>& bias,
-                                 const TensorView& x) {
-  if (!bias.has_value()) return absl::OkStatus();
-  return ops_->BiasAdd(x, bias->view());
 }
 
 absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
@@ -537,11 +497,10 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
     }
     if (shard_.tp_size == 1) {
       RETURN_IF_ERROR(
-          ops_->Embedding(weights_.embed_tokens->view(), batch.tokens, hidden));
+          ops_->Embedding(embed_tokens_->view(), batch.tokens, hidden));
     } else {
-      RETURN_IF_ERROR(ops_->EmbeddingShard(weights_.embed_tokens->view(),
-                                           batch.tokens, shard_.first_vocab_id,
-                                           hidden));
+      RETURN_IF_ERROR(ops_->EmbeddingShard(embed_tokens_->view(), batch.tokens,
+                                           shard_.first_vocab_id, hidden));
       RETURN_IF_ERROR(tp_->AllReduceSum(hidden));
     }
   } else {
@@ -566,9 +525,8 @@ absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
   TensorView last = last_hidden_.Rows(0, n);
   RETURN_IF_ERROR(ops_->GatherRows(hidden_.Rows(0, meta_tokens_), rows, last));
   RETURN_IF_ERROR(
-      ops_->RmsNorm(last, weights_.final_norm->view(), c.rms_norm_eps, last));
-  const Tensor& lm_head =
-      weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
+      ops_->RmsNorm(last, final_norm_->view(), c.rms_norm_eps, last));
+  const Tensor& lm_head = lm_head_.has_value() ? *lm_head_ : *embed_tokens_;
   TensorView local = local_logits_.Rows(0, n);
   RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
   if (shard_.tp_size == 1) {
@@ -588,89 +546,21 @@ absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
 
 absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
                                const KvCacheLayer& cache) {
-  const ModelConfig& c = config_;
-  const ShardSpec& s = shard_;
-  const LlamaLayerWeights& w = weights_.layers[l];
+  const DecoderLayer& layer = layers_[l];
   const AttentionMetadata& meta = *batch.metadata;
   const int64_t T = meta.num_tokens;
-  const int64_t D = c.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   TensorView hidden = hidden_.Rows(0, T);
   TensorView normed = normed_.Rows(0, T);
-  TensorView q = q_.Rows(0, T);
-  TensorView k = k_.Rows(0, T);
-  TensorView v = v_.Rows(0, T);
-  TensorView attn = attn_.Rows(0, T);
   TensorView proj = proj_.Rows(0, T);
-  TensorView gate = gate_.Rows(0, T);
-  TensorView up = up_.Rows(0, T);
-  TensorView bias_storage[3];
-
-  // Attention block: this rank's heads; the o_proj partial sums meet in the
-  // all-reduce.
+  RETURN_IF_ERROR(ops_->RmsNorm(hidden, layer.input_norm.view(), eps, normed));
   RETURN_IF_ERROR(
-      ops_->RmsNorm(hidden, w.input_norm.view(), c.rms_norm_eps, normed));
-  ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, s.local_heads * D}));
-  ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, s.local_kv_heads * D}));
-  ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, s.local_kv_heads * D}));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.q_proj.view(),
-                               OptionalView(w.q_bias, &bias_storage[0]), q2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.k_proj.view(),
-                               OptionalView(w.k_bias, &bias_storage[1]), k2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.v_proj.view(),
-                               OptionalView(w.v_bias, &bias_storage[2]), v2d));
-  if (c.qk_norm) {
-    RETURN_IF_ERROR(ops_->RmsNorm(q, w.q_norm->view(), c.rms_norm_eps, q));
-    RETURN_IF_ERROR(ops_->RmsNorm(k, w.k_norm->view(), c.rms_norm_eps, k));
-  }
-  RETURN_IF_ERROR(ops_->Rope(q, meta.positions, inv_freq_.view()));
-  RETURN_IF_ERROR(ops_->Rope(k, meta.positions, inv_freq_.view()));
-  // Every new key and value is in the cache before any sequence attends.
-  RETURN_IF_ERROR(ops_->StoreKvCache(k, v, meta.slot_mapping, cache));
-  PagedAttentionArgs args;
-  args.q = q;
-  args.cache = cache;
-  args.metadata = &meta;
-  args.out = attn;
-  const int64_t global_layer = s.first_layer + l;
-  args.sliding_window = c.sliding_window_per_layer.empty()
-                            ? 0
-                            : c.sliding_window_per_layer[global_layer];
-  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  if (batch.backend == AttentionBackend::kStatic) {
-    args.first_seq = 0;
-    args.end_seq = meta.num_seqs;
-    RETURN_IF_ERROR(ops_->StaticAttention(args));
-  } else {
-    // Decodes lead the batch (see attention_metadata.h).
-    if (meta.num_decode_seqs > 0) {
-      args.first_seq = 0;
-      args.end_seq = meta.num_decode_seqs;
-      RETURN_IF_ERROR(ops_->DecodeAttention(args));
-    }
-    if (meta.num_decode_seqs < meta.num_seqs) {
-      args.first_seq = meta.num_decode_seqs;
-      args.end_seq = meta.num_seqs;
-      RETURN_IF_ERROR(ops_->PrefillAttention(args));
-    }
-  }
-  ASSIGN_OR_RETURN(TensorView attn2d, attn.Reshape({T, s.local_heads * D}));
-  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), nullptr, proj));
-  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
-  RETURN_IF_ERROR(AddBias(w.o_bias, proj));
+      layer.attention.Forward(ops_, tp_, normed, meta, batch.backend, cache,
+                              inv_freq_.view(), attention_scratch_, proj));
   // hidden += attention output; normed = the MLP's input norm (fused).
-  RETURN_IF_ERROR(ops_->AddRmsNorm(hidden, proj, w.post_attention_norm.view(),
-                                   c.rms_norm_eps, normed));
-
-  // MLP block: this rank's slice of the intermediate dimension.
-  RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(),
-                               OptionalView(w.gate_bias, &bias_storage[0]),
-                               gate));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.up_proj.view(),
-                               OptionalView(w.up_bias, &bias_storage[1]), up));
-  RETURN_IF_ERROR(ops_->SiluMul(gate, up, gate));
-  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(), nullptr, proj));
-  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
-  RETURN_IF_ERROR(AddBias(w.down_bias, proj));
+  RETURN_IF_ERROR(ops_->AddRmsNorm(
+      hidden, proj, layer.post_attention_norm.view(), eps, normed));
+  RETURN_IF_ERROR(layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj));
   return ops_->Add(hidden, proj, hidden);
 }
 

@@ -33,7 +33,9 @@
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
+#include "runtime/model/layers.h"
 #include "runtime/model/model.h"
+#include "runtime/model/rope.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/shard.h"
 #include "runtime/model/weights.h"
@@ -99,10 +101,6 @@ absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
 void ForEachWeight(LlamaWeights* weights,
                    const std::function<void(const std::string&, Tensor*)>& fn);
 
-// Rotary inverse frequencies [head_dim / 2] for the config's rope type,
-// computed as transformers does (f32).
-absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
-
 // Every tensor a Llama-family shard holds, by its Hugging Face name, with its
 // full shape as the config implies it and its split (see shard.h): the one
 // list of this architecture's weights. Optional tensors (biases, q/k norms)
@@ -158,12 +156,21 @@ class LlamaModel : public Model {
   absl::Status Layer(int local_layer, const StepBatch& batch,
                      const KvCacheLayer& cache);
   absl::Status Head(absl::Span<const int32_t> rows, float* logits);
-  // Adds `bias` (if any) to every row of `x` [T, N].
-  absl::Status AddBias(const std::optional<Tensor>& bias, const TensorView& x);
+
+  // One decoder layer: h += attention(norm(h)); h += mlp(norm(h)).
+  struct DecoderLayer {
+    Tensor input_norm;  // [H]
+    AttentionBlock attention;
+    Tensor post_attention_norm;  // [H]
+    GatedMlp mlp;
+  };
 
   ModelConfig config_;
   ShardSpec shard_;
-  LlamaWeights weights_;
+  std::optional<Tensor> embed_tokens_;  // First stage.
+  std::vector<DecoderLayer> layers_;    // This stage's layers.
+  std::optional<Tensor> final_norm_;    // Last stage.
+  std::optional<Tensor> lm_head_;       // Last stage; null when tied.
   Tensor inv_freq_;
   Ops* ops_;
   Communicator* tp_;
@@ -178,8 +185,10 @@ class LlamaModel : public Model {
   Workspace workspace_;
   int64_t max_step_tokens_ = 0;
   int64_t max_logit_rows_ = 1;
-  TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
-      last_hidden_, local_logits_, gathered_logits_, full_logits_;
+  TensorView hidden_, normed_, proj_, last_hidden_, local_logits_,
+      gathered_logits_, full_logits_;
+  AttentionScratch attention_scratch_;
+  GatedMlpScratch mlp_scratch_;
   int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
   TensorView step_logits_;   // The last step's logits, in the backend.
 };
