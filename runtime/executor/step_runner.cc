@@ -17,7 +17,7 @@ StepRunner::SequenceState::SequenceState(const SamplingParams& p)
                      std::random_device{}()),
       sampler(p) {}
 
-StepRunner::StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
+StepRunner::StepRunner(Model* model, KvPool pool, AttentionBackend backend,
                        bool samples)
     : model_(model),
       pool_(std::move(pool)),

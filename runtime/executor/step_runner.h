@@ -19,7 +19,7 @@
 #include "absl/status/status.h"
 #include "proto/tessera.pb.h"
 #include "runtime/kv/kv_pool.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/model.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
@@ -29,8 +29,7 @@ class StepRunner {
   // `model` must outlive the runner; `pool` must have the model's
   // kv_pool_shape. `samples`: this rank samples (the last pipeline stage's
   // tp-rank 0; the only rank in one process).
-  StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
-             bool samples);
+  StepRunner(Model* model, KvPool pool, AttentionBackend backend, bool samples);
 
   // Runs one FORWARD plan. On the sampling rank `result` receives one
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
@@ -39,7 +38,7 @@ class StepRunner {
   absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
 
   const KvPool& pool() const { return pool_; }
-  LlamaModel* model() const { return model_; }
+  Model* model() const { return model_; }
   // Sequences with live sampler state (tests).
   size_t num_live_sequences() const { return seqs_.size(); }
 
@@ -71,7 +70,7 @@ class StepRunner {
   absl::Status SampleOnDevice(const proto::StepPlan& plan,
                               proto::StepResult* result);
 
-  LlamaModel* model_;
+  Model* model_;
   KvPool pool_;
   AttentionBackend backend_;
   bool samples_;
