@@ -1,14 +1,17 @@
 // Argument checks shared by the backends' ops, so that the CPU reference and
-// the GPU refuse the same inputs with the same messages.
+// the GPU refuse the same inputs with the same messages. The public ops of
+// class Ops (ops.h) run them once; a backend's Do* never repeats them.
 #ifndef TESSERA_KERNELS_OP_CHECKS_H_
 #define TESSERA_KERNELS_OP_CHECKS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/ops.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -35,54 +38,81 @@ inline absl::Status ShapeError(absl::string_view op, absl::string_view what,
       op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
-// GatherRows: f32 src [R, N], dst [rows, N], every row in [0, R).
-inline absl::Status CheckGatherRows(const TensorView& src,
-                                    absl::Span<const int32_t> rows,
-                                    const TensorView& dst) {
-  if (absl::Status s = CheckDType("GatherRows", "src", src, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckDType("GatherRows", "dst", dst, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
-      dst.shape()[1] != src.shape()[1]) {
-    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
-                      src.shape(), dst.shape());
-  }
-  for (int32_t r : rows) {
-    if (r < 0 || r >= src.shape()[0]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
-    }
-  }
-  return absl::OkStatus();
-}
+// "f32", "f32 or bf16", "f32, bf16 or int8".
+std::string DTypeList(absl::Span<const DType> dtypes);
 
-// ConcatShards: f32 gathered [shards * n, Vp] covering out [n, V].
-inline absl::Status CheckConcatShards(const TensorView& gathered,
-                                      int64_t shards, const TensorView& out) {
-  if (absl::Status s =
-          CheckDType("ConcatShards", "gathered", gathered, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckDType("ConcatShards", "out", out, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
-      gathered.shape()[0] != shards * out.shape()[0] ||
-      gathered.shape()[1] * shards < out.shape()[1]) {
-    return ShapeError("ConcatShards",
-                      "gathered [shards * n, Vp] cannot fill out [n, V]",
-                      gathered.shape(), out.shape());
-  }
-  return absl::OkStatus();
-}
+// InvalidArgument unless `t` has one of `allowed` and storage (when
+// non-empty): "Op: name must be f32 or bf16, got f16".
+absl::Status CheckDTypeIn(absl::string_view op, absl::string_view name,
+                          const TensorView& t, absl::Span<const DType> allowed);
+
+// The checks every public op of class Ops runs before its Do* (one function
+// an op; `support` is the backend's). Each states what it refuses; the
+// contracts themselves are the ops' comments in ops.h.
+
+// Table in a weight dtype [V, H], out f32 [T, H]; every id in [0, V).
+absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
+                            absl::Span<const int32_t> ids,
+                            const TensorView& out);
+// As Embedding, ids only >= 0.
+absl::Status CheckEmbeddingShard(const OpSupport& support,
+                                 const TensorView& table,
+                                 absl::Span<const int32_t> ids,
+                                 const TensorView& out);
+// f32 src [R, N], dst [rows, N], every row in [0, R).
+absl::Status CheckGatherRows(const TensorView& src,
+                             absl::Span<const int32_t> rows,
+                             const TensorView& dst);
+// f32 gathered [shards * n, Vp] covering out [n, V].
+absl::Status CheckConcatShards(const TensorView& gathered, int64_t shards,
+                               const TensorView& out);
+// f32 x, out [R, N] (any rank >= 1, same shape), weight [N].
+absl::Status CheckRmsNorm(const TensorView& x, const TensorView& weight,
+                          const TensorView& out);
+// f32 residual, x, out [R, N], weight [N]; out must not be residual's
+// storage (it may be x's).
+absl::Status CheckAddRmsNorm(const TensorView& residual, const TensorView& x,
+                             const TensorView& weight, const TensorView& out);
+// f32 a, b, out of one shape.
+absl::Status CheckAdd(const TensorView& a, const TensorView& b,
+                      const TensorView& out);
+// f32 x [T, K], weight [N, K] in a weight dtype and unscaled, f32 bias [N]
+// or null, f32 out [T, N].
+absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
+                         const WeightView& weight, const TensorView* bias,
+                         const TensorView& out);
+// f32 x [T, heads, D] with D even, T positions, f32 inv_freq [D/2].
+absl::Status CheckRope(const TensorView& x, absl::Span<const int32_t> positions,
+                       const TensorView& inv_freq);
+// f32 x [T, N], f32 bias [N].
+absl::Status CheckBiasAdd(const TensorView& x, const TensorView& bias);
+// f32 gate, up, out of one shape.
+absl::Status CheckSiluMul(const TensorView& gate, const TensorView& up,
+                          const TensorView& out);
+
+// k [S, kv_heads, D] and v [S, kv_heads, Dv] of one cache dtype; scales f32
+// [S, kv_heads] for an int8 cache and absent (empty views) otherwise.
+absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
+                          const KvCacheLayer& cache);
+// f32 k [T, kv_heads, D] and v [T, kv_heads, Dv] matching a valid cache, T
+// slots each in [0, S).
+absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
+                               const TensorView& v,
+                               absl::Span<const int64_t> slot_mapping,
+                               const KvCacheLayer& cache);
+
+enum class AttentionKind { kPrefill, kDecode, kStatic };
+// Well-formed metadata; sequences [first_seq, end_seq) of it with
+// contiguous rows and seq_len = context + query_len (exactly one query each
+// for decode); f32 q [num_tokens, heads, D] and out [num_tokens, heads, Dv]
+// with heads a multiple of the cache's kv heads; a valid cache; a sliding
+// window >= 0; every block some query reads inside the cache (paged), or
+// each sequence inside its one static block (static).
+absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
+                                 const PagedAttentionArgs& args);
+
+// The op's name in messages: "PrefillAttention", ...
+absl::string_view AttentionOpName(AttentionKind kind);
 
 }  // namespace tessera
 

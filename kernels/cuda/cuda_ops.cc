@@ -69,8 +69,15 @@ struct CudaOps::GemmPlan {
   }
 };
 
+namespace {
+constexpr DType kWeightDTypes[] = {DType::kF32, DType::kBF16};
+constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
+}  // namespace
+
 CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
-    : device_(device), allocator_(allocator) {}
+    : Ops(OpSupport{kWeightDTypes, kCacheDTypes}),
+      device_(device),
+      allocator_(allocator) {}
 
 absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
     int device, PinnableBlockAllocator* allocator) {
@@ -212,9 +219,8 @@ absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::ConcatShards(const TensorView& gathered, int64_t shards,
-                                   const TensorView& out) {
-  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
+absl::Status CudaOps::DoConcatShards(const TensorView& gathered, int64_t shards,
+                                     const TensorView& out) {
   const int64_t n = out.shape()[0], v = out.shape()[1];
   const int64_t vp = gathered.shape()[1];
   if (n == 0) return absl::OkStatus();
@@ -409,10 +415,9 @@ absl::StatusOr<const int64_t*> CudaOps::DeviceSlots(
   return static_cast<const int64_t*>(p);
 }
 
-absl::Status CudaOps::GatherRows(const TensorView& src,
-                                 absl::Span<const int32_t> rows,
-                                 const TensorView& dst) {
-  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
+absl::Status CudaOps::DoGatherRows(const TensorView& src,
+                                   absl::Span<const int32_t> rows,
+                                   const TensorView& dst) {
   if (rows.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* d_rows,
                    Stage(kRows, rows.data(), rows.size() * sizeof(int32_t)));
@@ -432,40 +437,16 @@ absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
   return Synchronize();
 }
 
-absl::Status CudaOps::Embedding(const TensorView& table,
-                                absl::Span<const int32_t> ids,
-                                const TensorView& out) {
-  for (int32_t id : ids) {
-    if (id < 0 || id >= table.shape()[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Embedding: token id ", id, " is outside the vocabulary [0, ",
-          table.shape()[0], ")"));
-    }
-  }
-  return EmbeddingShard(table, ids, 0, out);
+absl::Status CudaOps::DoEmbedding(const TensorView& table,
+                                  absl::Span<const int32_t> ids,
+                                  const TensorView& out) {
+  return DoEmbeddingShard(table, ids, 0, out);
 }
 
-absl::Status CudaOps::EmbeddingShard(const TensorView& table,
-                                     absl::Span<const int32_t> ids,
-                                     int64_t first_id, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("EmbeddingShard", "out", out, DType::kF32));
-  if (table.dtype() != DType::kF32 && table.dtype() != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Embedding: table must be f32 or bf16, got ",
-                     DTypeName(table.dtype())));
-  }
-  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
-      out.shape()[1] != table.shape()[1]) {
-    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
-                      table.shape(), out.shape());
-  }
-  for (int32_t id : ids) {
-    if (id < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Embedding: negative token id ", id));
-    }
-  }
+absl::Status CudaOps::DoEmbeddingShard(const TensorView& table,
+                                       absl::Span<const int32_t> ids,
+                                       int64_t first_id,
+                                       const TensorView& out) {
   if (ids.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(void* d_ids,
                    Stage(kIds, ids.data(), ids.size() * sizeof(int32_t)));
@@ -477,17 +458,8 @@ absl::Status CudaOps::EmbeddingShard(const TensorView& table,
                 "Embedding");
 }
 
-absl::Status CudaOps::RmsNorm(const TensorView& x, const TensorView& weight,
-                              float eps, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "weight", weight, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "out", out, DType::kF32));
-  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
-      x.shape().rank() < 1 ||
-      x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
-    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoRmsNorm(const TensorView& x, const TensorView& weight,
+                                float eps, const TensorView& out) {
   const int64_t n = weight.shape()[0];
   if (n == 0 || x.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchRmsNorm(
@@ -496,14 +468,8 @@ absl::Status CudaOps::RmsNorm(const TensorView& x, const TensorView& weight,
                 "RmsNorm");
 }
 
-absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
-                          const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("Add", "a", a, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Add", "b", b, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Add", "out", out, DType::kF32));
-  if (a.shape() != b.shape() || a.shape() != out.shape()) {
-    return ShapeError("Add", "operand shapes differ", a.shape(), b.shape());
-  }
+absl::Status CudaOps::DoAdd(const TensorView& a, const TensorView& b,
+                            const TensorView& out) {
   if (a.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchAdd(a.data_as<const float>(), b.data_as<const float>(),
@@ -511,21 +477,10 @@ absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
       "Add");
 }
 
-absl::Status CudaOps::AddRmsNorm(const TensorView& residual,
-                                 const TensorView& x, const TensorView& weight,
-                                 float eps, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "residual", residual, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "weight", weight, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "out", out, DType::kF32));
-  if (residual.shape() != x.shape() || x.shape() != out.shape() ||
-      weight.shape().rank() != 1 || x.shape().rank() != 2 ||
-      x.shape()[1] != weight.shape()[0] || out.data() == residual.data()) {
-    return ShapeError("AddRmsNorm",
-                      "residual, x, out [R, N] and weight [N] disagree (or out "
-                      "aliases residual)",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoAddRmsNorm(const TensorView& residual,
+                                   const TensorView& x,
+                                   const TensorView& weight, float eps,
+                                   const TensorView& out) {
   if (x.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchAddRmsNorm(
                     residual.data_as<float>(), x.data_as<const float>(),
@@ -595,29 +550,10 @@ absl::StatusOr<CudaOps::GemmPlan*> CudaOps::PlanGemm(int64_t t, int64_t n,
   return raw;
 }
 
-absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
-                             const TensorView* bias, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("Linear", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Linear", "out", out, DType::kF32));
-  if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear: weight must be f32 or bf16, got ", DTypeName(weight.dtype())));
-  }
-  if (x.shape().rank() != 2 || weight.shape().rank() != 2 ||
-      out.shape().rank() != 2 || x.shape()[1] != weight.shape()[1] ||
-      out.shape()[0] != x.shape()[0] || out.shape()[1] != weight.shape()[0]) {
-    return ShapeError("Linear",
-                      "x [T, K], weight [N, K] and out [T, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
+                               const TensorView* bias, const TensorView& out) {
+  const TensorView& weight = w.data;
   const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
-  if (bias != nullptr) {
-    RETURN_IF_ERROR(CheckDType("Linear", "bias", *bias, DType::kF32));
-    if (bias->shape() != Shape({n})) {
-      return ShapeError("Linear", "bias must be [N]", bias->shape(),
-                        weight.shape());
-    }
-  }
   if (t == 0 || n == 0) return absl::OkStatus();
   const void* input = x.data();
   if (weight.dtype() == DType::kBF16) {
@@ -638,22 +574,13 @@ absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
                      workspace, kGemmWorkspaceBytes, stream_),
       "cublasLtMatmul",
       absl::StrCat("multiplying [", t, ", ", k, "] by [", n, ", ", k, "]ᵀ")));
-  if (bias != nullptr) return BiasAdd(out, *bias);
+  if (bias != nullptr) return DoBiasAdd(out, *bias);
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::Rope(const TensorView& x,
-                           absl::Span<const int32_t> positions,
-                           const TensorView& inv_freq) {
-  RETURN_IF_ERROR(CheckDType("Rope", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Rope", "inv_freq", inv_freq, DType::kF32));
-  if (x.shape().rank() != 3 ||
-      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
-      x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
-    return ShapeError("Rope",
-                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
-                      x.shape(), inv_freq.shape());
-  }
+absl::Status CudaOps::DoRope(const TensorView& x,
+                             absl::Span<const int32_t> positions,
+                             const TensorView& inv_freq) {
   if (x.numel() == 0) return absl::OkStatus();
   ASSIGN_OR_RETURN(const int32_t* d_positions, DevicePositions(positions));
   return Launch(cuda::LaunchRope(x.data_as<float>(), d_positions,
@@ -662,13 +589,7 @@ absl::Status CudaOps::Rope(const TensorView& x,
                 "Rope");
 }
 
-absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
-  RETURN_IF_ERROR(CheckDType("BiasAdd", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("BiasAdd", "bias", bias, DType::kF32));
-  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
-    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
-                      bias.shape());
-  }
+absl::Status CudaOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
   if (x.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchBiasAdd(x.data_as<float>(), bias.data_as<const float>(),
@@ -676,15 +597,8 @@ absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
       "BiasAdd");
 }
 
-absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
-                              const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("SiluMul", "gate", gate, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("SiluMul", "up", up, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("SiluMul", "out", out, DType::kF32));
-  if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
-    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
-                      up.shape());
-  }
+absl::Status CudaOps::DoSiluMul(const TensorView& gate, const TensorView& up,
+                                const TensorView& out) {
   if (gate.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchSiluMul(gate.data_as<const float>(),
                                     up.data_as<const float>(), gate.numel(),
@@ -694,28 +608,11 @@ absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
 
 namespace {
 
-// The device view of one cache layer; InvalidArgument for a bad layout.
-absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
-                                                const KvCacheLayer& cache) {
+// The device view of one cache layer (checked by the public op).
+cuda::DeviceKvLayer DeviceLayer(const KvCacheLayer& cache) {
   const Shape& ks = cache.k.shape();
   const Shape& vs = cache.v.shape();
-  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
-      cache.k.dtype() != cache.v.dtype() ||
-      (cache.k.dtype() != DType::kF32 && cache.k.dtype() != DType::kBF16 &&
-       cache.k.dtype() != DType::kI8)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op,
-                     ": the KV cache must be k [S, H, D], v [S, H, Dv] of "
-                     "one dtype (f32, bf16 or int8), got ",
-                     ks.ToString(), " ", DTypeName(cache.k.dtype()), " / ",
-                     vs.ToString(), " ", DTypeName(cache.v.dtype())));
-  }
-  const bool quantized = cache.k.dtype() == DType::kI8;
-  if (quantized != (cache.k_scale.data() != nullptr) ||
-      quantized != (cache.v_scale.data() != nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": scales are required for an int8 cache and only for it"));
-  }
+  const bool quantized = cache.quantized();
   cuda::DeviceKvLayer layer;
   layer.k = cache.k.data();
   layer.v = cache.v.data();
@@ -731,28 +628,10 @@ absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
 
 }  // namespace
 
-absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
-                                   absl::Span<const int64_t> slot_mapping,
-                                   const KvCacheLayer& cache) {
-  RETURN_IF_ERROR(CheckDType("StoreKvCache", "k", k, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("StoreKvCache", "v", v, DType::kF32));
-  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer,
-                   DeviceLayer("StoreKvCache", cache));
-  if (k.shape().rank() != 3 || v.shape().rank() != 3 ||
-      k.shape()[0] != static_cast<int64_t>(slot_mapping.size()) ||
-      v.shape()[0] != k.shape()[0] || k.shape()[1] != layer.num_kv_heads ||
-      v.shape()[1] != layer.num_kv_heads || k.shape()[2] != layer.head_dim ||
-      v.shape()[2] != layer.head_dim_v) {
-    return ShapeError("StoreKvCache", "k/v do not match the cache layer",
-                      k.shape(), cache.k.shape());
-  }
-  for (int64_t slot : slot_mapping) {
-    if (slot < 0 || slot >= layer.num_slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("StoreKvCache: slot ", slot, " outside the cache's ",
-                       layer.num_slots));
-    }
-  }
+absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
+                                     absl::Span<const int64_t> slot_mapping,
+                                     const KvCacheLayer& cache) {
+  const cuda::DeviceKvLayer layer = DeviceLayer(cache);
   if (slot_mapping.empty()) return absl::OkStatus();
   ASSIGN_OR_RETURN(const int64_t* d_slots, DeviceSlots(slot_mapping));
   return Launch(cuda::LaunchStoreKvCache(k.data_as<const float>(),
@@ -761,38 +640,17 @@ absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
                 "StoreKvCache");
 }
 
-absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
-                                const char* op) {
+absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
+                                AttentionKind kind) {
   const AttentionMetadata* m = args.metadata;
-  if (m == nullptr || m != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op, ": the metadata must be the current step's (BeginStep)"));
-  }
-  RETURN_IF_ERROR(CheckDType(op, "q", args.q, DType::kF32));
-  RETURN_IF_ERROR(CheckDType(op, "out", args.out, DType::kF32));
-  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer, DeviceLayer(op, args.cache));
-  const Shape& qs = args.q.shape();
-  const Shape& os = args.out.shape();
-  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m->num_tokens ||
-      os[0] != m->num_tokens || qs[1] != os[1] || qs[2] != layer.head_dim ||
-      os[2] != layer.head_dim_v || qs[1] % layer.num_kv_heads != 0 ||
-      args.first_seq < 0 || args.first_seq > args.end_seq ||
-      args.end_seq > m->num_seqs || args.sliding_window < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": q ", qs.ToString(), ", out ", os.ToString(), ", sequences [",
-        args.first_seq, ", ", args.end_seq, ") of ", m->num_seqs,
-        " do not fit the cache and the step"));
+  if (m != step_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(AttentionOpName(kind),
+                     ": the metadata must be the current step's (BeginStep)"));
   }
   if (args.first_seq == args.end_seq) return absl::OkStatus();
-  if (kind == 1) {
-    for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
-      if (m->query_len(s) != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence ", s, " runs ", m->query_len(s),
-                         " tokens; decode takes one per sequence"));
-      }
-    }
-  }
+  const cuda::DeviceKvLayer layer = DeviceLayer(args.cache);
+  const Shape& qs = args.q.shape();
   cuda::DeviceAttentionMetadata dm;
   dm.query_start_loc = static_cast<const int32_t*>(scratch_[kQueryStarts].data);
   dm.context_lens = static_cast<const int32_t*>(scratch_[kContextLens].data);
@@ -807,13 +665,14 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
   const int32_t heads = static_cast<int32_t>(qs[1]);
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
+  const absl::string_view op = AttentionOpName(kind);
   switch (kind) {
-    case 0:
+    case AttentionKind::kPrefill:
       return Launch(cuda::LaunchPrefillAttention(
                         q, heads, layer, dm, args.first_seq, args.end_seq,
                         args.sliding_window, args.scale, out, stream_),
                     op);
-    case 1: {
+    case AttentionKind::kDecode: {
       const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
           m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
       ASSIGN_OR_RETURN(void* workspace,
@@ -824,22 +683,23 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
                         scratch_[kDecodeWorkspace].bytes, stream_),
                     op);
     }
-    default:
-      return Launch(cuda::LaunchStaticAttention(
-                        q, heads, layer, dm, args.first_seq, args.end_seq,
-                        args.sliding_window, args.scale, out, stream_),
-                    op);
+    case AttentionKind::kStatic:
+      break;
   }
+  return Launch(cuda::LaunchStaticAttention(q, heads, layer, dm, args.first_seq,
+                                            args.end_seq, args.sliding_window,
+                                            args.scale, out, stream_),
+                op);
 }
 
-absl::Status CudaOps::PrefillAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 0, "PrefillAttention");
+absl::Status CudaOps::DoPrefillAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kPrefill);
 }
-absl::Status CudaOps::DecodeAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 1, "DecodeAttention");
+absl::Status CudaOps::DoDecodeAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kDecode);
 }
-absl::Status CudaOps::StaticAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 2, "StaticAttention");
+absl::Status CudaOps::DoStaticAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kStatic);
 }
 
 }  // namespace tessera
