@@ -70,7 +70,7 @@ absl::Status SendShard(ControlChannel& control, const Checkpoint& checkpoint,
 }
 
 absl::StatusOr<WeightSet> ReceiveShard(const ChunkSource& source,
-                                       WeightTable table, Ops* ops,
+                                       WeightTable table, Device* device,
                                        DType matrix_dtype) {
   WeightSet set(std::move(table));
   if (set.size() == 0) {
@@ -121,7 +121,7 @@ absl::StatusOr<WeightSet> ReceiveShard(const ChunkSource& source,
                                       static_cast<size_t>(total)));
       const TensorView host(const_cast<void*>(bytes), *dtype,
                             spec.local_shape());
-      RETURN_IF_ERROR(set.Store(next, host, ops, matrix_dtype));
+      RETURN_IF_ERROR(set.Store(next, host, device, matrix_dtype));
       ++next;
       received = 0;
     }
@@ -137,13 +137,13 @@ absl::StatusOr<WeightSet> ReceiveShard(const ChunkSource& source,
 }
 
 absl::StatusOr<WeightSet> ReceiveShard(ControlChannel& control,
-                                       WeightTable table, Ops* ops,
+                                       WeightTable table, Device* device,
                                        DType matrix_dtype) {
   return ReceiveShard(
       [&control](proto::ShardChunk* chunk) {
         return control.Recv(0, kShardTag, chunk);
       },
-      std::move(table), ops, matrix_dtype);
+      std::move(table), device, matrix_dtype);
 }
 
 absl::Status SendShard(ControlChannel& control, LlamaWeights& weights,

@@ -69,7 +69,7 @@ std::vector<RankResult> RunGrid(const std::string& dir, const json& golden,
     if (!ckpt.ok()) return fail(ckpt.status());
     CpuOps ops;
     WeightLoadOptions load;
-    load.ops = &ops;
+    load.device = &ops;
     auto weights = LoadShardWeights(**ckpt, *config, *shard, load);
     if (!weights.ok()) return fail(weights.status());
     ModelContext context;

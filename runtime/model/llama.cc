@@ -361,7 +361,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   }
   const ShardSpec shard = FullModel(config);
   WeightLoadOptions options;
-  options.ops = ops;
+  options.device = ops;
   options.matrix_dtype = placement.matrix_dtype;
   options.on_part = placement.on_weight_part;
   absl::StatusOr<WeightSet> weights =

@@ -50,9 +50,9 @@ absl::StatusOr<WeightTable> ModelWeightTable(const ModelConfig& config,
 absl::StatusOr<int64_t> ModelWeightParts(const ModelConfig& config,
                                          const ShardSpec& shard);
 
-// Reads `shard`'s tensors from `checkpoint` into options.ops' memory, tensor
-// by tensor in the checkpoint's dtype (see weights.h). A missing tensor is
-// NotFound naming it; a shape that does not match the config is
+// Reads `shard`'s tensors from `checkpoint` into options.device's memory,
+// tensor by tensor in the checkpoint's dtype (see weights.h). A missing tensor
+// is NotFound naming it; a shape that does not match the config is
 // InvalidArgument ("<name>: expected shape [..], found [..]").
 absl::StatusOr<WeightSet> LoadShardWeights(const Checkpoint& checkpoint,
                                            const ModelConfig& config,

@@ -265,9 +265,9 @@ absl::Status WeightSet::Put(size_t i, Tensor tensor) {
   return absl::OkStatus();
 }
 
-UploadFn UploadTo(Ops* ops) {
-  return [ops](const TensorView& host, DType dtype) {
-    return ops->Upload(host, dtype);
+UploadFn UploadTo(Device* device) {
+  return [device](const TensorView& host, DType dtype) {
+    return device->Upload(host, dtype);
   };
 }
 
@@ -328,11 +328,11 @@ int64_t WeightSet::bytes() const {
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,
                                         WeightTable table,
                                         const WeightLoadOptions& options) {
-  if (options.ops == nullptr && !options.upload) {
+  if (options.device == nullptr && !options.upload) {
     return absl::InvalidArgumentError("LoadWeightSet: no backend");
   }
   const UploadFn upload =
-      options.upload ? options.upload : UploadTo(options.ops);
+      options.upload ? options.upload : UploadTo(options.device);
   WeightSet set(std::move(table));
   HostStaging staging;
   for (size_t i = 0; i < set.size(); ++i) {
