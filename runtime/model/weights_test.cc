@@ -309,6 +309,53 @@ TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_TRUE(FindArchitecture("qwen3").ok());
 }
 
+// Errors keep their text: a missing tensor is NotFound naming it, a shape
+// that disagrees with the config says both shapes, and both name the folder.
+TEST(LoadModelTest, MissingTensorAndShapeMismatchNameTheTensor) {
+  auto config = ParseModelConfig(kConfig);
+  ASSERT_TRUE(config.ok());
+  const WeightTable table = LlamaWeightTable(*config, FullModel(*config));
+  CpuOps ops;
+  {
+    const std::string dir = MakeDir("missing");
+    std::ofstream(dir + "/config.json") << kConfig;
+    CheckpointWriter writer;
+    for (const WeightSpec& spec : table) {
+      if (spec.name != "model.layers.1.mlp.up_proj.weight")
+        writer.AddRandom(spec.name, DType::kBF16, spec.full);
+    }
+    writer.Write(dir + "/model.safetensors");
+    auto model = LoadModel(dir, &ops);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(model.status().message().find("loading weights from " + dir),
+              std::string::npos)
+        << model.status();
+    EXPECT_NE(
+        model.status().message().find("model.layers.1.mlp.up_proj.weight"),
+        std::string::npos)
+        << model.status();
+  }
+  {
+    const std::string dir = MakeDir("shape");
+    std::ofstream(dir + "/config.json") << kConfig;
+    CheckpointWriter writer;
+    for (const WeightSpec& spec : table) {
+      writer.AddRandom(spec.name, DType::kBF16,
+                       spec.name == "model.layers.0.self_attn.k_proj.weight"
+                           ? Shape({256, 256})
+                           : spec.full);
+    }
+    writer.Write(dir + "/model.safetensors");
+    auto model = LoadModel(dir, &ops);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(model.status().message().find(
+                  "model.layers.0.self_attn.k_proj.weight: expected shape "
+                  "[128, 256], found [256, 256]"),
+              std::string::npos)
+        << model.status();
+  }
+}
+
 TEST(LlamaWeightTableTest, TensorParallelSlicesFollowTheShard) {
   auto config = ParseModelConfig(kConfig);
   ASSERT_TRUE(config.ok());
