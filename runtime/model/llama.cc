@@ -19,16 +19,16 @@ absl::StatusOr<LlamaWeights> BindLlamaWeights(WeightSet& set,
     return absl::InvalidArgumentError(
         absl::StrCat("the weight set lacks ", set.first_missing()));
   }
+  // Optional tensors are bound when the table lists them.
   auto opt =
-      [&set](bool present,
-             const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
-    if (!present) return std::optional<Tensor>();
+      [&set](const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
+    if (!set.Has(name)) return std::optional<Tensor>();
     ASSIGN_OR_RETURN(Tensor t, set.Take(name));
     return std::optional<Tensor>(std::move(t));
   };
   LlamaWeights w;
   if (s.first_stage()) {
-    ASSIGN_OR_RETURN(w.embed_tokens, opt(true, "model.embed_tokens.weight"));
+    ASSIGN_OR_RETURN(w.embed_tokens, opt("model.embed_tokens.weight"));
   }
   for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
@@ -38,34 +38,30 @@ absl::StatusOr<LlamaWeights> BindLlamaWeights(WeightSet& set,
     ASSIGN_OR_RETURN(L.k_proj, set.Take(p + "self_attn.k_proj.weight"));
     ASSIGN_OR_RETURN(L.v_proj, set.Take(p + "self_attn.v_proj.weight"));
     ASSIGN_OR_RETURN(L.o_proj, set.Take(p + "self_attn.o_proj.weight"));
-    ASSIGN_OR_RETURN(L.q_bias,
-                     opt(c.attention_bias, p + "self_attn.q_proj.bias"));
-    ASSIGN_OR_RETURN(L.k_bias,
-                     opt(c.attention_bias, p + "self_attn.k_proj.bias"));
-    ASSIGN_OR_RETURN(L.v_bias,
-                     opt(c.attention_bias, p + "self_attn.v_proj.bias"));
-    ASSIGN_OR_RETURN(L.o_bias,
-                     opt(c.attention_out_bias, p + "self_attn.o_proj.bias"));
-    ASSIGN_OR_RETURN(L.q_norm, opt(c.qk_norm, p + "self_attn.q_norm.weight"));
-    ASSIGN_OR_RETURN(L.k_norm, opt(c.qk_norm, p + "self_attn.k_norm.weight"));
+    ASSIGN_OR_RETURN(L.q_bias, opt(p + "self_attn.q_proj.bias"));
+    ASSIGN_OR_RETURN(L.k_bias, opt(p + "self_attn.k_proj.bias"));
+    ASSIGN_OR_RETURN(L.v_bias, opt(p + "self_attn.v_proj.bias"));
+    ASSIGN_OR_RETURN(L.o_bias, opt(p + "self_attn.o_proj.bias"));
+    ASSIGN_OR_RETURN(L.q_norm, opt(p + "self_attn.q_norm.weight"));
+    ASSIGN_OR_RETURN(L.k_norm, opt(p + "self_attn.k_norm.weight"));
     ASSIGN_OR_RETURN(L.post_attention_norm,
                      set.Take(p + "post_attention_layernorm.weight"));
     ASSIGN_OR_RETURN(L.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
     ASSIGN_OR_RETURN(L.up_proj, set.Take(p + "mlp.up_proj.weight"));
     ASSIGN_OR_RETURN(L.down_proj, set.Take(p + "mlp.down_proj.weight"));
-    ASSIGN_OR_RETURN(L.gate_bias, opt(c.mlp_bias, p + "mlp.gate_proj.bias"));
-    ASSIGN_OR_RETURN(L.up_bias, opt(c.mlp_bias, p + "mlp.up_proj.bias"));
-    ASSIGN_OR_RETURN(L.down_bias, opt(c.mlp_bias, p + "mlp.down_proj.bias"));
+    ASSIGN_OR_RETURN(L.gate_bias, opt(p + "mlp.gate_proj.bias"));
+    ASSIGN_OR_RETURN(L.up_bias, opt(p + "mlp.up_proj.bias"));
+    ASSIGN_OR_RETURN(L.down_bias, opt(p + "mlp.down_proj.bias"));
     w.layers.push_back(std::move(L));
   }
   if (s.last_stage()) {
-    ASSIGN_OR_RETURN(w.final_norm, opt(true, "model.norm.weight"));
+    ASSIGN_OR_RETURN(w.final_norm, opt("model.norm.weight"));
     if (!(c.tie_word_embeddings && w.embed_tokens)) {
       // A tied head on a rank without the embedding is read under the
       // embedding's name (see LlamaWeightTable).
-      ASSIGN_OR_RETURN(w.lm_head, opt(true, c.tie_word_embeddings
-                                                ? "model.embed_tokens.weight"
-                                                : "lm_head.weight"));
+      ASSIGN_OR_RETURN(w.lm_head,
+                       opt(c.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                 : "lm_head.weight"));
     }
   }
   return w;
@@ -129,7 +125,7 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
                          kv_end, part));
     t.push_back(ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
                             q_end, part));
-    if (c.attention_bias) {
+    if (c.llama.attention_bias) {
       t.push_back(
           RowSplit(p + "self_attn.q_proj.bias", {q_dim}, q_begin, q_end, part));
       t.push_back(RowSplit(p + "self_attn.k_proj.bias", {kv_dim}, kv_begin,
@@ -137,10 +133,10 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
       t.push_back(RowSplit(p + "self_attn.v_proj.bias", {kv_dim}, kv_begin,
                            kv_end, part));
     }
-    if (c.attention_out_bias) {
+    if (c.llama.attention_out_bias) {
       t.push_back(Replicated(p + "self_attn.o_proj.bias", {H}, part));
     }
-    if (c.qk_norm) {
+    if (c.llama.qk_norm) {
       t.push_back(Replicated(p + "self_attn.q_norm.weight", {D}, part));
       t.push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
     }
@@ -151,7 +147,7 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
         RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part));
     t.push_back(
         ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part));
-    if (c.mlp_bias) {
+    if (c.llama.mlp_bias) {
       t.push_back(
           RowSplit(p + "mlp.gate_proj.bias", {I}, i_begin, i_end, part));
       t.push_back(RowSplit(p + "mlp.up_proj.bias", {I}, i_begin, i_end, part));

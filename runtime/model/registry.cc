@@ -19,14 +19,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateLlama(
   return std::unique_ptr<Model>(std::move(model));
 }
 
-// One line per architecture. The Llama family differs only in its config
-// (biases, q/k norms, sliding windows: see config.h), so its members share
-// the table and the layer loop.
+// One line per architecture. The Llama family differs only in its hparams
+// (biases, q/k norms, sliding windows), so its members share the weight
+// table and the layer loop.
 constexpr ArchitectureEntry kArchitectures[] = {
-    {"llama", &LlamaWeightTable, &CreateLlama},
-    {"mistral", &LlamaWeightTable, &CreateLlama},
-    {"qwen2", &LlamaWeightTable, &CreateLlama},
-    {"qwen3", &LlamaWeightTable, &CreateLlama},
+    {"llama", &ParseLlamaHParams, &LlamaWeightTable, &CreateLlama},
+    {"mistral", &ParseMistralHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen2", &ParseQwen2HParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen3", &ParseQwen3HParams, &LlamaWeightTable, &CreateLlama},
 };
 
 }  // namespace

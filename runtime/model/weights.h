@@ -161,6 +161,8 @@ class WeightSet {
   // The first absent tensor's name (empty when complete).
   std::string first_missing() const;
 
+  // Whether the table lists `name`.
+  bool Has(absl::string_view name) const { return index_.contains(name); }
   // The tensor named `name`, if the table has it and it is present.
   const Tensor* Find(absl::string_view name) const;
   // Moves the tensor named `name` out. NotFound naming it when the table has

@@ -309,6 +309,25 @@ TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_TRUE(FindArchitecture("qwen3").ok());
 }
 
+// Config parsing (which cannot depend on the models) and the registry list
+// the same architectures with the same ParseHParams.
+TEST(RegistryTest, ConfigParsingAndRegistryAgree) {
+  size_t found = 0;
+  for (const ArchitectureConfig& a : ConfigArchitectures()) {
+    auto entry = FindArchitecture(a.model_type);
+    ASSERT_TRUE(entry.ok()) << a.model_type;
+    EXPECT_EQ((*entry)->parse_hparams, a.parse_hparams) << a.model_type;
+    ++found;
+  }
+  EXPECT_EQ(found, 4u);
+  for (absl::string_view t : {"llama", "mistral", "qwen2", "qwen3"}) {
+    bool listed = false;
+    for (const ArchitectureConfig& a : ConfigArchitectures())
+      listed |= a.model_type == t;
+    EXPECT_TRUE(listed) << t;
+  }
+}
+
 // Errors keep their text: a missing tensor is NotFound naming it, a shape
 // that disagrees with the config says both shapes, and both name the folder.
 TEST(LoadModelTest, MissingTensorAndShapeMismatchNameTheTensor) {
