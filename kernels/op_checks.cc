@@ -399,6 +399,10 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
   }
   const int64_t window = args.sliding_window;
   const int64_t bs = m.block_size;
+  // Block ids below this hold whole blocks inside the cache; as unsigned, a
+  // negative id is above it.
+  const uint32_t block_limit = static_cast<uint32_t>(
+      std::min<int64_t>(num_slots / bs, int64_t{1} << 31));
   int64_t prev_end = row_begin;
   for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
     const int64_t qb = m.query_start_loc[s];
@@ -439,7 +443,18 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
             absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
                          " blocks, tables have ", m.max_blocks_per_seq));
       }
-      for (int64_t b = first_read / bs; b < num_blocks; ++b) {
+      // Every block read but the last is read whole, so its id must be
+      // below full_blocks: one branch-free pass (it vectorizes; this runs
+      // for every layer of every step), the exact search only on failure.
+      const int64_t last = num_blocks - 1;
+      uint32_t largest = 0;  // As unsigned, a negative id is the largest.
+      for (int64_t b = first_read / bs; b < last; ++b) {
+        largest = std::max(largest, static_cast<uint32_t>(table[b]));
+      }
+      const bool bad =
+          largest >= block_limit || table[last] < 0 ||
+          int64_t{table[last]} * bs + (seq_len - 1) % bs >= num_slots;
+      for (int64_t b = first_read / bs; bad && b < num_blocks; ++b) {
         const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
         if (table[b] < 0 ||
             int64_t{table[b]} * bs + last_pos % bs >= num_slots) {

@@ -214,7 +214,27 @@ TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   ExpectInvalid(ops.PrefillAttention(aliased), "out must not alias q");
   m.block_tables = {2};  // Slots 8..11: outside the cache of 8.
   ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
-  EXPECT_EQ(ops.calls, (std::vector<std::string>{"PrefillAttention"}));
+
+  // Six positions in two blocks: a bad whole (not last) block is found too.
+  m.max_blocks_per_seq = 2;
+  m.context_lens = {4};
+  m.seq_lens = {6};
+  m.max_seq_len = 6;
+  for (const std::vector<int32_t>& table :
+       {std::vector<int32_t>{-1, 0}, std::vector<int32_t>{2, 0},
+        std::vector<int32_t>{1, 2}}) {
+    m.block_tables = table;
+    ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  }
+  m.block_tables = {1, 0};
+  EXPECT_TRUE(ops.PrefillAttention(args).ok());
+  // A sliding window of 1 reads positions 4 and 5 only: block 0 is not read.
+  m.block_tables = {-1, 0};
+  args.sliding_window = 1;
+  EXPECT_TRUE(ops.PrefillAttention(args).ok());
+  EXPECT_EQ(ops.calls,
+            (std::vector<std::string>{"PrefillAttention", "PrefillAttention",
+                                      "PrefillAttention"}));
 }
 
 }  // namespace
