@@ -23,7 +23,6 @@
 #include "parallel/control_channel.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/tensor.h"
-#include "runtime/model/llama.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/weights.h"
 
@@ -68,13 +67,6 @@ absl::StatusOr<WeightSet> ReceiveShard(const ChunkSource& source,
 absl::StatusOr<WeightSet> ReceiveShard(ControlChannel& control,
                                        WeightTable table, Device* device,
                                        DType matrix_dtype);
-
-// The f32 host path of LlamaWeights (until its callers move to the above):
-// rank 0 sends `weights` (rank `dest`'s shard), tensor by tensor; other ranks
-// fill the allocated `weights` from rank 0's chunks.
-absl::Status SendShard(ControlChannel& control, LlamaWeights& weights,
-                       int dest);
-absl::Status ReceiveShard(ControlChannel& control, LlamaWeights& weights);
 
 }  // namespace tessera
 

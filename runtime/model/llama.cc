@@ -8,89 +8,7 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
-namespace {
-
-// Moves the tensors of `set` (a complete set of LlamaWeightTable(c, s)) into
-// the model's struct.
-absl::StatusOr<LlamaWeights> BindLlamaWeights(WeightSet& set,
-                                              const ModelConfig& c,
-                                              const ShardSpec& s) {
-  if (!set.complete()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the weight set lacks ", set.first_missing()));
-  }
-  // Optional tensors are bound when the table lists them.
-  auto opt =
-      [&set](const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
-    if (!set.Has(name)) return std::optional<Tensor>();
-    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
-    return std::optional<Tensor>(std::move(t));
-  };
-  LlamaWeights w;
-  if (s.first_stage()) {
-    ASSIGN_OR_RETURN(w.embed_tokens, opt("model.embed_tokens.weight"));
-  }
-  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    LlamaLayerWeights L;
-    ASSIGN_OR_RETURN(L.input_norm, set.Take(p + "input_layernorm.weight"));
-    ASSIGN_OR_RETURN(L.q_proj, set.Take(p + "self_attn.q_proj.weight"));
-    ASSIGN_OR_RETURN(L.k_proj, set.Take(p + "self_attn.k_proj.weight"));
-    ASSIGN_OR_RETURN(L.v_proj, set.Take(p + "self_attn.v_proj.weight"));
-    ASSIGN_OR_RETURN(L.o_proj, set.Take(p + "self_attn.o_proj.weight"));
-    ASSIGN_OR_RETURN(L.q_bias, opt(p + "self_attn.q_proj.bias"));
-    ASSIGN_OR_RETURN(L.k_bias, opt(p + "self_attn.k_proj.bias"));
-    ASSIGN_OR_RETURN(L.v_bias, opt(p + "self_attn.v_proj.bias"));
-    ASSIGN_OR_RETURN(L.o_bias, opt(p + "self_attn.o_proj.bias"));
-    ASSIGN_OR_RETURN(L.q_norm, opt(p + "self_attn.q_norm.weight"));
-    ASSIGN_OR_RETURN(L.k_norm, opt(p + "self_attn.k_norm.weight"));
-    ASSIGN_OR_RETURN(L.post_attention_norm,
-                     set.Take(p + "post_attention_layernorm.weight"));
-    ASSIGN_OR_RETURN(L.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
-    ASSIGN_OR_RETURN(L.up_proj, set.Take(p + "mlp.up_proj.weight"));
-    ASSIGN_OR_RETURN(L.down_proj, set.Take(p + "mlp.down_proj.weight"));
-    ASSIGN_OR_RETURN(L.gate_bias, opt(p + "mlp.gate_proj.bias"));
-    ASSIGN_OR_RETURN(L.up_bias, opt(p + "mlp.up_proj.bias"));
-    ASSIGN_OR_RETURN(L.down_bias, opt(p + "mlp.down_proj.bias"));
-    w.layers.push_back(std::move(L));
-  }
-  if (s.last_stage()) {
-    ASSIGN_OR_RETURN(w.final_norm, opt("model.norm.weight"));
-    if (!(c.tie_word_embeddings && w.embed_tokens)) {
-      // A tied head on a rank without the embedding is read under the
-      // embedding's name (see LlamaWeightTable).
-      ASSIGN_OR_RETURN(w.lm_head,
-                       opt(c.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                 : "lm_head.weight"));
-    }
-  }
-  return w;
-}
-
-// LlamaWeights as host f32 tensors: read from `ckpt`, or zeros when it is
-// null (a rank that receives its weights).
-absl::StatusOr<LlamaWeights> HostLlamaWeights(
-    const Checkpoint* ckpt, const ModelConfig& c, const ShardSpec& s,
-    const std::function<void()>& on_part) {
-  WeightSet set(LlamaWeightTable(c, s));
-  HostStaging staging;
-  for (size_t i = 0; i < set.size(); ++i) {
-    const WeightSpec& spec = set.table()[i];
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kF32, spec.local_shape()));
-    if (ckpt != nullptr) {
-      ASSIGN_OR_RETURN(const TensorView host, ReadSlice(*ckpt, spec, &staging));
-      RETURN_IF_ERROR(ConvertToF32(host.dtype(), host.data(), host.numel(),
-                                   t.data_as<float>()));
-    }
-    RETURN_IF_ERROR(set.Put(i, std::move(t)));
-    const bool part_done =
-        i + 1 == set.size() || set.table()[i + 1].part != spec.part;
-    if (part_done && on_part) on_part();
-  }
-  return BindLlamaWeights(set, c, s);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
@@ -166,82 +84,10 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   return t;
 }
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(
-    const Checkpoint& ckpt, const ModelConfig& config, const ShardSpec& shard,
-    const std::function<void()>& on_part) {
-  return HostLlamaWeights(&ckpt, config, shard, on_part);
-}
-
-int64_t LlamaWeightParts(const ShardSpec& shard) {
-  return (shard.end_layer - shard.first_layer) + (shard.first_stage() ? 1 : 0) +
-         (shard.last_stage() ? 1 : 0);
-}
-
-absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
-                                DType matrix_dtype) {
-  absl::Status status;
-  ForEachWeight(weights, [&](const std::string& name, Tensor* t) {
-    if (!status.ok()) return;
-    // Matrices (projections, embedding, head) in the compute dtype; norms and
-    // biases stay f32.
-    const DType dtype = t->shape().rank() == 2 ? matrix_dtype : DType::kF32;
-    absl::StatusOr<Tensor> device = ops->Upload(t->view(), dtype);
-    if (!device.ok()) {
-      status = Annotate(device.status(), absl::StrCat("uploading ", name));
-      return;
-    }
-    *t = *std::move(device);
-  });
-  return status;
-}
-
-absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
-                                                  const ShardSpec& shard) {
-  return HostLlamaWeights(nullptr, config, shard, {});
-}
-
-void ForEachWeight(LlamaWeights* w,
-                   const std::function<void(const std::string&, Tensor*)>& fn) {
-  auto opt = [&](const std::string& name, std::optional<Tensor>* t) {
-    if (t->has_value()) fn(name, &**t);
-  };
-  opt("embed_tokens", &w->embed_tokens);
-  for (size_t l = 0; l < w->layers.size(); ++l) {
-    LlamaLayerWeights& L = w->layers[l];
-    const std::string p = absl::StrCat("layers[", l, "].");
-    fn(p + "input_norm", &L.input_norm);
-    fn(p + "q_proj", &L.q_proj);
-    fn(p + "k_proj", &L.k_proj);
-    fn(p + "v_proj", &L.v_proj);
-    fn(p + "o_proj", &L.o_proj);
-    opt(p + "q_bias", &L.q_bias);
-    opt(p + "k_bias", &L.k_bias);
-    opt(p + "v_bias", &L.v_bias);
-    opt(p + "o_bias", &L.o_bias);
-    opt(p + "q_norm", &L.q_norm);
-    opt(p + "k_norm", &L.k_norm);
-    fn(p + "post_attention_norm", &L.post_attention_norm);
-    fn(p + "gate_proj", &L.gate_proj);
-    fn(p + "up_proj", &L.up_proj);
-    fn(p + "down_proj", &L.down_proj);
-    opt(p + "gate_bias", &L.gate_bias);
-    opt(p + "up_bias", &L.up_bias);
-    opt(p + "down_bias", &L.down_bias);
-  }
-  opt("final_norm", &w->final_norm);
-  opt("lm_head", &w->lm_head);
-}
-
-namespace {}  // namespace
-
-LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
-                       LlamaWeights weights, Tensor inv_freq, Ops* ops,
-                       Communicator* tp, Communicator* pp)
+LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq,
+                       Ops* ops, Communicator* tp, Communicator* pp)
     : config_(std::move(config)),
       shard_(shard),
-      embed_tokens_(std::move(weights.embed_tokens)),
-      final_norm_(std::move(weights.final_norm)),
-      lm_head_(std::move(weights.lm_head)),
       inv_freq_(std::move(inv_freq)),
       ops_(ops),
       tp_(tp != nullptr ? tp : &single_),
@@ -251,127 +97,106 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
           std::make_unique<PinnableBlockAllocator>(own_source_.get())),
       allocator_(own_allocator_.get()),
       max_step_tokens_(
-          std::min<int64_t>(2048, config_.max_position_embeddings)) {
-  for (size_t l = 0; l < weights.layers.size(); ++l) {
-    LlamaLayerWeights& w = weights.layers[l];
+          std::min<int64_t>(2048, config_.max_position_embeddings)) {}
+
+absl::Status LlamaModel::Bind(WeightSet& set) {
+  if (!set.complete()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the weight set lacks ", set.first_missing()));
+  }
+  // Optional tensors (biases, q/k norms) are bound when the table lists them.
+  auto opt =
+      [&set](const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
+    if (!set.Has(name)) return std::optional<Tensor>();
+    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
+    return std::optional<Tensor>(std::move(t));
+  };
+  if (shard_.first_stage()) {
+    ASSIGN_OR_RETURN(embed_tokens_, opt("model.embed_tokens.weight"));
+  }
+  for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
     DecoderLayer layer;
-    layer.input_norm = std::move(w.input_norm);
-    layer.post_attention_norm = std::move(w.post_attention_norm);
+    ASSIGN_OR_RETURN(layer.input_norm, set.Take(p + "input_layernorm.weight"));
+    ASSIGN_OR_RETURN(layer.post_attention_norm,
+                     set.Take(p + "post_attention_layernorm.weight"));
     AttentionBlock& a = layer.attention;
-    a.weights.q_proj = std::move(w.q_proj);
-    a.weights.k_proj = std::move(w.k_proj);
-    a.weights.v_proj = std::move(w.v_proj);
-    a.weights.o_proj = std::move(w.o_proj);
-    a.weights.q_bias = std::move(w.q_bias);
-    a.weights.k_bias = std::move(w.k_bias);
-    a.weights.v_bias = std::move(w.v_bias);
-    a.weights.o_bias = std::move(w.o_bias);
-    a.weights.q_norm = std::move(w.q_norm);
-    a.weights.k_norm = std::move(w.k_norm);
+    AttentionWeights& aw = a.weights;
+    ASSIGN_OR_RETURN(aw.q_proj, set.Take(p + "self_attn.q_proj.weight"));
+    ASSIGN_OR_RETURN(aw.k_proj, set.Take(p + "self_attn.k_proj.weight"));
+    ASSIGN_OR_RETURN(aw.v_proj, set.Take(p + "self_attn.v_proj.weight"));
+    ASSIGN_OR_RETURN(aw.o_proj, set.Take(p + "self_attn.o_proj.weight"));
+    ASSIGN_OR_RETURN(aw.q_bias, opt(p + "self_attn.q_proj.bias"));
+    ASSIGN_OR_RETURN(aw.k_bias, opt(p + "self_attn.k_proj.bias"));
+    ASSIGN_OR_RETURN(aw.v_bias, opt(p + "self_attn.v_proj.bias"));
+    ASSIGN_OR_RETURN(aw.o_bias, opt(p + "self_attn.o_proj.bias"));
+    ASSIGN_OR_RETURN(aw.q_norm, opt(p + "self_attn.q_norm.weight"));
+    ASSIGN_OR_RETURN(aw.k_norm, opt(p + "self_attn.k_norm.weight"));
     a.local_heads = shard_.local_heads;
     a.local_kv_heads = shard_.local_kv_heads;
     a.head_dim = config_.head_dim;
     a.rms_norm_eps = static_cast<float>(config_.rms_norm_eps);
-    const int64_t global_layer = shard_.first_layer + static_cast<int64_t>(l);
     a.sliding_window = config_.sliding_window_per_layer.empty()
                            ? 0
-                           : config_.sliding_window_per_layer[global_layer];
+                           : config_.sliding_window_per_layer[l];
     GatedMlpWeights& m = layer.mlp.weights;
-    m.gate_proj = std::move(w.gate_proj);
-    m.up_proj = std::move(w.up_proj);
-    m.down_proj = std::move(w.down_proj);
-    m.gate_bias = std::move(w.gate_bias);
-    m.up_bias = std::move(w.up_bias);
-    m.down_bias = std::move(w.down_bias);
+    ASSIGN_OR_RETURN(m.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
+    ASSIGN_OR_RETURN(m.up_proj, set.Take(p + "mlp.up_proj.weight"));
+    ASSIGN_OR_RETURN(m.down_proj, set.Take(p + "mlp.down_proj.weight"));
+    ASSIGN_OR_RETURN(m.gate_bias, opt(p + "mlp.gate_proj.bias"));
+    ASSIGN_OR_RETURN(m.up_bias, opt(p + "mlp.up_proj.bias"));
+    ASSIGN_OR_RETURN(m.down_bias, opt(p + "mlp.down_proj.bias"));
     layers_.push_back(std::move(layer));
   }
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
-    ModelConfig config, LlamaWeights weights, Ops* ops) {
-  const ShardSpec shard = FullModel(config);
-  return Create(std::move(config), shard, std::move(weights), ops, nullptr,
-                nullptr);
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
-    ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-    Communicator* tp, Communicator* pp, int64_t max_step_tokens,
-    int64_t max_logit_rows, PinnableBlockAllocator* allocator) {
-  const int64_t local_layers = shard.end_layer - shard.first_layer;
-  if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("weights have ", weights.layers.size(),
-                     " layers, the shard holds ", local_layers));
+  ASSIGN_OR_RETURN(final_norm_, opt("model.norm.weight"));
+  if (shard_.last_stage() &&
+      !(config_.tie_word_embeddings && embed_tokens_.has_value())) {
+    // A tied head on a rank without the embedding is listed under the
+    // embedding's name (see LlamaWeightTable).
+    ASSIGN_OR_RETURN(
+        lm_head_, opt(config_.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                  : "lm_head.weight"));
   }
-  if ((tp != nullptr ? tp->size() : 1) != shard.tp_size ||
-      (pp != nullptr ? pp->size() : 1) != shard.pp_size) {
-    return absl::InvalidArgumentError(
-        "communicator group sizes do not match the shard's tp and pp");
-  }
-  if (shard.first_stage() != weights.embed_tokens.has_value() ||
-      shard.last_stage() != weights.final_norm.has_value()) {
+  if (shard_.first_stage() != embed_tokens_.has_value() ||
+      shard_.last_stage() != final_norm_.has_value() ||
+      (shard_.last_stage() && !lm_head_.has_value() &&
+       !embed_tokens_.has_value())) {
     return absl::InvalidArgumentError(
         "weights do not match the shard's pipeline stage");
   }
-  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
-  ASSIGN_OR_RETURN(Tensor inv_freq,
-                   ops->Upload(host_inv_freq.view(), DType::kF32));
-  std::unique_ptr<LlamaModel> model(
-      new LlamaModel(std::move(config), shard, std::move(weights),
-                     std::move(inv_freq), ops, tp, pp));
-  if (max_step_tokens > 0) model->max_step_tokens_ = max_step_tokens;
-  if (max_logit_rows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_logit_rows ", max_logit_rows, " must be >= 1"));
-  }
-  model->max_logit_rows_ = max_logit_rows;
-  if (allocator != nullptr) model->allocator_ = allocator;
-  RETURN_IF_ERROR(model->BindScratch());
-  return model;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, WeightSet weights,
     const ModelContext& context) {
-  if (context.ops == nullptr) {
+  Ops* ops = context.ops;
+  if (ops == nullptr) {
     return absl::InvalidArgumentError("LlamaModel::Create: no backend");
   }
-  ASSIGN_OR_RETURN(LlamaWeights bound,
-                   BindLlamaWeights(weights, config, shard));
-  return Create(std::move(config), shard, std::move(bound), context.ops,
-                context.tp, context.pp, context.max_step_tokens,
-                context.max_logit_rows, context.allocator);
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
-    const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
-    int64_t max_logit_rows, const Placement& placement) {
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
-  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
-                   Checkpoint::Open(model_dir));
-  // Weights in host memory (the CPU backend): they are f32 there.
-  if (placement.allocator == nullptr) {
-    RETURN_IF_ERROR(CheckHostMemoryForF32(*ckpt, model_dir));
+  if ((context.tp != nullptr ? context.tp->size() : 1) != shard.tp_size ||
+      (context.pp != nullptr ? context.pp->size() : 1) != shard.pp_size) {
+    return absl::InvalidArgumentError(
+        "communicator group sizes do not match the shard's tp and pp");
   }
-  const ShardSpec shard = FullModel(config);
-  WeightLoadOptions options;
-  options.device = ops;
-  options.matrix_dtype = placement.matrix_dtype;
-  options.on_part = placement.on_weight_part;
-  absl::StatusOr<WeightSet> weights =
-      LoadWeightSet(*ckpt, LlamaWeightTable(config, shard), options);
-  if (!weights.ok()) {
-    return Annotate(weights.status(),
-                    absl::StrCat("loading weights from ", model_dir));
+  if (context.max_logit_rows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_logit_rows ", context.max_logit_rows, " must be >= 1"));
   }
-  ModelContext context;
-  context.ops = ops;
-  context.max_step_tokens = max_step_tokens;
-  context.max_logit_rows = max_logit_rows;
-  context.allocator = placement.allocator;
-  return Create(std::move(config), shard, *std::move(weights), context);
+  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
+  ASSIGN_OR_RETURN(Tensor inv_freq,
+                   ops->Upload(host_inv_freq.view(), DType::kF32));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), shard,
+                                                   std::move(inv_freq), ops,
+                                                   context.tp, context.pp));
+  RETURN_IF_ERROR(model->Bind(weights));
+  if (context.max_step_tokens > 0) {
+    model->max_step_tokens_ = context.max_step_tokens;
+  }
+  model->max_logit_rows_ = context.max_logit_rows;
+  if (context.allocator != nullptr) model->allocator_ = context.allocator;
+  RETURN_IF_ERROR(model->BindScratch());
+  return model;
 }
 
 int64_t LlamaModel::weight_bytes() const {

@@ -81,15 +81,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(
   RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
-  // Weights in host memory (the CPU backend): they are f32 there.
-  if (placement.allocator == nullptr) {
-    RETURN_IF_ERROR(CheckHostMemoryForF32(*ckpt, model_dir));
-  }
   const ShardSpec shard = FullModel(config);
   WeightLoadOptions options;
   options.device = ops;
   options.matrix_dtype = placement.matrix_dtype;
   options.on_part = placement.on_weight_part;
+  // Weights in host memory (the CPU backend): they are f32 there.
+  if (placement.allocator == nullptr) options.check_host_memory_for = model_dir;
   absl::StatusOr<WeightSet> weights =
       LoadShardWeights(*ckpt, config, shard, options);
   if (!weights.ok()) {

@@ -186,6 +186,10 @@ struct WeightLoadOptions {
   DType matrix_dtype = DType::kF32;
   // Called after each part of the table (see WeightSpec::part) is stored.
   std::function<void()> on_part;
+  // Non-empty (the model folder): one process keeps the whole checkpoint in
+  // host memory as f32 (the CPU backend), so loading first refuses, before
+  // reading any tensor, a checkpoint that cannot fit (CheckHostMemoryForF32).
+  std::string check_host_memory_for;
 };
 
 // Reads every tensor of `table` from `checkpoint` and stores it through
@@ -198,8 +202,9 @@ absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
 
 // The CPU backend holds every weight as f32: ResourceExhausted ("DIR needs
 // N GiB for its weights as f32 on the CPU, but only M GiB of memory is
-// available") when that cannot fit, instead of the kernel's out-of-memory
-// killer ending the process half-way through loading.
+// available") when the checkpoint's floating-point tensors cannot fit in
+// MemAvailable, instead of the kernel's out-of-memory killer ending the
+// process half-way through loading. For one process, which holds them all.
 absl::Status CheckHostMemoryForF32(const Checkpoint& checkpoint,
                                    const std::string& model_dir);
 
