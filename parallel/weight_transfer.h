@@ -7,7 +7,7 @@
 // the mmapped checkpoint (or one reused staging buffer for strided slices) and
 // sends it; it never holds another rank's shard. The receiver checks every
 // chunk against the table it expects (index, name, shape, dtype, byte range)
-// and stores each tensor in its backend (Ops::Upload) as soon as its last
+// and stores each tensor in its backend (Device::Upload) as soon as its last
 // chunk is in, so it holds at most one tensor on the host. A mismatched grid
 // or a corrupt message is a DataLoss error, never a silent write.
 #ifndef TESSERA_PARALLEL_WEIGHT_TRANSFER_H_
@@ -19,11 +19,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "parallel/control_channel.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/tensor.h"
-#include "runtime/model/llama.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/weights.h"
 
@@ -60,21 +59,14 @@ absl::Status SendShard(ControlChannel& control, const Checkpoint& checkpoint,
                        const std::function<void()>& on_part = {});
 
 // Other ranks: receives the tensors of `table` (this rank's) and stores each
-// through `ops` (matrices as `matrix_dtype`) as soon as it is complete.
+// through `device` (matrices as `matrix_dtype`) as soon as it is complete.
 // DataLoss when a chunk does not fit the table or the shard ends early.
 absl::StatusOr<WeightSet> ReceiveShard(const ChunkSource& source,
-                                       WeightTable table, Ops* ops,
+                                       WeightTable table, Device* device,
                                        DType matrix_dtype);
 absl::StatusOr<WeightSet> ReceiveShard(ControlChannel& control,
-                                       WeightTable table, Ops* ops,
+                                       WeightTable table, Device* device,
                                        DType matrix_dtype);
-
-// The f32 host path of LlamaWeights (until its callers move to the above):
-// rank 0 sends `weights` (rank `dest`'s shard), tensor by tensor; other ranks
-// fill the allocated `weights` from rank 0's chunks.
-absl::Status SendShard(ControlChannel& control, LlamaWeights& weights,
-                       int dest);
-absl::Status ReceiveShard(ControlChannel& control, LlamaWeights& weights);
 
 }  // namespace tessera
 

@@ -103,7 +103,7 @@ TEST_F(WeightTransferTest, ReceivedShardEqualsReadingItLocally) {
       auto received = Receive(queue, table);
       ASSERT_TRUE(received.ok()) << received.status();
       WeightLoadOptions options;
-      options.ops = &ops_;
+      options.device = &ops_;
       auto local = LoadShardWeights(*ckpt_, config_, shard_, options);
       ASSERT_TRUE(local.ok()) << local.status();
       for (const WeightSpec& spec : table) {

@@ -22,7 +22,7 @@ class ReceivedWeights final : public WeightSource {
                                  const ShardSpec& shard,
                                  const WeightLoadOptions& options) override {
     ASSIGN_OR_RETURN(WeightTable table, ModelWeightTable(config, shard));
-    return ReceiveShard(*control_, std::move(table), options.ops,
+    return ReceiveShard(*control_, std::move(table), options.device,
                         options.matrix_dtype);
   }
 

@@ -31,7 +31,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/local_executor.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
@@ -438,10 +438,15 @@ std::unique_ptr<LocalEngine> EngineWithEos(Ops* ops, int32_t eos) {
   auto ckpt = Checkpoint::Open(dir);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   const ShardSpec shard = FullModel(*config);
-  auto weights = LoadLlamaWeights(**ckpt, *config, shard);
+  WeightLoadOptions load;
+  load.device = ops;
+  auto weights = LoadShardWeights(**ckpt, *config, shard, load);
   EXPECT_TRUE(weights.ok()) << weights.status();
-  auto model = LlamaModel::Create(*config, shard, *std::move(weights), ops,
-                                  nullptr, nullptr, 2048, 4);
+  ModelContext context;
+  context.ops = ops;
+  context.max_step_tokens = 2048;
+  context.max_logit_rows = 4;
+  auto model = CreateModel(*config, shard, *std::move(weights), context);
   EXPECT_TRUE(model.ok()) << model.status();
   EngineOptions options;
   options.scheduler.max_num_seqs = 4;
@@ -1497,7 +1502,7 @@ class CorruptingExecutor final : public DelegatingExecutor {
 TEST(RunGenerate, APromptThatFailsAloneLeavesTheOthers) {
   const std::string dir = GoldenDir() + "/" + kFixture;
   CpuOps ops;
-  auto model = LlamaModel::Load(dir, &ops, 2048, 4);
+  auto model = LoadModel(dir, &ops, 2048, 4);
   ASSERT_TRUE(model.ok()) << model.status();
   KvCacheOptions kv;
   kv.num_blocks = 64;

@@ -21,7 +21,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/local_executor.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/registry.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -120,11 +120,14 @@ TEST_P(GoldenFixtureTest, ChunkedPrefillMatchesTransformers) {
   auto ckpt = Checkpoint::Open(dir);
   ASSERT_TRUE(ckpt.ok());
   const ShardSpec shard = FullModel(*config);
-  auto weights = LoadLlamaWeights(**ckpt, *config, shard);
+  WeightLoadOptions load;
+  load.device = &ops;
+  auto weights = LoadShardWeights(**ckpt, *config, shard, load);
   ASSERT_TRUE(weights.ok());
-  auto model = LlamaModel::Create(*config, shard, *std::move(weights), &ops,
-                                  nullptr, nullptr,
-                                  /*max_step_tokens=*/7);
+  ModelContext context;
+  context.ops = &ops;
+  context.max_step_tokens = 7;
+  auto model = CreateModel(*config, shard, *std::move(weights), context);
   ASSERT_TRUE(model.ok()) << model.status();
   ASSERT_EQ((*model)->max_step_tokens(), 7);
   const json golden = ReadJson(dir + "/golden.json");

@@ -14,7 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_sampling.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/registry.h"
 #include "runtime/model/shard.h"
 #include "tests/test_paths.h"
 #include "tests/testing/thread_communicator.h"
@@ -67,12 +67,16 @@ std::vector<RankResult> RunGrid(const std::string& dir, const json& golden,
     if (!shard.ok()) return fail(shard.status());
     auto ckpt = Checkpoint::Open(dir);
     if (!ckpt.ok()) return fail(ckpt.status());
-    auto weights = LoadLlamaWeights(**ckpt, *config, *shard);
-    if (!weights.ok()) return fail(weights.status());
     CpuOps ops;
-    auto model = LlamaModel::Create(*config, *shard, *std::move(weights), &ops,
-                                    tp_groups[stage]->member(tp_rank),
-                                    pp_groups[tp_rank]->member(stage));
+    WeightLoadOptions load;
+    load.device = &ops;
+    auto weights = LoadShardWeights(**ckpt, *config, *shard, load);
+    if (!weights.ok()) return fail(weights.status());
+    ModelContext context;
+    context.ops = &ops;
+    context.tp = tp_groups[stage]->member(tp_rank);
+    context.pp = pp_groups[tp_rank]->member(stage);
+    auto model = CreateModel(*config, *shard, *std::move(weights), context);
     if (!model.ok()) return fail(model.status());
     out.weight_bytes = (*model)->weight_bytes();
     const bool picks = shard->last_stage() && tp_rank == 0;

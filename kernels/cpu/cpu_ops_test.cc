@@ -36,6 +36,33 @@ class CpuOpsTest : public ::testing::Test {
   CpuOps ops_;
 };
 
+// Upload takes host tensors in the checkpoint's dtype (here unaligned, as a
+// slice of a mapping may be) and widens them into the f32 result.
+TEST_F(CpuOpsTest, UploadWidensBf16AndF16HostTensors) {
+  const std::vector<float> values = {1.0f, -2.5f, 0.15625f, 3e-3f, 65504.0f};
+  for (DType from : {DType::kBF16, DType::kF16}) {
+    std::vector<uint16_t> bits(values.size() + 1);
+    for (size_t i = 0; i < values.size(); ++i) {
+      bits[i + 1] =
+          from == DType::kBF16 ? F32ToBf16(values[i]) : F32ToF16(values[i]);
+    }
+    char* unaligned = reinterpret_cast<char*>(bits.data()) + 2;
+    auto t = ops_.Upload(TensorView(unaligned, from, {5}), DType::kF32);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ(t->dtype(), DType::kF32);
+    for (size_t i = 0; i < values.size(); ++i) {
+      const float want =
+          from == DType::kBF16 ? Bf16ToF32(bits[i + 1]) : F16ToF32(bits[i + 1]);
+      EXPECT_EQ(t->data_as<float>()[i], want) << DTypeName(from) << " " << i;
+    }
+  }
+  int8_t bytes[4] = {};
+  EXPECT_EQ(ops_.Upload(TensorView(bytes, DType::kI8, {4}), DType::kF32)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CpuOpsTest, DeviceCannotCaptureGraphs) {
   EXPECT_EQ(ops_.BeginCapture().code(), absl::StatusCode::kUnimplemented);
   EXPECT_EQ(ops_.EndCapture().status().code(),

@@ -86,6 +86,43 @@ class CudaOpsTest : public ::testing::Test {
   std::unique_ptr<CudaOps> gpu_;
 };
 
+// Upload of host tensors in the checkpoint's dtype: bf16 → bf16 is the bytes
+// as they are (from an unaligned host pointer, as a mapping's slice may be);
+// bf16/f16 → f32 and f16 → bf16 convert; large tensors cross the slices.
+TEST_F(CudaOpsTest, UploadKeepsOrConvertsHostDtypes) {
+  const int64_t n = (int64_t{1} << 22) + 77;  // More than one slice.
+  Tensor f32 = Random({n});
+  std::vector<uint16_t> bf16(n + 1), f16(n + 1);
+  for (int64_t i = 0; i < n; ++i) {
+    bf16[i + 1] = F32ToBf16(f32.data_as<float>()[i]);
+    f16[i + 1] = F32ToF16(f32.data_as<float>()[i]);
+  }
+  const TensorView bf16_host(reinterpret_cast<char*>(bf16.data()) + 2,
+                             DType::kBF16, {n});
+  const TensorView f16_host(reinterpret_cast<char*>(f16.data()) + 2,
+                            DType::kF16, {n});
+  auto same = gpu_->Upload(bf16_host, DType::kBF16);
+  ASSERT_TRUE(same.ok()) << same.status();
+  std::vector<uint16_t> back(n);
+  ASSERT_TRUE(gpu_->CopyToHost(same->view(), back.data()).ok());
+  EXPECT_EQ(std::memcmp(back.data(), bf16.data() + 1, n * 2), 0);
+  auto widened = gpu_->Upload(bf16_host, DType::kF32);
+  ASSERT_TRUE(widened.ok()) << widened.status();
+  const std::vector<float> w = Host(widened->view());
+  auto narrowed = gpu_->Upload(f16_host, DType::kBF16);
+  ASSERT_TRUE(narrowed.ok()) << narrowed.status();
+  ASSERT_TRUE(gpu_->CopyToHost(narrowed->view(), back.data()).ok());
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(w[i], Bf16ToF32(bf16[i + 1])) << i;
+    ASSERT_EQ(back[i], F32ToBf16(F16ToF32(f16[i + 1]))) << i;
+  }
+  int8_t bytes[4] = {};
+  EXPECT_EQ(gpu_->Upload(TensorView(bytes, DType::kI8, {4}), DType::kBF16)
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
   for (auto [t, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 512, 64},
                          {7, 300, 96},

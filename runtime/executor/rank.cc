@@ -30,7 +30,6 @@ class CheckpointSource final : public WeightSource {
  public:
   CheckpointSource(std::string model_dir, std::string label)
       : model_dir_(std::move(model_dir)), label_(std::move(label)) {}
-  const std::string& model_dir() const { return model_dir_; }
   std::string ProgressLabel() const override { return label_; }
 
   absl::StatusOr<WeightSet> Load(const ModelConfig& config,
@@ -56,40 +55,30 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(
   ProgressBar bar(source.ProgressLabel(), parts,
                   spec.show_progress ? stderr : nullptr, isatty(STDERR_FILENO));
   const std::function<void()> advance = [&bar] { bar.Advance(); };
-  const auto* checkpoint = dynamic_cast<const CheckpointSource*>(&source);
-  std::unique_ptr<Model> model;
-  if (checkpoint != nullptr && context.connect == nullptr) {
-    // One process over a checkpoint: the registry's LoadModel also refuses,
-    // before reading any, weights that cannot fit where they go.
-    Model::Placement placement;
-    placement.max_model_len = spec.max_model_len;
-    placement.on_weight_part = advance;
-    placement.allocator = backend.allocator.get();
-    placement.upload_weights = backend.is_cuda();
-    placement.matrix_dtype = matrices;
-    ASSIGN_OR_RETURN(model, LoadModel(checkpoint->model_dir(), ops,
-                                      spec.max_num_batched_tokens,
-                                      spec.max_num_seqs, placement));
-  } else {
-    WeightLoadOptions options;
-    options.ops = ops;
-    options.matrix_dtype = matrices;
-    options.on_part = advance;
-    absl::StatusOr<WeightSet> weights = source.Load(config, shard, options);
-    if (!weights.ok()) {
-      return Annotate(weights.status(),
-                      absl::StrCat("loading weights from ", spec.model_dir));
-    }
-    ModelContext model_context;
-    model_context.ops = ops;
-    model_context.tp = comms.tp.get();
-    model_context.pp = comms.pp.get();
-    model_context.max_step_tokens = spec.max_num_batched_tokens;
-    model_context.max_logit_rows = spec.max_num_seqs;
-    model_context.allocator = backend.allocator.get();
-    ASSIGN_OR_RETURN(
-        model, CreateModel(config, shard, *std::move(weights), model_context));
+  WeightLoadOptions options;
+  options.device = ops;
+  options.matrix_dtype = matrices;
+  options.on_part = advance;
+  // One process on the CPU backend keeps every weight in host memory, as
+  // f32: a checkpoint that cannot fit is refused before any is read.
+  if (backend.allocator == nullptr && context.connect == nullptr) {
+    options.check_host_memory_for = spec.model_dir;
   }
+  absl::StatusOr<WeightSet> weights = source.Load(config, shard, options);
+  if (!weights.ok()) {
+    return Annotate(weights.status(),
+                    absl::StrCat("loading weights from ", spec.model_dir));
+  }
+  ModelContext model_context;
+  model_context.ops = ops;
+  model_context.tp = comms.tp.get();
+  model_context.pp = comms.pp.get();
+  model_context.max_step_tokens = spec.max_num_batched_tokens;
+  model_context.max_logit_rows = spec.max_num_seqs;
+  model_context.allocator = backend.allocator.get();
+  ASSIGN_OR_RETURN(
+      std::unique_ptr<Model> model,
+      CreateModel(config, shard, *std::move(weights), model_context));
   bar.Finish();
   return model;
 }

@@ -158,16 +158,6 @@ absl::Status AppendTokenIds(const Json* value, absl::string_view key,
   return add(*value);
 }
 
-absl::StatusOr<Architecture> ParseArchitecture(absl::string_view model_type) {
-  if (model_type == "llama") return Architecture::kLlama;
-  if (model_type == "mistral") return Architecture::kMistral;
-  if (model_type == "qwen2") return Architecture::kQwen2;
-  if (model_type == "qwen3") return Architecture::kQwen3;
-  return absl::InvalidArgumentError(
-      absl::StrCat("unsupported model_type \"", model_type,
-                   "\" (supported: llama, mistral, qwen2, qwen3)"));
-}
-
 // Rejects checkpoints whose weights are quantized: we would otherwise read
 // packed integers as if they were the dense weights.
 absl::Status CheckQuantization(const Json& root) {
@@ -320,79 +310,84 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
   return rope;
 }
 
-absl::Status ParseSlidingWindow(const Json& root, ModelConfig* config) {
-  config->sliding_window_per_layer.assign(config->num_layers, 0);
-  auto window_value = [&](int64_t fallback) -> absl::StatusOr<int64_t> {
-    auto it = root.find("sliding_window");
-    if (it == root.end()) return fallback;
-    if (it->is_null()) return 0;
-    ASSIGN_OR_RETURN(const int64_t w, AsInt(*it, "sliding_window"));
-    if (w < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"sliding_window\" must be non-negative, found ", w));
-    }
-    return w;
-  };
+// config.json's sliding_window: `fallback` when absent, 0 (full attention)
+// when null.
+absl::StatusOr<int64_t> SlidingWindowValue(const Json& root, int64_t fallback) {
+  auto it = root.find("sliding_window");
+  if (it == root.end()) return fallback;
+  if (it->is_null()) return 0;
+  ASSIGN_OR_RETURN(const int64_t w, AsInt(*it, "sliding_window"));
+  if (w < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"sliding_window\" must be non-negative, found ", w));
+  }
+  return w;
+}
 
-  switch (config->arch) {
-    case Architecture::kLlama:
-      return absl::OkStatus();
-    case Architecture::kMistral: {
-      // MistralConfig defaults sliding_window to 4096 when the key is absent;
-      // null means full attention.
-      ASSIGN_OR_RETURN(const int64_t window, window_value(4096));
-      config->sliding_window_per_layer.assign(config->num_layers, window);
-      return absl::OkStatus();
+// Qwen2Config/Qwen3Config: sliding_window only counts when use_sliding_window
+// is true (default false, sliding_window default 4096); layer_types then says
+// which layers slide, or, when absent, layers i >= max_window_layers (default
+// 28) do.
+absl::Status ParseQwenSlidingWindow(const Json& root, ModelConfig* config) {
+  ASSIGN_OR_RETURN(const bool use_sliding,
+                   OptionalBool(root, "use_sliding_window", false));
+  int64_t window = 0;
+  if (use_sliding) {
+    ASSIGN_OR_RETURN(window, SlidingWindowValue(root, 4096));
+  }
+  const Json* layer_types = Find(root, "layer_types");
+  if (layer_types != nullptr) {
+    if (!layer_types->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"layer_types\" must be a list, found ",
+                       TypeName(*layer_types)));
     }
-    case Architecture::kQwen2:
-    case Architecture::kQwen3: {
-      // Qwen2Config/Qwen3Config: sliding_window only counts when
-      // use_sliding_window is true (default false, sliding_window default
-      // 4096); layer_types then says which layers slide, or, when absent,
-      // layers i >= max_window_layers (default 28) do.
-      ASSIGN_OR_RETURN(const bool use_sliding,
-                       OptionalBool(root, "use_sliding_window", false));
-      int64_t window = 0;
-      if (use_sliding) {
-        ASSIGN_OR_RETURN(window, window_value(4096));
-      }
-      const Json* layer_types = Find(root, "layer_types");
-      if (layer_types != nullptr) {
-        if (!layer_types->is_array()) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("config key \"layer_types\" must be a list, found ",
-                           TypeName(*layer_types)));
-        }
-        if (static_cast<int64_t>(layer_types->size()) != config->num_layers) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "config key \"layer_types\" has ", layer_types->size(),
-              " entries but num_hidden_layers is ", config->num_layers));
-        }
-        for (int64_t i = 0; i < config->num_layers; ++i) {
-          const Json& type = (*layer_types)[i];
-          if (type == "sliding_attention") {
-            config->sliding_window_per_layer[i] = window;
-          } else if (type != "full_attention") {
-            return absl::InvalidArgumentError(
-                absl::StrCat("config key \"layer_types\"[", i,
-                             "]: unsupported layer type ", type.dump()));
-          }
-        }
-        return absl::OkStatus();
-      }
-      if (window == 0) return absl::OkStatus();
-      int64_t max_window_layers = 28;
-      if (const Json* v = Find(root, "max_window_layers")) {
-        ASSIGN_OR_RETURN(max_window_layers, AsInt(*v, "max_window_layers"));
-      }
-      for (int64_t i = std::max<int64_t>(max_window_layers, 0);
-           i < config->num_layers; ++i) {
+    if (static_cast<int64_t>(layer_types->size()) != config->num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"layer_types\" has ", layer_types->size(),
+          " entries but num_hidden_layers is ", config->num_layers));
+    }
+    for (int64_t i = 0; i < config->num_layers; ++i) {
+      const Json& type = (*layer_types)[i];
+      if (type == "sliding_attention") {
         config->sliding_window_per_layer[i] = window;
+      } else if (type != "full_attention") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"layer_types\"[", i,
+                         "]: unsupported layer type ", type.dump()));
       }
-      return absl::OkStatus();
     }
+    return absl::OkStatus();
+  }
+  if (window == 0) return absl::OkStatus();
+  int64_t max_window_layers = 28;
+  if (const Json* v = Find(root, "max_window_layers")) {
+    ASSIGN_OR_RETURN(max_window_layers, AsInt(*v, "max_window_layers"));
+  }
+  for (int64_t i = std::max<int64_t>(max_window_layers, 0);
+       i < config->num_layers; ++i) {
+    config->sliding_window_per_layer[i] = window;
   }
   return absl::OkStatus();
+}
+
+constexpr ArchitectureConfig kArchitectures[] = {
+    {"llama", Architecture::kLlama, &ParseLlamaHParams},
+    {"mistral", Architecture::kMistral, &ParseMistralHParams},
+    {"qwen2", Architecture::kQwen2, &ParseQwen2HParams},
+    {"qwen3", Architecture::kQwen3, &ParseQwen3HParams},
+};
+
+absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
+    absl::string_view model_type) {
+  std::vector<absl::string_view> names;
+  for (const ArchitectureConfig& a : kArchitectures) {
+    if (a.model_type == model_type) return &a;
+    names.push_back(a.model_type);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unsupported model_type \"", model_type,
+                   "\" (supported: ", absl::StrJoin(names, ", "), ")"));
 }
 
 absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
@@ -413,7 +408,9 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
                      model_type->dump()));
   }
   config.model_type = model_type->get<std::string>();
-  ASSIGN_OR_RETURN(config.arch, ParseArchitecture(config.model_type));
+  ASSIGN_OR_RETURN(const ArchitectureConfig* arch,
+                   FindArchitectureConfig(config.model_type));
+  config.arch = arch->arch;
 
   // Quantized weights change every tensor's meaning: reject them before
   // anything else.
@@ -473,30 +470,7 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
   ASSIGN_OR_RETURN(config.tie_word_embeddings,
                    OptionalBool(root, "tie_word_embeddings", false));
 
-  switch (config.arch) {
-    case Architecture::kLlama: {
-      ASSIGN_OR_RETURN(config.attention_bias,
-                       OptionalBool(root, "attention_bias", false));
-      config.attention_out_bias = config.attention_bias;
-      ASSIGN_OR_RETURN(config.mlp_bias, OptionalBool(root, "mlp_bias", false));
-      break;
-    }
-    case Architecture::kMistral:
-      break;
-    case Architecture::kQwen2:
-      config.attention_bias = true;  // q/k/v always; o_proj never.
-      config.attention_out_bias = false;
-      break;
-    case Architecture::kQwen3: {
-      ASSIGN_OR_RETURN(config.attention_bias,
-                       OptionalBool(root, "attention_bias", false));
-      config.attention_out_bias = config.attention_bias;
-      config.qk_norm = true;
-      break;
-    }
-  }
-
-  RETURN_IF_ERROR(ParseSlidingWindow(root, &config));
+  RETURN_IF_ERROR(arch->parse_hparams(root, &config));
 
   if (const Json* bos = Find(root, "bos_token_id")) {
     ASSIGN_OR_RETURN(config.bos_token_id, AsInt(*bos, "bos_token_id"));
@@ -537,6 +511,49 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 }  // namespace
+
+// The architectures' own fields (ArchitectureConfig::parse_hparams). Each
+// starts from full attention in every layer.
+
+absl::Status ParseLlamaHParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  LlamaHParams& h = config->llama;
+  ASSIGN_OR_RETURN(h.attention_bias,
+                   OptionalBool(root, "attention_bias", false));
+  h.attention_out_bias = h.attention_bias;
+  ASSIGN_OR_RETURN(h.mlp_bias, OptionalBool(root, "mlp_bias", false));
+  return absl::OkStatus();
+}
+
+absl::Status ParseMistralHParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  // MistralConfig defaults sliding_window to 4096 when the key is absent;
+  // null means full attention.
+  ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 4096));
+  config->sliding_window_per_layer.assign(config->num_layers, window);
+  return absl::OkStatus();
+}
+
+absl::Status ParseQwen2HParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  config->llama.attention_bias = true;  // q/k/v always; o_proj never.
+  config->llama.attention_out_bias = false;
+  return ParseQwenSlidingWindow(root, config);
+}
+
+absl::Status ParseQwen3HParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  LlamaHParams& h = config->llama;
+  ASSIGN_OR_RETURN(h.attention_bias,
+                   OptionalBool(root, "attention_bias", false));
+  h.attention_out_bias = h.attention_bias;
+  h.qk_norm = true;
+  return ParseQwenSlidingWindow(root, config);
+}
+
+absl::Span<const ArchitectureConfig> ConfigArchitectures() {
+  return kArchitectures;
+}
 
 absl::string_view ArchitectureName(Architecture arch) {
   switch (arch) {

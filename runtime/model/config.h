@@ -13,6 +13,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace tessera {
 
@@ -45,6 +47,16 @@ struct RopeConfig {
       8192;  // llama3: original_max_position_embeddings.
 };
 
+// The variants of the Llama family (llama, mistral, qwen2, qwen3): which
+// optional tensors a layer has. Read only by the family's weight table
+// (llama.h); the layers apply a tensor exactly when it is present.
+struct LlamaHParams {
+  bool attention_bias = false;      // q/k/v biases (qwen2: always).
+  bool attention_out_bias = false;  // o_proj bias (llama attention_bias=true).
+  bool mlp_bias = false;            // gate/up/down biases (llama mlp_bias).
+  bool qk_norm = false;  // Per-head RMSNorm on q and k before RoPE (qwen3).
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::string model_type;  // As spelled in config.json.
@@ -61,14 +73,13 @@ struct ModelConfig {
   RopeConfig rope;
 
   bool tie_word_embeddings = false;
-  bool attention_bias =
-      false;  // q/k/v/o biases (qwen2: q/k/v biases always, o none).
-  bool attention_out_bias = false;  // o_proj bias (llama attention_bias=true).
-  bool mlp_bias = false;  // gate/up/down biases (llama mlp_bias=true).
-  bool qk_norm = false;   // Per-head RMSNorm on q and k before RoPE (qwen3).
+
+  // The architecture's own hyperparameters (its ParseHParams below).
+  LlamaHParams llama;
 
   // Sliding-window attention per layer: 0 = full attention, otherwise a query
-  // at position p sees keys at positions (p - window, p]. Size num_layers.
+  // at position p sees keys at positions (p - window, p]. Size num_layers
+  // (set by the architecture's ParseHParams).
   std::vector<int64_t> sliding_window_per_layer;
 
   int64_t bos_token_id = -1;  // -1 when the config has none.
@@ -96,6 +107,30 @@ struct ModelConfig {
 //    (Unimplemented); an unknown quant_method is InvalidArgument naming it.
 //    Never a silent fallback.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
+
+// One architecture's part of config parsing: after the fields every
+// architecture shares, `parse_hparams` reads the architecture's own (biases,
+// q/k norms, sliding windows, ...) from the config.json object into
+// `config`. The model registry (registry.h) has one entry per model_type
+// listed here, checked by its test.
+struct ArchitectureConfig {
+  absl::string_view model_type;
+  Architecture arch;
+  absl::Status (*parse_hparams)(const nlohmann::json& root,
+                                ModelConfig* config);
+};
+// Every model_type ParseModelConfig accepts.
+absl::Span<const ArchitectureConfig> ConfigArchitectures();
+
+// The Llama family's ParseHParams: biases (llama: attention_bias, mlp_bias;
+// qwen2: q/k/v always; qwen3: attention_bias), qwen3's q/k norms, and the
+// sliding windows (mistral: sliding_window, default 4096; qwen2/qwen3:
+// use_sliding_window, layer_types, max_window_layers).
+absl::Status ParseLlamaHParams(const nlohmann::json& root, ModelConfig* config);
+absl::Status ParseMistralHParams(const nlohmann::json& root,
+                                 ModelConfig* config);
+absl::Status ParseQwen2HParams(const nlohmann::json& root, ModelConfig* config);
+absl::Status ParseQwen3HParams(const nlohmann::json& root, ModelConfig* config);
 
 // Adds the eos ids of a generation_config.json text to config->eos_token_ids
 // (deduplicated): Hugging Face's generate() stops on those too. InvalidArgument

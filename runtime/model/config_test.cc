@@ -238,10 +238,10 @@ TEST(ConfigTest, Stories260K) {
   EXPECT_DOUBLE_EQ(c->rope.theta, 10000.0);
   EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
   EXPECT_TRUE(c->tie_word_embeddings);
-  EXPECT_FALSE(c->attention_bias);
-  EXPECT_FALSE(c->attention_out_bias);
-  EXPECT_FALSE(c->mlp_bias);
-  EXPECT_FALSE(c->qk_norm);
+  EXPECT_FALSE(c->llama.attention_bias);
+  EXPECT_FALSE(c->llama.attention_out_bias);
+  EXPECT_FALSE(c->llama.mlp_bias);
+  EXPECT_FALSE(c->llama.qk_norm);
   EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(5, 0));
   EXPECT_EQ(c->bos_token_id, 1);
   EXPECT_EQ(c->eos_token_ids, std::vector<int64_t>{2});
@@ -376,10 +376,10 @@ TEST(ConfigTest, Mistral) {
   EXPECT_EQ(c->arch, Architecture::kMistral);
   EXPECT_EQ(c->head_dim, 128);
   EXPECT_EQ(c->num_kv_heads, 8);
-  EXPECT_FALSE(c->attention_bias);
-  EXPECT_FALSE(c->attention_out_bias);
-  EXPECT_FALSE(c->mlp_bias);
-  EXPECT_FALSE(c->qk_norm);
+  EXPECT_FALSE(c->llama.attention_bias);
+  EXPECT_FALSE(c->llama.attention_out_bias);
+  EXPECT_FALSE(c->llama.mlp_bias);
+  EXPECT_FALSE(c->llama.qk_norm);
   EXPECT_FALSE(c->tie_word_embeddings);
   EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 4096));
 }
@@ -397,10 +397,10 @@ TEST(ConfigTest, Qwen2) {
   EXPECT_EQ(c->arch, Architecture::kQwen2);
   EXPECT_EQ(c->head_dim, 64);
   EXPECT_EQ(c->num_kv_heads, 2);
-  EXPECT_TRUE(c->attention_bias);
-  EXPECT_FALSE(c->attention_out_bias);
-  EXPECT_FALSE(c->mlp_bias);
-  EXPECT_FALSE(c->qk_norm);
+  EXPECT_TRUE(c->llama.attention_bias);
+  EXPECT_FALSE(c->llama.attention_out_bias);
+  EXPECT_FALSE(c->llama.mlp_bias);
+  EXPECT_FALSE(c->llama.qk_norm);
   EXPECT_TRUE(c->tie_word_embeddings);
   EXPECT_DOUBLE_EQ(c->rope.theta, 1e6);
   EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-6);
@@ -452,10 +452,10 @@ TEST(ConfigTest, Qwen3) {
   EXPECT_EQ(c->num_heads, 16);
   EXPECT_EQ(c->head_dim, 128);  // Not 1024 / 16.
   EXPECT_EQ(c->num_kv_heads, 8);
-  EXPECT_TRUE(c->qk_norm);
-  EXPECT_FALSE(c->attention_bias);
-  EXPECT_FALSE(c->attention_out_bias);
-  EXPECT_FALSE(c->mlp_bias);
+  EXPECT_TRUE(c->llama.qk_norm);
+  EXPECT_FALSE(c->llama.attention_bias);
+  EXPECT_FALSE(c->llama.attention_out_bias);
+  EXPECT_FALSE(c->llama.mlp_bias);
   EXPECT_DOUBLE_EQ(c->rope.theta, 1e6);
   EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
   EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(28, 0));
@@ -466,17 +466,17 @@ TEST(ConfigTest, Qwen3) {
 TEST(ConfigTest, Qwen3AttentionBias) {
   absl::StatusOr<ModelConfig> c = ParseWith(kQwen3, "attention_bias", true);
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->attention_bias);
-  EXPECT_TRUE(c->attention_out_bias);
+  EXPECT_TRUE(c->llama.attention_bias);
+  EXPECT_TRUE(c->llama.attention_out_bias);
 }
 
 TEST(ConfigTest, LlamaBiases) {
   absl::StatusOr<ModelConfig> c =
       ParseEdited(kStories260K, {{"attention_bias", true}, {"mlp_bias", true}});
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_TRUE(c->attention_bias);
-  EXPECT_TRUE(c->attention_out_bias);
-  EXPECT_TRUE(c->mlp_bias);
+  EXPECT_TRUE(c->llama.attention_bias);
+  EXPECT_TRUE(c->llama.attention_out_bias);
+  EXPECT_TRUE(c->llama.mlp_bias);
 }
 
 TEST(ConfigTest, SingleKvHead) {

@@ -1,109 +1,14 @@
 #include "runtime/model/llama.h"
 
-#include <cmath>
 #include <functional>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
-namespace {
-
-const TensorView* OptionalView(const std::optional<Tensor>& t,
-                               TensorView* storage) {
-  if (!t.has_value()) return nullptr;
-  *storage = t->view();
-  return storage;
-}
-
-// Moves the tensors of `set` (a complete set of LlamaWeightTable(c, s)) into
-// the model's struct.
-absl::StatusOr<LlamaWeights> BindLlamaWeights(WeightSet& set,
-                                              const ModelConfig& c,
-                                              const ShardSpec& s) {
-  if (!set.complete()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the weight set lacks ", set.first_missing()));
-  }
-  auto opt =
-      [&set](bool present,
-             const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
-    if (!present) return std::optional<Tensor>();
-    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
-    return std::optional<Tensor>(std::move(t));
-  };
-  LlamaWeights w;
-  if (s.first_stage()) {
-    ASSIGN_OR_RETURN(w.embed_tokens, opt(true, "model.embed_tokens.weight"));
-  }
-  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
-    const std::string p = absl::StrCat("model.layers.", l, ".");
-    LlamaLayerWeights L;
-    ASSIGN_OR_RETURN(L.input_norm, set.Take(p + "input_layernorm.weight"));
-    ASSIGN_OR_RETURN(L.q_proj, set.Take(p + "self_attn.q_proj.weight"));
-    ASSIGN_OR_RETURN(L.k_proj, set.Take(p + "self_attn.k_proj.weight"));
-    ASSIGN_OR_RETURN(L.v_proj, set.Take(p + "self_attn.v_proj.weight"));
-    ASSIGN_OR_RETURN(L.o_proj, set.Take(p + "self_attn.o_proj.weight"));
-    ASSIGN_OR_RETURN(L.q_bias,
-                     opt(c.attention_bias, p + "self_attn.q_proj.bias"));
-    ASSIGN_OR_RETURN(L.k_bias,
-                     opt(c.attention_bias, p + "self_attn.k_proj.bias"));
-    ASSIGN_OR_RETURN(L.v_bias,
-                     opt(c.attention_bias, p + "self_attn.v_proj.bias"));
-    ASSIGN_OR_RETURN(L.o_bias,
-                     opt(c.attention_out_bias, p + "self_attn.o_proj.bias"));
-    ASSIGN_OR_RETURN(L.q_norm, opt(c.qk_norm, p + "self_attn.q_norm.weight"));
-    ASSIGN_OR_RETURN(L.k_norm, opt(c.qk_norm, p + "self_attn.k_norm.weight"));
-    ASSIGN_OR_RETURN(L.post_attention_norm,
-                     set.Take(p + "post_attention_layernorm.weight"));
-    ASSIGN_OR_RETURN(L.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
-    ASSIGN_OR_RETURN(L.up_proj, set.Take(p + "mlp.up_proj.weight"));
-    ASSIGN_OR_RETURN(L.down_proj, set.Take(p + "mlp.down_proj.weight"));
-    ASSIGN_OR_RETURN(L.gate_bias, opt(c.mlp_bias, p + "mlp.gate_proj.bias"));
-    ASSIGN_OR_RETURN(L.up_bias, opt(c.mlp_bias, p + "mlp.up_proj.bias"));
-    ASSIGN_OR_RETURN(L.down_bias, opt(c.mlp_bias, p + "mlp.down_proj.bias"));
-    w.layers.push_back(std::move(L));
-  }
-  if (s.last_stage()) {
-    ASSIGN_OR_RETURN(w.final_norm, opt(true, "model.norm.weight"));
-    if (!(c.tie_word_embeddings && w.embed_tokens)) {
-      // A tied head on a rank without the embedding is read under the
-      // embedding's name (see LlamaWeightTable).
-      ASSIGN_OR_RETURN(w.lm_head, opt(true, c.tie_word_embeddings
-                                                ? "model.embed_tokens.weight"
-                                                : "lm_head.weight"));
-    }
-  }
-  return w;
-}
-
-// LlamaWeights as host f32 tensors: read from `ckpt`, or zeros when it is
-// null (a rank that receives its weights).
-absl::StatusOr<LlamaWeights> HostLlamaWeights(
-    const Checkpoint* ckpt, const ModelConfig& c, const ShardSpec& s,
-    const std::function<void()>& on_part) {
-  WeightSet set(LlamaWeightTable(c, s));
-  HostStaging staging;
-  for (size_t i = 0; i < set.size(); ++i) {
-    const WeightSpec& spec = set.table()[i];
-    ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kF32, spec.local_shape()));
-    if (ckpt != nullptr) {
-      ASSIGN_OR_RETURN(const TensorView host, ReadSlice(*ckpt, spec, &staging));
-      RETURN_IF_ERROR(ConvertToF32(host.dtype(), host.data(), host.numel(),
-                                   t.data_as<float>()));
-    }
-    RETURN_IF_ERROR(set.Put(i, std::move(t)));
-    const bool part_done =
-        i + 1 == set.size() || set.table()[i + 1].part != spec.part;
-    if (part_done && on_part) on_part();
-  }
-  return BindLlamaWeights(set, c, s);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
@@ -138,7 +43,7 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
                          kv_end, part));
     t.push_back(ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
                             q_end, part));
-    if (c.attention_bias) {
+    if (c.llama.attention_bias) {
       t.push_back(
           RowSplit(p + "self_attn.q_proj.bias", {q_dim}, q_begin, q_end, part));
       t.push_back(RowSplit(p + "self_attn.k_proj.bias", {kv_dim}, kv_begin,
@@ -146,10 +51,10 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
       t.push_back(RowSplit(p + "self_attn.v_proj.bias", {kv_dim}, kv_begin,
                            kv_end, part));
     }
-    if (c.attention_out_bias) {
+    if (c.llama.attention_out_bias) {
       t.push_back(Replicated(p + "self_attn.o_proj.bias", {H}, part));
     }
-    if (c.qk_norm) {
+    if (c.llama.qk_norm) {
       t.push_back(Replicated(p + "self_attn.q_norm.weight", {D}, part));
       t.push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
     }
@@ -160,7 +65,7 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
         RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part));
     t.push_back(
         ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part));
-    if (c.mlp_bias) {
+    if (c.llama.mlp_bias) {
       t.push_back(
           RowSplit(p + "mlp.gate_proj.bias", {I}, i_begin, i_end, part));
       t.push_back(RowSplit(p + "mlp.up_proj.bias", {I}, i_begin, i_end, part));
@@ -179,131 +84,10 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   return t;
 }
 
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(
-    const Checkpoint& ckpt, const ModelConfig& config, const ShardSpec& shard,
-    const std::function<void()>& on_part) {
-  return HostLlamaWeights(&ckpt, config, shard, on_part);
-}
-
-int64_t LlamaWeightParts(const ShardSpec& shard) {
-  return (shard.end_layer - shard.first_layer) + (shard.first_stage() ? 1 : 0) +
-         (shard.last_stage() ? 1 : 0);
-}
-
-absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
-                                DType matrix_dtype) {
-  absl::Status status;
-  ForEachWeight(weights, [&](const std::string& name, Tensor* t) {
-    if (!status.ok()) return;
-    // Matrices (projections, embedding, head) in the compute dtype; norms and
-    // biases stay f32.
-    const DType dtype = t->shape().rank() == 2 ? matrix_dtype : DType::kF32;
-    absl::StatusOr<Tensor> device = ops->Upload(t->view(), dtype);
-    if (!device.ok()) {
-      status = Annotate(device.status(), absl::StrCat("uploading ", name));
-      return;
-    }
-    *t = *std::move(device);
-  });
-  return status;
-}
-
-absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
-                                                  const ShardSpec& shard) {
-  return HostLlamaWeights(nullptr, config, shard, {});
-}
-
-void ForEachWeight(LlamaWeights* w,
-                   const std::function<void(const std::string&, Tensor*)>& fn) {
-  auto opt = [&](const std::string& name, std::optional<Tensor>* t) {
-    if (t->has_value()) fn(name, &**t);
-  };
-  opt("embed_tokens", &w->embed_tokens);
-  for (size_t l = 0; l < w->layers.size(); ++l) {
-    LlamaLayerWeights& L = w->layers[l];
-    const std::string p = absl::StrCat("layers[", l, "].");
-    fn(p + "input_norm", &L.input_norm);
-    fn(p + "q_proj", &L.q_proj);
-    fn(p + "k_proj", &L.k_proj);
-    fn(p + "v_proj", &L.v_proj);
-    fn(p + "o_proj", &L.o_proj);
-    opt(p + "q_bias", &L.q_bias);
-    opt(p + "k_bias", &L.k_bias);
-    opt(p + "v_bias", &L.v_bias);
-    opt(p + "o_bias", &L.o_bias);
-    opt(p + "q_norm", &L.q_norm);
-    opt(p + "k_norm", &L.k_norm);
-    fn(p + "post_attention_norm", &L.post_attention_norm);
-    fn(p + "gate_proj", &L.gate_proj);
-    fn(p + "up_proj", &L.up_proj);
-    fn(p + "down_proj", &L.down_proj);
-    opt(p + "gate_bias", &L.gate_bias);
-    opt(p + "up_bias", &L.up_bias);
-    opt(p + "down_bias", &L.down_bias);
-  }
-  opt("final_norm", &w->final_norm);
-  opt("lm_head", &w->lm_head);
-}
-
-namespace {}  // namespace
-
-absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
-  const int64_t dim = c.head_dim;
-  if (dim % 2 != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("head_dim ", dim, " must be even for RoPE"));
-  }
-  ASSIGN_OR_RETURN(Tensor inv_freq, Tensor::Empty(DType::kF32, {dim / 2}));
-  float* f = inv_freq.data_as<float>();
-  const RopeConfig& r = c.rope;
-  for (int64_t i = 0; i < dim / 2; ++i) {
-    // transformers: 1 / base ** (arange(0, dim, 2).float() / dim), in f32.
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
-    f[i] = 1.0f / std::pow(static_cast<float>(r.theta), exponent);
-  }
-  switch (r.scaling) {
-    case RopeScaling::kNone:
-      break;
-    case RopeScaling::kLinear:
-      for (int64_t i = 0; i < dim / 2; ++i)
-        f[i] = f[i] / static_cast<float>(r.factor);
-      break;
-    case RopeScaling::kLlama3: {
-      // Long wavelengths (low frequencies) are slowed by `factor`, short ones
-      // kept, and the band between is interpolated smoothly (transformers'
-      // _compute_llama3_parameters).
-      const double old_len = static_cast<double>(r.original_max_position);
-      const double low_freq_wavelen = old_len / r.low_freq_factor;
-      const double high_freq_wavelen = old_len / r.high_freq_factor;
-      for (int64_t i = 0; i < dim / 2; ++i) {
-        const float freq = f[i];
-        const float wavelen = 2.0f * static_cast<float>(M_PI) / freq;
-        float scaled = wavelen > low_freq_wavelen
-                           ? freq / static_cast<float>(r.factor)
-                           : freq;
-        const bool medium =
-            !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
-        if (medium) {
-          const float smooth =
-              static_cast<float>((old_len / wavelen - r.low_freq_factor) /
-                                 (r.high_freq_factor - r.low_freq_factor));
-          scaled = (1.0f - smooth) * scaled / static_cast<float>(r.factor) +
-                   smooth * scaled;
-        }
-        f[i] = scaled;
-      }
-      break;
-    }
-  }
-  return inv_freq;
-}
-
-LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
-                       LlamaWeights weights, Tensor inv_freq, Ops* ops,
-                       Communicator* tp, Communicator* pp)
+LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq,
+                       Ops* ops, Communicator* tp, Communicator* pp)
     : config_(std::move(config)),
       shard_(shard),
-      weights_(std::move(weights)),
       inv_freq_(std::move(inv_freq)),
       ops_(ops),
       tp_(tp != nullptr ? tp : &single_),
@@ -315,113 +99,116 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard,
       max_step_tokens_(
           std::min<int64_t>(2048, config_.max_position_embeddings)) {}
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
-    ModelConfig config, LlamaWeights weights, Ops* ops) {
-  const ShardSpec shard = FullModel(config);
-  return Create(std::move(config), shard, std::move(weights), ops, nullptr,
-                nullptr);
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
-    ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-    Communicator* tp, Communicator* pp, int64_t max_step_tokens,
-    int64_t max_logit_rows, PinnableBlockAllocator* allocator) {
-  const int64_t local_layers = shard.end_layer - shard.first_layer;
-  if (static_cast<int64_t>(weights.layers.size()) != local_layers) {
+absl::Status LlamaModel::Bind(WeightSet& set) {
+  if (!set.complete()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("weights have ", weights.layers.size(),
-                     " layers, the shard holds ", local_layers));
+        absl::StrCat("the weight set lacks ", set.first_missing()));
   }
-  if ((tp != nullptr ? tp->size() : 1) != shard.tp_size ||
-      (pp != nullptr ? pp->size() : 1) != shard.pp_size) {
-    return absl::InvalidArgumentError(
-        "communicator group sizes do not match the shard's tp and pp");
+  // Optional tensors (biases, q/k norms) are bound when the table lists them.
+  auto opt =
+      [&set](const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
+    if (!set.Has(name)) return std::optional<Tensor>();
+    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
+    return std::optional<Tensor>(std::move(t));
+  };
+  if (shard_.first_stage()) {
+    ASSIGN_OR_RETURN(embed_tokens_, opt("model.embed_tokens.weight"));
   }
-  if (shard.first_stage() != weights.embed_tokens.has_value() ||
-      shard.last_stage() != weights.final_norm.has_value()) {
+  for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    DecoderLayer layer;
+    ASSIGN_OR_RETURN(layer.input_norm, set.Take(p + "input_layernorm.weight"));
+    ASSIGN_OR_RETURN(layer.post_attention_norm,
+                     set.Take(p + "post_attention_layernorm.weight"));
+    AttentionBlock& a = layer.attention;
+    AttentionWeights& aw = a.weights;
+    ASSIGN_OR_RETURN(aw.q_proj, set.Take(p + "self_attn.q_proj.weight"));
+    ASSIGN_OR_RETURN(aw.k_proj, set.Take(p + "self_attn.k_proj.weight"));
+    ASSIGN_OR_RETURN(aw.v_proj, set.Take(p + "self_attn.v_proj.weight"));
+    ASSIGN_OR_RETURN(aw.o_proj, set.Take(p + "self_attn.o_proj.weight"));
+    ASSIGN_OR_RETURN(aw.q_bias, opt(p + "self_attn.q_proj.bias"));
+    ASSIGN_OR_RETURN(aw.k_bias, opt(p + "self_attn.k_proj.bias"));
+    ASSIGN_OR_RETURN(aw.v_bias, opt(p + "self_attn.v_proj.bias"));
+    ASSIGN_OR_RETURN(aw.o_bias, opt(p + "self_attn.o_proj.bias"));
+    ASSIGN_OR_RETURN(aw.q_norm, opt(p + "self_attn.q_norm.weight"));
+    ASSIGN_OR_RETURN(aw.k_norm, opt(p + "self_attn.k_norm.weight"));
+    a.local_heads = shard_.local_heads;
+    a.local_kv_heads = shard_.local_kv_heads;
+    a.head_dim = config_.head_dim;
+    a.rms_norm_eps = static_cast<float>(config_.rms_norm_eps);
+    a.sliding_window = config_.sliding_window_per_layer.empty()
+                           ? 0
+                           : config_.sliding_window_per_layer[l];
+    GatedMlpWeights& m = layer.mlp.weights;
+    ASSIGN_OR_RETURN(m.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
+    ASSIGN_OR_RETURN(m.up_proj, set.Take(p + "mlp.up_proj.weight"));
+    ASSIGN_OR_RETURN(m.down_proj, set.Take(p + "mlp.down_proj.weight"));
+    ASSIGN_OR_RETURN(m.gate_bias, opt(p + "mlp.gate_proj.bias"));
+    ASSIGN_OR_RETURN(m.up_bias, opt(p + "mlp.up_proj.bias"));
+    ASSIGN_OR_RETURN(m.down_bias, opt(p + "mlp.down_proj.bias"));
+    layers_.push_back(std::move(layer));
+  }
+  ASSIGN_OR_RETURN(final_norm_, opt("model.norm.weight"));
+  if (shard_.last_stage() &&
+      !(config_.tie_word_embeddings && embed_tokens_.has_value())) {
+    // A tied head on a rank without the embedding is listed under the
+    // embedding's name (see LlamaWeightTable).
+    ASSIGN_OR_RETURN(
+        lm_head_, opt(config_.tie_word_embeddings ? "model.embed_tokens.weight"
+                                                  : "lm_head.weight"));
+  }
+  if (shard_.first_stage() != embed_tokens_.has_value() ||
+      shard_.last_stage() != final_norm_.has_value() ||
+      (shard_.last_stage() && !lm_head_.has_value() &&
+       !embed_tokens_.has_value())) {
     return absl::InvalidArgumentError(
         "weights do not match the shard's pipeline stage");
   }
-  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
-  ASSIGN_OR_RETURN(Tensor inv_freq,
-                   ops->Upload(host_inv_freq.view(), DType::kF32));
-  std::unique_ptr<LlamaModel> model(
-      new LlamaModel(std::move(config), shard, std::move(weights),
-                     std::move(inv_freq), ops, tp, pp));
-  if (max_step_tokens > 0) model->max_step_tokens_ = max_step_tokens;
-  if (max_logit_rows < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("max_logit_rows ", max_logit_rows, " must be >= 1"));
-  }
-  model->max_logit_rows_ = max_logit_rows;
-  if (allocator != nullptr) model->allocator_ = allocator;
-  RETURN_IF_ERROR(model->BindScratch());
-  return model;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, WeightSet weights,
     const ModelContext& context) {
-  if (context.ops == nullptr) {
+  Ops* ops = context.ops;
+  if (ops == nullptr) {
     return absl::InvalidArgumentError("LlamaModel::Create: no backend");
   }
-  ASSIGN_OR_RETURN(LlamaWeights bound,
-                   BindLlamaWeights(weights, config, shard));
-  return Create(std::move(config), shard, std::move(bound), context.ops,
-                context.tp, context.pp, context.max_step_tokens,
-                context.max_logit_rows, context.allocator);
-}
-
-absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
-    const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
-    int64_t max_logit_rows, const Placement& placement) {
-  ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
-  RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
-  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
-                   Checkpoint::Open(model_dir));
-  // Weights in host memory (the CPU backend): they are f32 there.
-  if (placement.allocator == nullptr) {
-    RETURN_IF_ERROR(CheckHostMemoryForF32(*ckpt, model_dir));
+  if ((context.tp != nullptr ? context.tp->size() : 1) != shard.tp_size ||
+      (context.pp != nullptr ? context.pp->size() : 1) != shard.pp_size) {
+    return absl::InvalidArgumentError(
+        "communicator group sizes do not match the shard's tp and pp");
   }
-  const ShardSpec shard = FullModel(config);
-  WeightLoadOptions options;
-  options.ops = ops;
-  options.matrix_dtype = placement.matrix_dtype;
-  options.on_part = placement.on_weight_part;
-  absl::StatusOr<WeightSet> weights =
-      LoadWeightSet(*ckpt, LlamaWeightTable(config, shard), options);
-  if (!weights.ok()) {
-    return Annotate(weights.status(),
-                    absl::StrCat("loading weights from ", model_dir));
+  if (context.max_logit_rows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_logit_rows ", context.max_logit_rows, " must be >= 1"));
   }
-  ModelContext context;
-  context.ops = ops;
-  context.max_step_tokens = max_step_tokens;
-  context.max_logit_rows = max_logit_rows;
-  context.allocator = placement.allocator;
-  return Create(std::move(config), shard, *std::move(weights), context);
+  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
+  ASSIGN_OR_RETURN(Tensor inv_freq,
+                   ops->Upload(host_inv_freq.view(), DType::kF32));
+  std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), shard,
+                                                   std::move(inv_freq), ops,
+                                                   context.tp, context.pp));
+  RETURN_IF_ERROR(model->Bind(weights));
+  if (context.max_step_tokens > 0) {
+    model->max_step_tokens_ = context.max_step_tokens;
+  }
+  model->max_logit_rows_ = context.max_logit_rows;
+  if (context.allocator != nullptr) model->allocator_ = context.allocator;
+  RETURN_IF_ERROR(model->BindScratch());
+  return model;
 }
 
 int64_t LlamaModel::weight_bytes() const {
   int64_t bytes = 0;
-  auto add = [&](const Tensor& t) { bytes += t.nbytes(); };
-  auto add_opt = [&](const std::optional<Tensor>& t) {
-    if (t) add(*t);
-  };
-  add_opt(weights_.embed_tokens);
-  add_opt(weights_.final_norm);
-  add_opt(weights_.lm_head);
-  for (const LlamaLayerWeights& L : weights_.layers) {
-    for (const Tensor* t :
-         {&L.input_norm, &L.q_proj, &L.k_proj, &L.v_proj, &L.o_proj,
-          &L.post_attention_norm, &L.gate_proj, &L.up_proj, &L.down_proj}) {
-      add(*t);
-    }
-    for (const std::optional<Tensor>* t :
-         {&L.q_bias, &L.k_bias, &L.v_bias, &L.o_bias, &L.q_norm, &L.k_norm,
-          &L.gate_bias, &L.up_bias, &L.down_bias}) {
-      add_opt(*t);
-    }
+  for (const std::optional<Tensor>* t :
+       {&embed_tokens_, &final_norm_, &lm_head_}) {
+    if (t->has_value()) bytes += static_cast<int64_t>((*t)->nbytes());
+  }
+  for (const DecoderLayer& layer : layers_) {
+    bytes += static_cast<int64_t>(layer.input_norm.nbytes() +
+                                  layer.post_attention_norm.nbytes()) +
+             layer.attention.weights.bytes() + layer.mlp.weights.bytes();
   }
   return bytes;
 }
@@ -439,13 +226,13 @@ absl::Status LlamaModel::BindScratch() {
   const Spec specs[] = {
       {"hidden", &hidden_, {T, c.hidden_size}},
       {"normed", &normed_, {T, c.hidden_size}},
-      {"q", &q_, {T, s.local_heads, D}},
-      {"k", &k_, {T, s.local_kv_heads, D}},
-      {"v", &v_, {T, s.local_kv_heads, D}},
-      {"attn", &attn_, {T, s.local_heads, D}},
+      {"q", &attention_scratch_.q, {T, s.local_heads, D}},
+      {"k", &attention_scratch_.k, {T, s.local_kv_heads, D}},
+      {"v", &attention_scratch_.v, {T, s.local_kv_heads, D}},
+      {"attn", &attention_scratch_.attn, {T, s.local_heads, D}},
       {"proj", &proj_, {T, c.hidden_size}},
-      {"gate", &gate_, {T, s.local_intermediate}},
-      {"up", &up_, {T, s.local_intermediate}},
+      {"gate", &mlp_scratch_.gate, {T, s.local_intermediate}},
+      {"up", &mlp_scratch_.up, {T, s.local_intermediate}},
       {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
       {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
       {"gathered_logits",
@@ -465,12 +252,6 @@ absl::Status LlamaModel::BindScratch() {
                      workspace_.View(spec.name, DType::kF32, spec.shape));
   }
   return absl::OkStatus();
-}
-
-absl::Status LlamaModel::AddBias(const std::optional<Tensor>& bias,
-                                 const TensorView& x) {
-  if (!bias.has_value()) return absl::OkStatus();
-  return ops_->BiasAdd(x, bias->view());
 }
 
 absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
@@ -537,11 +318,10 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
     }
     if (shard_.tp_size == 1) {
       RETURN_IF_ERROR(
-          ops_->Embedding(weights_.embed_tokens->view(), batch.tokens, hidden));
+          ops_->Embedding(embed_tokens_->view(), batch.tokens, hidden));
     } else {
-      RETURN_IF_ERROR(ops_->EmbeddingShard(weights_.embed_tokens->view(),
-                                           batch.tokens, shard_.first_vocab_id,
-                                           hidden));
+      RETURN_IF_ERROR(ops_->EmbeddingShard(embed_tokens_->view(), batch.tokens,
+                                           shard_.first_vocab_id, hidden));
       RETURN_IF_ERROR(tp_->AllReduceSum(hidden));
     }
   } else {
@@ -566,9 +346,8 @@ absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
   TensorView last = last_hidden_.Rows(0, n);
   RETURN_IF_ERROR(ops_->GatherRows(hidden_.Rows(0, meta_tokens_), rows, last));
   RETURN_IF_ERROR(
-      ops_->RmsNorm(last, weights_.final_norm->view(), c.rms_norm_eps, last));
-  const Tensor& lm_head =
-      weights_.lm_head.has_value() ? *weights_.lm_head : *weights_.embed_tokens;
+      ops_->RmsNorm(last, final_norm_->view(), c.rms_norm_eps, last));
+  const Tensor& lm_head = lm_head_.has_value() ? *lm_head_ : *embed_tokens_;
   TensorView local = local_logits_.Rows(0, n);
   RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
   if (shard_.tp_size == 1) {
@@ -588,89 +367,21 @@ absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
 
 absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
                                const KvCacheLayer& cache) {
-  const ModelConfig& c = config_;
-  const ShardSpec& s = shard_;
-  const LlamaLayerWeights& w = weights_.layers[l];
+  const DecoderLayer& layer = layers_[l];
   const AttentionMetadata& meta = *batch.metadata;
   const int64_t T = meta.num_tokens;
-  const int64_t D = c.head_dim;
+  const float eps = static_cast<float>(config_.rms_norm_eps);
   TensorView hidden = hidden_.Rows(0, T);
   TensorView normed = normed_.Rows(0, T);
-  TensorView q = q_.Rows(0, T);
-  TensorView k = k_.Rows(0, T);
-  TensorView v = v_.Rows(0, T);
-  TensorView attn = attn_.Rows(0, T);
   TensorView proj = proj_.Rows(0, T);
-  TensorView gate = gate_.Rows(0, T);
-  TensorView up = up_.Rows(0, T);
-  TensorView bias_storage[3];
-
-  // Attention block: this rank's heads; the o_proj partial sums meet in the
-  // all-reduce.
+  RETURN_IF_ERROR(ops_->RmsNorm(hidden, layer.input_norm.view(), eps, normed));
   RETURN_IF_ERROR(
-      ops_->RmsNorm(hidden, w.input_norm.view(), c.rms_norm_eps, normed));
-  ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, s.local_heads * D}));
-  ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, s.local_kv_heads * D}));
-  ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, s.local_kv_heads * D}));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.q_proj.view(),
-                               OptionalView(w.q_bias, &bias_storage[0]), q2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.k_proj.view(),
-                               OptionalView(w.k_bias, &bias_storage[1]), k2d));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.v_proj.view(),
-                               OptionalView(w.v_bias, &bias_storage[2]), v2d));
-  if (c.qk_norm) {
-    RETURN_IF_ERROR(ops_->RmsNorm(q, w.q_norm->view(), c.rms_norm_eps, q));
-    RETURN_IF_ERROR(ops_->RmsNorm(k, w.k_norm->view(), c.rms_norm_eps, k));
-  }
-  RETURN_IF_ERROR(ops_->Rope(q, meta.positions, inv_freq_.view()));
-  RETURN_IF_ERROR(ops_->Rope(k, meta.positions, inv_freq_.view()));
-  // Every new key and value is in the cache before any sequence attends.
-  RETURN_IF_ERROR(ops_->StoreKvCache(k, v, meta.slot_mapping, cache));
-  PagedAttentionArgs args;
-  args.q = q;
-  args.cache = cache;
-  args.metadata = &meta;
-  args.out = attn;
-  const int64_t global_layer = s.first_layer + l;
-  args.sliding_window = c.sliding_window_per_layer.empty()
-                            ? 0
-                            : c.sliding_window_per_layer[global_layer];
-  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
-  if (batch.backend == AttentionBackend::kStatic) {
-    args.first_seq = 0;
-    args.end_seq = meta.num_seqs;
-    RETURN_IF_ERROR(ops_->StaticAttention(args));
-  } else {
-    // Decodes lead the batch (see attention_metadata.h).
-    if (meta.num_decode_seqs > 0) {
-      args.first_seq = 0;
-      args.end_seq = meta.num_decode_seqs;
-      RETURN_IF_ERROR(ops_->DecodeAttention(args));
-    }
-    if (meta.num_decode_seqs < meta.num_seqs) {
-      args.first_seq = meta.num_decode_seqs;
-      args.end_seq = meta.num_seqs;
-      RETURN_IF_ERROR(ops_->PrefillAttention(args));
-    }
-  }
-  ASSIGN_OR_RETURN(TensorView attn2d, attn.Reshape({T, s.local_heads * D}));
-  RETURN_IF_ERROR(ops_->Linear(attn2d, w.o_proj.view(), nullptr, proj));
-  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
-  RETURN_IF_ERROR(AddBias(w.o_bias, proj));
+      layer.attention.Forward(ops_, tp_, normed, meta, batch.backend, cache,
+                              inv_freq_.view(), attention_scratch_, proj));
   // hidden += attention output; normed = the MLP's input norm (fused).
-  RETURN_IF_ERROR(ops_->AddRmsNorm(hidden, proj, w.post_attention_norm.view(),
-                                   c.rms_norm_eps, normed));
-
-  // MLP block: this rank's slice of the intermediate dimension.
-  RETURN_IF_ERROR(ops_->Linear(normed, w.gate_proj.view(),
-                               OptionalView(w.gate_bias, &bias_storage[0]),
-                               gate));
-  RETURN_IF_ERROR(ops_->Linear(normed, w.up_proj.view(),
-                               OptionalView(w.up_bias, &bias_storage[1]), up));
-  RETURN_IF_ERROR(ops_->SiluMul(gate, up, gate));
-  RETURN_IF_ERROR(ops_->Linear(gate, w.down_proj.view(), nullptr, proj));
-  if (s.tp_size > 1) RETURN_IF_ERROR(tp_->AllReduceSum(proj));
-  RETURN_IF_ERROR(AddBias(w.down_bias, proj));
+  RETURN_IF_ERROR(ops_->AddRmsNorm(
+      hidden, proj, layer.post_attention_norm.view(), eps, normed));
+  RETURN_IF_ERROR(layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj));
   return ops_->Add(hidden, proj, hidden);
 }
 

@@ -19,7 +19,6 @@
 #include <functional>
 #include <memory>
 #include <optional>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,75 +32,13 @@
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
+#include "runtime/model/layers.h"
 #include "runtime/model/model.h"
-#include "runtime/model/safetensors.h"
+#include "runtime/model/rope.h"
 #include "runtime/model/shard.h"
 #include "runtime/model/weights.h"
 
 namespace tessera {
-
-// Weights of one decoder layer; optional tensors are std::nullopt when the
-// architecture or the config has none.
-struct LlamaLayerWeights {
-  Tensor input_norm;  // [H]
-  Tensor q_proj;      // [num_heads * D, H]
-  Tensor k_proj;      // [num_kv_heads * D, H]
-  Tensor v_proj;      // [num_kv_heads * D, H]
-  Tensor o_proj;      // [H, num_heads * D]
-  std::optional<Tensor> q_bias, k_bias, v_bias, o_bias;
-  std::optional<Tensor> q_norm, k_norm;  // [D] (qwen3)
-  Tensor post_attention_norm;            // [H]
-  Tensor gate_proj;                      // [I, H]
-  Tensor up_proj;                        // [I, H]
-  Tensor down_proj;                      // [H, I]
-  std::optional<Tensor> gate_bias, up_bias, down_bias;
-};
-
-// One rank's weights. Shapes below are for the whole model; under tensor
-// parallelism each holds its shard (see shard.h): q/k/v/gate/up keep their
-// local rows, o/down their local columns, embedding and LM head their
-// vocabulary rows [Vp, H].
-struct LlamaWeights {
-  std::optional<Tensor> embed_tokens;     // [V, H]; first pipeline stage only.
-  std::vector<LlamaLayerWeights> layers;  // This stage's layers, in order.
-  std::optional<Tensor> final_norm;       // [H]; last stage only.
-  // [V, H]; last stage only, and nullopt when tied to embed_tokens on a rank
-  // that holds both.
-  std::optional<Tensor> lm_head;
-};
-
-// Reads every tensor the config implies for `shard`, by its Hugging Face name,
-// checking each full shape against the config
-// ("model.layers.3.self_attn.k_proj.weight: expected shape [64, 256], found
-// [128, 256]") and converting only this rank's slice. A missing tensor is
-// NotFound naming it. Tensors the config does not use are ignored.
-// `on_part` (optional) is called after each part is read: the embedding, each
-// layer, and the head (LlamaWeightParts of them), for a progress bar.
-absl::StatusOr<LlamaWeights> LoadLlamaWeights(
-    const Checkpoint& checkpoint, const ModelConfig& config,
-    const ShardSpec& shard, const std::function<void()>& on_part = {});
-
-// How many times LoadLlamaWeights calls `on_part` for `shard`.
-int64_t LlamaWeightParts(const ShardSpec& shard);
-
-// Replaces every host f32 tensor of `weights` by its copy in `ops`' memory:
-// matrices as `matrix_dtype` (f32 or bf16), norms and biases as f32. Each host
-// tensor is freed as soon as its copy exists.
-absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
-                                DType matrix_dtype);
-
-// The same shapes, zero-filled: for a rank that receives its shard from rank 0.
-absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
-                                                  const ShardSpec& shard);
-
-// Visits every tensor a shard holds, in one canonical order (the order rank 0
-// sends them in), with a short name for messages.
-void ForEachWeight(LlamaWeights* weights,
-                   const std::function<void(const std::string&, Tensor*)>& fn);
-
-// Rotary inverse frequencies [head_dim / 2] for the config's rope type,
-// computed as transformers does (f32).
-absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
 // Every tensor a Llama-family shard holds, by its Hugging Face name, with its
 // full shape as the config implies it and its split (see shard.h): the one
@@ -113,32 +50,12 @@ WeightTable LlamaWeightTable(const ModelConfig& config, const ShardSpec& shard);
 class LlamaModel : public Model {
  public:
   // The model over a complete weight set of LlamaWeightTable(config, shard)
-  // (in `context.ops`' memory). InvalidArgument when the weights, the
-  // communicators and the shard do not match.
+  // (in `context.ops`' memory), which it takes apart. InvalidArgument when
+  // the weights, the communicators and the shard do not match. Callers use
+  // CreateModel (registry.h).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, ShardSpec shard, WeightSet weights,
       const ModelContext& context);
-
-  // A single-process model. `ops` must outlive the model.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
-      ModelConfig config, LlamaWeights weights, Ops* ops);
-
-  // One rank's part of a parallel model. `tp` is the tensor-parallel group
-  // (size shard.tp_size), `pp` the pipeline group (size shard.pp_size, ranks
-  // in stage order); both, like `ops`, must outlive the model.
-  // `max_step_tokens` > 0 overrides the default chunk size (see
-  // max_step_tokens()); `max_logit_rows` is the most sequences one step
-  // samples (the scratch for logits is sized for it).
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
-      ModelConfig config, ShardSpec shard, LlamaWeights weights, Ops* ops,
-      Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0,
-      int64_t max_logit_rows = 1, PinnableBlockAllocator* allocator = nullptr);
-
-  // Loads config.json and the safetensors of `model_dir` (whole model);
-  // max_step_tokens and max_logit_rows as for Create.
-  static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
-      const std::string& model_dir, Ops* ops, int64_t max_step_tokens = 0,
-      int64_t max_logit_rows = 1, const Placement& placement = {});
 
   const ModelConfig& config() const override { return config_; }
   const ShardSpec& shard() const override { return shard_; }
@@ -152,18 +69,29 @@ class LlamaModel : public Model {
   const TensorView& step_logits() const override { return step_logits_; }
 
  private:
-  LlamaModel(ModelConfig config, ShardSpec shard, LlamaWeights weights,
-             Tensor inv_freq, Ops* ops, Communicator* tp, Communicator* pp);
+  LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq, Ops* ops,
+             Communicator* tp, Communicator* pp);
+  // Moves the tensors of `weights` into the layers.
+  absl::Status Bind(WeightSet& weights);
   absl::Status BindScratch();
   absl::Status Layer(int local_layer, const StepBatch& batch,
                      const KvCacheLayer& cache);
   absl::Status Head(absl::Span<const int32_t> rows, float* logits);
-  // Adds `bias` (if any) to every row of `x` [T, N].
-  absl::Status AddBias(const std::optional<Tensor>& bias, const TensorView& x);
+
+  // One decoder layer: h += attention(norm(h)); h += mlp(norm(h)).
+  struct DecoderLayer {
+    Tensor input_norm;  // [H]
+    AttentionBlock attention;
+    Tensor post_attention_norm;  // [H]
+    GatedMlp mlp;
+  };
 
   ModelConfig config_;
   ShardSpec shard_;
-  LlamaWeights weights_;
+  std::optional<Tensor> embed_tokens_;  // First stage.
+  std::vector<DecoderLayer> layers_;    // This stage's layers.
+  std::optional<Tensor> final_norm_;    // Last stage.
+  std::optional<Tensor> lm_head_;       // Last stage; null when tied.
   Tensor inv_freq_;
   Ops* ops_;
   Communicator* tp_;
@@ -178,8 +106,10 @@ class LlamaModel : public Model {
   Workspace workspace_;
   int64_t max_step_tokens_ = 0;
   int64_t max_logit_rows_ = 1;
-  TensorView hidden_, normed_, q_, k_, v_, attn_, proj_, gate_, up_,
-      last_hidden_, local_logits_, gathered_logits_, full_logits_;
+  TensorView hidden_, normed_, proj_, last_hidden_, local_logits_,
+      gathered_logits_, full_logits_;
+  AttentionScratch attention_scratch_;
+  GatedMlpScratch mlp_scratch_;
   int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
   TensorView step_logits_;   // The last step's logits, in the backend.
 };

@@ -59,9 +59,6 @@ struct ModelPlacement {
   // The backend's memory for scratch and KV (null: host memory owned by
   // the model).
   PinnableBlockAllocator* allocator = nullptr;
-  // Unused since weights always go through Ops::Upload (the CPU backend's
-  // Upload keeps them in host memory as f32); kept for callers that set it.
-  bool upload_weights = false;
   // The dtype of matrices (projections, embedding, head) in the backend:
   // kF32, or kBF16 on a backend that computes with it. Norms and biases are
   // f32.

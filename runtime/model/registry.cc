@@ -19,14 +19,14 @@ absl::StatusOr<std::unique_ptr<Model>> CreateLlama(
   return std::unique_ptr<Model>(std::move(model));
 }
 
-// One line per architecture. The Llama family differs only in its config
-// (biases, q/k norms, sliding windows: see config.h), so its members share
-// the table and the layer loop.
+// One line per architecture. The Llama family differs only in its hparams
+// (biases, q/k norms, sliding windows), so its members share the weight
+// table and the layer loop.
 constexpr ArchitectureEntry kArchitectures[] = {
-    {"llama", &LlamaWeightTable, &CreateLlama},
-    {"mistral", &LlamaWeightTable, &CreateLlama},
-    {"qwen2", &LlamaWeightTable, &CreateLlama},
-    {"qwen3", &LlamaWeightTable, &CreateLlama},
+    {"llama", &ParseLlamaHParams, &LlamaWeightTable, &CreateLlama},
+    {"mistral", &ParseMistralHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen2", &ParseQwen2HParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen3", &ParseQwen3HParams, &LlamaWeightTable, &CreateLlama},
 };
 
 }  // namespace
@@ -81,15 +81,13 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(
   RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
-  // Weights in host memory (the CPU backend): they are f32 there.
-  if (placement.allocator == nullptr) {
-    RETURN_IF_ERROR(CheckHostMemoryForF32(*ckpt, model_dir));
-  }
   const ShardSpec shard = FullModel(config);
   WeightLoadOptions options;
-  options.ops = ops;
+  options.device = ops;
   options.matrix_dtype = placement.matrix_dtype;
   options.on_part = placement.on_weight_part;
+  // Weights in host memory (the CPU backend): they are f32 there.
+  if (placement.allocator == nullptr) options.check_host_memory_for = model_dir;
   absl::StatusOr<WeightSet> weights =
       LoadShardWeights(*ckpt, config, shard, options);
   if (!weights.ok()) {

@@ -4,8 +4,10 @@
 // through the functions here and hold a Model (model.h); no caller names an
 // architecture's class.
 //
-// Adding an architecture = a model file (its table and layer loop) + one line
-// in registry.cc.
+// Adding an architecture = a model file (its table and layer loop), its
+// ParseHParams (config.cc, listed in ConfigArchitectures() so that config
+// parsing, which must not depend on the models, finds it) and one line in
+// registry.cc.
 #ifndef TESSERA_RUNTIME_MODEL_REGISTRY_H_
 #define TESSERA_RUNTIME_MODEL_REGISTRY_H_
 
@@ -25,6 +27,10 @@ namespace tessera {
 
 struct ArchitectureEntry {
   absl::string_view model_type;  // As config.json spells it.
+  // The architecture's own config fields (config.h: ParseModelConfig calls
+  // it through ConfigArchitectures(), which lists the same function).
+  absl::Status (*parse_hparams)(const nlohmann::json& root,
+                                ModelConfig* config);
   // Every tensor one rank of this architecture holds.
   WeightTable (*weight_table)(const ModelConfig& config,
                               const ShardSpec& shard);
@@ -50,9 +56,9 @@ absl::StatusOr<WeightTable> ModelWeightTable(const ModelConfig& config,
 absl::StatusOr<int64_t> ModelWeightParts(const ModelConfig& config,
                                          const ShardSpec& shard);
 
-// Reads `shard`'s tensors from `checkpoint` into options.ops' memory, tensor
-// by tensor in the checkpoint's dtype (see weights.h). A missing tensor is
-// NotFound naming it; a shape that does not match the config is
+// Reads `shard`'s tensors from `checkpoint` into options.device's memory,
+// tensor by tensor in the checkpoint's dtype (see weights.h). A missing tensor
+// is NotFound naming it; a shape that does not match the config is
 // InvalidArgument ("<name>: expected shape [..], found [..]").
 absl::StatusOr<WeightSet> LoadShardWeights(const Checkpoint& checkpoint,
                                            const ModelConfig& config,

@@ -52,17 +52,6 @@ int64_t SliceOffset(const WeightSpec& spec, DType dtype) {
          static_cast<int64_t>(DTypeSize(dtype));
 }
 
-// Bytes the checkpoint's floating-point tensors take once widened to f32.
-int64_t F32WeightBytes(const Checkpoint& ckpt) {
-  int64_t bytes = 0;
-  for (const std::string& name : ckpt.Names()) {
-    absl::StatusOr<TensorInfo> info = ckpt.Get(name);
-    if (info.ok() && IsFloatConvertible(info->dtype))
-      bytes += 4 * info->shape.numel();
-  }
-  return bytes;
-}
-
 // MemAvailable from /proc/meminfo in bytes; -1 when it cannot be read.
 int64_t AvailableHostBytes() {
   std::ifstream meminfo("/proc/meminfo");
@@ -79,7 +68,14 @@ int64_t AvailableHostBytes() {
 
 absl::Status CheckHostMemoryForF32(const Checkpoint& ckpt,
                                    const std::string& model_dir) {
-  const int64_t needed = F32WeightBytes(ckpt);
+  // Every floating-point tensor of the checkpoint, widened: checked before
+  // any shape, so a checkpoint far too large fails here.
+  int64_t needed = 0;
+  for (const std::string& name : ckpt.Names()) {
+    absl::StatusOr<TensorInfo> info = ckpt.Get(name);
+    if (info.ok() && IsFloatConvertible(info->dtype))
+      needed += 4 * info->shape.numel();
+  }
   const int64_t available = AvailableHostBytes();
   if (available >= 0 && needed > available) {
     constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
@@ -265,9 +261,9 @@ absl::Status WeightSet::Put(size_t i, Tensor tensor) {
   return absl::OkStatus();
 }
 
-UploadFn UploadTo(Ops* ops) {
-  return [ops](const TensorView& host, DType dtype) {
-    return ops->Upload(host, dtype);
+UploadFn UploadTo(Device* device) {
+  return [device](const TensorView& host, DType dtype) {
+    return device->Upload(host, dtype);
   };
 }
 
@@ -328,11 +324,14 @@ int64_t WeightSet::bytes() const {
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,
                                         WeightTable table,
                                         const WeightLoadOptions& options) {
-  if (options.ops == nullptr && !options.upload) {
+  if (options.device == nullptr && !options.upload) {
     return absl::InvalidArgumentError("LoadWeightSet: no backend");
   }
   const UploadFn upload =
-      options.upload ? options.upload : UploadTo(options.ops);
+      options.upload ? options.upload : UploadTo(options.device);
+  if (!options.check_host_memory_for.empty()) {
+    RETURN_IF_ERROR(CheckHostMemoryForF32(ckpt, options.check_host_memory_for));
+  }
   WeightSet set(std::move(table));
   HostStaging staging;
   for (size_t i = 0; i < set.size(); ++i) {

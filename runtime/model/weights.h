@@ -8,7 +8,7 @@
 // safetensors when it is contiguous (replicated, rows, experts, vocabulary
 // without padding), or gathered into one reused host staging buffer in the
 // checkpoint's dtype when it is not (columns: strided rows; vocabulary with
-// padding rows). Ops::Upload then stores it in the backend. The only
+// padding rows). Device::Upload then stores it in the backend. The only
 // conversions are the backend's (Upload): f32 compute on the CPU, bf16/f32
 // matrices on a GPU; never a host f32 copy of a bf16 checkpoint on a GPU.
 #ifndef TESSERA_RUNTIME_MODEL_WEIGHTS_H_
@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "kernels/ops.h"
+#include "kernels/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/shape.h"
 #include "runtime/core/tensor.h"
@@ -125,11 +125,11 @@ absl::StatusOr<TensorView> ReadSlice(const Checkpoint& checkpoint,
                                      const WeightSpec& spec,
                                      HostStaging* staging);
 
-// Stores one host tensor in a backend as `dtype`: Ops::Upload (UploadTo), or
-// a test's counting fake.
+// Stores one host tensor in a backend as `dtype`: Device::Upload (UploadTo),
+// or a test's counting fake.
 using UploadFn =
     std::function<absl::StatusOr<Tensor>(const TensorView& host, DType dtype)>;
-UploadFn UploadTo(Ops* ops);
+UploadFn UploadTo(Device* device);
 
 // One rank's tensors in a backend's memory, by spec. Built tensor by tensor
 // (Put/Store), then taken apart by the model that binds them (Take). Move-only.
@@ -144,13 +144,14 @@ class WeightSet {
   size_t size() const { return table_.size(); }
 
   // Stores `host` (table()[i]'s local slice, host memory in any float dtype)
-  // through ops->Upload as StoredDType(spec, matrix_dtype). DataLoss when the
-  // shape is not the slice's; FailedPrecondition when tensor i is present.
+  // through `upload` (device->Upload) as StoredDType(spec, matrix_dtype).
+  // DataLoss when the shape is not the slice's; FailedPrecondition when tensor
+  // i is present.
   absl::Status Store(size_t i, const TensorView& host, const UploadFn& upload,
                      DType matrix_dtype);
-  absl::Status Store(size_t i, const TensorView& host, Ops* ops,
+  absl::Status Store(size_t i, const TensorView& host, Device* device,
                      DType matrix_dtype) {
-    return Store(i, host, UploadTo(ops), matrix_dtype);
+    return Store(i, host, UploadTo(device), matrix_dtype);
   }
   // Places a tensor already in the backend's memory (the slice's shape).
   absl::Status Put(size_t i, Tensor tensor);
@@ -160,6 +161,8 @@ class WeightSet {
   // The first absent tensor's name (empty when complete).
   std::string first_missing() const;
 
+  // Whether the table lists `name`.
+  bool Has(absl::string_view name) const { return index_.contains(name); }
   // The tensor named `name`, if the table has it and it is present.
   const Tensor* Find(absl::string_view name) const;
   // Moves the tensor named `name` out. NotFound naming it when the table has
@@ -176,17 +179,21 @@ class WeightSet {
 };
 
 struct WeightLoadOptions {
-  // The backend the tensors are stored in: `upload` when set, else
-  // ops->Upload (one of them is required).
-  Ops* ops = nullptr;
+  // The backend the tensors are stored in (an Ops is one): `upload` when
+  // set, else device->Upload (one of them is required).
+  Device* device = nullptr;
   UploadFn upload;
   DType matrix_dtype = DType::kF32;
   // Called after each part of the table (see WeightSpec::part) is stored.
   std::function<void()> on_part;
+  // Non-empty (the model folder): one process keeps the whole checkpoint in
+  // host memory as f32 (the CPU backend), so loading first refuses, before
+  // reading any tensor, a checkpoint that cannot fit (CheckHostMemoryForF32).
+  std::string check_host_memory_for;
 };
 
 // Reads every tensor of `table` from `checkpoint` and stores it through
-// options.ops, one tensor at a time: host memory holds at most one staged
+// options.device, one tensor at a time: host memory holds at most one staged
 // slice (and what the backend's Upload converts in bounded pieces). Errors
 // are CheckedTensor's.
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
@@ -195,8 +202,9 @@ absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
 
 // The CPU backend holds every weight as f32: ResourceExhausted ("DIR needs
 // N GiB for its weights as f32 on the CPU, but only M GiB of memory is
-// available") when that cannot fit, instead of the kernel's out-of-memory
-// killer ending the process half-way through loading.
+// available") when the checkpoint's floating-point tensors cannot fit in
+// MemAvailable, instead of the kernel's out-of-memory killer ending the
+// process half-way through loading. For one process, which holds them all.
 absl::Status CheckHostMemoryForF32(const Checkpoint& checkpoint,
                                    const std::string& model_dir);
 

@@ -309,6 +309,72 @@ TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
   EXPECT_TRUE(FindArchitecture("qwen3").ok());
 }
 
+// Config parsing (which cannot depend on the models) and the registry list
+// the same architectures with the same ParseHParams.
+TEST(RegistryTest, ConfigParsingAndRegistryAgree) {
+  size_t found = 0;
+  for (const ArchitectureConfig& a : ConfigArchitectures()) {
+    auto entry = FindArchitecture(a.model_type);
+    ASSERT_TRUE(entry.ok()) << a.model_type;
+    EXPECT_EQ((*entry)->parse_hparams, a.parse_hparams) << a.model_type;
+    ++found;
+  }
+  EXPECT_EQ(found, 4u);
+  for (absl::string_view t : {"llama", "mistral", "qwen2", "qwen3"}) {
+    bool listed = false;
+    for (const ArchitectureConfig& a : ConfigArchitectures())
+      listed |= a.model_type == t;
+    EXPECT_TRUE(listed) << t;
+  }
+}
+
+// Errors keep their text: a missing tensor is NotFound naming it, a shape
+// that disagrees with the config says both shapes, and both name the folder.
+TEST(LoadModelTest, MissingTensorAndShapeMismatchNameTheTensor) {
+  auto config = ParseModelConfig(kConfig);
+  ASSERT_TRUE(config.ok());
+  const WeightTable table = LlamaWeightTable(*config, FullModel(*config));
+  CpuOps ops;
+  {
+    const std::string dir = MakeDir("missing");
+    std::ofstream(dir + "/config.json") << kConfig;
+    CheckpointWriter writer;
+    for (const WeightSpec& spec : table) {
+      if (spec.name != "model.layers.1.mlp.up_proj.weight")
+        writer.AddRandom(spec.name, DType::kBF16, spec.full);
+    }
+    writer.Write(dir + "/model.safetensors");
+    auto model = LoadModel(dir, &ops);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kNotFound);
+    EXPECT_NE(model.status().message().find("loading weights from " + dir),
+              std::string::npos)
+        << model.status();
+    EXPECT_NE(
+        model.status().message().find("model.layers.1.mlp.up_proj.weight"),
+        std::string::npos)
+        << model.status();
+  }
+  {
+    const std::string dir = MakeDir("shape");
+    std::ofstream(dir + "/config.json") << kConfig;
+    CheckpointWriter writer;
+    for (const WeightSpec& spec : table) {
+      writer.AddRandom(spec.name, DType::kBF16,
+                       spec.name == "model.layers.0.self_attn.k_proj.weight"
+                           ? Shape({256, 256})
+                           : spec.full);
+    }
+    writer.Write(dir + "/model.safetensors");
+    auto model = LoadModel(dir, &ops);
+    EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(model.status().message().find(
+                  "model.layers.0.self_attn.k_proj.weight: expected shape "
+                  "[128, 256], found [256, 256]"),
+              std::string::npos)
+        << model.status();
+  }
+}
+
 TEST(LlamaWeightTableTest, TensorParallelSlicesFollowTheShard) {
   auto config = ParseModelConfig(kConfig);
   ASSERT_TRUE(config.ok());
@@ -338,6 +404,13 @@ TEST(LlamaWeightTableTest, TensorParallelSlicesFollowTheShard) {
   EXPECT_FALSE(norm->matrix);
   EXPECT_TRUE(q->matrix);
   EXPECT_EQ(WeightParts(table), 4);  // Embedding, 2 layers, head.
+  // Progress bars count parts per shard (the loader's on_part calls): a
+  // stage's layers plus its embedding or head.
+  for (int stage = 0; stage < 2; ++stage) {
+    auto s = MakeShardSpec(*config, 0, 2, stage, 2);
+    ASSERT_TRUE(s.ok());
+    EXPECT_EQ(*ModelWeightParts(*config, *s), 2);  // One layer + embed/head.
+  }
 }
 
 }  // namespace

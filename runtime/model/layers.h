@@ -1,0 +1,100 @@
+// The pieces a decoder's layer loop is made of, written once over the op set
+// (a model file composes them; next: MoeBlock). Each block maps its input
+// [T, H] to an output [T, H] that the layer loop adds to the residual stream;
+// norms and residual adds stay in the loop, where they fuse (AddRmsNorm).
+//
+// Tensor parallelism (see shard.h): a block holds this rank's heads or
+// intermediate slice; its output projection is row-parallel, so the partial
+// sums meet in an all-reduce over `tp` before the bias (held whole) is added.
+//
+// Variants come from the weights a block is given, never from config flags:
+// a q/k/v bias, an output bias or per-head q/k RMSNorm (qwen3) is applied
+// exactly when its tensor is present.
+#ifndef TESSERA_RUNTIME_MODEL_LAYERS_H_
+#define TESSERA_RUNTIME_MODEL_LAYERS_H_
+
+#include <cstdint>
+#include <optional>
+
+#include "absl/status/status.h"
+#include "kernels/attention_metadata.h"
+#include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
+#include "runtime/core/tensor.h"
+#include "runtime/kv/kv_layout.h"
+#include "runtime/kv/kv_pool.h"
+
+namespace tessera {
+
+// Weights of one attention block; shapes are this rank's.
+struct AttentionWeights {
+  Tensor q_proj;                                 // [local_heads * D, H]
+  Tensor k_proj;                                 // [local_kv_heads * D, H]
+  Tensor v_proj;                                 // [local_kv_heads * D, H]
+  Tensor o_proj;                                 // [H, local_heads * D]
+  std::optional<Tensor> q_bias, k_bias, v_bias;  // Local rows.
+  std::optional<Tensor> o_bias;                  // [H], whole.
+  std::optional<Tensor> q_norm, k_norm;          // [D]: per-head RMSNorm.
+
+  int64_t bytes() const;
+};
+
+// Weights of a gated (SwiGLU) MLP: down(silu(gate(x)) * up(x)).
+struct GatedMlpWeights {
+  Tensor gate_proj;                          // [local_I, H]
+  Tensor up_proj;                            // [local_I, H]
+  Tensor down_proj;                          // [H, local_I]
+  std::optional<Tensor> gate_bias, up_bias;  // Local rows.
+  std::optional<Tensor> down_bias;           // [H], whole.
+
+  int64_t bytes() const;
+};
+
+// Scratch the blocks work in, bound once by the model (views of at least the
+// step's T rows).
+struct AttentionScratch {
+  TensorView q;     // [T, local_heads, D]
+  TensorView k;     // [T, local_kv_heads, D]
+  TensorView v;     // [T, local_kv_heads, D]
+  TensorView attn;  // [T, local_heads, D]
+};
+struct GatedMlpScratch {
+  TensorView gate;  // [T, local_I]
+  TensorView up;    // [T, local_I]
+};
+
+// One layer's attention: q, k, v projections (+ biases), optional per-head
+// q/k norms, RoPE, the new keys and values into `cache`, attention over it
+// (causal, GQA, an optional sliding window), the output projection.
+struct AttentionBlock {
+  AttentionWeights weights;
+  int64_t local_heads = 0;
+  int64_t local_kv_heads = 0;
+  int64_t head_dim = 0;
+  float rms_norm_eps = 1e-6f;
+  int64_t sliding_window = 0;  // 0: full attention.
+
+  // out [T, H] = attention(x [T, H]) for the step described by `metadata`
+  // (T = metadata.num_tokens). kStatic runs every sequence with the static
+  // kernel; kPaged runs decodes (which lead the batch) with the decode kernel
+  // and the rest with the prefill kernel.
+  absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
+                       const AttentionMetadata& metadata,
+                       AttentionBackend backend, const KvCacheLayer& cache,
+                       const TensorView& inv_freq,
+                       const AttentionScratch& scratch,
+                       const TensorView& out) const;
+};
+
+struct GatedMlp {
+  GatedMlpWeights weights;
+
+  // out [T, H] = down(silu(gate(x)) * up(x)) (+ biases) for x [T, H].
+  absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
+                       const GatedMlpScratch& scratch,
+                       const TensorView& out) const;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_MODEL_LAYERS_H_
