@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
-#include "runtime/sampler/sampling_params_proto.h"
+#include "runtime/engine/plan.h"
 
 namespace tessera {
 namespace {
@@ -91,11 +91,11 @@ absl::Status Engine::CheckRequest(const GenerationRequest& request) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
-                                       TokenCallback on_token) {
+absl::StatusOr<SeqId> Engine::Submit(const GenerationRequest& request,
+                                     TokenCallback on_token) {
   const ModelConfig& config = executor_->config();
   RETURN_IF_ERROR(CheckRequest(request));
-  const int64_t id = next_id_++;
+  const SeqId id = next_id_++;
   Request r;
   r.params = request;
   r.on_token = std::move(on_token);
@@ -124,7 +124,7 @@ absl::StatusOr<int64_t> Engine::Submit(const GenerationRequest& request,
   return id;
 }
 
-absl::Status Engine::Cancel(int64_t id) {
+absl::Status Engine::Cancel(SeqId id) {
   auto it = requests_.find(id);
   if (it == requests_.end()) {
     return absl::NotFoundError(
@@ -134,9 +134,9 @@ absl::Status Engine::Cancel(int64_t id) {
   return absl::OkStatus();
 }
 
-void Engine::Finish(int64_t id, Request& r, FinishReason reason) {
+void Engine::Finish(SeqId id, Request& r, FinishReason reason) {
   scheduler_->Remove(id).IgnoreError();  // Present until now by construction.
-  if (r.runner_started) released_.push_back(static_cast<uint64_t>(id));
+  if (r.runner_started) released_.push_back(id);
   r.result.finish_reason = reason;
   if (r.result.text.has_value()) *r.result.text = r.text;
   const Clock::time_point now = Clock::now();
@@ -164,51 +164,38 @@ absl::Status Engine::Step() {
         "the scheduler found nothing to run with ", scheduler_->num_waiting(),
         " waiting and ", scheduler_->num_running(), " running sequences"));
   }
-  plan_.Clear();
-  plan_.set_kind(proto::StepPlan::FORWARD);
-  for (uint64_t id : released_) plan_.add_released(id);
+  RETURN_IF_ERROR(BuildStepPlan(
+      out, released_, executor_->config().eos_token_ids,
+      [this](const ScheduledSequence& s) -> absl::StatusOr<PlanSequence> {
+        auto it = requests_.find(s.seq_id);
+        if (it == requests_.end()) {
+          return absl::InternalError(absl::StrCat("the scheduler ran sequence ",
+                                                  s.seq_id,
+                                                  ", which has no request"));
+        }
+        const Request& r = it->second;
+        PlanSequence seq;
+        ASSIGN_OR_RETURN(seq.tokens, scheduler_->Tokens(s.seq_id));
+        ASSIGN_OR_RETURN(seq.block_table, scheduler_->BlockTable(s.seq_id));
+        seq.request = &r.params;
+        seq.start = !r.runner_started;
+        seq.prefill = r.result.output_ids.empty();
+        return seq;
+      },
+      &plan_));
   released_.clear();
+  // What the plan implies for the requests (BuildStepPlan changes none).
   for (const ScheduledSequence& s : out.seqs) {
-    Request& r = requests_.at(s.seq_id);
-    ASSIGN_OR_RETURN(absl::Span<const int32_t> tokens,
-                     scheduler_->Tokens(s.seq_id));
-    ASSIGN_OR_RETURN(absl::Span<const int32_t> table,
-                     scheduler_->BlockTable(s.seq_id));
-    proto::SequenceStep* step = plan_.add_seqs();
-    step->set_sequence_id(static_cast<uint64_t>(s.seq_id));
-    step->set_context_len(s.context_len);
-    step->mutable_tokens()->Add(tokens.begin() + s.context_len,
-                                tokens.begin() + s.context_len + s.num_tokens);
-    step->mutable_block_table()->Add(table.begin(), table.end());
-    step->set_sample(s.sample);
+    Request& r = requests_.find(s.seq_id)->second;  // Looked up above.
     if (s.first_chunk && r.result.output_ids.empty()) {
       r.result.cached_prompt_tokens = s.context_len;
     }
-    if (!r.runner_started) {
-      step->set_start(true);
-      SamplingToProto(r.params.sampling, step->mutable_sampling());
-      if (r.params.min_tokens > 0) {
-        proto::SamplingParams* sampling = step->mutable_sampling();
-        sampling->set_min_tokens(r.params.min_tokens);
-        for (int32_t stop_id :
-             StopTokenIds(r.params, executor_->config().eos_token_ids)) {
-          sampling->add_min_tokens_stop_ids(stop_id);
-        }
-      }
-      if (r.params.sampling.has_penalties()) {
-        step->mutable_prompt()->Add(r.params.prompt_ids.begin(),
-                                    r.params.prompt_ids.end());
-      }
-      r.runner_started = true;
-    }
-    step->set_top_logprobs(r.params.top_logprobs);
-    step->set_return_logits(s.sample && r.params.return_prefill_logits &&
-                            r.result.output_ids.empty());
+    r.runner_started = true;
   }
   RETURN_IF_ERROR(executor_->Execute(plan_, &result_));
   for (const proto::SampledToken& sampled : result_.tokens()) {
     RETURN_IF_ERROR(
-        OnSampled(static_cast<int64_t>(sampled.sequence_id()), sampled));
+        OnSampled(static_cast<SeqId>(sampled.sequence_id()), sampled));
   }
   return absl::OkStatus();
 }
@@ -249,7 +236,7 @@ std::string Engine::ReleaseText(Request& r, bool finishing) {
   return out;
 }
 
-absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
+absl::Status Engine::OnSampled(SeqId id, const proto::SampledToken& sampled) {
   auto it = requests_.find(id);
   if (it == requests_.end()) {
     return absl::InternalError(
@@ -277,10 +264,10 @@ absl::Status Engine::OnSampled(int64_t id, const proto::SampledToken& sampled) {
 }
 
 absl::StatusOr<std::optional<FinishReason>> Engine::Advance(
-    int64_t id, Request& r, const proto::SampledToken& sampled,
+    SeqId id, Request& r, const proto::SampledToken& sampled,
     TokenEvent& event) {
   const ModelConfig& config = executor_->config();
-  const int32_t token = sampled.token();
+  const TokenId token = sampled.token();
   GenerationResult& result = r.result;
   if (result.output_ids.empty()) {
     r.first_token = Clock::now();
@@ -294,7 +281,7 @@ absl::StatusOr<std::optional<FinishReason>> Engine::Advance(
   event.token = token;
   event.logprob = sampled.logprob();
   if (r.params.top_logprobs > 0) {
-    std::vector<std::pair<int32_t, float>> top;
+    std::vector<std::pair<TokenId, float>> top;
     for (int i = 0; i < sampled.top_ids_size(); ++i) {
       top.emplace_back(sampled.top_ids(i), sampled.top_logprobs(i));
     }
@@ -345,8 +332,7 @@ absl::StatusOr<std::optional<FinishReason>> Engine::Advance(
   return finish;
 }
 
-void Engine::Fail(int64_t id, Request& r, TokenEvent event,
-                  absl::Status error) {
+void Engine::Fail(SeqId id, Request& r, TokenEvent event, absl::Status error) {
   TokenCallback callback = std::move(r.on_token);
   Finish(id, r, FinishReason::kAbort);  // Frees its blocks and its sampler.
   finished_.insert_or_assign(id, error);
@@ -361,7 +347,7 @@ absl::Status Engine::RunUntilIdle() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GenerationResult> Engine::TakeResult(int64_t id) {
+absl::StatusOr<GenerationResult> Engine::TakeResult(SeqId id) {
   auto it = finished_.find(id);
   if (it == finished_.end()) {
     return absl::NotFoundError(absl::StrCat("request ", id, " has no result"));
@@ -371,7 +357,7 @@ absl::StatusOr<GenerationResult> Engine::TakeResult(int64_t id) {
   return result;
 }
 
-int64_t Engine::NumGenerated(int64_t id) const {
+int64_t Engine::NumGenerated(SeqId id) const {
   if (auto it = requests_.find(id); it != requests_.end()) {
     return static_cast<int64_t>(it->second.result.output_ids.size());
   }
@@ -389,12 +375,12 @@ Engine::Stats Engine::stats() const {
 
 absl::StatusOr<GenerationResult> Engine::Generate(
     const GenerationRequest& request,
-    const std::function<void(int32_t)>& on_token) {
+    const std::function<void(TokenId)>& on_token) {
   TokenCallback callback;
   if (on_token) {
     callback = [&on_token](const TokenEvent& e) { on_token(e.token); };
   }
-  ASSIGN_OR_RETURN(const int64_t id, Submit(request, std::move(callback)));
+  ASSIGN_OR_RETURN(const SeqId id, Submit(request, std::move(callback)));
   while (finished_.find(id) == finished_.end()) RETURN_IF_ERROR(Step());
   return TakeResult(id);
 }

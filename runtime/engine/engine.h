@@ -1,9 +1,10 @@
 // Engine: rank 0's serving loop. Requests are submitted at any time; each
 // Step() asks the scheduler what to run, turns that into one StepPlan
-// (sequences, tokens, positions, block tables, sampling parameters), has a
-// StepExecutor run it (this process, or every rank of a parallel job), and
-// hands each sampled token to its request: finish checks (EOS, stop ids, stop
-// strings, max_tokens, context), streaming text, logprobs.
+// (sequences, tokens, positions, block tables, sampling parameters; plan.h
+// says what it holds), has a StepExecutor run it (this process, or every rank
+// of a parallel job), and hands each sampled token to its request: finish
+// checks (EOS, stop ids, stop strings, max_tokens, context), streaming text,
+// logprobs.
 //
 // Stop strings need a tokenizer: the engine detokenizes every request
 // incrementally and holds back the last (longest stop string - 1) bytes of
@@ -39,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "proto/tessera.pb.h"
+#include "runtime/core/ids.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/kv/block_manager.h"
@@ -77,9 +79,9 @@ struct EngineOptions {
 
 // One generated token as a request's callback sees it.
 struct TokenEvent {
-  int32_t token = 0;
+  TokenId token = 0;
   float logprob = 0.0f;  // Under the model's distribution.
-  std::vector<std::pair<int32_t, float>> top_logprobs;  // With logprobs > 0.
+  std::vector<std::pair<TokenId, float>> top_logprobs;  // With logprobs > 0.
   // Text that became final with this token (empty without a tokenizer); the
   // last token's event also carries whatever was held back.
   std::string text;
@@ -108,16 +110,16 @@ class Engine final : public TokenGenerator {
 
   // Queues a request (validated as ValidateRequest does, plus stop strings
   // needing a tokenizer and the pool being able to hold it) and returns its
-  // id. `on_token` sees each token as it is sampled.
-  absl::StatusOr<int64_t> Submit(const GenerationRequest& request,
-                                 TokenCallback on_token = {});
+  // id (its sequence's id too). `on_token` sees each token as it is sampled.
+  absl::StatusOr<SeqId> Submit(const GenerationRequest& request,
+                               TokenCallback on_token = {});
   // The checks Submit makes, without submitting: thread-safe (it reads only
   // what never changes after creation), so a server can refuse a request
   // before it streams anything.
   absl::Status CheckRequest(const GenerationRequest& request) const;
   // Ends a request wherever it is (finish reason "abort") and frees its KV
   // blocks. NotFound for an unknown or already finished id.
-  absl::Status Cancel(int64_t id);
+  absl::Status Cancel(SeqId id);
 
   bool HasWork() const { return scheduler_->HasWork(); }
   // One scheduling step (nothing when there is no work). An error here means
@@ -126,10 +128,10 @@ class Engine final : public TokenGenerator {
   // Steps until every submitted request has finished.
   absl::Status RunUntilIdle();
   // Tokens generated so far by a request (finished or not; 0 if unknown).
-  int64_t NumGenerated(int64_t id) const;
+  int64_t NumGenerated(SeqId id) const;
   // The result of a finished request, once (NotFound otherwise): the error
   // that ended it when it failed alone.
-  absl::StatusOr<GenerationResult> TakeResult(int64_t id);
+  absl::StatusOr<GenerationResult> TakeResult(SeqId id);
 
   Stats stats() const;
 
@@ -140,7 +142,7 @@ class Engine final : public TokenGenerator {
   }
   absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
-      const std::function<void(int32_t)>& on_token = {}) override;
+      const std::function<void(TokenId)>& on_token = {}) override;
 
  private:
   using Clock = std::chrono::steady_clock;
@@ -166,15 +168,15 @@ class Engine final : public TokenGenerator {
          const Tokenizer* tokenizer, BlockManager blocks);
   // Hands a sampled token to its request; an error here is the job's (a
   // token for an unknown sequence). The request's own failures end it alone.
-  absl::Status OnSampled(int64_t id, const proto::SampledToken& sampled);
+  absl::Status OnSampled(SeqId id, const proto::SampledToken& sampled);
   // The per-request part of OnSampled: records the token, fills `event`
   // (but not its text) and says whether and why the request ends.
   absl::StatusOr<std::optional<FinishReason>> Advance(
-      int64_t id, Request& r, const proto::SampledToken& sampled,
+      SeqId id, Request& r, const proto::SampledToken& sampled,
       TokenEvent& event);
   // Ends a request that failed alone: its result is `error`, its callback
   // gets a last event carrying it.
-  void Fail(int64_t id, Request& r, TokenEvent event, absl::Status error);
+  void Fail(SeqId id, Request& r, TokenEvent event, absl::Status error);
   // Appends `piece` to the request's text; true when a stop string appeared
   // (the text is then cut where it starts, or where it ends with
   // include_stop_str_in_output, and it becomes the stop_reason). With
@@ -182,18 +184,18 @@ class Engine final : public TokenGenerator {
   bool AddText(Request& r, const std::string& piece, bool check = true);
   // The event's text: what may be released now (all of it when finishing).
   std::string ReleaseText(Request& r, bool finishing);
-  void Finish(int64_t id, Request& r, FinishReason reason);
+  void Finish(SeqId id, Request& r, FinishReason reason);
 
   StepExecutor* executor_;
   EngineOptions options_;
   const Tokenizer* tokenizer_;
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
-  int64_t next_id_ = 1;
-  absl::flat_hash_map<int64_t, Request> requests_;  // Unfinished.
-  absl::flat_hash_map<int64_t, absl::StatusOr<GenerationResult>> finished_;
-  std::vector<uint64_t> released_;  // For the next plan.
-  proto::StepPlan plan_;
+  SeqId next_id_ = 1;
+  absl::flat_hash_map<SeqId, Request> requests_;  // Unfinished.
+  absl::flat_hash_map<SeqId, absl::StatusOr<GenerationResult>> finished_;
+  std::vector<SeqId> released_;  // For the next plan.
+  proto::StepPlan plan_;         // Reused every step (see plan.h).
   proto::StepResult result_;
 };
 

@@ -31,7 +31,7 @@ absl::Status ValidateRequest(const ModelConfig& config,
                      " tokens, more than the model's context of ", context,
                      " (max_position_embeddings, or --max-model-len)"));
   }
-  for (int32_t id : request.prompt_ids) {
+  for (TokenId id : request.prompt_ids) {
     if (id < 0 || id >= config.vocab_size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "prompt token id ", id, " is outside the vocabulary [0, ",
@@ -80,24 +80,24 @@ int64_t MaxNewTokens(const ModelConfig& config,
                       static_cast<int64_t>(request.prompt_ids.size()) + 1);
 }
 
-bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token) {
+bool IsEos(const std::vector<int64_t>& eos_ids, TokenId token) {
   return std::find(eos_ids.begin(), eos_ids.end(),
                    static_cast<int64_t>(token)) != eos_ids.end();
 }
 
 bool IsStopToken(const GenerationRequest& request,
-                 const std::vector<int64_t>& eos_ids, int32_t token) {
+                 const std::vector<int64_t>& eos_ids, TokenId token) {
   if (!request.ignore_eos && IsEos(eos_ids, token)) return true;
   return std::find(request.stop_token_ids.begin(), request.stop_token_ids.end(),
                    token) != request.stop_token_ids.end();
 }
 
-std::vector<int32_t> StopTokenIds(const GenerationRequest& request,
+std::vector<TokenId> StopTokenIds(const GenerationRequest& request,
                                   const std::vector<int64_t>& eos_ids) {
-  std::vector<int32_t> ids = request.stop_token_ids;
+  std::vector<TokenId> ids = request.stop_token_ids;
   if (!request.ignore_eos) {
     for (int64_t id : eos_ids) {
-      if (id >= 0 && id <= INT32_MAX) ids.push_back(static_cast<int32_t>(id));
+      if (id >= 0 && id <= INT32_MAX) ids.push_back(static_cast<TokenId>(id));
     }
   }
   std::sort(ids.begin(), ids.end());

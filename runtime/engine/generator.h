@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "runtime/core/ids.h"
 #include "runtime/core/memory.h"
 #include "runtime/model/config.h"
 #include "runtime/sampler/sampling_params.h"
@@ -39,13 +40,13 @@ inline constexpr size_t kMaxStopStringBytes = 16 << 10;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 
 struct GenerationRequest {
-  std::vector<int32_t> prompt_ids;  // Used as given: no BOS is added here.
+  std::vector<TokenId> prompt_ids;  // Used as given: no BOS is added here.
   int64_t max_tokens = 256;         // >= 1.
   SamplingParams sampling;
   bool ignore_eos = false;
   // More ids that end the sequence like EOS (finish_reason "stop", the id
   // included in output_ids); they apply even with ignore_eos.
-  std::vector<int32_t> stop_token_ids;
+  std::vector<TokenId> stop_token_ids;
   // Texts that end the sequence (finish_reason "stop") as soon as the output
   // text contains one; the text is cut before it. Needs a tokenizer. At most
   // kMaxStopStringBytes in all.
@@ -73,10 +74,10 @@ struct GenerationRequest {
 
 // What ended a sequence with finish_reason "stop", when it was not EOS:
 // the stop string or the stop token id (vLLM's stop_reason).
-using StopReason = std::variant<std::string, int32_t>;
+using StopReason = std::variant<std::string, TokenId>;
 
 struct GenerationResult {
-  std::vector<int32_t> output_ids;
+  std::vector<TokenId> output_ids;
   FinishReason finish_reason = FinishReason::kLength;
   // The continuation's text (special tokens skipped, cut before a stop
   // string); set when the engine has a tokenizer.
@@ -87,7 +88,7 @@ struct GenerationResult {
   std::vector<float> logprobs;  // Of each output token.
   // With top_logprobs > 0: the most likely (id, log-probability) pairs at
   // each step.
-  std::vector<std::vector<std::pair<int32_t, float>>> top_logprobs;
+  std::vector<std::vector<std::pair<TokenId, float>>> top_logprobs;
   // With return_prefill_logits: next-token logits after the prompt [vocab].
   std::vector<float> prefill_logits;
   int64_t cached_prompt_tokens = 0;  // Served from the prefix cache.
@@ -108,7 +109,7 @@ class TokenGenerator {
   // sees each generated token as soon as it is sampled.
   virtual absl::StatusOr<GenerationResult> Generate(
       const GenerationRequest& request,
-      const std::function<void(int32_t)>& on_token = {}) = 0;
+      const std::function<void(TokenId)>& on_token = {}) = 0;
 };
 
 // The checks every TokenGenerator makes before running a request: a non-empty
@@ -127,16 +128,16 @@ int64_t MaxNewTokens(const ModelConfig& config,
                      const GenerationRequest& request);
 
 // Whether `token` ends a sequence.
-bool IsEos(const std::vector<int64_t>& eos_ids, int32_t token);
+bool IsEos(const std::vector<int64_t>& eos_ids, TokenId token);
 
 // Whether `token` ends `request`'s sequence: an EOS id (unless ignore_eos) or
 // one of its stop_token_ids.
 bool IsStopToken(const GenerationRequest& request,
-                 const std::vector<int64_t>& eos_ids, int32_t token);
+                 const std::vector<int64_t>& eos_ids, TokenId token);
 
 // The ids that min_tokens keeps from being sampled: the EOS ids (unless
 // ignore_eos) and the request's stop_token_ids, distinct, ascending.
-std::vector<int32_t> StopTokenIds(const GenerationRequest& request,
+std::vector<TokenId> StopTokenIds(const GenerationRequest& request,
                                   const std::vector<int64_t>& eos_ids);
 
 }  // namespace tessera

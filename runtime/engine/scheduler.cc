@@ -15,12 +15,12 @@
 namespace tessera {
 namespace {
 
-absl::Status UnknownSequence(int64_t seq_id) {
+absl::Status UnknownSequence(SeqId seq_id) {
   return absl::NotFoundError(
       absl::StrCat("scheduler: unknown sequence ", seq_id));
 }
 
-absl::Status Inconsistent(int64_t seq_id, absl::string_view what) {
+absl::Status Inconsistent(SeqId seq_id, absl::string_view what) {
   return absl::InternalError(
       absl::StrCat("scheduler: sequence ", seq_id, ": ", what));
 }
@@ -48,7 +48,7 @@ absl::StatusOr<Scheduler> Scheduler::Create(SchedulerConfig config,
 Scheduler::Scheduler(SchedulerConfig config, BlockManager* blocks)
     : config_(config), blocks_(blocks) {}
 
-absl::Status Scheduler::Add(int64_t seq_id, std::vector<int32_t> prompt,
+absl::Status Scheduler::Add(SeqId seq_id, std::vector<TokenId> prompt,
                             int64_t max_total_tokens) {
   if (prompt.empty()) {
     return absl::InvalidArgumentError(
@@ -88,7 +88,7 @@ absl::Status Scheduler::PreemptNewest(std::vector<ScheduledSequence>& scheduled,
   if (running_.empty()) {
     return absl::InternalError("scheduler: nothing running to preempt");
   }
-  const int64_t victim = running_.back();
+  const SeqId victim = running_.back();
   auto it = seqs_.find(victim);
   if (it == seqs_.end()) return Inconsistent(victim, "running but unknown");
   if (absl::Status s = blocks_->Free(victim); !s.ok()) return s;
@@ -119,7 +119,7 @@ absl::Status Scheduler::AdmitWaiting(std::vector<ScheduledSequence>& scheduled,
   while (!waiting_.empty() &&
          static_cast<int64_t>(running_.size()) < config_.max_num_seqs &&
          budget > 0) {
-    const int64_t id = waiting_.front();
+    const SeqId id = waiting_.front();
     auto it = seqs_.find(id);
     if (it == seqs_.end()) return Inconsistent(id, "waiting but unknown");
     Sequence& seq = it->second;
@@ -163,7 +163,7 @@ absl::StatusOr<SchedulerOutput> Scheduler::Schedule() {
   // which is never before index i.
   size_t i = 0;
   while (i < running_.size() && budget > 0) {
-    const int64_t id = running_[i];
+    const SeqId id = running_[i];
     auto it = seqs_.find(id);
     if (it == seqs_.end()) return Inconsistent(id, "running but unknown");
     Sequence& seq = it->second;
@@ -221,7 +221,7 @@ absl::StatusOr<SchedulerOutput> Scheduler::Schedule() {
   return output;
 }
 
-absl::Status Scheduler::AppendToken(int64_t seq_id, int32_t token) {
+absl::Status Scheduler::AppendToken(SeqId seq_id, TokenId token) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return UnknownSequence(seq_id);
   Sequence& seq = it->second;
@@ -241,7 +241,7 @@ absl::Status Scheduler::AppendToken(int64_t seq_id, int32_t token) {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Remove(int64_t seq_id) {
+absl::Status Scheduler::Remove(SeqId seq_id) {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return UnknownSequence(seq_id);
   if (it->second.running) {
@@ -262,22 +262,20 @@ absl::Status Scheduler::Remove(int64_t seq_id) {
   return absl::OkStatus();
 }
 
-bool Scheduler::Contains(int64_t seq_id) const {
-  return seqs_.contains(seq_id);
-}
+bool Scheduler::Contains(SeqId seq_id) const { return seqs_.contains(seq_id); }
 
-absl::StatusOr<absl::Span<const int32_t>> Scheduler::Tokens(
-    int64_t seq_id) const {
+absl::StatusOr<absl::Span<const TokenId>> Scheduler::Tokens(
+    SeqId seq_id) const {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return UnknownSequence(seq_id);
   return absl::MakeConstSpan(it->second.tokens);
 }
 
-absl::StatusOr<absl::Span<const int32_t>> Scheduler::BlockTable(
-    int64_t seq_id) const {
+absl::StatusOr<absl::Span<const BlockId>> Scheduler::BlockTable(
+    SeqId seq_id) const {
   auto it = seqs_.find(seq_id);
   if (it == seqs_.end()) return UnknownSequence(seq_id);
-  if (!it->second.running) return absl::Span<const int32_t>();
+  if (!it->second.running) return absl::Span<const BlockId>();
   return blocks_->BlockTable(seq_id);
 }
 

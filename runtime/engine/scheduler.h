@@ -36,6 +36,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/core/ids.h"
 #include "runtime/kv/block_manager.h"
 
 namespace tessera {
@@ -47,7 +48,7 @@ struct SchedulerConfig {
 
 // One sequence's part of a step.
 struct ScheduledSequence {
-  int64_t seq_id = 0;
+  SeqId seq_id = 0;
   int64_t context_len = 0;  // Tokens whose KV is already in the cache.
   int64_t num_tokens = 0;   // Tokens run now: tokens[context_len, +num_tokens).
   bool sample = false;      // The chunk reaches the sequence's last token.
@@ -60,8 +61,8 @@ struct SchedulerOutput {
   // Decodes (num_tokens == 1) first, then the rest, each group in scheduling
   // order. Empty when nothing can run.
   std::vector<ScheduledSequence> seqs;
-  std::vector<int64_t> preempted;  // Preempted during this call.
-  int64_t num_tokens = 0;          // Sum of seqs[i].num_tokens.
+  std::vector<SeqId> preempted;  // Preempted during this call.
+  int64_t num_tokens = 0;        // Sum of seqs[i].num_tokens.
 };
 
 class Scheduler {
@@ -81,7 +82,7 @@ class Scheduler {
   // ever hold (prompt + generated); InvalidArgument if the pool could never
   // hold that many (it would wait or thrash forever), for an empty prompt, or
   // a duplicate id.
-  absl::Status Add(int64_t seq_id, std::vector<int32_t> prompt,
+  absl::Status Add(SeqId seq_id, std::vector<TokenId> prompt,
                    int64_t max_total_tokens);
 
   // Picks the next step. Errors only on internal inconsistency. The output
@@ -94,17 +95,17 @@ class Scheduler {
   // scheduled with sample = true) so that the next step decodes it.
   // OutOfRange when the sequence already holds the max_total_tokens it was
   // added with (the pool was only checked for that many).
-  absl::Status AppendToken(int64_t seq_id, int32_t token);
+  absl::Status AppendToken(SeqId seq_id, TokenId token);
 
   // Removes a sequence wherever it is (waiting or running) and frees its
   // blocks: on finish, or to cancel a request. NotFound for an unknown id.
-  absl::Status Remove(int64_t seq_id);
+  absl::Status Remove(SeqId seq_id);
 
-  bool Contains(int64_t seq_id) const;
+  bool Contains(SeqId seq_id) const;
   // Every token of the sequence (prompt + generated). NotFound if unknown.
-  absl::StatusOr<absl::Span<const int32_t>> Tokens(int64_t seq_id) const;
+  absl::StatusOr<absl::Span<const TokenId>> Tokens(SeqId seq_id) const;
   // The block table the sequence holds now (empty while waiting).
-  absl::StatusOr<absl::Span<const int32_t>> BlockTable(int64_t seq_id) const;
+  absl::StatusOr<absl::Span<const BlockId>> BlockTable(SeqId seq_id) const;
 
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
   int num_running() const { return static_cast<int>(running_.size()); }
@@ -114,7 +115,7 @@ class Scheduler {
 
  private:
   struct Sequence {
-    std::vector<int32_t> tokens;
+    std::vector<TokenId> tokens;
     int64_t num_computed = 0;  // KV written (or scheduled to be).
     int64_t max_total_tokens = 0;
     bool running = false;
@@ -135,9 +136,9 @@ class Scheduler {
 
   SchedulerConfig config_;
   BlockManager* blocks_;
-  absl::flat_hash_map<int64_t, Sequence> seqs_;
-  std::deque<int64_t> waiting_;   // Front = next to admit.
-  std::vector<int64_t> running_;  // Admission order: back = newest.
+  absl::flat_hash_map<SeqId, Sequence> seqs_;
+  std::deque<SeqId> waiting_;   // Front = next to admit.
+  std::vector<SeqId> running_;  // Admission order: back = newest.
   Stats stats_;
 };
 

@@ -28,7 +28,7 @@ uint64_t Mix(uint64_t x) {
   return x;
 }
 
-absl::Status UnknownSequence(BlockManager::SeqId seq_id) {
+absl::Status UnknownSequence(SeqId seq_id) {
   return absl::NotFoundError(
       absl::StrCat("sequence ", seq_id, " is not allocated in the KV cache"));
 }
@@ -115,7 +115,7 @@ void BlockManager::Uncache(BlockId id) {
   b.parent_cache_id = 0;
 }
 
-BlockManager::BlockId BlockManager::PopFreeBlock() {
+BlockId BlockManager::PopFreeBlock() {
   const BlockId id = blocks_[head()].next;
   QueueRemove(id);
   // Lazy eviction: the block stayed hittable while queued; now its content
@@ -317,8 +317,8 @@ absl::StatusOr<int64_t> BlockManager::NumTokens(SeqId seq_id) const {
   return static_cast<int64_t>(it->second.tokens.size());
 }
 
-absl::StatusOr<absl::Span<const BlockManager::BlockId>>
-BlockManager::BlockTable(SeqId seq_id) const {
+absl::StatusOr<absl::Span<const BlockId>> BlockManager::BlockTable(
+    SeqId seq_id) const {
   auto it = sequences_.find(seq_id);
   if (it == sequences_.end()) return UnknownSequence(seq_id);
   return absl::MakeConstSpan(it->second.blocks);

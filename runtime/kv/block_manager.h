@@ -53,14 +53,12 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "runtime/core/ids.h"
 
 namespace tessera {
 
 class BlockManager {
  public:
-  using SeqId = int64_t;
-  using TokenId = int32_t;
-  using BlockId = int32_t;
   // hash(parent_hash, tokens of one full block). The result 0 is reserved for
   // "no hash" and is remapped. Replaceable only so tests can force collisions.
   using HashFn =

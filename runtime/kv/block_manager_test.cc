@@ -15,9 +15,6 @@
 namespace tessera {
 namespace {
 
-using TokenId = BlockManager::TokenId;
-using BlockId = BlockManager::BlockId;
-
 constexpr int kBlockSize = 4;
 
 BlockManager Make(int num_blocks, bool prefix_caching = true,
@@ -47,8 +44,7 @@ std::vector<TokenId> Concat(std::vector<TokenId> a,
 
 // Allocates and returns the cached-token count; fails the test on an error or
 // on "cannot allocate".
-int Alloc(BlockManager& bm, BlockManager::SeqId id,
-          const std::vector<TokenId>& tokens) {
+int Alloc(BlockManager& bm, SeqId id, const std::vector<TokenId>& tokens) {
   auto r = bm.AllocateSequence(id, tokens);
   EXPECT_TRUE(r.ok()) << r.status();
   if (!r.ok()) return -1;
@@ -56,7 +52,7 @@ int Alloc(BlockManager& bm, BlockManager::SeqId id,
   return r->value_or(-1);
 }
 
-std::vector<BlockId> Table(const BlockManager& bm, BlockManager::SeqId id) {
+std::vector<BlockId> Table(const BlockManager& bm, SeqId id) {
   auto t = bm.BlockTable(id);
   EXPECT_TRUE(t.ok()) << t.status();
   if (!t.ok()) return {};
@@ -338,8 +334,8 @@ void RunRandomizedOperations(BlockManager::HashFn hash_fn) {
   for (int p = 0; p < 4; ++p) {
     prefixes.push_back(Range(1000 * p, (p + 1) * kBlockSize + p));
   }
-  std::map<BlockManager::SeqId, std::vector<TokenId>> live;
-  BlockManager::SeqId next_id = 0;
+  std::map<SeqId, std::vector<TokenId>> live;
+  SeqId next_id = 0;
   int allocated = 0, refused = 0, hits = 0;
   for (int step = 0; step < 4000; ++step) {
     const int op = std::uniform_int_distribution<int>(0, 9)(rng);
