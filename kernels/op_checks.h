@@ -35,9 +35,21 @@ inline absl::Status ShapeError(absl::string_view op, absl::string_view what,
       op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
-// GatherRows: f32 src [R, N], dst [rows, N], every row in [0, R).
+// A step array (ops.h): `dtype`, rank 1, with storage when non-empty.
+inline absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
+                                   const TensorView& t, DType dtype) {
+  if (absl::Status s = CheckDType(op, name, t, dtype); !s.ok()) return s;
+  if (t.shape().rank() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be a vector, got ", t.shape().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// GatherRows: f32 src [R, N], rows kI32 [n], dst [n, N]. The rows' values are
+// checked by a backend that can read them (GatherRowsInRange).
 inline absl::Status CheckGatherRows(const TensorView& src,
-                                    absl::Span<const int32_t> rows,
+                                    const TensorView& rows,
                                     const TensorView& dst) {
   if (absl::Status s = CheckDType("GatherRows", "src", src, DType::kF32);
       !s.ok()) {
@@ -47,16 +59,25 @@ inline absl::Status CheckGatherRows(const TensorView& src,
       !s.ok()) {
     return s;
   }
+  if (absl::Status s = CheckStepArray("GatherRows", "rows", rows, DType::kI32);
+      !s.ok()) {
+    return s;
+  }
   if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
-      dst.shape()[1] != src.shape()[1]) {
+      dst.shape()[0] != rows.shape()[0] || dst.shape()[1] != src.shape()[1]) {
     return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
                       src.shape(), dst.shape());
   }
+  return absl::OkStatus();
+}
+
+// Every row in [0, num_rows) (host rows).
+inline absl::Status GatherRowsInRange(absl::Span<const int32_t> rows,
+                                      int64_t num_rows) {
   for (int32_t r : rows) {
-    if (r < 0 || r >= src.shape()[0]) {
+    if (r < 0 || r >= num_rows) {
       return absl::InvalidArgumentError(
-          absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
+          absl::StrCat("GatherRows: row ", r, " of ", num_rows));
     }
   }
   return absl::OkStatus();

@@ -300,8 +300,10 @@ absl::StatusOr<std::unique_ptr<ParallelJob>> ParallelJob::Create(
   if (!pool.ok()) job->Fail(pool.status());
   const absl::Status gathered = job->GatherReports(world, pool->bytes());
   if (!gathered.ok()) job->Fail(gathered);
-  job->runner_ = std::make_unique<StepRunner>(
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner = StepRunner::Create(
       job->model_.get(), *std::move(pool), kv.backend, job->is_sampler());
+  if (!runner.ok()) job->Fail(runner.status());
+  job->runner_ = *std::move(runner);
   job->load_seconds_ =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();

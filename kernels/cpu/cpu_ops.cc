@@ -228,6 +228,46 @@ float* ScratchWeights(int64_t n) {
 
 enum class PagedKind { kPrefill, kDecode, kStatic };
 
+// A step array in host memory (this backend's), as a span.
+template <typename T>
+absl::Span<const T> HostArray(const TensorView& t) {
+  return absl::MakeConstSpan(t.data_as<const T>(),
+                             static_cast<size_t>(t.numel()));
+}
+
+// The metadata's arrays read where they are (host memory on this backend).
+struct HostMetadata {
+  int32_t block_size = 0;
+  int32_t num_seqs = 0;
+  int64_t num_tokens = 0;
+  int32_t max_blocks_per_seq = 0;
+  absl::Span<const int32_t> query_start_loc, context_lens, seq_lens,
+      block_tables;
+  const int32_t* block_table(int32_t seq) const {
+    return block_tables.data() + static_cast<int64_t>(seq) * max_blocks_per_seq;
+  }
+};
+
+absl::Status ReadMetadata(absl::string_view op, const AttentionMetadata& m,
+                          HostMetadata* out) {
+  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{
+                                       "query_start_loc", &m.query_start_loc},
+                                   {"context_lens", &m.context_lens},
+                                   {"seq_lens", &m.seq_lens},
+                                   {"block_tables", &m.block_tables}}) {
+    RETURN_IF_ERROR(CheckDType(op, name, *view, DType::kI32));
+  }
+  out->block_size = m.block_size;
+  out->num_seqs = m.num_seqs;
+  out->num_tokens = m.num_tokens;
+  out->max_blocks_per_seq = m.max_blocks_per_seq;
+  out->query_start_loc = HostArray<int32_t>(m.query_start_loc);
+  out->context_lens = HostArray<int32_t>(m.context_lens);
+  out->seq_lens = HostArray<int32_t>(m.seq_lens);
+  out->block_tables = HostArray<int32_t>(m.block_tables);
+  return absl::OkStatus();
+}
+
 // What a validated paged-attention call runs.
 struct PagedPlan {
   CacheDims cache;
@@ -237,6 +277,7 @@ struct PagedPlan {
   int64_t row_end = 0;
   int64_t max_keys = 0;  // Most keys one query attends.
   int64_t work = 0;      // Multiply-adds.
+  HostMetadata meta;
 };
 
 absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
@@ -245,7 +286,8 @@ absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
   if (args.metadata == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
   }
-  const AttentionMetadata& m = *args.metadata;
+  RETURN_IF_ERROR(ReadMetadata(op, *args.metadata, &plan->meta));
+  const HostMetadata& m = plan->meta;
   const size_t num_seqs = m.num_seqs < 0 ? 0 : m.num_seqs;
   if (m.block_size <= 0 || m.num_seqs < 0 || m.max_blocks_per_seq < 0 ||
       m.query_start_loc.size() != num_seqs + 1 ||
@@ -404,7 +446,7 @@ class SlotCursor {
 template <typename T, bool kStatic>
 void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
                int32_t seq, int64_t row, int64_t h, float* weights) {
-  const AttentionMetadata& m = *args.metadata;
+  const HostMetadata& m = plan.meta;
   const CacheDims& c = plan.cache;
   const int64_t dim = c.dim;
   const int64_t dim_v = c.dim_v;
@@ -518,7 +560,7 @@ constexpr int kAttentionChunk = 4;
 template <typename T, bool kStatic>
 void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
                        bool one_row_per_seq, CpuThreadPool* pool) {
-  const int32_t* starts = args.metadata->query_start_loc.data();
+  const int32_t* starts = plan.meta.query_start_loc.data();
   const int64_t heads = plan.num_heads;
   const int64_t items = (plan.row_end - plan.row_begin) * heads;
   auto attend = [&](int64_t item, float* weights) {
@@ -567,10 +609,12 @@ void DispatchPagedAttention(const PagedAttentionArgs& args,
 CpuOps::CpuOps() : CpuOps(&CpuThreadPool::Default()) {}
 
 absl::Status CpuOps::Embedding(const TensorView& table,
-                               absl::Span<const int32_t> ids,
+                               const TensorView& ids_view,
                                const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("Embedding", "table", table));
   RETURN_IF_ERROR(CheckF32("Embedding", "out", out));
+  RETURN_IF_ERROR(CheckStepArray("Embedding", "ids", ids_view, DType::kI32));
+  const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
   if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
       out.shape()[0] != static_cast<int64_t>(ids.size()) ||
       out.shape()[1] != table.shape()[1]) {
@@ -592,10 +636,13 @@ absl::Status CpuOps::Embedding(const TensorView& table,
 }
 
 absl::Status CpuOps::EmbeddingShard(const TensorView& table,
-                                    absl::Span<const int32_t> ids,
+                                    const TensorView& ids_view,
                                     int64_t first_id, const TensorView& out) {
   RETURN_IF_ERROR(CheckF32("EmbeddingShard", "table", table));
   RETURN_IF_ERROR(CheckF32("EmbeddingShard", "out", out));
+  RETURN_IF_ERROR(
+      CheckStepArray("EmbeddingShard", "ids", ids_view, DType::kI32));
+  const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
   if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
       out.shape()[0] != static_cast<int64_t>(ids.size()) ||
       out.shape()[1] != table.shape()[1]) {
@@ -648,15 +695,22 @@ absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
 }
 
 absl::Status CpuOps::GatherRows(const TensorView& src,
-                                absl::Span<const int32_t> rows,
+                                const TensorView& rows_view,
                                 const TensorView& dst) {
-  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
+  RETURN_IF_ERROR(CheckGatherRows(src, rows_view, dst));
+  const absl::Span<const int32_t> rows = HostArray<int32_t>(rows_view);
+  RETURN_IF_ERROR(GatherRowsInRange(rows, src.shape()[0]));
   const int64_t n = src.shape()[1];
   for (size_t i = 0; i < rows.size(); ++i) {
     std::copy_n(src.data_as<const float>() + rows[i] * n, n,
                 dst.data_as<float>() + static_cast<int64_t>(i) * n);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<UploadBuffer>> CpuOps::NewUploadBuffer(
+    size_t bytes) {
+  return NewHostUploadBuffer(bytes);
 }
 
 absl::Status CpuOps::CopyToHost(const TensorView& src, void* dst) {
@@ -767,11 +821,14 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Rope(const TensorView& x,
-                          absl::Span<const int32_t> positions,
+absl::Status CpuOps::Rope(const TensorView& x, const TensorView& positions_view,
                           const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckF32("Rope", "x", x));
   RETURN_IF_ERROR(CheckF32("Rope", "inv_freq", inv_freq));
+  RETURN_IF_ERROR(
+      CheckStepArray("Rope", "positions", positions_view, DType::kI32));
+  const absl::Span<const int32_t> positions =
+      HostArray<int32_t>(positions_view);
   if (x.shape().rank() != 3 ||
       x.shape()[0] != static_cast<int64_t>(positions.size()) ||
       x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
@@ -840,11 +897,13 @@ absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up,
 }
 
 absl::Status CpuOps::StoreKvCache(const TensorView& k, const TensorView& v,
-                                  absl::Span<const int64_t> slot_mapping,
+                                  const TensorView& slots_view,
                                   const KvCacheLayer& cache) {
   constexpr absl::string_view kOp = "StoreKvCache";
   RETURN_IF_ERROR(CheckF32(kOp, "k", k));
   RETURN_IF_ERROR(CheckF32(kOp, "v", v));
+  RETURN_IF_ERROR(CheckStepArray(kOp, "slot_mapping", slots_view, DType::kI64));
+  const absl::Span<const int64_t> slot_mapping = HostArray<int64_t>(slots_view);
   CacheDims c;
   RETURN_IF_ERROR(CheckCache(kOp, cache, &c));
   const int64_t tokens = static_cast<int64_t>(slot_mapping.size());

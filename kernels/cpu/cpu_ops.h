@@ -17,15 +17,17 @@ class CpuOps final : public Ops {
   CpuOps();
   explicit CpuOps(CpuThreadPool* pool) : pool_(pool) {}
 
-  absl::Status Embedding(const TensorView& table, absl::Span<const int32_t> ids,
+  absl::Status Embedding(const TensorView& table, const TensorView& ids,
                          const TensorView& out) override;
-  absl::Status EmbeddingShard(const TensorView& table,
-                              absl::Span<const int32_t> ids, int64_t first_id,
-                              const TensorView& out) override;
+  absl::Status EmbeddingShard(const TensorView& table, const TensorView& ids,
+                              int64_t first_id, const TensorView& out) override;
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
                             const TensorView& out) override;
-  absl::Status GatherRows(const TensorView& src, absl::Span<const int32_t> rows,
+  // Step buffers are host memory: packed in place, never copied.
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) override;
+  absl::Status GatherRows(const TensorView& src, const TensorView& rows,
                           const TensorView& dst) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
   absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
@@ -34,13 +36,13 @@ class CpuOps final : public Ops {
                    const TensorView& out) override;
   absl::Status Linear(const TensorView& x, const TensorView& weight,
                       const TensorView* bias, const TensorView& out) override;
-  absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
+  absl::Status Rope(const TensorView& x, const TensorView& positions,
                     const TensorView& inv_freq) override;
   absl::Status BiasAdd(const TensorView& x, const TensorView& bias) override;
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out) override;
   absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
-                            absl::Span<const int64_t> slot_mapping,
+                            const TensorView& slot_mapping,
                             const KvCacheLayer& cache) override;
   // All three kernels read an f32 or an int8 cache (scales applied inside the
   // dot products and the value accumulation), run one (token, head) reduction

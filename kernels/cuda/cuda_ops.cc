@@ -111,6 +111,12 @@ absl::Status CudaOps::Synchronize() {
 absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {
   Scratch& s = scratch_[which];
   if (s.bytes >= bytes && s.data != nullptr) return s.data;
+  if (s.reserved) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a step needs ", bytes, " bytes of scratch #",
+                     static_cast<int>(which), ", ReserveStepScratch reserved ",
+                     s.bytes, " (the rank's step limits are too small)"));
+  }
   if (s.data != nullptr) {
     // The old buffer may still be read by enqueued work.
     RETURN_IF_ERROR(Synchronize());
@@ -124,15 +130,152 @@ absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {
   return s.data;
 }
 
-absl::StatusOr<void*> CudaOps::Stage(enum Buffer which, const void* host,
-                                     size_t bytes) {
+absl::Status CudaOps::Reserve(enum Buffer which, size_t bytes) {
+  Scratch& s = scratch_[which];
+  if (s.data != nullptr) {
+    RETURN_IF_ERROR(Synchronize());
+    RETURN_IF_ERROR(allocator_->Free(s.data));
+    s = Scratch{};
+  }
+  bytes = std::max<size_t>(bytes, 256);
+  ASSIGN_OR_RETURN(s.data, allocator_->Allocate(bytes));
+  s.bytes = bytes;
+  s.reserved = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::ReserveStepScratch(const StepLimits& l) {
+  if (l.max_tokens < 1 || l.max_seqs < 1 || l.max_seq_len < 1 ||
+      l.max_heads < 1 || l.max_head_dim < 1 || l.max_linear_in < 1 ||
+      l.vocab_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReserveStepScratch: limits of ", l.max_tokens, " tokens, ", l.max_seqs,
+        " sequences of ", l.max_seq_len, " positions, ", l.max_heads,
+        " heads of ", l.max_head_dim, ", Linear K ", l.max_linear_in,
+        ", vocabulary ", l.vocab_size));
+  }
+  const size_t rows = static_cast<size_t>(l.max_seqs);
+  const size_t vocab = static_cast<size_t>(l.vocab_size);
+  // The largest Linear input as bf16 (the head's rows are <= max_seqs, so
+  // max_tokens * max_linear_in covers it when max_seqs <= max_tokens).
+  const size_t gemm_rows =
+      static_cast<size_t>(std::max<int64_t>(l.max_tokens, l.max_seqs));
+  RETURN_IF_ERROR(Reserve(
+      kGemmInput,
+      gemm_rows * static_cast<size_t>(l.max_linear_in) * sizeof(uint16_t)));
+  RETURN_IF_ERROR(Reserve(kGemmWorkspace, kGemmWorkspaceBytes));
+  // Split-K decode: every sequence of a step, all its heads, the partitions
+  // of the longest context.
+  RETURN_IF_ERROR(Reserve(
+      kDecodeWorkspace,
+      cuda::DecodeAttentionWorkspaceBytes(
+          static_cast<int32_t>(std::min<int64_t>(l.max_seqs, INT32_MAX)),
+          l.max_heads, l.max_head_dim,
+          static_cast<int32_t>(std::min<int64_t>(l.max_seq_len, INT32_MAX)))));
+  // The sampler's per-row buffers. The penalty tables and the masked ids
+  // (kSampleCounts, kSampleMask, kSampleMasked) still grow on first use.
+  RETURN_IF_ERROR(
+      Reserve(kSampleParams, rows * sizeof(cuda::DeviceSamplingParams)));
+  RETURN_IF_ERROR(Reserve(kSampleScratch, rows * vocab * sizeof(float)));
+  RETURN_IF_ERROR(Reserve(kSampleTokens, rows * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleIndex, rows * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleChosen, rows * sizeof(float)));
+  RETURN_IF_ERROR(Reserve(kSampleLogZ, rows * sizeof(float)));
+  const size_t top = rows * static_cast<size_t>(cuda::kMaxTopLogprobs);
+  RETURN_IF_ERROR(Reserve(kSampleTopIds, top * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleTopLogprobs, top * sizeof(float)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaOps::CopySamplingInput(enum Buffer which,
+                                                 const void* host,
+                                                 size_t bytes) {
   ASSIGN_OR_RETURN(void* device, Grow(which, std::max<size_t>(bytes, 1)));
   if (bytes > 0) {
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_),
-        "cudaMemcpyAsync", "copying step data to the GPU"));
+        "cudaMemcpyAsync", "copying sampling parameters to the GPU"));
   }
   return device;
+}
+
+namespace {
+
+// Device step buffers beside page-locked staging (upload_buffer.h).
+class CudaUploadBuffer final : public UploadBuffer {
+ public:
+  CudaUploadBuffer(void* device, size_t bytes, void* host, cudaEvent_t done,
+                   PinnableBlockAllocator* allocator, cudaStream_t stream)
+      : UploadBuffer(device, bytes),
+        host_(host),
+        done_(done),
+        allocator_(allocator),
+        stream_(stream) {}
+  ~CudaUploadBuffer() override {
+    if (pending_) cudaEventSynchronize(done_);
+    cudaEventDestroy(done_);
+    cudaFreeHost(host_);
+    allocator_->Free(device()).IgnoreError();
+  }
+
+  absl::StatusOr<void*> BeginWrite() override {
+    if (pending_) {
+      // The previous step's copy may still be reading the staging.
+      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(done_),
+                                 "cudaEventSynchronize",
+                                 "waiting for the last step's inputs copy"));
+      pending_ = false;
+    }
+    return host_;
+  }
+
+  absl::Status Upload(size_t bytes) override {
+    if (bytes > this->bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload of ", bytes, " bytes into a buffer of ", this->bytes()));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(device(), host_, bytes,
+                                               cudaMemcpyHostToDevice, stream_),
+                               "cudaMemcpyAsync",
+                               "copying the step's inputs to the GPU"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done_, stream_),
+                               "cudaEventRecord",
+                               "marking the step's inputs copy"));
+    pending_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  void* host_;
+  cudaEvent_t done_;
+  PinnableBlockAllocator* allocator_;
+  cudaStream_t stream_;
+  bool pending_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UploadBuffer>> CudaOps::NewUploadBuffer(
+    size_t bytes) {
+  const size_t size = std::max<size_t>(bytes, 1);
+  ASSIGN_OR_RETURN(void* device, allocator_->Allocate(size));
+  void* host = nullptr;
+  absl::Status st =
+      CudaStatus(cudaHostAlloc(&host, size, cudaHostAllocDefault),
+                 "cudaHostAlloc", "allocating page-locked step staging");
+  cudaEvent_t done = nullptr;
+  if (st.ok()) {
+    st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags", "creating the staging event");
+  }
+  if (!st.ok()) {
+    if (host != nullptr) cudaFreeHost(host);
+    allocator_->Free(device).IgnoreError();
+    return st;
+  }
+  return std::unique_ptr<UploadBuffer>(
+      new CudaUploadBuffer(device, bytes, host, done, allocator_, stream_));
 }
 
 absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
@@ -170,25 +313,6 @@ absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
         "cudaMemcpy", "uploading a bf16 weight"));
   }
   return t;
-}
-
-absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
-  step_ = &m;
-  step_blocks_ = 0;
-  ASSIGN_OR_RETURN(void* p, Stage(kPositions, m.positions.data(),
-                                  m.positions.size() * sizeof(int32_t)));
-  (void)p;
-  ASSIGN_OR_RETURN(p, Stage(kSlots, m.slot_mapping.data(),
-                            m.slot_mapping.size() * sizeof(int64_t)));
-  ASSIGN_OR_RETURN(p, Stage(kQueryStarts, m.query_start_loc.data(),
-                            m.query_start_loc.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kContextLens, m.context_lens.data(),
-                            m.context_lens.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kSeqLens, m.seq_lens.data(),
-                            m.seq_lens.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kBlockTables, m.block_tables.data(),
-                            m.block_tables.size() * sizeof(int32_t)));
-  return absl::OkStatus();
 }
 
 absl::Status CudaOps::ConcatShards(const TensorView& gathered, int64_t shards,
@@ -263,9 +387,10 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
                 r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
     top_n = std::max(top_n, r.top_logprobs);
   }
-  ASSIGN_OR_RETURN(void* d_params,
-                   Stage(kSampleParams, params.data(),
-                         params.size() * sizeof(cuda::DeviceSamplingParams)));
+  ASSIGN_OR_RETURN(
+      void* d_params,
+      CopySamplingInput(kSampleParams, params.data(),
+                        params.size() * sizeof(cuda::DeviceSamplingParams)));
   const int32_t* d_counts = nullptr;
   const uint8_t* d_mask = nullptr;
   if (penalties) {
@@ -280,17 +405,20 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
         if (t >= 0 && t < vocab) sample_mask_[i * vocab + t] = 1;
       }
     }
-    ASSIGN_OR_RETURN(void* c, Stage(kSampleCounts, sample_counts_.data(),
-                                    sample_counts_.size() * sizeof(int32_t)));
     ASSIGN_OR_RETURN(
-        void* m, Stage(kSampleMask, sample_mask_.data(), sample_mask_.size()));
+        void* c, CopySamplingInput(kSampleCounts, sample_counts_.data(),
+                                   sample_counts_.size() * sizeof(int32_t)));
+    ASSIGN_OR_RETURN(void* m,
+                     CopySamplingInput(kSampleMask, sample_mask_.data(),
+                                       sample_mask_.size()));
     d_counts = static_cast<const int32_t*>(c);
     d_mask = static_cast<const uint8_t*>(m);
   }
   const int32_t* d_masked = nullptr;
   if (!sample_masked_.empty()) {
-    ASSIGN_OR_RETURN(void* m, Stage(kSampleMasked, sample_masked_.data(),
-                                    sample_masked_.size() * sizeof(int32_t)));
+    ASSIGN_OR_RETURN(
+        void* m, CopySamplingInput(kSampleMasked, sample_masked_.data(),
+                                   sample_masked_.size() * sizeof(int32_t)));
     d_masked = static_cast<const int32_t*>(m);
   }
   ASSIGN_OR_RETURN(void* scratch,
@@ -329,8 +457,9 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
     }
     sample_index_[i] = static_cast<int32_t>(i * vocab + sample_tokens_[i]);
   }
-  ASSIGN_OR_RETURN(void* d_index, Stage(kSampleIndex, sample_index_.data(),
-                                        n * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(void* d_index,
+                   CopySamplingInput(kSampleIndex, sample_index_.data(),
+                                     n * sizeof(int32_t)));
   ASSIGN_OR_RETURN(void* d_chosen, Grow(kSampleChosen, n * sizeof(float)));
   RETURN_IF_ERROR(
       Launch(cuda::LaunchGatherRows(logits.data_as<const float>(),
@@ -365,41 +494,14 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
   return absl::OkStatus();
 }
 
-absl::StatusOr<const int32_t*> CudaOps::DevicePositions(
-    absl::Span<const int32_t> positions) {
-  if (step_ != nullptr && positions.data() == step_->positions.data() &&
-      positions.size() == step_->positions.size()) {
-    return static_cast<const int32_t*>(scratch_[kPositions].data);
-  }
-  // Outside a step (tests): staged through the ids buffer's neighbour.
-  ASSIGN_OR_RETURN(void* p, Stage(kRows, positions.data(),
-                                  positions.size() * sizeof(int32_t)));
-  return static_cast<const int32_t*>(p);
-}
-
-absl::StatusOr<const int64_t*> CudaOps::DeviceSlots(
-    absl::Span<const int64_t> slots) {
-  if (step_ != nullptr && slots.data() == step_->slot_mapping.data() &&
-      slots.size() == step_->slot_mapping.size()) {
-    return static_cast<const int64_t*>(scratch_[kSlots].data);
-  }
-  ASSIGN_OR_RETURN(void* p,
-                   Stage(kRows, slots.data(), slots.size() * sizeof(int64_t)));
-  return static_cast<const int64_t*>(p);
-}
-
-absl::Status CudaOps::GatherRows(const TensorView& src,
-                                 absl::Span<const int32_t> rows,
+absl::Status CudaOps::GatherRows(const TensorView& src, const TensorView& rows,
                                  const TensorView& dst) {
   RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
-  if (rows.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* d_rows,
-                   Stage(kRows, rows.data(), rows.size() * sizeof(int32_t)));
+  if (rows.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchGatherRows(src.data_as<const float>(),
-                             static_cast<const int32_t*>(d_rows),
-                             static_cast<int64_t>(rows.size()), src.shape()[1],
-                             dst.data_as<float>(), stream_),
+                             rows.data_as<const int32_t>(), rows.numel(),
+                             src.shape()[1], dst.data_as<float>(), stream_),
       "GatherRows");
 }
 
@@ -411,47 +513,30 @@ absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
   return Synchronize();
 }
 
-absl::Status CudaOps::Embedding(const TensorView& table,
-                                absl::Span<const int32_t> ids,
+absl::Status CudaOps::Embedding(const TensorView& table, const TensorView& ids,
                                 const TensorView& out) {
-  for (int32_t id : ids) {
-    if (id < 0 || id >= table.shape()[0]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Embedding: token id ", id, " is outside the vocabulary [0, ",
-          table.shape()[0], ")"));
-    }
-  }
   return EmbeddingShard(table, ids, 0, out);
 }
 
 absl::Status CudaOps::EmbeddingShard(const TensorView& table,
-                                     absl::Span<const int32_t> ids,
-                                     int64_t first_id, const TensorView& out) {
+                                     const TensorView& ids, int64_t first_id,
+                                     const TensorView& out) {
   RETURN_IF_ERROR(CheckDType("EmbeddingShard", "out", out, DType::kF32));
+  RETURN_IF_ERROR(CheckStepArray("Embedding", "ids", ids, DType::kI32));
   if (table.dtype() != DType::kF32 && table.dtype() != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("Embedding: table must be f32 or bf16, got ",
                      DTypeName(table.dtype())));
   }
   if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
-      out.shape()[1] != table.shape()[1]) {
+      out.shape()[0] != ids.shape()[0] || out.shape()[1] != table.shape()[1]) {
     return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
                       table.shape(), out.shape());
   }
-  for (int32_t id : ids) {
-    if (id < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Embedding: negative token id ", id));
-    }
-  }
-  if (ids.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* d_ids,
-                   Stage(kIds, ids.data(), ids.size() * sizeof(int32_t)));
+  if (ids.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchEmbedding(
                     table.data(), table.dtype() == DType::kBF16,
-                    static_cast<const int32_t*>(d_ids),
-                    static_cast<int64_t>(ids.size()), table.shape()[1],
+                    ids.data_as<const int32_t>(), ids.numel(), table.shape()[1],
                     first_id, table.shape()[0], out.data_as<float>(), stream_),
                 "Embedding");
 }
@@ -621,24 +706,23 @@ absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::Rope(const TensorView& x,
-                           absl::Span<const int32_t> positions,
+absl::Status CudaOps::Rope(const TensorView& x, const TensorView& positions,
                            const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckDType("Rope", "x", x, DType::kF32));
   RETURN_IF_ERROR(CheckDType("Rope", "inv_freq", inv_freq, DType::kF32));
-  if (x.shape().rank() != 3 ||
-      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
+  RETURN_IF_ERROR(CheckStepArray("Rope", "positions", positions, DType::kI32));
+  if (x.shape().rank() != 3 || x.shape()[0] != positions.shape()[0] ||
       x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
     return ShapeError("Rope",
                       "x [T, heads, D] needs T positions and inv_freq [D/2]",
                       x.shape(), inv_freq.shape());
   }
   if (x.numel() == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t* d_positions, DevicePositions(positions));
-  return Launch(cuda::LaunchRope(x.data_as<float>(), d_positions,
-                                 inv_freq.data_as<const float>(), x.shape()[0],
-                                 x.shape()[1], x.shape()[2], stream_),
-                "Rope");
+  return Launch(
+      cuda::LaunchRope(x.data_as<float>(), positions.data_as<const int32_t>(),
+                       inv_freq.data_as<const float>(), x.shape()[0],
+                       x.shape()[1], x.shape()[2], stream_),
+      "Rope");
 }
 
 absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
@@ -672,6 +756,31 @@ absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
 }
 
 namespace {
+
+// The metadata's arrays: kI32 of the shapes its scalars give.
+absl::Status CheckMetadataArrays(absl::string_view op,
+                                 const AttentionMetadata& m) {
+  const int64_t n = m.num_seqs;
+  struct Want {
+    const char* name;
+    const TensorView* view;
+    Shape shape;
+  };
+  const Want wants[] = {
+      {"query_start_loc", &m.query_start_loc, {n + 1}},
+      {"context_lens", &m.context_lens, {n}},
+      {"seq_lens", &m.seq_lens, {n}},
+      {"block_tables", &m.block_tables, {n, int64_t{m.max_blocks_per_seq}}},
+  };
+  for (const Want& w : wants) {
+    RETURN_IF_ERROR(CheckDType(op, w.name, *w.view, DType::kI32));
+    if (w.view->shape() != w.shape) {
+      return ShapeError(op, absl::StrCat("metadata ", w.name), w.view->shape(),
+                        w.shape);
+    }
+  }
+  return absl::OkStatus();
+}
 
 // The device view of one cache layer; InvalidArgument for a bad layout.
 absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
@@ -711,42 +820,38 @@ absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
 }  // namespace
 
 absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
-                                   absl::Span<const int64_t> slot_mapping,
+                                   const TensorView& slot_mapping,
                                    const KvCacheLayer& cache) {
   RETURN_IF_ERROR(CheckDType("StoreKvCache", "k", k, DType::kF32));
   RETURN_IF_ERROR(CheckDType("StoreKvCache", "v", v, DType::kF32));
+  RETURN_IF_ERROR(CheckStepArray("StoreKvCache", "slot_mapping", slot_mapping,
+                                 DType::kI64));
   ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer,
                    DeviceLayer("StoreKvCache", cache));
   if (k.shape().rank() != 3 || v.shape().rank() != 3 ||
-      k.shape()[0] != static_cast<int64_t>(slot_mapping.size()) ||
-      v.shape()[0] != k.shape()[0] || k.shape()[1] != layer.num_kv_heads ||
+      k.shape()[0] != slot_mapping.shape()[0] || v.shape()[0] != k.shape()[0] ||
+      k.shape()[1] != layer.num_kv_heads ||
       v.shape()[1] != layer.num_kv_heads || k.shape()[2] != layer.head_dim ||
       v.shape()[2] != layer.head_dim_v) {
     return ShapeError("StoreKvCache", "k/v do not match the cache layer",
                       k.shape(), cache.k.shape());
   }
-  for (int64_t slot : slot_mapping) {
-    if (slot < 0 || slot >= layer.num_slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("StoreKvCache: slot ", slot, " outside the cache's ",
-                       layer.num_slots));
-    }
-  }
-  if (slot_mapping.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int64_t* d_slots, DeviceSlots(slot_mapping));
+  // Slots are device values: the kernel skips one outside the cache.
+  if (slot_mapping.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchStoreKvCache(k.data_as<const float>(),
                                          v.data_as<const float>(), k.shape()[0],
-                                         d_slots, layer, stream_),
+                                         slot_mapping.data_as<const int64_t>(),
+                                         layer, stream_),
                 "StoreKvCache");
 }
 
 absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
                                 const char* op) {
   const AttentionMetadata* m = args.metadata;
-  if (m == nullptr || m != step_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        op, ": the metadata must be the current step's (BeginStep)"));
+  if (m == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
   }
+  RETURN_IF_ERROR(CheckMetadataArrays(op, *m));
   RETURN_IF_ERROR(CheckDType(op, "q", args.q, DType::kF32));
   RETURN_IF_ERROR(CheckDType(op, "out", args.out, DType::kF32));
   ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer, DeviceLayer(op, args.cache));
@@ -763,20 +868,19 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
         " do not fit the cache and the step"));
   }
   if (args.first_seq == args.end_seq) return absl::OkStatus();
-  if (kind == 1) {
-    for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
-      if (m->query_len(s) != 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence ", s, " runs ", m->query_len(s),
-                         " tokens; decode takes one per sequence"));
-      }
-    }
+  // The query lengths are device values; the leading decodes are counted on
+  // the host when the metadata is packed.
+  if (kind == 1 && args.end_seq > m->num_decode_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
+                     ") go beyond the ", m->num_decode_seqs,
+                     " leading decodes; decode takes one token per sequence"));
   }
   cuda::DeviceAttentionMetadata dm;
-  dm.query_start_loc = static_cast<const int32_t*>(scratch_[kQueryStarts].data);
-  dm.context_lens = static_cast<const int32_t*>(scratch_[kContextLens].data);
-  dm.seq_lens = static_cast<const int32_t*>(scratch_[kSeqLens].data);
-  dm.block_tables = static_cast<const int32_t*>(scratch_[kBlockTables].data);
+  dm.query_start_loc = m->query_start_loc.data_as<const int32_t>();
+  dm.context_lens = m->context_lens.data_as<const int32_t>();
+  dm.seq_lens = m->seq_lens.data_as<const int32_t>();
+  dm.block_tables = m->block_tables.data_as<const int32_t>();
   dm.max_blocks_per_seq = m->max_blocks_per_seq;
   dm.block_size = m->block_size;
   dm.num_seqs = m->num_seqs;

@@ -22,8 +22,9 @@ absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Create(
   ASSIGN_OR_RETURN(KvPool pool,
                    KvPool::Create(shape, layout.num_blocks, layout.block_size,
                                   model->allocator()));
-  auto runner = std::make_unique<StepRunner>(model, std::move(pool), kv.backend,
-                                             /*samples=*/true);
+  ASSIGN_OR_RETURN(std::unique_ptr<StepRunner> runner,
+                   StepRunner::Create(model, std::move(pool), kv.backend,
+                                      /*samples=*/true));
   return std::unique_ptr<LocalExecutor>(
       new LocalExecutor(model, layout, std::move(runner)));
 }

@@ -3,7 +3,9 @@
 // and collects the result); it owns the rank's KV pool and, on the sampling
 // rank, one sampler per live sequence.
 //
-// Per step: the plan's sequences become one AttentionMetadata (built once,
+// Per step: the plan's sequences, tokens and sampled rows are packed into the
+// rank's StepInputs (fixed-capacity buffers in the backend's memory, sized
+// when the runner is made, filled by one copy; their AttentionMetadata is
 // shared by every layer), the model runs the whole batch, and the sampling
 // rank draws a token for every sequence marked `sample`, each with its own
 // sampler, so a seeded request draws the same tokens whatever else is in the
@@ -18,6 +20,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "proto/tessera.pb.h"
+#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/llama.h"
 #include "runtime/sampler/sampler.h"
@@ -28,9 +31,12 @@ class StepRunner {
  public:
   // `model` must outlive the runner; `pool` must have the model's
   // kv_pool_shape. `samples`: this rank samples (the last pipeline stage's
-  // tp-rank 0; the only rank in one process).
-  StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
-             bool samples);
+  // tp-rank 0; the only rank in one process). Sizes the step buffers for the
+  // model's largest step (max_step_tokens, max_logit_rows sequences, the
+  // context in the pool's blocks) and reserves the backend's step scratch
+  // for it (Ops::ReserveStepScratch), so that no step allocates.
+  static absl::StatusOr<std::unique_ptr<StepRunner>> Create(
+      LlamaModel* model, KvPool pool, AttentionBackend backend, bool samples);
 
   // Runs one FORWARD plan. On the sampling rank `result` receives one
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
@@ -63,6 +69,9 @@ class StepRunner {
     }
   };
 
+  StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
+             bool samples, std::unique_ptr<StepInputs> inputs);
+
   absl::Status SampleRow(const proto::SequenceStep& step,
                          absl::Span<const float> logits,
                          proto::SampledToken* out);
@@ -76,8 +85,8 @@ class StepRunner {
   AttentionBackend backend_;
   bool samples_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
+  std::unique_ptr<StepInputs> inputs_;
   // Reused between steps.
-  AttentionMetadata metadata_;
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> logit_rows_;

@@ -28,10 +28,11 @@
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/ops.h"
+#include "runtime/comm/communicator.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
 #include "runtime/core/workspace.h"
-#include "runtime/comm/communicator.h"
+#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
@@ -103,14 +104,16 @@ void ForEachWeight(LlamaWeights* weights,
 // computed as transformers does (f32).
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
-// One forward step over a batch of sequences.
+// One forward step over a batch of sequences. Its arrays are step arrays in
+// the backend's memory (kernels/ops.h), checked where they were filled
+// (runtime/executor/step_inputs.h).
 struct StepBatch {
-  absl::Span<const int32_t> tokens;  // [num_tokens], metadata order.
+  TensorView tokens;  // kI32 [num_tokens], metadata order.
   const AttentionMetadata* metadata = nullptr;
   AttentionBackend backend = AttentionBackend::kPaged;
-  // Rows of `tokens` whose next-token logits are wanted (each sampled
-  // sequence's last token), in the order the logits are written.
-  absl::Span<const int32_t> logit_rows;
+  // kI32 [n]: rows of `tokens` whose next-token logits are wanted (each
+  // sampled sequence's last token), in the order the logits are written.
+  TensorView logit_rows;
 };
 
 // The KV cache of one sequence in the static layout: a KvPool of one block
@@ -199,7 +202,8 @@ class LlamaModel {
   // stages pass their hidden states on and may give logits = nullptr. Every
   // rank of the job calls it with the same batch. InvalidArgument when the
   // step has more than max_step_tokens() tokens or max_logit_rows() logit
-  // rows, or a position beyond the context.
+  // rows, or a position beyond the context. The arrays' values (token ids,
+  // slots, rows) are not read here: StepInputs::Fill checked them.
   // `logits` may be null: the logits then stay in the backend's memory as
   // step_logits() (a GPU samples them there).
   absl::Status ForwardBatch(const StepBatch& batch, const KvPool& pool,
@@ -226,7 +230,7 @@ class LlamaModel {
   absl::Status BindScratch();
   absl::Status Layer(int local_layer, const StepBatch& batch,
                      const KvCacheLayer& cache);
-  absl::Status Head(absl::Span<const int32_t> rows, float* logits);
+  absl::Status Head(const TensorView& rows, float* logits);
   // Adds `bias` (if any) to every row of `x` [T, N].
   absl::Status AddBias(const std::optional<Tensor>& bias, const TensorView& x);
 
@@ -251,6 +255,8 @@ class LlamaModel {
       last_hidden_, local_logits_, gathered_logits_, full_logits_;
   int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
   TensorView step_logits_;   // The last step's logits, in the backend.
+  // Forward's step buffers (one sequence), made on its first call.
+  std::unique_ptr<StepInputs> forward_inputs_;
 };
 
 }  // namespace tessera
