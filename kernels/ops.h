@@ -133,9 +133,14 @@ class Ops {
                                       const TensorView& ids, int64_t first_id,
                                       const TensorView& out) = 0;
 
-  // A copy of the host f32 tensor `host` in this backend's memory, stored as
-  // `dtype` (kF32, or kBF16 where the backend computes with it): weights and
-  // constants, once at load time. InvalidArgument for an unsupported dtype.
+  // A copy of the host tensor `host` (f32, bf16 or f16; contiguous, any
+  // alignment, e.g. a slice of an mmapped checkpoint) in this backend's
+  // memory, stored as `dtype` (kF32, or kBF16 where the backend computes with
+  // it): weights and constants, once at load time. When host.dtype() ==
+  // dtype it is one copy with no host pass; otherwise the backend converts in
+  // bounded slices (never a whole-tensor host copy besides the result when
+  // the result lives in host memory). InvalidArgument for an unsupported
+  // dtype.
   virtual absl::StatusOr<Tensor> Upload(const TensorView& host,
                                         DType dtype) = 0;
 

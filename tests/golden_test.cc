@@ -336,6 +336,43 @@ TEST_P(GoldenFixtureTest, MinTokensFirstTokenIsTheMaskedArgmaxOfHfLogits) {
   EXPECT_GE(checked, golden["cases"].size() - 1) << "too many near-ties";
 }
 
+// min_tokens against transformers' min_new_tokens
+// (tools/make_min_tokens_golden.py, where a fixture has min_tokens.json): an
+// early greedy token is made a stop token, so without min_tokens the sequence
+// ends after two tokens; with them EOS and the stop token are masked until
+// min_new_tokens tokens exist.
+TEST_P(GoldenFixtureTest, MinTokensMatchTransformersMinNewTokens) {
+  const std::string dir = GoldenDir() + "/" + GetParam();
+  if (!std::filesystem::exists(dir + "/min_tokens.json")) {
+    GTEST_SKIP() << GetParam() << " has no min_tokens.json";
+  }
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = LoadEngine(dir, &ops);
+  ASSERT_NE(local, nullptr);
+  const json golden = ReadJson(dir + "/min_tokens.json");
+  ASSERT_FALSE(golden["cases"].empty());
+  for (const json& c : golden["cases"]) {
+    GenerationRequest request;
+    request.prompt_ids = Ids(c["prompt_ids"]);
+    request.max_tokens = golden["max_new_tokens"].get<int64_t>();
+    request.min_tokens = golden["min_new_tokens"].get<int64_t>();
+    request.stop_token_ids = {c["stop_token_id"].get<int32_t>()};
+    request.sampling.temperature = 0.0f;
+    const std::string what = GetParam() + " prompt " + c["prompt_ids"].dump();
+    auto result = local->engine().Generate(request);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(result->output_ids, Ids(c["output_ids"])) << what;
+    EXPECT_EQ(FinishReasonName(result->finish_reason),
+              c["finish_reason"].get<std::string>())
+        << what;
+    // Without min_tokens the stop token ends it early, as in transformers.
+    request.min_tokens = 0;
+    auto early = local->engine().Generate(request);
+    ASSERT_TRUE(early.ok()) << early.status();
+    EXPECT_EQ(early->output_ids, Ids(c["output_ids_without_min"])) << what;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFixtureTest,
                          ::testing::ValuesIn(FixtureNames()),
                          [](const auto& info) { return info.param; });

@@ -668,13 +668,26 @@ absl::Status CpuOps::EmbeddingShard(const TensorView& table,
 }
 
 absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
-  RETURN_IF_ERROR(CheckF32("Upload", "host", host));
+  if (host.dtype() != DType::kF32 && host.dtype() != DType::kBF16 &&
+      host.dtype() != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Upload: host tensor is ", DTypeName(host.dtype()),
+                     ", expected f32, bf16 or f16"));
+  }
   if (dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the CPU backend computes in f32, not ", DTypeName(dtype)));
   }
   ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, host.shape()));
-  if (host.numel() > 0) std::memcpy(t.data(), host.data(), host.nbytes());
+  if (host.numel() == 0) return t;
+  if (host.dtype() == DType::kF32) {
+    std::memcpy(t.data(), host.data(), host.nbytes());
+    return t;
+  }
+  // Widened straight into the tensor: no second host copy.
+  RETURN_IF_ERROR(ConvertToF32(host.dtype(), host.data(),
+                               static_cast<size_t>(host.numel()),
+                               t.data_as<float>()));
   return t;
 }
 

@@ -279,7 +279,12 @@ absl::StatusOr<std::unique_ptr<UploadBuffer>> CudaOps::NewUploadBuffer(
 }
 
 absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
-  RETURN_IF_ERROR(CheckDType("Upload", "host", host, DType::kF32));
+  const DType from = host.dtype();
+  if (from != DType::kF32 && from != DType::kBF16 && from != DType::kF16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Upload: host tensor is ", DTypeName(from),
+                     ", expected f32, bf16 or f16"));
+  }
   if (dtype != DType::kF32 && dtype != DType::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("the CUDA backend stores weights as f32 or bf16, not ",
@@ -293,24 +298,40 @@ absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
     allocator->Free(p).IgnoreError();
   });
   if (bytes == 0) return t;
-  if (dtype == DType::kF32) {
+  if (from == dtype) {
+    // The checkpoint's dtype is the device's: one copy, no host pass.
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpy(device, host.data(), bytes, cudaMemcpyHostToDevice),
         "cudaMemcpy", "uploading a weight"));
     return t;
   }
-  // bf16: converted on the host in slices, so the staging stays small.
+  // A conversion (f32 → bf16, bf16/f16 → f32, f16 → bf16) on the host in
+  // slices, so the staging stays small (16 MiB of f32 at most).
   constexpr int64_t kSlice = int64_t{1} << 22;
-  std::vector<uint16_t> staged;
-  const float* src = host.data_as<const float>();
+  std::vector<float> widened;
+  std::vector<uint16_t> narrowed;
+  const size_t from_size = DTypeSize(from);
+  const size_t to_size = DTypeSize(dtype);
   for (int64_t begin = 0; begin < host.numel(); begin += kSlice) {
     const int64_t n = std::min(kSlice, host.numel() - begin);
-    staged.resize(n);
-    for (int64_t i = 0; i < n; ++i) staged[i] = ToBf16(src[begin + i]);
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpy(static_cast<uint16_t*>(device) + begin, staged.data(),
-                   n * sizeof(uint16_t), cudaMemcpyHostToDevice),
-        "cudaMemcpy", "uploading a bf16 weight"));
+    const char* src = static_cast<const char*>(host.data()) + begin * from_size;
+    const float* f32 = reinterpret_cast<const float*>(src);
+    if (from != DType::kF32) {
+      widened.resize(n);
+      RETURN_IF_ERROR(
+          ConvertToF32(from, src, static_cast<size_t>(n), widened.data()));
+      f32 = widened.data();
+    }
+    const void* staged = f32;
+    if (dtype == DType::kBF16) {
+      narrowed.resize(n);
+      for (int64_t i = 0; i < n; ++i) narrowed[i] = ToBf16(f32[i]);
+      staged = narrowed.data();
+    }
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpy(static_cast<char*>(device) + begin * to_size,
+                              staged, n * to_size, cudaMemcpyHostToDevice),
+                   "cudaMemcpy", "uploading a converted weight"));
   }
   return t;
 }

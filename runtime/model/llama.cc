@@ -1,7 +1,6 @@
 #include "runtime/model/llama.h"
 
 #include <cmath>
-#include <fstream>
 #include <functional>
 #include <string>
 #include <utility>
@@ -13,81 +12,6 @@
 namespace tessera {
 namespace {
 
-// The checkpoint's entry for `name`, after checking that it has the full shape
-// the config implies and a floating-point dtype.
-absl::StatusOr<TensorInfo> GetChecked(const Checkpoint& ckpt,
-                                      const std::string& name,
-                                      const Shape& full) {
-  ASSIGN_OR_RETURN(TensorInfo info, ckpt.Get(name));
-  if (info.shape != full) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected shape ",
-                                                   full.ToString(), ", found ",
-                                                   info.shape.ToString()));
-  }
-  if (!IsFloatConvertible(info.dtype)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
-  }
-  return info;
-}
-
-// Reads `name`, checks its full shape against `full`, and converts rows
-// [begin, end) of its outermost dimension to f32, followed by `pad_rows` rows
-// of zeros (vocabulary padding).
-absl::StatusOr<Tensor> LoadRows(const Checkpoint* ckpt, const std::string& name,
-                                const Shape& full, int64_t begin, int64_t end,
-                                int64_t pad_rows = 0) {
-  if (ckpt == nullptr) {  // Allocate only: the shape this rank's slice has.
-    absl::InlinedVector<int64_t, 4> dims(full.dims().begin(),
-                                         full.dims().end());
-    if (!dims.empty()) dims[0] = end - begin + pad_rows;
-    return Tensor::Zeros(DType::kF32, Shape(absl::MakeConstSpan(dims)));
-  }
-  ASSIGN_OR_RETURN(const TensorInfo info, GetChecked(*ckpt, name, full));
-  const int64_t row = full.rank() == 0 ? 1 : full.numel() / full[0];
-  absl::InlinedVector<int64_t, 4> dims(full.dims().begin(), full.dims().end());
-  if (!dims.empty()) dims[0] = end - begin + pad_rows;
-  ASSIGN_OR_RETURN(
-      Tensor t, Tensor::Zeros(DType::kF32, Shape(absl::MakeConstSpan(dims))));
-  const char* src =
-      static_cast<const char*>(info.data) + begin * row * DTypeSize(info.dtype);
-  RETURN_IF_ERROR(
-      ConvertToF32(info.dtype, src, (end - begin) * row, t.data_as<float>()));
-  return t;
-}
-
-absl::StatusOr<Tensor> LoadAll(const Checkpoint* ckpt, const std::string& name,
-                               const Shape& full) {
-  return LoadRows(ckpt, name, full, 0, full.rank() == 0 ? 1 : full[0]);
-}
-
-// Columns [begin, end) of a matrix [N, K]: the input-split half of a
-// row-parallel product (o_proj, down_proj).
-absl::StatusOr<Tensor> LoadColumns(const Checkpoint* ckpt,
-                                   const std::string& name, const Shape& full,
-                                   int64_t begin, int64_t end) {
-  if (ckpt == nullptr)
-    return Tensor::Zeros(DType::kF32, {full[0], end - begin});
-  ASSIGN_OR_RETURN(const TensorInfo info, GetChecked(*ckpt, name, full));
-  const int64_t rows = full[0], cols = full[1], width = end - begin;
-  ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(DType::kF32, {rows, width}));
-  const size_t elem = DTypeSize(info.dtype);
-  for (int64_t r = 0; r < rows; ++r) {
-    const char* src =
-        static_cast<const char*>(info.data) + (r * cols + begin) * elem;
-    RETURN_IF_ERROR(
-        ConvertToF32(info.dtype, src, width, t.data_as<float>() + r * width));
-  }
-  return t;
-}
-
-absl::StatusOr<std::optional<Tensor>> Optional(bool present,
-                                               absl::StatusOr<Tensor> loaded) {
-  if (!present) return std::optional<Tensor>();
-  if (!loaded.ok()) return loaded.status();
-  return std::optional<Tensor>(*std::move(loaded));
-}
-
 const TensorView* OptionalView(const std::optional<Tensor>& t,
                                TensorView* storage) {
   if (!t.has_value()) return nullptr;
@@ -95,14 +19,93 @@ const TensorView* OptionalView(const std::optional<Tensor>& t,
   return storage;
 }
 
-// The table of tensors a shard holds, read from `ckpt` or, when it is null,
-// allocated (zeros) with the same shapes for a rank that receives its weights.
-absl::StatusOr<LlamaWeights> BuildLlamaWeights(
-    const Checkpoint* ckpt, const ModelConfig& c, const ShardSpec& s,
-    const std::function<void()>& on_part = {}) {
-  auto part_done = [&] {
-    if (on_part) on_part();
+// Moves the tensors of `set` (a complete set of LlamaWeightTable(c, s)) into
+// the model's struct.
+absl::StatusOr<LlamaWeights> BindLlamaWeights(WeightSet& set,
+                                              const ModelConfig& c,
+                                              const ShardSpec& s) {
+  if (!set.complete()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the weight set lacks ", set.first_missing()));
+  }
+  auto opt =
+      [&set](bool present,
+             const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
+    if (!present) return std::optional<Tensor>();
+    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
+    return std::optional<Tensor>(std::move(t));
   };
+  LlamaWeights w;
+  if (s.first_stage()) {
+    ASSIGN_OR_RETURN(w.embed_tokens, opt(true, "model.embed_tokens.weight"));
+  }
+  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
+    const std::string p = absl::StrCat("model.layers.", l, ".");
+    LlamaLayerWeights L;
+    ASSIGN_OR_RETURN(L.input_norm, set.Take(p + "input_layernorm.weight"));
+    ASSIGN_OR_RETURN(L.q_proj, set.Take(p + "self_attn.q_proj.weight"));
+    ASSIGN_OR_RETURN(L.k_proj, set.Take(p + "self_attn.k_proj.weight"));
+    ASSIGN_OR_RETURN(L.v_proj, set.Take(p + "self_attn.v_proj.weight"));
+    ASSIGN_OR_RETURN(L.o_proj, set.Take(p + "self_attn.o_proj.weight"));
+    ASSIGN_OR_RETURN(L.q_bias,
+                     opt(c.attention_bias, p + "self_attn.q_proj.bias"));
+    ASSIGN_OR_RETURN(L.k_bias,
+                     opt(c.attention_bias, p + "self_attn.k_proj.bias"));
+    ASSIGN_OR_RETURN(L.v_bias,
+                     opt(c.attention_bias, p + "self_attn.v_proj.bias"));
+    ASSIGN_OR_RETURN(L.o_bias,
+                     opt(c.attention_out_bias, p + "self_attn.o_proj.bias"));
+    ASSIGN_OR_RETURN(L.q_norm, opt(c.qk_norm, p + "self_attn.q_norm.weight"));
+    ASSIGN_OR_RETURN(L.k_norm, opt(c.qk_norm, p + "self_attn.k_norm.weight"));
+    ASSIGN_OR_RETURN(L.post_attention_norm,
+                     set.Take(p + "post_attention_layernorm.weight"));
+    ASSIGN_OR_RETURN(L.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
+    ASSIGN_OR_RETURN(L.up_proj, set.Take(p + "mlp.up_proj.weight"));
+    ASSIGN_OR_RETURN(L.down_proj, set.Take(p + "mlp.down_proj.weight"));
+    ASSIGN_OR_RETURN(L.gate_bias, opt(c.mlp_bias, p + "mlp.gate_proj.bias"));
+    ASSIGN_OR_RETURN(L.up_bias, opt(c.mlp_bias, p + "mlp.up_proj.bias"));
+    ASSIGN_OR_RETURN(L.down_bias, opt(c.mlp_bias, p + "mlp.down_proj.bias"));
+    w.layers.push_back(std::move(L));
+  }
+  if (s.last_stage()) {
+    ASSIGN_OR_RETURN(w.final_norm, opt(true, "model.norm.weight"));
+    if (!(c.tie_word_embeddings && w.embed_tokens)) {
+      // A tied head on a rank without the embedding is read under the
+      // embedding's name (see LlamaWeightTable).
+      ASSIGN_OR_RETURN(w.lm_head, opt(true, c.tie_word_embeddings
+                                                ? "model.embed_tokens.weight"
+                                                : "lm_head.weight"));
+    }
+  }
+  return w;
+}
+
+// LlamaWeights as host f32 tensors: read from `ckpt`, or zeros when it is
+// null (a rank that receives its weights).
+absl::StatusOr<LlamaWeights> HostLlamaWeights(
+    const Checkpoint* ckpt, const ModelConfig& c, const ShardSpec& s,
+    const std::function<void()>& on_part) {
+  WeightSet set(LlamaWeightTable(c, s));
+  HostStaging staging;
+  for (size_t i = 0; i < set.size(); ++i) {
+    const WeightSpec& spec = set.table()[i];
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kF32, spec.local_shape()));
+    if (ckpt != nullptr) {
+      ASSIGN_OR_RETURN(const TensorView host, ReadSlice(*ckpt, spec, &staging));
+      RETURN_IF_ERROR(ConvertToF32(host.dtype(), host.data(), host.numel(),
+                                   t.data_as<float>()));
+    }
+    RETURN_IF_ERROR(set.Put(i, std::move(t)));
+    const bool part_done =
+        i + 1 == set.size() || set.table()[i + 1].part != spec.part;
+    if (part_done && on_part) on_part();
+  }
+  return BindLlamaWeights(set, c, s);
+}
+
+}  // namespace
+
+WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
                 D = c.head_dim;
   const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
@@ -116,87 +119,70 @@ absl::StatusOr<LlamaWeights> BuildLlamaWeights(
   const int64_t v_begin = std::min(V, s.first_vocab_id);
   const int64_t v_end = std::min(V, s.first_vocab_id + s.vocab_per_rank);
   const int64_t v_pad = s.vocab_per_rank - (v_end - v_begin);
-  // Row-parallel biases are added once, after the all-reduce, so every rank
-  // holds them whole.
-  LlamaWeights w;
+  WeightTable t;
+  int part = 0;
   if (s.first_stage()) {
-    ASSIGN_OR_RETURN(w.embed_tokens, LoadRows(ckpt, "model.embed_tokens.weight",
-                                              {V, H}, v_begin, v_end, v_pad));
-    part_done();
+    t.push_back(VocabSplit("model.embed_tokens.weight", {V, H}, v_begin, v_end,
+                           v_pad, part++));
   }
-  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
+  // Row-parallel biases (o, down) are added once, after the all-reduce, so
+  // every rank holds them whole.
+  for (int64_t l = s.first_layer; l < s.end_layer; ++l, ++part) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    LlamaLayerWeights L;
-    ASSIGN_OR_RETURN(L.input_norm,
-                     LoadAll(ckpt, p + "input_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.q_proj, LoadRows(ckpt, p + "self_attn.q_proj.weight",
-                                        {q_dim, H}, q_begin, q_end));
-    ASSIGN_OR_RETURN(L.k_proj, LoadRows(ckpt, p + "self_attn.k_proj.weight",
-                                        {kv_dim, H}, kv_begin, kv_end));
-    ASSIGN_OR_RETURN(L.v_proj, LoadRows(ckpt, p + "self_attn.v_proj.weight",
-                                        {kv_dim, H}, kv_begin, kv_end));
-    ASSIGN_OR_RETURN(L.o_proj, LoadColumns(ckpt, p + "self_attn.o_proj.weight",
-                                           {H, q_dim}, q_begin, q_end));
-    const bool qkv_bias = c.attention_bias;
-    ASSIGN_OR_RETURN(
-        L.q_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.q_proj.bias",
-                                              {q_dim}, q_begin, q_end)));
-    ASSIGN_OR_RETURN(
-        L.k_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.k_proj.bias",
-                                              {kv_dim}, kv_begin, kv_end)));
-    ASSIGN_OR_RETURN(
-        L.v_bias, Optional(qkv_bias, LoadRows(ckpt, p + "self_attn.v_proj.bias",
-                                              {kv_dim}, kv_begin, kv_end)));
-    ASSIGN_OR_RETURN(L.o_bias,
-                     Optional(c.attention_out_bias,
-                              LoadAll(ckpt, p + "self_attn.o_proj.bias", {H})));
-    ASSIGN_OR_RETURN(
-        L.q_norm,
-        Optional(c.qk_norm, LoadAll(ckpt, p + "self_attn.q_norm.weight", {D})));
-    ASSIGN_OR_RETURN(
-        L.k_norm,
-        Optional(c.qk_norm, LoadAll(ckpt, p + "self_attn.k_norm.weight", {D})));
-    ASSIGN_OR_RETURN(L.post_attention_norm,
-                     LoadAll(ckpt, p + "post_attention_layernorm.weight", {H}));
-    ASSIGN_OR_RETURN(L.gate_proj, LoadRows(ckpt, p + "mlp.gate_proj.weight",
-                                           {I, H}, i_begin, i_end));
-    ASSIGN_OR_RETURN(L.up_proj, LoadRows(ckpt, p + "mlp.up_proj.weight", {I, H},
-                                         i_begin, i_end));
-    ASSIGN_OR_RETURN(L.down_proj, LoadColumns(ckpt, p + "mlp.down_proj.weight",
-                                              {H, I}, i_begin, i_end));
-    ASSIGN_OR_RETURN(
-        L.gate_bias,
-        Optional(c.mlp_bias, LoadRows(ckpt, p + "mlp.gate_proj.bias", {I},
-                                      i_begin, i_end)));
-    ASSIGN_OR_RETURN(L.up_bias,
-                     Optional(c.mlp_bias, LoadRows(ckpt, p + "mlp.up_proj.bias",
-                                                   {I}, i_begin, i_end)));
-    ASSIGN_OR_RETURN(
-        L.down_bias,
-        Optional(c.mlp_bias, LoadAll(ckpt, p + "mlp.down_proj.bias", {H})));
-    w.layers.push_back(std::move(L));
-    part_done();
+    t.push_back(Replicated(p + "input_layernorm.weight", {H}, part));
+    t.push_back(RowSplit(p + "self_attn.q_proj.weight", {q_dim, H}, q_begin,
+                         q_end, part));
+    t.push_back(RowSplit(p + "self_attn.k_proj.weight", {kv_dim, H}, kv_begin,
+                         kv_end, part));
+    t.push_back(RowSplit(p + "self_attn.v_proj.weight", {kv_dim, H}, kv_begin,
+                         kv_end, part));
+    t.push_back(ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
+                            q_end, part));
+    if (c.attention_bias) {
+      t.push_back(
+          RowSplit(p + "self_attn.q_proj.bias", {q_dim}, q_begin, q_end, part));
+      t.push_back(RowSplit(p + "self_attn.k_proj.bias", {kv_dim}, kv_begin,
+                           kv_end, part));
+      t.push_back(RowSplit(p + "self_attn.v_proj.bias", {kv_dim}, kv_begin,
+                           kv_end, part));
+    }
+    if (c.attention_out_bias) {
+      t.push_back(Replicated(p + "self_attn.o_proj.bias", {H}, part));
+    }
+    if (c.qk_norm) {
+      t.push_back(Replicated(p + "self_attn.q_norm.weight", {D}, part));
+      t.push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
+    }
+    t.push_back(Replicated(p + "post_attention_layernorm.weight", {H}, part));
+    t.push_back(
+        RowSplit(p + "mlp.gate_proj.weight", {I, H}, i_begin, i_end, part));
+    t.push_back(
+        RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part));
+    t.push_back(
+        ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part));
+    if (c.mlp_bias) {
+      t.push_back(
+          RowSplit(p + "mlp.gate_proj.bias", {I}, i_begin, i_end, part));
+      t.push_back(RowSplit(p + "mlp.up_proj.bias", {I}, i_begin, i_end, part));
+      t.push_back(Replicated(p + "mlp.down_proj.bias", {H}, part));
+    }
   }
   if (s.last_stage()) {
-    ASSIGN_OR_RETURN(w.final_norm, LoadAll(ckpt, "model.norm.weight", {H}));
-    const bool reuse_embedding = c.tie_word_embeddings && w.embed_tokens;
+    t.push_back(Replicated("model.norm.weight", {H}, part));
+    const bool reuse_embedding = c.tie_word_embeddings && s.first_stage();
     if (!reuse_embedding) {
       const char* name = c.tie_word_embeddings ? "model.embed_tokens.weight"
                                                : "lm_head.weight";
-      ASSIGN_OR_RETURN(w.lm_head,
-                       LoadRows(ckpt, name, {V, H}, v_begin, v_end, v_pad));
+      t.push_back(VocabSplit(name, {V, H}, v_begin, v_end, v_pad, part));
     }
-    part_done();
   }
-  return w;
+  return t;
 }
-
-}  // namespace
 
 absl::StatusOr<LlamaWeights> LoadLlamaWeights(
     const Checkpoint& ckpt, const ModelConfig& config, const ShardSpec& shard,
     const std::function<void()>& on_part) {
-  return BuildLlamaWeights(&ckpt, config, shard, on_part);
+  return HostLlamaWeights(&ckpt, config, shard, on_part);
 }
 
 int64_t LlamaWeightParts(const ShardSpec& shard) {
@@ -224,7 +210,7 @@ absl::Status UploadLlamaWeights(LlamaWeights* weights, Ops* ops,
 
 absl::StatusOr<LlamaWeights> AllocateLlamaWeights(const ModelConfig& config,
                                                   const ShardSpec& shard) {
-  return BuildLlamaWeights(nullptr, config, shard);
+  return HostLlamaWeights(nullptr, config, shard, {});
 }
 
 void ForEachWeight(LlamaWeights* w,
@@ -259,49 +245,7 @@ void ForEachWeight(LlamaWeights* w,
   opt("lm_head", &w->lm_head);
 }
 
-namespace {
-
-// Bytes the checkpoint's floating-point tensors take once widened to f32.
-int64_t F32WeightBytes(const Checkpoint& ckpt) {
-  int64_t bytes = 0;
-  for (const std::string& name : ckpt.Names()) {
-    absl::StatusOr<TensorInfo> info = ckpt.Get(name);
-    if (info.ok() && IsFloatConvertible(info->dtype))
-      bytes += 4 * info->shape.numel();
-  }
-  return bytes;
-}
-
-// MemAvailable from /proc/meminfo in bytes; -1 when it cannot be read.
-int64_t AvailableHostBytes() {
-  std::ifstream meminfo("/proc/meminfo");
-  std::string key;
-  int64_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return -1;
-}
-
-// The CPU backend holds every weight as f32. Refuse up front when that cannot
-// fit, instead of letting the kernel's out-of-memory killer end the process
-// half-way through loading.
-absl::Status CheckHostMemory(const Checkpoint& ckpt,
-                             const std::string& model_dir) {
-  const int64_t needed = F32WeightBytes(ckpt);
-  const int64_t available = AvailableHostBytes();
-  if (available >= 0 && needed > available) {
-    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
-    return absl::ResourceExhaustedError(
-        absl::StrFormat("%s needs %.1f GiB for its weights as f32 on the CPU, "
-                        "but only %.1f GiB of memory is available",
-                        model_dir, needed / kGiB, available / kGiB));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
+namespace {}  // namespace
 
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& c) {
   const int64_t dim = c.head_dim;
@@ -415,6 +359,19 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
   return model;
 }
 
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
+    ModelConfig config, ShardSpec shard, WeightSet weights,
+    const ModelContext& context) {
+  if (context.ops == nullptr) {
+    return absl::InvalidArgumentError("LlamaModel::Create: no backend");
+  }
+  ASSIGN_OR_RETURN(LlamaWeights bound,
+                   BindLlamaWeights(weights, config, shard));
+  return Create(std::move(config), shard, std::move(bound), context.ops,
+                context.tp, context.pp, context.max_step_tokens,
+                context.max_logit_rows, context.allocator);
+}
+
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
     const std::string& model_dir, Ops* ops, int64_t max_step_tokens,
     int64_t max_logit_rows, const Placement& placement) {
@@ -422,19 +379,27 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Load(
   RETURN_IF_ERROR(LimitContext(placement.max_model_len, &config));
   ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
                    Checkpoint::Open(model_dir));
-  RETURN_IF_ERROR(CheckHostMemory(*ckpt, model_dir));
+  // Weights in host memory (the CPU backend): they are f32 there.
+  if (placement.allocator == nullptr) {
+    RETURN_IF_ERROR(CheckHostMemoryForF32(*ckpt, model_dir));
+  }
   const ShardSpec shard = FullModel(config);
-  absl::StatusOr<LlamaWeights> weights =
-      LoadLlamaWeights(*ckpt, config, shard, placement.on_weight_part);
+  WeightLoadOptions options;
+  options.ops = ops;
+  options.matrix_dtype = placement.matrix_dtype;
+  options.on_part = placement.on_weight_part;
+  absl::StatusOr<WeightSet> weights =
+      LoadWeightSet(*ckpt, LlamaWeightTable(config, shard), options);
   if (!weights.ok()) {
     return Annotate(weights.status(),
                     absl::StrCat("loading weights from ", model_dir));
   }
-  if (placement.upload_weights) {
-    RETURN_IF_ERROR(UploadLlamaWeights(&*weights, ops, placement.matrix_dtype));
-  }
-  return Create(std::move(config), shard, *std::move(weights), ops, nullptr,
-                nullptr, max_step_tokens, max_logit_rows, placement.allocator);
+  ModelContext context;
+  context.ops = ops;
+  context.max_step_tokens = max_step_tokens;
+  context.max_logit_rows = max_logit_rows;
+  context.allocator = placement.allocator;
+  return Create(std::move(config), shard, *std::move(weights), context);
 }
 
 int64_t LlamaModel::weight_bytes() const {
@@ -506,75 +471,6 @@ absl::Status LlamaModel::AddBias(const std::optional<Tensor>& bias,
                                  const TensorView& x) {
   if (!bias.has_value()) return absl::OkStatus();
   return ops_->BiasAdd(x, bias->view());
-}
-
-KvPoolShape LlamaModel::kv_pool_shape(DType dtype) const {
-  KvPoolShape shape;
-  shape.num_layers = shard_.end_layer - shard_.first_layer;
-  shape.num_kv_heads = shard_.local_kv_heads;
-  shape.head_dim = config_.head_dim;
-  shape.dtype = dtype;
-  return shape;
-}
-
-absl::StatusOr<KvCache> LlamaModel::NewKvCache(int64_t capacity,
-                                               DType dtype) const {
-  if (capacity <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("KV cache capacity ", capacity));
-  }
-  KvCache cache;
-  ASSIGN_OR_RETURN(cache.pool_, KvPool::Create(kv_pool_shape(dtype), 1,
-                                               capacity, allocator_));
-  return cache;
-}
-
-absl::Status LlamaModel::Forward(absl::Span<const int32_t> tokens,
-                                 KvCache* cache, float* logits) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  const int64_t start = cache->length_;
-  if (T == 0) return absl::InvalidArgumentError("Forward: no tokens");
-  if (start + T > cache->capacity() ||
-      start + T > config_.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "Forward: positions ", start, "..", start + T - 1,
-        " exceed the KV cache capacity ", cache->capacity(),
-        " or the context length ", config_.max_position_embeddings));
-  }
-  // Long inputs run in chunks of at most max_step_tokens_ (chunked prefill):
-  // each chunk appends to the cache, and only the last one produces logits.
-  if (forward_inputs_ == nullptr) {
-    StepInputsLimits limits;
-    limits.max_tokens = max_step_tokens_;
-    limits.max_seqs = 1;
-    limits.max_logit_rows = 1;
-    limits.max_blocks_per_seq = 1;  // The static layout.
-    limits.vocab_size = config_.vocab_size;
-    ASSIGN_OR_RETURN(forward_inputs_, StepInputs::Create(ops_, limits));
-  }
-  const int32_t block_table[1] = {0};
-  for (int64_t begin = 0; begin < T; begin += max_step_tokens_) {
-    const int64_t end = std::min(T, begin + max_step_tokens_);
-    SequenceSlice slice;
-    slice.context_len = start + begin;
-    slice.query_len = end - begin;
-    slice.block_table = block_table;
-    const int32_t rows[1] = {static_cast<int32_t>(end - begin - 1)};
-    RETURN_IF_ERROR(forward_inputs_->Fill(
-        absl::MakeConstSpan(&slice, 1), static_cast<int32_t>(cache->capacity()),
-        1, tokens.subspan(begin, end - begin),
-        end == T ? absl::Span<const int32_t>(rows)
-                 : absl::Span<const int32_t>()));
-    StepBatch batch;
-    batch.tokens = forward_inputs_->tokens();
-    batch.metadata = &forward_inputs_->metadata();
-    batch.backend = AttentionBackend::kStatic;
-    batch.logit_rows = forward_inputs_->logit_rows();
-    RETURN_IF_ERROR(
-        ForwardBatch(batch, cache->pool_, end == T ? logits : nullptr));
-    cache->length_ = end + start;
-  }
-  return absl::OkStatus();
 }
 
 absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,

@@ -10,11 +10,9 @@
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
-// The model owns its weights (in the backend's memory) and scratch sized at
-// creation, so a decode step allocates nothing. It does not own sequences:
-// ForwardBatch runs one step of many sequences over a KvPool (paged or static
-// layout, described by the step's AttentionMetadata); Forward runs one
-// sequence over its own KvCache (tests, tools).
+// LlamaModel implements Model (model.h); callers create it through the
+// registry (registry.h) and hold a Model. Its weights are the tensors of
+// LlamaWeightTable, bound by name from a WeightSet (weights.h).
 #ifndef TESSERA_RUNTIME_MODEL_LLAMA_H_
 #define TESSERA_RUNTIME_MODEL_LLAMA_H_
 
@@ -32,12 +30,13 @@
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
 #include "runtime/core/workspace.h"
-#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
+#include "runtime/model/model.h"
 #include "runtime/model/safetensors.h"
 #include "runtime/model/shard.h"
+#include "runtime/model/weights.h"
 
 namespace tessera {
 
@@ -104,52 +103,22 @@ void ForEachWeight(LlamaWeights* weights,
 // computed as transformers does (f32).
 absl::StatusOr<Tensor> ComputeRopeInvFreq(const ModelConfig& config);
 
-// One forward step over a batch of sequences. Its arrays are step arrays in
-// the backend's memory (kernels/ops.h), checked where they were filled
-// (runtime/executor/step_inputs.h).
-struct StepBatch {
-  TensorView tokens;  // kI32 [num_tokens], metadata order.
-  const AttentionMetadata* metadata = nullptr;
-  AttentionBackend backend = AttentionBackend::kPaged;
-  // kI32 [n]: rows of `tokens` whose next-token logits are wanted (each
-  // sampled sequence's last token), in the order the logits are written.
-  TensorView logit_rows;
-};
+// Every tensor a Llama-family shard holds, by its Hugging Face name, with its
+// full shape as the config implies it and its split (see shard.h): the one
+// list of this architecture's weights. Optional tensors (biases, q/k norms)
+// are listed when the config has them; a tied LM head is not listed on a
+// rank that holds the embedding. Parts: the embedding, each layer, the head.
+WeightTable LlamaWeightTable(const ModelConfig& config, const ShardSpec& shard);
 
-// The KV cache of one sequence in the static layout: a KvPool of one block
-// whose size is the capacity. For callers that run one sequence at a time.
-// Move-only; must not outlive the model's allocator.
-class KvCache {
+class LlamaModel : public Model {
  public:
-  int64_t capacity() const { return pool_.block_size(); }
-  // Number of positions already written (the next token's position).
-  int64_t length() const { return length_; }
-  void Reset() { length_ = 0; }
+  // The model over a complete weight set of LlamaWeightTable(config, shard)
+  // (in `context.ops`' memory). InvalidArgument when the weights, the
+  // communicators and the shard do not match.
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
+      ModelConfig config, ShardSpec shard, WeightSet weights,
+      const ModelContext& context);
 
- private:
-  friend class LlamaModel;
-  KvPool pool_;
-  int64_t length_ = 0;
-};
-
-// Where a loaded model lives when not in host memory.
-struct ModelPlacement {
-  // The backend's memory for scratch and KV (null: host memory owned by
-  // the model).
-  PinnableBlockAllocator* allocator = nullptr;
-  // Copy the weights into the backend (Ops::Upload), matrices as
-  // `matrix_dtype`.
-  bool upload_weights = false;
-  DType matrix_dtype = DType::kF32;
-  // Called after each part of the weights is read (see LoadLlamaWeights).
-  std::function<void()> on_weight_part;
-  // > 0: serve this context instead of max_position_embeddings (LimitContext
-  // in config.h; config() then reports it).
-  int64_t max_model_len = 0;
-};
-
-class LlamaModel {
- public:
   // A single-process model. `ops` must outlive the model.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Create(
       ModelConfig config, LlamaWeights weights, Ops* ops);
@@ -165,64 +134,22 @@ class LlamaModel {
       Communicator* tp, Communicator* pp, int64_t max_step_tokens = 0,
       int64_t max_logit_rows = 1, PinnableBlockAllocator* allocator = nullptr);
 
-  using Placement = ModelPlacement;
-
   // Loads config.json and the safetensors of `model_dir` (whole model);
   // max_step_tokens and max_logit_rows as for Create.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> Load(
       const std::string& model_dir, Ops* ops, int64_t max_step_tokens = 0,
       int64_t max_logit_rows = 1, const Placement& placement = {});
 
-  const ModelConfig& config() const { return config_; }
-  const ShardSpec& shard() const { return shard_; }
-  Ops* ops() const { return ops_; }
-
-  // Bytes of weights this rank holds.
-  int64_t weight_bytes() const;
-
-  // The most tokens one forward step computes at once: longer inputs (prompts)
-  // are run in chunks of this size, the scratch workspace is sized for it.
-  // min(2048, context).
-  int64_t max_step_tokens() const { return max_step_tokens_; }
-  // The statistics of the allocator behind the model's working memory.
-  AllocatorStats memory_stats() const { return allocator_->stats(); }
-
-  int64_t max_logit_rows() const { return max_logit_rows_; }
-  // The allocator behind the model's working memory (the KV pool comes from
-  // it too).
-  PinnableBlockAllocator* allocator() const { return allocator_; }
-
-  // The shape of this rank's KV cache (its layers and KV heads).
-  KvPoolShape kv_pool_shape(DType dtype) const;
-
-  // Runs one step: every sequence of `batch.metadata` at its positions,
-  // writing their keys and values to their slots of `pool` (which must have
-  // this rank's kv_pool_shape). On the last pipeline stage it writes the
-  // logits of batch.logit_rows to `logits` [logit_rows.size(), V]; other
-  // stages pass their hidden states on and may give logits = nullptr. Every
-  // rank of the job calls it with the same batch. InvalidArgument when the
-  // step has more than max_step_tokens() tokens or max_logit_rows() logit
-  // rows, or a position beyond the context. The arrays' values (token ids,
-  // slots, rows) are not read here: StepInputs::Fill checked them.
-  // `logits` may be null: the logits then stay in the backend's memory as
-  // step_logits() (a GPU samples them there).
+  const ModelConfig& config() const override { return config_; }
+  const ShardSpec& shard() const override { return shard_; }
+  Ops* ops() const override { return ops_; }
+  int64_t weight_bytes() const override;
+  int64_t max_step_tokens() const override { return max_step_tokens_; }
+  int64_t max_logit_rows() const override { return max_logit_rows_; }
+  PinnableBlockAllocator* allocator() const override { return allocator_; }
   absl::Status ForwardBatch(const StepBatch& batch, const KvPool& pool,
-                            float* logits);
-  // The last step's logits [logit_rows, V] in the backend's memory (last
-  // stage), valid until the next step.
-  const TensorView& step_logits() const { return step_logits_; }
-
-  // A static-layout KV cache of `capacity` positions for this rank.
-  absl::StatusOr<KvCache> NewKvCache(int64_t capacity,
-                                     DType dtype = DType::kF32) const;
-
-  // One sequence: runs `tokens` at positions cache->length() .. + T - 1 (in
-  // chunks of max_step_tokens()) and appends their keys and values to
-  // `cache`. On the last stage it writes the next-token logits of the last
-  // position to `logits` [V]. OutOfRange if the tokens do not fit the cache or
-  // the context.
-  absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
-                       float* logits);
+                            float* logits) override;
+  const TensorView& step_logits() const override { return step_logits_; }
 
  private:
   LlamaModel(ModelConfig config, ShardSpec shard, LlamaWeights weights,
@@ -255,8 +182,6 @@ class LlamaModel {
       last_hidden_, local_logits_, gathered_logits_, full_logits_;
   int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
   TensorView step_logits_;   // The last step's logits, in the backend.
-  // Forward's step buffers (one sequence), made on its first call.
-  std::unique_ptr<StepInputs> forward_inputs_;
 };
 
 }  // namespace tessera

@@ -1,0 +1,349 @@
+#include "runtime/model/weights.h"
+
+#include <cstring>
+#include <fstream>
+#include <new>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+WeightSpec MakeSpec(std::string name, Shape full, WeightSplit split,
+                    int64_t begin, int64_t end, int64_t pad_rows, int part) {
+  WeightSpec s;
+  s.name = std::move(name);
+  s.full = std::move(full);
+  s.split = split;
+  s.begin = begin;
+  s.end = end;
+  s.pad_rows = pad_rows;
+  s.matrix = s.full.rank() == 2;
+  s.part = part;
+  return s;
+}
+
+// Elements of one row of dim 0 (1 for a scalar or a vector).
+int64_t RowElems(const Shape& full) {
+  return full.rank() <= 1 ? 1 : full.numel() / full[0];
+}
+
+bool Contiguous(const WeightSpec& spec) {
+  switch (spec.split) {
+    case WeightSplit::kColumns:
+      return false;
+    case WeightSplit::kVocab:
+      return spec.pad_rows == 0;
+    default:
+      return true;
+  }
+}
+
+// Byte offset of the slice's first element in the full tensor (contiguous
+// splits).
+int64_t SliceOffset(const WeightSpec& spec, DType dtype) {
+  if (spec.split == WeightSplit::kReplicated ||
+      spec.split == WeightSplit::kColumns)
+    return 0;
+  return spec.begin * RowElems(spec.full) *
+         static_cast<int64_t>(DTypeSize(dtype));
+}
+
+// Bytes the checkpoint's floating-point tensors take once widened to f32.
+int64_t F32WeightBytes(const Checkpoint& ckpt) {
+  int64_t bytes = 0;
+  for (const std::string& name : ckpt.Names()) {
+    absl::StatusOr<TensorInfo> info = ckpt.Get(name);
+    if (info.ok() && IsFloatConvertible(info->dtype))
+      bytes += 4 * info->shape.numel();
+  }
+  return bytes;
+}
+
+// MemAvailable from /proc/meminfo in bytes; -1 when it cannot be read.
+int64_t AvailableHostBytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  std::string key;
+  int64_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::Status CheckHostMemoryForF32(const Checkpoint& ckpt,
+                                   const std::string& model_dir) {
+  const int64_t needed = F32WeightBytes(ckpt);
+  const int64_t available = AvailableHostBytes();
+  if (available >= 0 && needed > available) {
+    constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%s needs %.1f GiB for its weights as f32 on the CPU, "
+                        "but only %.1f GiB of memory is available",
+                        model_dir, needed / kGiB, available / kGiB));
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view WeightSplitName(WeightSplit split) {
+  switch (split) {
+    case WeightSplit::kReplicated:
+      return "replicated";
+    case WeightSplit::kRows:
+      return "rows";
+    case WeightSplit::kColumns:
+      return "columns";
+    case WeightSplit::kVocab:
+      return "vocab";
+    case WeightSplit::kExperts:
+      return "experts";
+  }
+  return "?";
+}
+
+Shape WeightSpec::local_shape() const {
+  absl::InlinedVector<int64_t, 4> dims(full.dims().begin(), full.dims().end());
+  switch (split) {
+    case WeightSplit::kReplicated:
+      break;
+    case WeightSplit::kRows:
+    case WeightSplit::kExperts:
+      if (!dims.empty()) dims[0] = end - begin;
+      break;
+    case WeightSplit::kVocab:
+      if (!dims.empty()) dims[0] = end - begin + pad_rows;
+      break;
+    case WeightSplit::kColumns:
+      if (dims.size() >= 2) dims[1] = end - begin;
+      break;
+  }
+  return Shape(absl::MakeConstSpan(dims));
+}
+
+WeightSpec Replicated(std::string name, Shape full, int part) {
+  return MakeSpec(std::move(name), std::move(full), WeightSplit::kReplicated, 0,
+                  0, 0, part);
+}
+WeightSpec RowSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                    int part) {
+  return MakeSpec(std::move(name), std::move(full), WeightSplit::kRows, begin,
+                  end, 0, part);
+}
+WeightSpec ColumnSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                       int part) {
+  return MakeSpec(std::move(name), std::move(full), WeightSplit::kColumns,
+                  begin, end, 0, part);
+}
+WeightSpec VocabSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                      int64_t pad_rows, int part) {
+  return MakeSpec(std::move(name), std::move(full), WeightSplit::kVocab, begin,
+                  end, pad_rows, part);
+}
+WeightSpec ExpertSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                       int part) {
+  WeightSpec s = MakeSpec(std::move(name), std::move(full),
+                          WeightSplit::kExperts, begin, end, 0, part);
+  s.matrix = s.full.rank() >= 2;
+  return s;
+}
+
+int64_t WeightParts(const WeightTable& table) {
+  int64_t parts = 0;
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (i + 1 == table.size() || table[i + 1].part != table[i].part) ++parts;
+  }
+  return parts;
+}
+
+int64_t SliceBytes(const WeightSpec& spec, DType dtype) {
+  return spec.local_shape().numel() * static_cast<int64_t>(DTypeSize(dtype));
+}
+
+absl::StatusOr<void*> HostStaging::Reserve(size_t bytes) {
+  if (bytes > capacity_) {
+    data_.reset();
+    capacity_ = 0;
+    data_.reset(new (std::nothrow) char[bytes]);
+    if (data_ == nullptr) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("cannot allocate ", bytes, " bytes to stage a weight"));
+    }
+    capacity_ = bytes;
+  }
+  return static_cast<void*>(data_.get());
+}
+
+absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& ckpt,
+                                         const WeightSpec& spec) {
+  ASSIGN_OR_RETURN(TensorInfo info, ckpt.Get(spec.name));
+  if (info.shape != spec.full) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.name, ": expected shape ", spec.full.ToString(),
+                     ", found ", info.shape.ToString()));
+  }
+  if (!IsFloatConvertible(info.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
+  }
+  return info;
+}
+
+void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
+               void* out) {
+  const size_t elem = DTypeSize(dtype);
+  const char* src = static_cast<const char*>(full);
+  char* dst = static_cast<char*>(out);
+  if (spec.split == WeightSplit::kColumns) {
+    // Row r's columns [begin, end): one strided copy per row.
+    const int64_t rows = spec.full[0], cols = spec.full[1];
+    const size_t width = static_cast<size_t>(spec.end - spec.begin) * elem;
+    for (int64_t r = 0; r < rows; ++r) {
+      std::memcpy(dst + r * width, src + (r * cols + spec.begin) * elem, width);
+    }
+    return;
+  }
+  const size_t offset = static_cast<size_t>(SliceOffset(spec, dtype));
+  size_t body = static_cast<size_t>(spec.full.numel()) * elem;
+  if (spec.split != WeightSplit::kReplicated) {
+    body = static_cast<size_t>((spec.end - spec.begin) * RowElems(spec.full)) *
+           elem;
+  }
+  if (body > 0) std::memcpy(dst, src + offset, body);
+  if (spec.split == WeightSplit::kVocab && spec.pad_rows > 0) {
+    std::memset(
+        dst + body, 0,
+        static_cast<size_t>(spec.pad_rows * RowElems(spec.full)) * elem);
+  }
+}
+
+absl::StatusOr<TensorView> ReadSlice(const Checkpoint& ckpt,
+                                     const WeightSpec& spec,
+                                     HostStaging* staging) {
+  ASSIGN_OR_RETURN(const TensorInfo info, CheckedTensor(ckpt, spec));
+  const Shape local = spec.local_shape();
+  if (Contiguous(spec)) {
+    const char* data =
+        static_cast<const char*>(info.data) + SliceOffset(spec, info.dtype);
+    // Upload only reads it; the mapping is read-only.
+    return TensorView(const_cast<char*>(data), info.dtype, local);
+  }
+  ASSIGN_OR_RETURN(
+      void* out,
+      staging->Reserve(static_cast<size_t>(SliceBytes(spec, info.dtype))));
+  CopySlice(spec, info.dtype, info.data, out);
+  return TensorView(out, info.dtype, local);
+}
+
+WeightSet::WeightSet(WeightTable table)
+    : table_(std::move(table)), tensors_(table_.size()) {
+  for (size_t i = 0; i < table_.size(); ++i) index_[table_[i].name] = i;
+}
+
+absl::Status WeightSet::Put(size_t i, Tensor tensor) {
+  if (i >= table_.size()) {
+    return absl::DataLossError(absl::StrCat("weight #", i, ": the table has ",
+                                            table_.size(), " tensors"));
+  }
+  const WeightSpec& spec = table_[i];
+  if (tensor.shape() != spec.local_shape()) {
+    return absl::DataLossError(
+        absl::StrCat(spec.name, ": got shape ", tensor.shape().ToString(),
+                     ", this rank's ", WeightSplitName(spec.split),
+                     " slice is ", spec.local_shape().ToString()));
+  }
+  if (tensors_[i].has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(spec.name, " was stored twice"));
+  }
+  tensors_[i] = std::move(tensor);
+  return absl::OkStatus();
+}
+
+UploadFn UploadTo(Ops* ops) {
+  return [ops](const TensorView& host, DType dtype) {
+    return ops->Upload(host, dtype);
+  };
+}
+
+absl::Status WeightSet::Store(size_t i, const TensorView& host,
+                              const UploadFn& upload, DType matrix_dtype) {
+  if (i >= table_.size()) {
+    return absl::DataLossError(absl::StrCat("weight #", i, ": the table has ",
+                                            table_.size(), " tensors"));
+  }
+  const WeightSpec& spec = table_[i];
+  if (host.shape() != spec.local_shape()) {
+    return absl::DataLossError(
+        absl::StrCat(spec.name, ": got shape ", host.shape().ToString(),
+                     ", this rank's ", WeightSplitName(spec.split),
+                     " slice is ", spec.local_shape().ToString()));
+  }
+  absl::StatusOr<Tensor> stored = upload(host, StoredDType(spec, matrix_dtype));
+  if (!stored.ok()) {
+    return Annotate(stored.status(), absl::StrCat("uploading ", spec.name));
+  }
+  return Put(i, *std::move(stored));
+}
+
+bool WeightSet::complete() const { return first_missing().empty(); }
+
+std::string WeightSet::first_missing() const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (!tensors_[i].has_value()) return table_[i].name;
+  }
+  return "";
+}
+
+const Tensor* WeightSet::Find(absl::string_view name) const {
+  auto it = index_.find(name);
+  if (it == index_.end() || !tensors_[it->second].has_value()) return nullptr;
+  return &*tensors_[it->second];
+}
+
+absl::StatusOr<Tensor> WeightSet::Take(absl::string_view name) {
+  auto it = index_.find(name);
+  if (it == index_.end() || !tensors_[it->second].has_value()) {
+    return absl::NotFoundError(
+        absl::StrCat("weight ", name, " is not in this rank's weight set"));
+  }
+  Tensor t = std::move(*tensors_[it->second]);
+  tensors_[it->second].reset();
+  return t;
+}
+
+int64_t WeightSet::bytes() const {
+  int64_t bytes = 0;
+  for (const std::optional<Tensor>& t : tensors_) {
+    if (t.has_value()) bytes += static_cast<int64_t>(t->nbytes());
+  }
+  return bytes;
+}
+
+absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,
+                                        WeightTable table,
+                                        const WeightLoadOptions& options) {
+  if (options.ops == nullptr && !options.upload) {
+    return absl::InvalidArgumentError("LoadWeightSet: no backend");
+  }
+  const UploadFn upload =
+      options.upload ? options.upload : UploadTo(options.ops);
+  WeightSet set(std::move(table));
+  HostStaging staging;
+  for (size_t i = 0; i < set.size(); ++i) {
+    const WeightSpec& spec = set.table()[i];
+    ASSIGN_OR_RETURN(const TensorView host, ReadSlice(ckpt, spec, &staging));
+    RETURN_IF_ERROR(set.Store(i, host, upload, options.matrix_dtype));
+    const bool part_done =
+        i + 1 == set.size() || set.table()[i + 1].part != spec.part;
+    if (part_done && options.on_part) options.on_part();
+  }
+  return set;
+}
+
+}  // namespace tessera

@@ -1,0 +1,205 @@
+// The weights of one rank: which tensors a model has (a WeightTable of
+// WeightSpecs, written once per architecture), how a tensor is split across
+// tensor-parallel ranks (the split rules), and the tensors themselves (a
+// WeightSet in the backend's memory).
+//
+// Weights keep the checkpoint's dtype from file to device. Loading streams
+// tensor by tensor: a rank's slice is read straight from the mmapped
+// safetensors when it is contiguous (replicated, rows, experts, vocabulary
+// without padding), or gathered into one reused host staging buffer in the
+// checkpoint's dtype when it is not (columns: strided rows; vocabulary with
+// padding rows). Ops::Upload then stores it in the backend. The only
+// conversions are the backend's (Upload): f32 compute on the CPU, bf16/f32
+// matrices on a GPU; never a host f32 copy of a bf16 checkpoint on a GPU.
+#ifndef TESSERA_RUNTIME_MODEL_WEIGHTS_H_
+#define TESSERA_RUNTIME_MODEL_WEIGHTS_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/ops.h"
+#include "runtime/core/dtype.h"
+#include "runtime/core/shape.h"
+#include "runtime/core/tensor.h"
+#include "runtime/model/safetensors.h"
+
+namespace tessera {
+
+// How a tensor is divided among the ranks of a tensor-parallel group.
+enum class WeightSplit {
+  kReplicated,  // Every rank holds it whole (norms, row-parallel biases).
+  kRows,        // Rows [begin, end) of dim 0 (q/k/v, gate/up, their biases).
+  kColumns,     // Columns [begin, end) of dim 1 of a matrix (o, down).
+  kVocab,       // Rows [begin, end) of dim 0 then `pad_rows` rows of zeros
+                // (embedding and LM head, vocabulary-parallel).
+  kExperts,     // Experts [begin, end) of dim 0 of [E, ...] (MoE).
+};
+
+absl::string_view WeightSplitName(WeightSplit split);
+
+// One tensor of a model as one rank holds it.
+struct WeightSpec {
+  std::string name;  // The Hugging Face name in the checkpoint.
+  Shape full;        // The whole tensor's shape, as the config implies it.
+  WeightSplit split = WeightSplit::kReplicated;
+  // This rank's range along the split dimension (dim 0, or dim 1 for
+  // kColumns); unused for kReplicated.
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t pad_rows = 0;  // kVocab only.
+  // Stored in the backend's matrix dtype (projections, embedding, head);
+  // everything else (norms, biases) is f32.
+  bool matrix = false;
+  // The progress part it belongs to (the embedding, each layer, the head are
+  // one part each); non-decreasing along a table.
+  int part = 0;
+
+  // The shape of this rank's slice.
+  Shape local_shape() const;
+};
+
+// Constructors of the split rules.
+WeightSpec Replicated(std::string name, Shape full, int part);
+WeightSpec RowSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                    int part);
+WeightSpec ColumnSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                       int part);
+WeightSpec VocabSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                      int64_t pad_rows, int part);
+WeightSpec ExpertSplit(std::string name, Shape full, int64_t begin, int64_t end,
+                       int part);
+
+// Every tensor one rank holds, in one canonical order: the order it is read,
+// sent and received in.
+using WeightTable = std::vector<WeightSpec>;
+
+// How many progress parts a table has (on_part calls of LoadWeightSet).
+int64_t WeightParts(const WeightTable& table);
+
+// Bytes of `spec`'s local slice in `dtype`.
+int64_t SliceBytes(const WeightSpec& spec, DType dtype);
+
+// The dtype a backend stores `spec` in: `matrix_dtype` for matrices, f32
+// otherwise.
+inline DType StoredDType(const WeightSpec& spec, DType matrix_dtype) {
+  return spec.matrix ? matrix_dtype : DType::kF32;
+}
+
+// A reusable host buffer for slices that are not contiguous in the file. It
+// grows to the largest such slice and is never shrunk, so a load allocates
+// it at most a few times.
+class HostStaging {
+ public:
+  // At least `bytes` of storage (contents unspecified).
+  absl::StatusOr<void*> Reserve(size_t bytes);
+  size_t capacity() const { return capacity_; }
+
+ private:
+  std::unique_ptr<char[]> data_;
+  size_t capacity_ = 0;
+};
+
+// The checkpoint's entry for `spec`, after checking that it has the full
+// shape ("<name>: expected shape [64, 256], found [128, 256]") and a
+// floating-point dtype. A missing tensor is NotFound naming it.
+absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& checkpoint,
+                                         const WeightSpec& spec);
+
+// Writes `spec`'s local slice of the contiguous full tensor `full` (in the
+// checkpoint's dtype `dtype`) to `out` (SliceBytes(spec, dtype) bytes).
+void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
+               void* out);
+
+// This rank's slice of `spec` in the checkpoint's dtype, as a host view that
+// is valid until `staging` is next used or the checkpoint closes: into the
+// mapping when the slice is contiguous, else gathered into `staging`.
+absl::StatusOr<TensorView> ReadSlice(const Checkpoint& checkpoint,
+                                     const WeightSpec& spec,
+                                     HostStaging* staging);
+
+// Stores one host tensor in a backend as `dtype`: Ops::Upload (UploadTo), or
+// a test's counting fake.
+using UploadFn =
+    std::function<absl::StatusOr<Tensor>(const TensorView& host, DType dtype)>;
+UploadFn UploadTo(Ops* ops);
+
+// One rank's tensors in a backend's memory, by spec. Built tensor by tensor
+// (Put/Store), then taken apart by the model that binds them (Take). Move-only.
+class WeightSet {
+ public:
+  WeightSet() = default;
+  explicit WeightSet(WeightTable table);
+  WeightSet(WeightSet&&) = default;
+  WeightSet& operator=(WeightSet&&) = default;
+
+  const WeightTable& table() const { return table_; }
+  size_t size() const { return table_.size(); }
+
+  // Stores `host` (table()[i]'s local slice, host memory in any float dtype)
+  // through ops->Upload as StoredDType(spec, matrix_dtype). DataLoss when the
+  // shape is not the slice's; FailedPrecondition when tensor i is present.
+  absl::Status Store(size_t i, const TensorView& host, const UploadFn& upload,
+                     DType matrix_dtype);
+  absl::Status Store(size_t i, const TensorView& host, Ops* ops,
+                     DType matrix_dtype) {
+    return Store(i, host, UploadTo(ops), matrix_dtype);
+  }
+  // Places a tensor already in the backend's memory (the slice's shape).
+  absl::Status Put(size_t i, Tensor tensor);
+
+  // Whether every tensor of the table is present.
+  bool complete() const;
+  // The first absent tensor's name (empty when complete).
+  std::string first_missing() const;
+
+  // The tensor named `name`, if the table has it and it is present.
+  const Tensor* Find(absl::string_view name) const;
+  // Moves the tensor named `name` out. NotFound naming it when the table has
+  // none or it was taken or never stored.
+  absl::StatusOr<Tensor> Take(absl::string_view name);
+
+  // Bytes of the present tensors.
+  int64_t bytes() const;
+
+ private:
+  WeightTable table_;
+  std::vector<std::optional<Tensor>> tensors_;
+  absl::flat_hash_map<std::string, size_t> index_;
+};
+
+struct WeightLoadOptions {
+  // The backend the tensors are stored in: `upload` when set, else
+  // ops->Upload (one of them is required).
+  Ops* ops = nullptr;
+  UploadFn upload;
+  DType matrix_dtype = DType::kF32;
+  // Called after each part of the table (see WeightSpec::part) is stored.
+  std::function<void()> on_part;
+};
+
+// Reads every tensor of `table` from `checkpoint` and stores it through
+// options.ops, one tensor at a time: host memory holds at most one staged
+// slice (and what the backend's Upload converts in bounded pieces). Errors
+// are CheckedTensor's.
+absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
+                                        WeightTable table,
+                                        const WeightLoadOptions& options);
+
+// The CPU backend holds every weight as f32: ResourceExhausted ("DIR needs
+// N GiB for its weights as f32 on the CPU, but only M GiB of memory is
+// available") when that cannot fit, instead of the kernel's out-of-memory
+// killer ending the process half-way through loading.
+absl::Status CheckHostMemoryForF32(const Checkpoint& checkpoint,
+                                   const std::string& model_dir);
+
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_MODEL_WEIGHTS_H_

@@ -1,0 +1,344 @@
+#include "runtime/model/weights.h"
+
+#include <malloc.h>
+
+#include <cstdint>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/core/dtype.h"
+#include "runtime/model/config.h"
+#include "runtime/model/llama.h"
+#include "runtime/model/registry.h"
+#include "runtime/model/safetensors.h"
+#include "runtime/model/shard.h"
+#include "runtime/model/testing/checkpoint_writer.h"
+
+namespace tessera {
+namespace {
+
+using testing_util::CheckpointWriter;
+
+std::string MakeDir(const std::string& name) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / "weights_test" / name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir.string();
+}
+
+// Element `i` of a host view in any float dtype, as f32.
+float At(const TensorView& v, int64_t i) {
+  float out = 0;
+  EXPECT_TRUE(ConvertToF32(v.dtype(),
+                           static_cast<const char*>(v.data()) +
+                               i * static_cast<int64_t>(DTypeSize(v.dtype())),
+                           1, &out)
+                  .ok());
+  return out;
+}
+
+bool Inside(const void* p, const TensorInfo& info) {
+  const char* begin = static_cast<const char*>(info.data);
+  return p >= static_cast<const void*>(begin) &&
+         p < static_cast<const void*>(begin + info.nbytes);
+}
+
+class SplitRuleTest : public testing::TestWithParam<DType> {
+ protected:
+  void SetUp() override {
+    dir_ = MakeDir(std::string("split_") + std::string(DTypeName(GetParam())));
+    CheckpointWriter()
+        .AddRandom("m", GetParam(), {6, 10})
+        .AddRandom("e", GetParam(), {4, 3, 5})
+        .AddRandom("b", GetParam(), {6})
+        .Write(dir_ + "/model.safetensors");
+    auto ckpt = Checkpoint::Open(dir_);
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    ckpt_ = *std::move(ckpt);
+  }
+
+  // Checks ReadSlice(spec) against slicing the full tensor by hand:
+  // `expected(index into the slice) → index into the full tensor, or -1 for
+  // a padding zero`.
+  void Check(const WeightSpec& spec, const Shape& local,
+             const std::function<int64_t(int64_t)>& full_index,
+             bool contiguous) {
+    HostStaging staging;
+    auto view = ReadSlice(*ckpt_, spec, &staging);
+    ASSERT_TRUE(view.ok()) << view.status();
+    const TensorInfo info = *ckpt_->Get(spec.name);
+    const TensorView full(const_cast<void*>(info.data), info.dtype, info.shape);
+    EXPECT_EQ(view->shape(), local) << spec.name;
+    EXPECT_EQ(spec.local_shape(), local);
+    EXPECT_EQ(view->dtype(), GetParam()) << "slices keep the file's dtype";
+    EXPECT_EQ(Inside(view->data(), info), contiguous)
+        << WeightSplitName(spec.split)
+        << ": contiguous slices are read in place, others staged";
+    for (int64_t i = 0; i < local.numel(); ++i) {
+      const int64_t f = full_index(i);
+      EXPECT_EQ(At(*view, i), f < 0 ? 0.0f : At(full, f))
+          << WeightSplitName(spec.split) << " element " << i;
+    }
+    // CopySlice writes the same bytes.
+    std::vector<char> copy(SliceBytes(spec, info.dtype));
+    CopySlice(spec, info.dtype, info.data, copy.data());
+    EXPECT_EQ(std::memcmp(copy.data(), view->data(), copy.size()), 0);
+  }
+
+  std::string dir_;
+  std::unique_ptr<Checkpoint> ckpt_;
+};
+
+TEST_P(SplitRuleTest, Replicated) {
+  Check(
+      Replicated("m", {6, 10}, 0), {6, 10}, [](int64_t i) { return i; }, true);
+  Check(
+      Replicated("b", {6}, 0), {6}, [](int64_t i) { return i; }, true);
+}
+
+TEST_P(SplitRuleTest, Rows) {
+  Check(
+      RowSplit("m", {6, 10}, 2, 5, 0), {3, 10},
+      [](int64_t i) { return 20 + i; }, true);
+  Check(
+      RowSplit("b", {6}, 1, 4, 0), {3}, [](int64_t i) { return 1 + i; }, true);
+}
+
+TEST_P(SplitRuleTest, Columns) {
+  Check(
+      ColumnSplit("m", {6, 10}, 3, 7, 0), {6, 4},
+      [](int64_t i) { return (i / 4) * 10 + 3 + i % 4; }, false);
+}
+
+TEST_P(SplitRuleTest, VocabWithAndWithoutPadding) {
+  Check(
+      VocabSplit("m", {6, 10}, 4, 6, 2, 0), {4, 10},
+      [](int64_t i) { return i < 20 ? 40 + i : -1; }, false);
+  Check(
+      VocabSplit("m", {6, 10}, 0, 3, 0, 0), {3, 10},
+      [](int64_t i) { return i; }, true);
+}
+
+TEST_P(SplitRuleTest, Experts) {
+  Check(
+      ExpertSplit("e", {4, 3, 5}, 1, 3, 0), {2, 3, 5},
+      [](int64_t i) { return 15 + i; }, true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, SplitRuleTest,
+                         testing::Values(DType::kF32, DType::kBF16,
+                                         DType::kF16));
+
+TEST(ReadSliceTest, ErrorsNameTheTensor) {
+  const std::string dir = MakeDir("errors");
+  CheckpointWriter()
+      .AddRandom("m", DType::kBF16, {6, 10})
+      .Add("i", DType::kI8, {4}, std::string(4, '\0'))
+      .Write(dir + "/model.safetensors");
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  HostStaging staging;
+  absl::StatusOr<TensorView> missing =
+      ReadSlice(**ckpt, Replicated("model.norm.weight", {10}, 0), &staging);
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(missing.status().message().find("model.norm.weight"),
+            std::string::npos);
+  absl::StatusOr<TensorView> shape =
+      ReadSlice(**ckpt, Replicated("m", {6, 11}, 0), &staging);
+  EXPECT_EQ(shape.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shape.status().message(),
+            "m: expected shape [6, 11], found [6, 10]");
+  absl::StatusOr<TensorView> dtype =
+      ReadSlice(**ckpt, Replicated("i", {4}, 0), &staging);
+  EXPECT_EQ(dtype.status().message(), "i: dtype i8 is not a float type");
+}
+
+TEST(WeightSetTest, StoresChecksAndTakes) {
+  WeightSet set({RowSplit("a", {4, 2}, 0, 2, 0), Replicated("b", {3}, 1)});
+  CpuOps ops;
+  std::vector<float> a(4, 1.0f), wrong(6, 0.0f), b(3, 2.0f);
+  EXPECT_EQ(set.Store(0, TensorView(wrong.data(), DType::kF32, {3, 2}), &ops,
+                      DType::kF32)
+                .code(),
+            absl::StatusCode::kDataLoss);
+  ASSERT_TRUE(
+      set.Store(0, TensorView(a.data(), DType::kF32, {2, 2}), &ops, DType::kF32)
+          .ok());
+  EXPECT_EQ(
+      set.Store(0, TensorView(a.data(), DType::kF32, {2, 2}), &ops, DType::kF32)
+          .code(),
+      absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(set.complete());
+  EXPECT_EQ(set.first_missing(), "b");
+  ASSERT_TRUE(
+      set.Store(1, TensorView(b.data(), DType::kF32, {3}), &ops, DType::kF32)
+          .ok());
+  EXPECT_TRUE(set.complete());
+  EXPECT_EQ(set.bytes(), 7 * 4);
+  ASSERT_NE(set.Find("b"), nullptr);
+  EXPECT_TRUE(set.Take("a").ok());
+  EXPECT_EQ(set.Take("a").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(set.Take("zzz").status().code(), absl::StatusCode::kNotFound);
+}
+
+// A Llama checkpoint with random weights in `dtype`, shaped by `config_json`.
+std::string WriteLlama(const std::string& name, DType dtype,
+                       const std::string& config_json) {
+  const std::string dir = MakeDir(name);
+  std::ofstream(dir + "/config.json") << config_json;
+  auto config = ParseModelConfig(config_json);
+  EXPECT_TRUE(config.ok()) << config.status();
+  CheckpointWriter writer;
+  for (const WeightSpec& spec : LlamaWeightTable(*config, FullModel(*config))) {
+    writer.AddRandom(spec.name, dtype, spec.full);
+  }
+  writer.Write(dir + "/model.safetensors");
+  return dir;
+}
+
+constexpr char kConfig[] = R"({
+  "model_type": "llama", "hidden_size": 256, "intermediate_size": 1024,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "vocab_size": 4096, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+  "hidden_act": "silu", "tie_word_embeddings": false})";
+
+int64_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
+
+// The GPU path: a bf16 checkpoint reaches the backend's Upload as bf16,
+// straight from the mapping (or, for strided slices, one staging buffer in
+// bf16); the host never holds an f32 copy of a weight. A counting fake
+// backend records what it is given and the host heap at each call.
+void ExpectNoF32HostCopy(int tp_rank, int tp_size) {
+  const std::string dir = WriteLlama(
+      absl::StrCat("bf16_tp", tp_rank, "of", tp_size), DType::kBF16, kConfig);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok());
+  auto shard = MakeShardSpec(*config, tp_rank, tp_size, 0, 1);
+  ASSERT_TRUE(shard.ok()) << shard.status();
+  auto ckpt = Checkpoint::Open(dir);
+  ASSERT_TRUE(ckpt.ok());
+  const WeightTable table = LlamaWeightTable(*config, *shard);
+  int64_t largest_staged = 0;  // bf16 bytes of the largest strided slice.
+  for (const WeightSpec& spec : table) {
+    if (spec.split == WeightSplit::kColumns)
+      largest_staged = std::max(largest_staged, SliceBytes(spec, DType::kBF16));
+  }
+  static char fake_device[1];
+  int64_t calls = 0, bf16_bytes = 0, worst_growth = 0;
+  const int64_t baseline = HeapInUse();
+  WeightLoadOptions options;
+  options.matrix_dtype = DType::kBF16;
+  options.upload = [&](const TensorView& host,
+                       DType dtype) -> absl::StatusOr<Tensor> {
+    ++calls;
+    EXPECT_EQ(host.dtype(), DType::kBF16) << "call " << calls;
+    bf16_bytes += static_cast<int64_t>(host.nbytes());
+    worst_growth = std::max(worst_growth, HeapInUse() - baseline);
+    return Tensor::Adopt(fake_device, dtype, host.shape(), [](void*) {});
+  };
+  auto set = LoadWeightSet(**ckpt, table, options);
+  ASSERT_TRUE(set.ok()) << set.status();
+  EXPECT_EQ(calls, static_cast<int64_t>(table.size()));
+  int64_t shard_bf16 = 0;
+  for (const WeightSpec& spec : table)
+    shard_bf16 += SliceBytes(spec, DType::kBF16);
+  EXPECT_EQ(bf16_bytes, shard_bf16);
+  // An f32 copy of even one matrix (the 4 MiB embedding) would exceed this.
+  EXPECT_LE(worst_growth, largest_staged + (int64_t{1} << 20))
+      << "host heap grew by " << worst_growth << " bytes while loading "
+      << shard_bf16 << " bytes of bf16 weights";
+}
+
+TEST(NoF32HostCopyTest, WholeModelReadsInPlace) { ExpectNoF32HostCopy(0, 1); }
+TEST(NoF32HostCopyTest, TensorParallelSliceStagesOnlyStridedSlicesInBf16) {
+  ExpectNoF32HostCopy(1, 2);
+}
+
+// The CPU backend widens a bf16 checkpoint tensor by tensor: the model equals
+// one loaded from an f32 checkpoint of the same (bf16-rounded) values.
+TEST(CpuLoadTest, Bf16CheckpointMatchesItsF32Rounding) {
+  const std::string bf16_dir = WriteLlama("cpu_bf16", DType::kBF16, kConfig);
+  const std::string f32_dir = MakeDir("cpu_f32_rounded");
+  std::filesystem::copy_file(bf16_dir + "/config.json",
+                             f32_dir + "/config.json");
+  {
+    auto ckpt = Checkpoint::Open(bf16_dir);
+    ASSERT_TRUE(ckpt.ok());
+    CheckpointWriter writer;
+    for (const std::string& name : (*ckpt)->Names()) {
+      const TensorInfo info = *(*ckpt)->Get(name);
+      auto t = (*ckpt)->LoadF32(name, info.shape);
+      ASSERT_TRUE(t.ok());
+      std::vector<float> v(t->data_as<float>(),
+                           t->data_as<float>() + t->numel());
+      writer.AddFloats(name, DType::kF32, info.shape, v);
+    }
+    writer.Write(f32_dir + "/model.safetensors");
+  }
+  CpuOps ops;
+  auto a = LoadModel(bf16_dir, &ops);
+  auto b = LoadModel(f32_dir, &ops);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*a)->weight_bytes(), (*b)->weight_bytes());
+  const std::vector<int32_t> tokens = {1, 7, 300, 4000};
+  std::vector<float> la(4096), lb(4096);
+  auto ca = (*a)->NewKvCache(8);
+  auto cb = (*b)->NewKvCache(8);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE((*a)->Forward(tokens, &*ca, la.data()).ok());
+  ASSERT_TRUE((*b)->Forward(tokens, &*cb, lb.data()).ok());
+  EXPECT_EQ(la, lb);
+}
+
+TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
+  auto entry = FindArchitecture("gpt2");
+  EXPECT_EQ(entry.status().message(),
+            "unsupported model_type \"gpt2\" (supported: llama, mistral, "
+            "qwen2, qwen3)");
+  EXPECT_TRUE(FindArchitecture("qwen3").ok());
+}
+
+TEST(LlamaWeightTableTest, TensorParallelSlicesFollowTheShard) {
+  auto config = ParseModelConfig(kConfig);
+  ASSERT_TRUE(config.ok());
+  auto shard = MakeShardSpec(*config, 1, 2, 0, 1);
+  ASSERT_TRUE(shard.ok());
+  const WeightTable table = LlamaWeightTable(*config, *shard);
+  auto find = [&](const std::string& name) -> const WeightSpec* {
+    for (const WeightSpec& s : table)
+      if (s.name == name) return &s;
+    return nullptr;
+  };
+  const WeightSpec* q = find("model.layers.0.self_attn.q_proj.weight");
+  const WeightSpec* o = find("model.layers.1.self_attn.o_proj.weight");
+  const WeightSpec* down = find("model.layers.1.mlp.down_proj.weight");
+  const WeightSpec* embed = find("model.embed_tokens.weight");
+  const WeightSpec* norm = find("model.norm.weight");
+  ASSERT_TRUE(q && o && down && embed && norm);
+  EXPECT_EQ(q->split, WeightSplit::kRows);
+  EXPECT_EQ(q->begin, 128);
+  EXPECT_EQ(q->local_shape(), Shape({128, 256}));
+  EXPECT_EQ(o->split, WeightSplit::kColumns);
+  EXPECT_EQ(o->local_shape(), Shape({256, 128}));
+  EXPECT_EQ(down->local_shape(), Shape({256, 512}));
+  EXPECT_EQ(embed->split, WeightSplit::kVocab);
+  EXPECT_EQ(embed->begin, 2048);
+  EXPECT_EQ(norm->split, WeightSplit::kReplicated);
+  EXPECT_FALSE(norm->matrix);
+  EXPECT_TRUE(q->matrix);
+  EXPECT_EQ(WeightParts(table), 4);  // Embedding, 2 layers, head.
+}
+
+}  // namespace
+}  // namespace tessera
