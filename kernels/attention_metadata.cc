@@ -101,6 +101,24 @@ absl::Status PackAttentionMetadata(absl::Span<const SequenceSlice> seqs,
   return absl::OkStatus();
 }
 
+HostArrays ReadHostArrays(const AttentionMetadata& m) {
+  auto i32 = [](const TensorView& t) {
+    return absl::MakeConstSpan(t.data_as<const int32_t>(),
+                               static_cast<size_t>(t.numel()));
+  };
+  HostArrays a;
+  a.query_start_loc = i32(m.query_start_loc);
+  a.context_lens = i32(m.context_lens);
+  a.seq_lens = i32(m.seq_lens);
+  a.positions = i32(m.positions);
+  a.block_tables = i32(m.block_tables);
+  a.slot_mapping =
+      absl::MakeConstSpan(m.slot_mapping.data_as<const int64_t>(),
+                          static_cast<size_t>(m.slot_mapping.numel()));
+  a.stride = m.max_blocks_per_seq;
+  return a;
+}
+
 AttentionMetadata HostAttentionMetadata::View() const {
   AttentionMetadata m;
   m.block_size = block_size;

@@ -128,6 +128,21 @@ struct HostAttentionMetadata {
   AttentionMetadata View() const;
 };
 
+// The arrays of `m` read in place, for code that runs where they are host
+// memory (the CPU backend, and the shared checks of op_checks.h on it). The
+// views' dtypes and shapes must have been checked (CheckPagedAttention);
+// meaningless for device memory.
+struct HostArrays {
+  absl::Span<const int32_t> query_start_loc, context_lens, seq_lens, positions,
+      block_tables;
+  absl::Span<const int64_t> slot_mapping;
+  int32_t stride = 0;  // max_blocks_per_seq.
+  const int32_t* block_table(int32_t seq) const {
+    return block_tables.data() + static_cast<int64_t>(seq) * stride;
+  }
+};
+HostArrays ReadHostArrays(const AttentionMetadata& m);
+
 // Builds the metadata of one step in host vectors (PackAttentionMetadata's
 // checks; the stride is the longest table, so nothing is too long).
 absl::StatusOr<HostAttentionMetadata> BuildAttentionMetadata(

@@ -1,14 +1,17 @@
 // Argument checks shared by the backends' ops, so that the CPU reference and
-// the GPU refuse the same inputs with the same messages.
+// the GPU refuse the same inputs with the same messages. The public ops of
+// class Ops (ops.h) run them once; a backend's Do* never repeats them.
 #ifndef TESSERA_KERNELS_OP_CHECKS_H_
 #define TESSERA_KERNELS_OP_CHECKS_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/ops.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -35,75 +38,100 @@ inline absl::Status ShapeError(absl::string_view op, absl::string_view what,
       op, ": ", what, " (", a.ToString(), " vs ", b.ToString(), ")"));
 }
 
-// A step array (ops.h): `dtype`, rank 1, with storage when non-empty.
-inline absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
-                                   const TensorView& t, DType dtype) {
-  if (absl::Status s = CheckDType(op, name, t, dtype); !s.ok()) return s;
-  if (t.shape().rank() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": ", name, " must be a vector, got ", t.shape().ToString()));
-  }
-  return absl::OkStatus();
-}
+// "f32", "f32 or bf16", "f32, bf16 or int8".
+std::string DTypeList(absl::Span<const DType> dtypes);
 
-// GatherRows: f32 src [R, N], rows kI32 [n], dst [n, N]. The rows' values are
-// checked by a backend that can read them (GatherRowsInRange).
-inline absl::Status CheckGatherRows(const TensorView& src,
-                                    const TensorView& rows,
-                                    const TensorView& dst) {
-  if (absl::Status s = CheckDType("GatherRows", "src", src, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckDType("GatherRows", "dst", dst, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckStepArray("GatherRows", "rows", rows, DType::kI32);
-      !s.ok()) {
-    return s;
-  }
-  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != rows.shape()[0] || dst.shape()[1] != src.shape()[1]) {
-    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
-                      src.shape(), dst.shape());
-  }
-  return absl::OkStatus();
-}
+// InvalidArgument unless `t` has one of `allowed` and storage (when
+// non-empty): "Op: name must be f32 or bf16, got f16".
+absl::Status CheckDTypeIn(absl::string_view op, absl::string_view name,
+                          const TensorView& t, absl::Span<const DType> allowed);
 
-// Every row in [0, num_rows) (host rows).
-inline absl::Status GatherRowsInRange(absl::Span<const int32_t> rows,
-                                      int64_t num_rows) {
-  for (int32_t r : rows) {
-    if (r < 0 || r >= num_rows) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GatherRows: row ", r, " of ", num_rows));
-    }
-  }
-  return absl::OkStatus();
-}
+// A step array (ops.h): `dtype`, rank 1, storage when non-empty.
+absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
+                            const TensorView& t, DType dtype);
 
-// ConcatShards: f32 gathered [shards * n, Vp] covering out [n, V].
-inline absl::Status CheckConcatShards(const TensorView& gathered,
-                                      int64_t shards, const TensorView& out) {
-  if (absl::Status s =
-          CheckDType("ConcatShards", "gathered", gathered, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckDType("ConcatShards", "out", out, DType::kF32);
-      !s.ok()) {
-    return s;
-  }
-  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
-      gathered.shape()[0] != shards * out.shape()[0] ||
-      gathered.shape()[1] * shards < out.shape()[1]) {
-    return ShapeError("ConcatShards",
-                      "gathered [shards * n, Vp] cannot fill out [n, V]",
-                      gathered.shape(), out.shape());
-  }
-  return absl::OkStatus();
-}
+// The checks every public op of class Ops runs before its Do* (one function
+// an op; `support` is the backend's). Each states what it refuses; the
+// contracts themselves are the ops' comments in ops.h. Step arrays are
+// checked for dtype and shape; the *Values checks read their contents and
+// run only where the backend's memory is host memory (Device::host_memory).
+
+// Table in a weight dtype [V, H], ids kI32 [T], out f32 [T, H].
+absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
+                            const TensorView& ids, const TensorView& out);
+// Every id in [0, V).
+absl::Status CheckEmbeddingValues(const TensorView& table,
+                                  const TensorView& ids);
+// As Embedding.
+absl::Status CheckEmbeddingShard(const OpSupport& support,
+                                 const TensorView& table, const TensorView& ids,
+                                 const TensorView& out);
+// Every id >= 0.
+absl::Status CheckEmbeddingShardValues(const TensorView& ids);
+// f32 src [R, N], rows kI32 [n], dst [n, N].
+absl::Status CheckGatherRows(const TensorView& src, const TensorView& rows,
+                             const TensorView& dst);
+// Every row in [0, R).
+absl::Status CheckGatherRowsValues(const TensorView& src,
+                                   const TensorView& rows);
+// f32 gathered [shards * n, Vp] covering out [n, V].
+absl::Status CheckConcatShards(const TensorView& gathered, int64_t shards,
+                               const TensorView& out);
+// f32 x, out [R, N] (any rank >= 1, same shape), weight [N].
+absl::Status CheckRmsNorm(const TensorView& x, const TensorView& weight,
+                          const TensorView& out);
+// f32 residual, x, out [R, N], weight [N]; out must not be residual's
+// storage (it may be x's).
+absl::Status CheckAddRmsNorm(const TensorView& residual, const TensorView& x,
+                             const TensorView& weight, const TensorView& out);
+// f32 a, b, out of one shape.
+absl::Status CheckAdd(const TensorView& a, const TensorView& b,
+                      const TensorView& out);
+// f32 x [T, K], weight [N, K] in a weight dtype and unscaled, f32 bias [N]
+// or null, f32 out [T, N].
+absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
+                         const WeightView& weight, const TensorView* bias,
+                         const TensorView& out);
+// f32 x [T, heads, D] with D even, positions kI32 [T], f32 inv_freq [D/2].
+absl::Status CheckRope(const TensorView& x, const TensorView& positions,
+                       const TensorView& inv_freq);
+// f32 x [T, N], f32 bias [N].
+absl::Status CheckBiasAdd(const TensorView& x, const TensorView& bias);
+// f32 gate, up, out of one shape.
+absl::Status CheckSiluMul(const TensorView& gate, const TensorView& up,
+                          const TensorView& out);
+
+// k [S, kv_heads, D] and v [S, kv_heads, Dv] of one cache dtype; scales f32
+// [S, kv_heads] for an int8 cache and absent (empty views) otherwise.
+absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
+                          const KvCacheLayer& cache);
+// f32 k [T, kv_heads, D] and v [T, kv_heads, Dv] matching a valid cache,
+// slot_mapping kI64 [T].
+absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
+                               const TensorView& v,
+                               const TensorView& slot_mapping,
+                               const KvCacheLayer& cache);
+// Every slot in [0, S).
+absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
+                                     const KvCacheLayer& cache);
+
+enum class AttentionKind { kPrefill, kDecode, kStatic };
+// Well-formed metadata (sane scalars; kI32 arrays of the shapes they give);
+// sequences [first_seq, end_seq) of it, among the leading num_decode_seqs
+// for decode; f32 q [num_tokens, heads, D] and out [num_tokens, heads, Dv]
+// with heads a multiple of the cache's kv heads; a valid cache; a sliding
+// window >= 0.
+absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
+                                 const PagedAttentionArgs& args);
+// The arrays of the chosen sequences: contiguous rows and seq_len = context +
+// query_len (exactly one query each for decode); every block some query
+// reads inside the cache (paged), or each sequence inside its one static
+// block (static). Runs after CheckPagedAttention.
+absl::Status CheckPagedAttentionValues(AttentionKind kind,
+                                       const PagedAttentionArgs& args);
+
+// The op's name in messages: "PrefillAttention", ...
+absl::string_view AttentionOpName(AttentionKind kind);
 
 }  // namespace tessera
 

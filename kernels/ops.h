@@ -4,20 +4,21 @@
 //
 // Conventions (all ops):
 //  - Tensors are dense, row-major TensorViews in the backend's memory; the op
-//  checks dtypes and
-//    shapes and returns InvalidArgument naming the op and the mismatch — it
-//    never guesses.
+//    checks dtypes and shapes and returns InvalidArgument naming the op and
+//    the mismatch — it never guesses. The checks are the same code on every
+//    backend (op_checks.h), run once by the public op (see class Ops).
 //  - "T" is the number of tokens in the step, "H" the hidden size, "D" a head
-//  dimension.
+//    dimension.
 //  - Outputs may alias inputs only where an op says so.
 //  - Step arrays (token ids, logit rows, positions, slots, the attention
 //    metadata's arrays) are TensorViews in the backend's memory too: device
 //    memory on a GPU, written once per step by runtime/executor/step_inputs.h,
 //    which checks their values against the model, the KV pool and the step
-//    before they are copied. A device backend checks their dtypes and shapes
-//    and trusts their values (it cannot read them without a copy back); the
-//    CPU backend reads them and checks them again. No op looks up a device
-//    copy of host data, so a step's ops can be captured in a CUDA graph.
+//    before they are copied. The shared checks take their dtypes and shapes
+//    (and the metadata's host scalars); their values are checked again only
+//    where the backend's memory is host memory (Device::host_memory(): the
+//    CPU reference). No op looks up a device copy of host data, so a step's
+//    ops can be captured in a CUDA graph.
 #ifndef TESSERA_KERNELS_OPS_H_
 #define TESSERA_KERNELS_OPS_H_
 
@@ -30,7 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
-#include "kernels/upload_buffer.h"
+#include "kernels/device.h"
 #include "runtime/core/tensor.h"
 
 namespace tessera {
@@ -116,39 +117,57 @@ struct DeviceSample {
   std::vector<std::pair<int32_t, float>> top;  // Best first.
 };
 
-class Ops {
+// A weight matrix as Linear reads it: its values in `data` (whose dtype is
+// the weight's dtype) and, for quantized formats, the scale that turns them
+// into real numbers. fp8 weights will be an fp8 `data` plus a scale, not a
+// new op. Converts implicitly from a TensorView or a Tensor (an unscaled
+// weight), so a call site passes a weight as it passes any tensor.
+struct WeightView {
+  WeightView() = default;
+  WeightView(const TensorView& values) : data(values) {}  // NOLINT: implicit.
+  WeightView(const Tensor& values) : data(values.view()) {}  // NOLINT
+
+  DType dtype() const { return data.dtype(); }
+  // An empty view (no data, or no elements) is no scale.
+  bool has_scale() const {
+    return scale.data() != nullptr && scale.numel() > 0;
+  }
+
+  TensorView data;   // [N, K], the checkpoint's layout.
+  TensorView scale;  // Empty: none (the only kind any backend takes today).
+};
+
+// Which dtypes a backend's kernels read; the shared checks refuse the rest
+// with a message that lists these.
+struct OpSupport {
+  absl::Span<const DType> weights;   // Embedding tables, Linear weights.
+  absl::Span<const DType> kv_cache;  // KvCacheLayer k and v.
+};
+
+// The op set. Every public op is non-virtual: it runs the argument checks
+// shared by all backends (op_checks.h: dtypes, shapes, aliasing, ranges; an
+// InvalidArgument naming the op) once, then calls the backend's protected
+// Do<Op>, which may assume them. So the backends refuse the same inputs with
+// the same messages, and a backend's Do* holds only what it computes.
+class Ops : public Device {
  public:
-  virtual ~Ops() = default;
+  ~Ops() override = default;
 
   // out[t, :] = table[ids[t], :]. table [V, H], ids kI32 [T] (a step array),
   // out [T, H]; every id must be in [0, V).
-  virtual absl::Status Embedding(const TensorView& table, const TensorView& ids,
-                                 const TensorView& out) = 0;
+  absl::Status Embedding(const TensorView& table, const TensorView& ids,
+                         const TensorView& out);
 
   // The vocabulary-parallel form: `table` [V_local, H] holds ids first_id ..
   // first_id + V_local - 1; rows of out for ids outside that range are zero
   // (another rank has them, and a sum across ranks completes the lookup). Ids
   // must still be >= 0.
-  virtual absl::Status EmbeddingShard(const TensorView& table,
-                                      const TensorView& ids, int64_t first_id,
-                                      const TensorView& out) = 0;
+  absl::Status EmbeddingShard(const TensorView& table, const TensorView& ids,
+                              int64_t first_id, const TensorView& out);
 
-  // A copy of the host tensor `host` (f32, bf16 or f16; contiguous, any
-  // alignment, e.g. a slice of an mmapped checkpoint) in this backend's
-  // memory, stored as `dtype` (kF32, or kBF16 where the backend computes with
-  // it): weights and constants, once at load time. When host.dtype() ==
-  // dtype it is one copy with no host pass; otherwise the backend converts in
-  // bounded slices (never a whole-tensor host copy besides the result when
-  // the result lives in host memory). InvalidArgument for an unsupported
-  // dtype.
-  virtual absl::StatusOr<Tensor> Upload(const TensorView& host,
-                                        DType dtype) = 0;
+  // Upload and CopyToHost: see device.h.
 
-  // A buffer of `bytes` in this backend's memory that the host refills every
-  // step through one staging copy (see upload_buffer.h): the step inputs'
-  // storage, made once when the rank is built.
-  virtual absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
-      size_t bytes) = 0;
+  // Step buffers: see NewUploadBuffer in device.h.
 
   // Sizes the backend's own step scratch for `limits`, once, when the rank is
   // built. Afterwards no op allocates: a step that needs more scratch than
@@ -162,18 +181,14 @@ class Ops {
 
   // dst[i, :] = src[rows[i], :]: src [R, N], rows kI32 [n] (a step array),
   // dst [n, N], rows in [0, R).
-  virtual absl::Status GatherRows(const TensorView& src, const TensorView& rows,
-                                  const TensorView& dst) = 0;
-
-  // Copies `src` (this backend's memory) to host memory at `dst`
-  // (src.nbytes() bytes), complete when the call returns.
-  virtual absl::Status CopyToHost(const TensorView& src, void* dst) = 0;
+  absl::Status GatherRows(const TensorView& src, const TensorView& rows,
+                          const TensorView& dst);
 
   // out [n, V] = the first V columns of the concatenation, along columns, of
   // `shards` pieces [n, Vp] stacked in `gathered` [shards * n, Vp] (the
   // vocabulary-parallel head's all-gather).
-  virtual absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
-                                    const TensorView& out) = 0;
+  absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
+                            const TensorView& out);
 
   // Whether SampleOnDevice works (a GPU samples where the logits are; the CPU
   // reference samples in runtime/sampler instead).
@@ -192,63 +207,108 @@ class Ops {
 
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
   // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
-  virtual absl::Status RmsNorm(const TensorView& x, const TensorView& weight,
-                               float eps, const TensorView& out) = 0;
+  absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
+                       const TensorView& out);
 
   // The residual step fused with the next norm: residual += x, then out =
   // RmsNorm(residual, weight, eps). residual, x and out [R, N]; out may alias
   // x, not residual.
-  virtual absl::Status AddRmsNorm(const TensorView& residual,
-                                  const TensorView& x, const TensorView& weight,
-                                  float eps, const TensorView& out) {
-    absl::Status added = Add(residual, x, residual);
-    if (!added.ok()) return added;
-    return RmsNorm(residual, weight, eps, out);
-  }
+  absl::Status AddRmsNorm(const TensorView& residual, const TensorView& x,
+                          const TensorView& weight, float eps,
+                          const TensorView& out);
 
   // out = a + b, same shapes. out may alias a or b.
-  virtual absl::Status Add(const TensorView& a, const TensorView& b,
-                           const TensorView& out) = 0;
+  absl::Status Add(const TensorView& a, const TensorView& b,
+                   const TensorView& out);
 
   // out = x · weightᵀ (+ bias): x [T, K], weight [N, K] (the checkpoint's
-  // layout), bias [N] or null, out [T, N]. Accumulates in f32.
-  virtual absl::Status Linear(const TensorView& x, const TensorView& weight,
-                              const TensorView* bias,
-                              const TensorView& out) = 0;
+  // layout) in one of the backend's weight dtypes and unscaled (a scale is
+  // InvalidArgument until a backend reads one), bias [N] or null, out [T, N].
+  // Accumulates in f32.
+  absl::Status Linear(const TensorView& x, const WeightView& weight,
+                      const TensorView* bias, const TensorView& out);
 
   // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
   // layout: for each head, element i pairs with i + D/2 and rotates by
   // positions[t] * inv_freq[i]. x [T, heads, D], positions kI32 [T] (a step
   // array), inv_freq [D/2].
-  virtual absl::Status Rope(const TensorView& x, const TensorView& positions,
-                            const TensorView& inv_freq) = 0;
+  absl::Status Rope(const TensorView& x, const TensorView& positions,
+                    const TensorView& inv_freq);
 
   // x[t, :] += bias for every row: x [T, N], bias [N].
-  virtual absl::Status BiasAdd(const TensorView& x, const TensorView& bias) = 0;
+  absl::Status BiasAdd(const TensorView& x, const TensorView& bias);
 
   // out = silu(gate) * up, all [T, I]. out may alias gate or up.
-  virtual absl::Status SiluMul(const TensorView& gate, const TensorView& up,
-                               const TensorView& out) = 0;
+  absl::Status SiluMul(const TensorView& gate, const TensorView& up,
+                       const TensorView& out);
 
   // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
   // and v [T, kv_heads, Dv] f32, slot_mapping kI64 [T] (a step array) with
   // every slot in [0, num_slots). An int8 cache quantizes each (token, head)
   // row with scale max|x| / 127 (0 for an all-zero row) and rounds to nearest.
-  virtual absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
-                                    const TensorView& slot_mapping,
-                                    const KvCacheLayer& cache) = 0;
+  absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
+                            const TensorView& slot_mapping,
+                            const KvCacheLayer& cache);
 
   // Paged backends. PrefillAttention takes any query lengths (varlen, causal,
   // GQA); DecodeAttention requires query_len == 1 for every chosen sequence
-  // and parallelizes over sequences and heads (InvalidArgument otherwise).
-  virtual absl::Status PrefillAttention(const PagedAttentionArgs& args) = 0;
-  virtual absl::Status DecodeAttention(const PagedAttentionArgs& args) = 0;
+  // (they must be among the metadata's num_decode_seqs leading decodes) and
+  // parallelizes over sequences and heads (InvalidArgument otherwise).
+  absl::Status PrefillAttention(const PagedAttentionArgs& args);
+  absl::Status DecodeAttention(const PagedAttentionArgs& args);
 
   // Static backend: the cache is in the static layout (one block per
   // sequence, block_size = its capacity), so each sequence's keys are
   // contiguous slots and no block table is walked per position. Any query
   // lengths.
-  virtual absl::Status StaticAttention(const PagedAttentionArgs& args) = 0;
+  absl::Status StaticAttention(const PagedAttentionArgs& args);
+
+ protected:
+  explicit Ops(OpSupport support) : support_(support) {}
+
+  const OpSupport& support() const { return support_; }
+
+  // The backends' ops, called only with arguments the public op has checked
+  // (every contract above holds), so they check nothing of it again.
+  virtual absl::Status DoEmbedding(const TensorView& table,
+                                   const TensorView& ids,
+                                   const TensorView& out) = 0;
+  virtual absl::Status DoEmbeddingShard(const TensorView& table,
+                                        const TensorView& ids, int64_t first_id,
+                                        const TensorView& out) = 0;
+  virtual absl::Status DoGatherRows(const TensorView& src,
+                                    const TensorView& rows,
+                                    const TensorView& dst) = 0;
+  virtual absl::Status DoConcatShards(const TensorView& gathered,
+                                      int64_t shards,
+                                      const TensorView& out) = 0;
+  virtual absl::Status DoRmsNorm(const TensorView& x, const TensorView& weight,
+                                 float eps, const TensorView& out) = 0;
+  // By default DoAdd into residual, then DoRmsNorm.
+  virtual absl::Status DoAddRmsNorm(const TensorView& residual,
+                                    const TensorView& x,
+                                    const TensorView& weight, float eps,
+                                    const TensorView& out);
+  virtual absl::Status DoAdd(const TensorView& a, const TensorView& b,
+                             const TensorView& out) = 0;
+  virtual absl::Status DoLinear(const TensorView& x, const WeightView& weight,
+                                const TensorView* bias,
+                                const TensorView& out) = 0;
+  virtual absl::Status DoRope(const TensorView& x, const TensorView& positions,
+                              const TensorView& inv_freq) = 0;
+  virtual absl::Status DoBiasAdd(const TensorView& x,
+                                 const TensorView& bias) = 0;
+  virtual absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
+                                 const TensorView& out) = 0;
+  virtual absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
+                                      const TensorView& slot_mapping,
+                                      const KvCacheLayer& cache) = 0;
+  virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
+  virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;
+  virtual absl::Status DoStaticAttention(const PagedAttentionArgs& args) = 0;
+
+ private:
+  OpSupport support_;
 };
 
 }  // namespace tessera

@@ -91,7 +91,7 @@ absl::Status CheckF32(absl::string_view op, absl::string_view name,
 // ---------------------------------------------------------------------------
 // Paged KV cache helpers.
 
-// Dimensions of a validated KvCacheLayer.
+// Dimensions of a KvCacheLayer.
 struct CacheDims {
   int64_t num_slots = 0;
   int64_t num_kv_heads = 0;
@@ -100,63 +100,15 @@ struct CacheDims {
   bool quantized = false;
 };
 
-// A view that stands for "no tensor" (the scales of an f32 cache).
-bool IsAbsent(const TensorView& t) {
-  return t.data() == nullptr || t.numel() == 0;
-}
-
-absl::Status CheckStorage(absl::string_view op, absl::string_view name,
-                          const TensorView& t) {
-  if (t.data() == nullptr && t.numel() > 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", name, " has no storage"));
-  }
-  return absl::OkStatus();
-}
-
-// k [S, kv_heads, D] and v [S, kv_heads, Dv], both f32 (scales absent) or
-// both int8 (scales f32 [S, kv_heads]).
-absl::Status CheckCache(absl::string_view op, const KvCacheLayer& cache,
-                        CacheDims* dims) {
-  const Shape& ks = cache.k.shape();
-  const Shape& vs = cache.v.shape();
-  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
-      ks[1] <= 0) {
-    return ShapeError(op,
-                      "cache k [S, kv_heads, D] and v [S, kv_heads, Dv] "
-                      "disagree",
-                      ks, vs);
-  }
-  if (cache.k.dtype() != cache.v.dtype() ||
-      (cache.k.dtype() != DType::kF32 && cache.k.dtype() != DType::kI8)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": cache k and v must both be f32 or both int8, got ",
-        DTypeName(cache.k.dtype()), " and ", DTypeName(cache.v.dtype())));
-  }
-  RETURN_IF_ERROR(CheckStorage(op, "cache k", cache.k));
-  RETURN_IF_ERROR(CheckStorage(op, "cache v", cache.v));
-  dims->num_slots = ks[0];
-  dims->num_kv_heads = ks[1];
-  dims->dim = ks[2];
-  dims->dim_v = vs[2];
-  dims->quantized = cache.quantized();
-  if (dims->quantized) {
-    if (IsAbsent(cache.k_scale) || IsAbsent(cache.v_scale)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": an int8 cache needs k_scale and v_scale"));
-    }
-    RETURN_IF_ERROR(CheckF32(op, "cache k_scale", cache.k_scale));
-    RETURN_IF_ERROR(CheckF32(op, "cache v_scale", cache.v_scale));
-    const Shape want({ks[0], ks[1]});
-    if (cache.k_scale.shape() != want || cache.v_scale.shape() != want) {
-      return ShapeError(op, "cache scales must be [S, kv_heads]",
-                        cache.k_scale.shape(), cache.v_scale.shape());
-    }
-  } else if (!IsAbsent(cache.k_scale) || !IsAbsent(cache.v_scale)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": an f32 cache takes no k_scale / v_scale"));
-  }
-  return absl::OkStatus();
+// The dimensions of a cache the public op has checked (op_checks.h).
+CacheDims DimsOf(const KvCacheLayer& cache) {
+  CacheDims dims;
+  dims.num_slots = cache.k.shape()[0];
+  dims.num_kv_heads = cache.k.shape()[1];
+  dims.dim = cache.k.shape()[2];
+  dims.dim_v = cache.v.shape()[2];
+  dims.quantized = cache.quantized();
+  return dims;
 }
 
 // Symmetric int8 quantization of one row: scale = max|x| / 127 (0 for an
@@ -226,49 +178,7 @@ float* ScratchWeights(int64_t n) {
   return weights.data();
 }
 
-enum class PagedKind { kPrefill, kDecode, kStatic };
-
-// A step array in host memory (this backend's), as a span.
-template <typename T>
-absl::Span<const T> HostArray(const TensorView& t) {
-  return absl::MakeConstSpan(t.data_as<const T>(),
-                             static_cast<size_t>(t.numel()));
-}
-
-// The metadata's arrays read where they are (host memory on this backend).
-struct HostMetadata {
-  int32_t block_size = 0;
-  int32_t num_seqs = 0;
-  int64_t num_tokens = 0;
-  int32_t max_blocks_per_seq = 0;
-  absl::Span<const int32_t> query_start_loc, context_lens, seq_lens,
-      block_tables;
-  const int32_t* block_table(int32_t seq) const {
-    return block_tables.data() + static_cast<int64_t>(seq) * max_blocks_per_seq;
-  }
-};
-
-absl::Status ReadMetadata(absl::string_view op, const AttentionMetadata& m,
-                          HostMetadata* out) {
-  for (const auto& [name, view] : {std::pair<const char*, const TensorView*>{
-                                       "query_start_loc", &m.query_start_loc},
-                                   {"context_lens", &m.context_lens},
-                                   {"seq_lens", &m.seq_lens},
-                                   {"block_tables", &m.block_tables}}) {
-    RETURN_IF_ERROR(CheckDType(op, name, *view, DType::kI32));
-  }
-  out->block_size = m.block_size;
-  out->num_seqs = m.num_seqs;
-  out->num_tokens = m.num_tokens;
-  out->max_blocks_per_seq = m.max_blocks_per_seq;
-  out->query_start_loc = HostArray<int32_t>(m.query_start_loc);
-  out->context_lens = HostArray<int32_t>(m.context_lens);
-  out->seq_lens = HostArray<int32_t>(m.seq_lens);
-  out->block_tables = HostArray<int32_t>(m.block_tables);
-  return absl::OkStatus();
-}
-
-// What a validated paged-attention call runs.
+// What a paged-attention call runs.
 struct PagedPlan {
   CacheDims cache;
   int64_t num_heads = 0;
@@ -277,127 +187,35 @@ struct PagedPlan {
   int64_t row_end = 0;
   int64_t max_keys = 0;  // Most keys one query attends.
   int64_t work = 0;      // Multiply-adds.
-  HostMetadata meta;
+  HostArrays meta;       // The metadata's arrays, read in place.
 };
 
-absl::Status PlanPagedAttention(absl::string_view op, PagedKind kind,
-                                const PagedAttentionArgs& args,
-                                PagedPlan* plan) {
-  if (args.metadata == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
-  }
-  RETURN_IF_ERROR(ReadMetadata(op, *args.metadata, &plan->meta));
-  const HostMetadata& m = plan->meta;
-  const size_t num_seqs = m.num_seqs < 0 ? 0 : m.num_seqs;
-  if (m.block_size <= 0 || m.num_seqs < 0 || m.max_blocks_per_seq < 0 ||
-      m.query_start_loc.size() != num_seqs + 1 ||
-      m.context_lens.size() != num_seqs || m.seq_lens.size() != num_seqs ||
-      m.block_tables.size() < num_seqs * m.max_blocks_per_seq) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": malformed metadata (block_size ", m.block_size, ", ", m.num_seqs,
-        " sequences, query_start_loc size ", m.query_start_loc.size(),
-        ", block_tables size ", m.block_tables.size(), ")"));
-  }
-  if (args.first_seq < 0 || args.first_seq > args.end_seq ||
-      args.end_seq > m.num_seqs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
-                     ") outside [0, ", m.num_seqs, "]"));
-  }
-  RETURN_IF_ERROR(CheckF32(op, "q", args.q));
-  RETURN_IF_ERROR(CheckF32(op, "out", args.out));
-  RETURN_IF_ERROR(CheckCache(op, args.cache, &plan->cache));
-  const CacheDims& c = plan->cache;
-  const Shape& qs = args.q.shape();
-  const Shape& os = args.out.shape();
-  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m.num_tokens ||
-      os[0] != m.num_tokens || qs[1] != os[1] || qs[2] != c.dim ||
-      os[2] != c.dim_v) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": q ", qs.ToString(), " and out ", os.ToString(),
-                     " must be [num_tokens = ", m.num_tokens, ", heads, ",
-                     c.dim, "] and [num_tokens, heads, ", c.dim_v, "]"));
-  }
-  if (qs[1] <= 0 || qs[1] % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": ", qs[1], " query heads are not a multiple of ",
-                     c.num_kv_heads, " kv heads"));
-  }
-  if (args.sliding_window < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": negative sliding window ", args.sliding_window));
-  }
-  plan->num_heads = qs[1];
-  plan->group = qs[1] / c.num_kv_heads;
-  plan->row_begin = m.query_start_loc[args.first_seq];
-  plan->row_end = m.query_start_loc[args.end_seq];
-  if (plan->row_begin < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": sequence #", args.first_seq, " starts at row ",
-                     plan->row_begin));
-  }
-  plan->max_keys = 0;
+// The plan of a call whose arguments the public op has checked
+// (CheckPagedAttention).
+PagedPlan PlanPagedAttention(const PagedAttentionArgs& args) {
+  PagedPlan plan;
+  plan.meta = ReadHostArrays(*args.metadata);
+  const HostArrays& m = plan.meta;
+  plan.cache = DimsOf(args.cache);
+  const CacheDims& c = plan.cache;
+  plan.num_heads = args.q.shape()[1];
+  plan.group = plan.num_heads / c.num_kv_heads;
+  plan.row_begin = m.query_start_loc[args.first_seq];
+  plan.row_end = m.query_start_loc[args.end_seq];
   int64_t keys_total = 0;
   const int64_t window = args.sliding_window;
-  const int64_t bs = m.block_size;
-  int64_t prev_end = plan->row_begin;
   for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
-    const int64_t qb = m.query_start_loc[s];
-    const int64_t qe = m.query_start_loc[s + 1];
     const int64_t ctx = m.context_lens[s];
     const int64_t seq_len = m.seq_lens[s];
-    if (qb != prev_end || qe < qb || qe > m.num_tokens || ctx < 0 ||
-        seq_len != ctx + (qe - qb)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": sequence #", s, " has rows [", qb, ", ", qe, ") of ",
-          m.num_tokens, ", context ", ctx, " and length ", seq_len));
-    }
-    prev_end = qe;
-    if (kind == PagedKind::kDecode && qe - qb != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": sequence #", s, " has query_len ", qe - qb,
-                       "; the decode kernel needs 1"));
-    }
-    if (qe == qb) continue;
-    const int32_t* table = m.block_table(s);
-    if (kind == PagedKind::kStatic) {
-      if (m.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
-          table[0] * bs + seq_len > c.num_slots) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " of length ", seq_len,
-                         " does not fit its static block ",
-                         m.max_blocks_per_seq < 1 ? -1 : table[0], " of size ",
-                         bs, " in ", c.num_slots, " slots"));
-      }
-    } else {
-      // Only the blocks some query reads must be valid (a sliding window
-      // leaves the older ones alone).
-      const int64_t first_read =
-          window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
-      const int64_t num_blocks = (seq_len + bs - 1) / bs;
-      if (num_blocks > m.max_blocks_per_seq) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
-                         " blocks, tables have ", m.max_blocks_per_seq));
-      }
-      for (int64_t b = first_read / bs; b < num_blocks; ++b) {
-        const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
-        if (table[b] < 0 ||
-            int64_t{table[b]} * bs + last_pos % bs >= c.num_slots) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              op, ": sequence #", s, " block #", b, " is ", table[b],
-              ", outside the cache of ", c.num_slots, " slots"));
-        }
-      }
-    }
     for (int64_t p = ctx; p < seq_len; ++p) {
       keys_total += window > 0 ? std::min(p + 1, window) : p + 1;
     }
-    plan->max_keys = std::max(plan->max_keys,
-                              window > 0 ? std::min(seq_len, window) : seq_len);
+    if (seq_len == ctx) continue;
+    plan.max_keys = std::max(plan.max_keys,
+                             window > 0 ? std::min(seq_len, window) : seq_len);
   }
-  plan->work = keys_total * plan->num_heads * (c.dim + c.dim_v);
-  return absl::OkStatus();
+  plan.work = keys_total * plan.num_heads * (c.dim + c.dim_v);
+  return plan;
 }
 
 // Asks for the cache lines of a row a few keys before it is read: rows are
@@ -446,7 +264,7 @@ class SlotCursor {
 template <typename T, bool kStatic>
 void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
                int32_t seq, int64_t row, int64_t h, float* weights) {
-  const HostMetadata& m = plan.meta;
+  const HostArrays& m = plan.meta;
   const CacheDims& c = plan.cache;
   const int64_t dim = c.dim;
   const int64_t dim_v = c.dim_v;
@@ -473,7 +291,7 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const float* v_scale =
       kQuantized ? args.cache.v_scale.data_as<const float>() + kvh : nullptr;
   const int32_t* table = m.block_table(seq);
-  const int64_t block_size = m.block_size;
+  const int64_t block_size = args.metadata->block_size;
   const float scale = args.scale;
 
   // Scores, then softmax with max subtraction.
@@ -606,56 +424,47 @@ void DispatchPagedAttention(const PagedAttentionArgs& args,
 
 }  // namespace
 
+namespace {
+constexpr DType kWeightDTypes[] = {DType::kF32};
+constexpr DType kCacheDTypes[] = {DType::kF32, DType::kI8};
+}  // namespace
+
 CpuOps::CpuOps() : CpuOps(&CpuThreadPool::Default()) {}
 
-absl::Status CpuOps::Embedding(const TensorView& table,
-                               const TensorView& ids_view,
-                               const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("Embedding", "table", table));
-  RETURN_IF_ERROR(CheckF32("Embedding", "out", out));
-  RETURN_IF_ERROR(CheckStepArray("Embedding", "ids", ids_view, DType::kI32));
+CpuOps::CpuOps(CpuThreadPool* pool)
+    : Ops(OpSupport{kWeightDTypes, kCacheDTypes}), pool_(pool) {}
+
+// A step array read in place (this backend's memory is host memory).
+template <typename T>
+absl::Span<const T> HostArray(const TensorView& t) {
+  return absl::MakeConstSpan(t.data_as<const T>(),
+                             static_cast<size_t>(t.numel()));
+}
+
+absl::StatusOr<std::unique_ptr<UploadBuffer>> CpuOps::NewUploadBuffer(
+    size_t bytes) {
+  return NewHostUploadBuffer(bytes);
+}
+
+absl::Status CpuOps::DoEmbedding(const TensorView& table,
+                                 const TensorView& ids_view,
+                                 const TensorView& out) {
   const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
-  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
-      out.shape()[1] != table.shape()[1]) {
-    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
-                      table.shape(), out.shape());
-  }
-  const int64_t vocab = table.shape()[0];
   const int64_t hidden = table.shape()[1];
   for (size_t t = 0; t < ids.size(); ++t) {
-    if (ids[t] < 0 || ids[t] >= vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Embedding: token id ", ids[t],
-                       " is outside the vocabulary [0, ", vocab, ")"));
-    }
     std::copy_n(table.data_as<const float>() + ids[t] * hidden, hidden,
                 out.data_as<float>() + t * hidden);
   }
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::EmbeddingShard(const TensorView& table,
-                                    const TensorView& ids_view,
-                                    int64_t first_id, const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("EmbeddingShard", "table", table));
-  RETURN_IF_ERROR(CheckF32("EmbeddingShard", "out", out));
-  RETURN_IF_ERROR(
-      CheckStepArray("EmbeddingShard", "ids", ids_view, DType::kI32));
+absl::Status CpuOps::DoEmbeddingShard(const TensorView& table,
+                                      const TensorView& ids_view,
+                                      int64_t first_id, const TensorView& out) {
   const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
-  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
-      out.shape()[1] != table.shape()[1]) {
-    return ShapeError("EmbeddingShard", "table [V, H] and out [T, H] disagree",
-                      table.shape(), out.shape());
-  }
   const int64_t rows = table.shape()[0];
   const int64_t hidden = table.shape()[1];
   for (size_t t = 0; t < ids.size(); ++t) {
-    if (ids[t] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("EmbeddingShard: negative token id ", ids[t]));
-    }
     float* row = out.data_as<float>() + t * hidden;
     const int64_t local = ids[t] - first_id;
     if (local >= 0 && local < rows) {
@@ -691,9 +500,8 @@ absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
   return t;
 }
 
-absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
-                                  const TensorView& out) {
-  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
+absl::Status CpuOps::DoConcatShards(const TensorView& gathered, int64_t shards,
+                                    const TensorView& out) {
   const int64_t n = out.shape()[0], v = out.shape()[1];
   const int64_t vp = gathered.shape()[1];
   const float* g = gathered.data_as<const float>();
@@ -707,12 +515,10 @@ absl::Status CpuOps::ConcatShards(const TensorView& gathered, int64_t shards,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::GatherRows(const TensorView& src,
-                                const TensorView& rows_view,
-                                const TensorView& dst) {
-  RETURN_IF_ERROR(CheckGatherRows(src, rows_view, dst));
+absl::Status CpuOps::DoGatherRows(const TensorView& src,
+                                  const TensorView& rows_view,
+                                  const TensorView& dst) {
   const absl::Span<const int32_t> rows = HostArray<int32_t>(rows_view);
-  RETURN_IF_ERROR(GatherRowsInRange(rows, src.shape()[0]));
   const int64_t n = src.shape()[1];
   for (size_t i = 0; i < rows.size(); ++i) {
     std::copy_n(src.data_as<const float>() + rows[i] * n, n,
@@ -721,27 +527,13 @@ absl::Status CpuOps::GatherRows(const TensorView& src,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<UploadBuffer>> CpuOps::NewUploadBuffer(
-    size_t bytes) {
-  return NewHostUploadBuffer(bytes);
-}
-
 absl::Status CpuOps::CopyToHost(const TensorView& src, void* dst) {
   if (src.numel() > 0) std::memcpy(dst, src.data(), src.nbytes());
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight,
-                             float eps, const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("RmsNorm", "x", x));
-  RETURN_IF_ERROR(CheckF32("RmsNorm", "weight", weight));
-  RETURN_IF_ERROR(CheckF32("RmsNorm", "out", out));
-  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
-      x.shape().rank() < 1 ||
-      x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
-    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CpuOps::DoRmsNorm(const TensorView& x, const TensorView& weight,
+                               float eps, const TensorView& out) {
   const int64_t n = weight.shape()[0];
   const int64_t rows = n == 0 ? 0 : x.numel() / n;
   const float* w = weight.data_as<const float>();
@@ -759,14 +551,8 @@ absl::Status CpuOps::RmsNorm(const TensorView& x, const TensorView& weight,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Add(const TensorView& a, const TensorView& b,
-                         const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("Add", "a", a));
-  RETURN_IF_ERROR(CheckF32("Add", "b", b));
-  RETURN_IF_ERROR(CheckF32("Add", "out", out));
-  if (a.shape() != b.shape() || a.shape() != out.shape()) {
-    return ShapeError("Add", "operand shapes differ", a.shape(), b.shape());
-  }
+absl::Status CpuOps::DoAdd(const TensorView& a, const TensorView& b,
+                           const TensorView& out) {
   const float* pa = a.data_as<const float>();
   const float* pb = b.data_as<const float>();
   float* po = out.data_as<float>();
@@ -775,28 +561,12 @@ absl::Status CpuOps::Add(const TensorView& a, const TensorView& b,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
-                            const TensorView* bias, const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("Linear", "x", x));
-  RETURN_IF_ERROR(CheckF32("Linear", "weight", weight));
-  RETURN_IF_ERROR(CheckF32("Linear", "out", out));
-  if (x.shape().rank() != 2 || weight.shape().rank() != 2 ||
-      out.shape().rank() != 2 || x.shape()[1] != weight.shape()[1] ||
-      out.shape()[0] != x.shape()[0] || out.shape()[1] != weight.shape()[0]) {
-    return ShapeError("Linear",
-                      "x [T, K], weight [N, K] and out [T, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CpuOps::DoLinear(const TensorView& x, const WeightView& w,
+                              const TensorView* bias, const TensorView& out) {
+  const TensorView& weight = w.data;
   const int64_t t = x.shape()[0];
   const int64_t k = x.shape()[1];
   const int64_t n = weight.shape()[0];
-  if (bias != nullptr) {
-    RETURN_IF_ERROR(CheckF32("Linear", "bias", *bias));
-    if (bias->shape() != Shape({n})) {
-      return ShapeError("Linear", "bias must be [N]", bias->shape(),
-                        weight.shape());
-    }
-  }
   if (t == 0 || n == 0) return absl::OkStatus();
   // Waking threads costs more than small products take (measured on the demo
   // model: 128-token prefill 10x slower with 2 threads), so they only run for
@@ -834,21 +604,11 @@ absl::Status CpuOps::Linear(const TensorView& x, const TensorView& weight,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::Rope(const TensorView& x, const TensorView& positions_view,
-                          const TensorView& inv_freq) {
-  RETURN_IF_ERROR(CheckF32("Rope", "x", x));
-  RETURN_IF_ERROR(CheckF32("Rope", "inv_freq", inv_freq));
-  RETURN_IF_ERROR(
-      CheckStepArray("Rope", "positions", positions_view, DType::kI32));
+absl::Status CpuOps::DoRope(const TensorView& x,
+                            const TensorView& positions_view,
+                            const TensorView& inv_freq) {
   const absl::Span<const int32_t> positions =
       HostArray<int32_t>(positions_view);
-  if (x.shape().rank() != 3 ||
-      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
-      x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
-    return ShapeError("Rope",
-                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
-                      x.shape(), inv_freq.shape());
-  }
   const int64_t tokens = x.shape()[0];
   const int64_t heads = x.shape()[1];
   const int64_t dim = x.shape()[2];
@@ -876,13 +636,7 @@ absl::Status CpuOps::Rope(const TensorView& x, const TensorView& positions_view,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::BiasAdd(const TensorView& x, const TensorView& bias) {
-  RETURN_IF_ERROR(CheckF32("BiasAdd", "x", x));
-  RETURN_IF_ERROR(CheckF32("BiasAdd", "bias", bias));
-  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
-    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
-                      bias.shape());
-  }
+absl::Status CpuOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
   const int64_t n = x.shape()[1];
   const float* b = bias.data_as<const float>();
   for (int64_t r = 0; r < x.shape()[0]; ++r) {
@@ -892,15 +646,8 @@ absl::Status CpuOps::BiasAdd(const TensorView& x, const TensorView& bias) {
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up,
-                             const TensorView& out) {
-  RETURN_IF_ERROR(CheckF32("SiluMul", "gate", gate));
-  RETURN_IF_ERROR(CheckF32("SiluMul", "up", up));
-  RETURN_IF_ERROR(CheckF32("SiluMul", "out", out));
-  if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
-    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
-                      up.shape());
-  }
+absl::Status CpuOps::DoSiluMul(const TensorView& gate, const TensorView& up,
+                               const TensorView& out) {
   const float* g = gate.data_as<const float>();
   const float* u = up.data_as<const float>();
   float* o = out.data_as<float>();
@@ -909,31 +656,12 @@ absl::Status CpuOps::SiluMul(const TensorView& gate, const TensorView& up,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::StoreKvCache(const TensorView& k, const TensorView& v,
-                                  const TensorView& slots_view,
-                                  const KvCacheLayer& cache) {
-  constexpr absl::string_view kOp = "StoreKvCache";
-  RETURN_IF_ERROR(CheckF32(kOp, "k", k));
-  RETURN_IF_ERROR(CheckF32(kOp, "v", v));
-  RETURN_IF_ERROR(CheckStepArray(kOp, "slot_mapping", slots_view, DType::kI64));
+absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
+                                    const TensorView& slots_view,
+                                    const KvCacheLayer& cache) {
   const absl::Span<const int64_t> slot_mapping = HostArray<int64_t>(slots_view);
-  CacheDims c;
-  RETURN_IF_ERROR(CheckCache(kOp, cache, &c));
+  const CacheDims c = DimsOf(cache);
   const int64_t tokens = static_cast<int64_t>(slot_mapping.size());
-  if (k.shape() != Shape({tokens, c.num_kv_heads, c.dim}) ||
-      v.shape() != Shape({tokens, c.num_kv_heads, c.dim_v})) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        kOp, ": k ", k.shape().ToString(), " and v ", v.shape().ToString(),
-        " must be [", tokens, ", ", c.num_kv_heads, ", ", c.dim, "] and [",
-        tokens, ", ", c.num_kv_heads, ", ", c.dim_v, "]"));
-  }
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (slot_mapping[t] < 0 || slot_mapping[t] >= c.num_slots) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": slot ", slot_mapping[t], " of token ", t,
-                       " is outside [0, ", c.num_slots, ")"));
-    }
-  }
   const int64_t k_row = c.num_kv_heads * c.dim;
   const int64_t v_row = c.num_kv_heads * c.dim_v;
   const float* kin = k.data_as<const float>();
@@ -960,29 +688,20 @@ absl::Status CpuOps::StoreKvCache(const TensorView& k, const TensorView& v,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::PrefillAttention(const PagedAttentionArgs& args) {
-  PagedPlan plan;
-  RETURN_IF_ERROR(
-      PlanPagedAttention("PrefillAttention", PagedKind::kPrefill, args, &plan));
-  DispatchPagedAttention</*kStatic=*/false>(args, plan,
+absl::Status CpuOps::DoPrefillAttention(const PagedAttentionArgs& args) {
+  DispatchPagedAttention</*kStatic=*/false>(args, PlanPagedAttention(args),
                                             /*one_row_per_seq=*/false, pool_);
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::DecodeAttention(const PagedAttentionArgs& args) {
-  PagedPlan plan;
-  RETURN_IF_ERROR(
-      PlanPagedAttention("DecodeAttention", PagedKind::kDecode, args, &plan));
-  DispatchPagedAttention</*kStatic=*/false>(args, plan,
+absl::Status CpuOps::DoDecodeAttention(const PagedAttentionArgs& args) {
+  DispatchPagedAttention</*kStatic=*/false>(args, PlanPagedAttention(args),
                                             /*one_row_per_seq=*/true, pool_);
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::StaticAttention(const PagedAttentionArgs& args) {
-  PagedPlan plan;
-  RETURN_IF_ERROR(
-      PlanPagedAttention("StaticAttention", PagedKind::kStatic, args, &plan));
-  DispatchPagedAttention</*kStatic=*/true>(args, plan,
+absl::Status CpuOps::DoStaticAttention(const PagedAttentionArgs& args) {
+  DispatchPagedAttention</*kStatic=*/true>(args, PlanPagedAttention(args),
                                            /*one_row_per_seq=*/false, pool_);
   return absl::OkStatus();
 }

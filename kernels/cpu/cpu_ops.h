@@ -15,43 +15,47 @@ class CpuOps final : public Ops {
   // Parallel loops run on CpuThreadPool::Default(), or on `pool` (not owned;
   // it must outlive this object).
   CpuOps();
-  explicit CpuOps(CpuThreadPool* pool) : pool_(pool) {}
+  explicit CpuOps(CpuThreadPool* pool);
 
-  absl::Status Embedding(const TensorView& table, const TensorView& ids,
-                         const TensorView& out) override;
-  absl::Status EmbeddingShard(const TensorView& table, const TensorView& ids,
-                              int64_t first_id, const TensorView& out) override;
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
-  absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
-                            const TensorView& out) override;
+  absl::Status CopyToHost(const TensorView& src, void* dst) override;
   // Step buffers are host memory: packed in place, never copied.
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
-  absl::Status GatherRows(const TensorView& src, const TensorView& rows,
-                          const TensorView& dst) override;
-  absl::Status CopyToHost(const TensorView& src, void* dst) override;
-  absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
-                       const TensorView& out) override;
-  absl::Status Add(const TensorView& a, const TensorView& b,
-                   const TensorView& out) override;
-  absl::Status Linear(const TensorView& x, const TensorView& weight,
-                      const TensorView* bias, const TensorView& out) override;
-  absl::Status Rope(const TensorView& x, const TensorView& positions,
-                    const TensorView& inv_freq) override;
-  absl::Status BiasAdd(const TensorView& x, const TensorView& bias) override;
-  absl::Status SiluMul(const TensorView& gate, const TensorView& up,
-                       const TensorView& out) override;
-  absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
-                            const TensorView& slot_mapping,
-                            const KvCacheLayer& cache) override;
+  bool host_memory() const override { return true; }
+
+ protected:
+  absl::Status DoEmbedding(const TensorView& table, const TensorView& ids,
+                           const TensorView& out) override;
+  absl::Status DoEmbeddingShard(const TensorView& table, const TensorView& ids,
+                                int64_t first_id,
+                                const TensorView& out) override;
+  absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
+                              const TensorView& out) override;
+  absl::Status DoGatherRows(const TensorView& src, const TensorView& rows,
+                            const TensorView& dst) override;
+  absl::Status DoRmsNorm(const TensorView& x, const TensorView& weight,
+                         float eps, const TensorView& out) override;
+  absl::Status DoAdd(const TensorView& a, const TensorView& b,
+                     const TensorView& out) override;
+  absl::Status DoLinear(const TensorView& x, const WeightView& weight,
+                        const TensorView* bias, const TensorView& out) override;
+  absl::Status DoRope(const TensorView& x, const TensorView& positions,
+                      const TensorView& inv_freq) override;
+  absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
+  absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
+                         const TensorView& out) override;
+  absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
+                              const TensorView& slot_mapping,
+                              const KvCacheLayer& cache) override;
   // All three kernels read an f32 or an int8 cache (scales applied inside the
   // dot products and the value accumulation), run one (token, head) reduction
   // on one thread in a fixed order (so a sequence's result does not depend on
   // the rest of the batch) and spread (token, head) pairs over the pool's
   // threads when the step is large enough to pay for them.
-  absl::Status PrefillAttention(const PagedAttentionArgs& args) override;
-  absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
-  absl::Status StaticAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
 
  private:
   CpuThreadPool* pool_;

@@ -37,6 +37,17 @@ class CpuOpsTest : public ::testing::Test {
   CpuOps ops_;
 };
 
+TEST_F(CpuOpsTest, LinearRefusesAScaledWeight) {
+  Tensor x = Random({2, 4}), w = Random({3, 4}), scale = Random({3});
+  Tensor out = *Tensor::Zeros(DType::kF32, {2, 3});
+  WeightView scaled = w;
+  scaled.scale = scale.view();
+  const absl::Status st = ops_.Linear(x.view(), scaled, nullptr, out.view());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("weight scale"), absl::string_view::npos) << st;
+  EXPECT_TRUE(ops_.Linear(x.view(), w, nullptr, out.view()).ok());
+}
+
 TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
   for (int64_t t : {1, 3, 17}) {
     Tensor x = Random({t, 33});

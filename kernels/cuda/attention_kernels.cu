@@ -3,12 +3,14 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/common/convert.cuh"
+#include "kernels/cuda/common/launch.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 
 namespace tessera {
 namespace cuda {
 namespace {
 
-constexpr int kWarpSize = 32;
 // Every kernel here runs blocks of four warps.
 constexpr int kThreads = 128;
 constexpr int kWarps = kThreads / kWarpSize;
@@ -16,24 +18,13 @@ constexpr int kWarps = kThreads / kWarpSize;
 // ---------------------------------------------------------------------------
 // Helpers.
 
-// Butterfly reductions: every lane ends with the same (bitwise) value, since
-// each step combines the same two operands on both lanes.
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-__device__ __forceinline__ float WarpMax(float v) {
-  for (int offset = kWarpSize / 2; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  return v;
-}
-
-// Reduction over the kThreads threads of a block, in a fixed order; every
-// thread gets the result. `scratch` holds kWarps floats; all threads must call.
+// Reduction over the kThreads threads of a block in a fixed order: a
+// butterfly in each warp (common/reduce.cuh), then the kWarps results one
+// after another (not common's BlockReduce tree over the warps: this order is
+// the one the kernels' results have always had). Every thread gets the
+// result. `scratch` holds kWarps floats; all threads must call.
 template <bool kMax>
-__device__ float BlockReduce(float v, float* scratch) {
+__device__ float BlockReduceInOrder(float v, float* scratch) {
   const int warp = threadIdx.x / kWarpSize;
   const int lane = threadIdx.x % kWarpSize;
   v = kMax ? WarpMax(v) : WarpSum(v);
@@ -44,21 +35,6 @@ __device__ float BlockReduce(float v, float* scratch) {
     r = kMax ? fmaxf(r, scratch[w]) : r + scratch[w];
   __syncthreads();  // scratch may be reused right away.
   return r;
-}
-
-template <typename T>
-__device__ __forceinline__ float ToFloat(T x);
-template <>
-__device__ __forceinline__ float ToFloat<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 x) {
-  return __bfloat162float(x);
-}
-template <>
-__device__ __forceinline__ float ToFloat<int8_t>(int8_t x) {
-  return static_cast<float>(x);
 }
 
 template <typename T>
@@ -102,7 +78,7 @@ __device__ void StoreRow<__nv_bfloat16>(const float* __restrict__ x, int32_t n,
                                         __nv_bfloat16* __restrict__ dst, float*,
                                         float*) {
   for (int i = threadIdx.x; i < n; i += kThreads)
-    dst[i] = __float2bfloat16_rn(x[i]);
+    dst[i] = FromFloat<__nv_bfloat16>(x[i]);
 }
 
 // Symmetric int8, exactly the CPU's QuantizeRow: scale = max|x| / 127 (0 for
@@ -114,7 +90,7 @@ __device__ void StoreRow<int8_t>(const float* __restrict__ x, int32_t n,
   float amax = 0.0f;
   for (int i = threadIdx.x; i < n; i += kThreads)
     amax = fmaxf(amax, fabsf(x[i]));
-  amax = BlockReduce</*kMax=*/true>(amax, scratch);
+  amax = BlockReduceInOrder</*kMax=*/true>(amax, scratch);
   if (!(amax > 0.0f)) {
     for (int i = threadIdx.x; i < n; i += kThreads) dst[i] = 0;
     if (threadIdx.x == 0) *scale_dst = 0.0f;
@@ -473,14 +449,15 @@ __global__ void __launch_bounds__(kThreads)
   // Softmax of the partition.
   float mx = -INFINITY;
   for (int j = threadIdx.x; j < n; j += kThreads) mx = fmaxf(mx, logits[j]);
-  mx = BlockReduce</*kMax=*/true>(mx, scratch);
+  mx = BlockReduceInOrder</*kMax=*/true>(mx, scratch);
   float sum = 0.0f;
   for (int j = threadIdx.x; j < n; j += kThreads) {
     const float e = expf(logits[j] - mx);
     sum += e;
     logits[j] = kQuantized ? e * p.v_scale[slots[j]] : e;
   }
-  sum = BlockReduce</*kMax=*/false>(sum, scratch);  // Syncs: logits ready.
+  // Syncs: logits ready.
+  sum = BlockReduceInOrder</*kMax=*/false>(sum, scratch);
 
   // p · v.
   float acc[kDimsPerLane];
@@ -561,7 +538,7 @@ __global__ void __launch_bounds__(kThreads)
 // ---------------------------------------------------------------------------
 // Host side.
 
-constexpr int32_t kMaxGridYZ = 65535;
+constexpr int32_t kMaxGridYZ = kMaxGridDim;
 constexpr size_t kDefaultSharedBytes = 48 * 1024;
 
 bool ValidCache(const DeviceKvLayer& c) {

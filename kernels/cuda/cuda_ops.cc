@@ -69,8 +69,15 @@ struct CudaOps::GemmPlan {
   }
 };
 
+namespace {
+constexpr DType kWeightDTypes[] = {DType::kF32, DType::kBF16};
+constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
+}  // namespace
+
 CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
-    : device_(device), allocator_(allocator) {}
+    : Ops(OpSupport{kWeightDTypes, kCacheDTypes}),
+      device_(device),
+      allocator_(allocator) {}
 
 absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
     int device, PinnableBlockAllocator* allocator) {
@@ -336,9 +343,8 @@ absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
   return t;
 }
 
-absl::Status CudaOps::ConcatShards(const TensorView& gathered, int64_t shards,
-                                   const TensorView& out) {
-  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
+absl::Status CudaOps::DoConcatShards(const TensorView& gathered, int64_t shards,
+                                     const TensorView& out) {
   const int64_t n = out.shape()[0], v = out.shape()[1];
   const int64_t vp = gathered.shape()[1];
   if (n == 0) return absl::OkStatus();
@@ -515,9 +521,9 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::GatherRows(const TensorView& src, const TensorView& rows,
-                                 const TensorView& dst) {
-  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
+absl::Status CudaOps::DoGatherRows(const TensorView& src,
+                                   const TensorView& rows,
+                                   const TensorView& dst) {
   if (rows.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchGatherRows(src.data_as<const float>(),
@@ -534,26 +540,15 @@ absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
   return Synchronize();
 }
 
-absl::Status CudaOps::Embedding(const TensorView& table, const TensorView& ids,
-                                const TensorView& out) {
-  return EmbeddingShard(table, ids, 0, out);
+absl::Status CudaOps::DoEmbedding(const TensorView& table,
+                                  const TensorView& ids,
+                                  const TensorView& out) {
+  return DoEmbeddingShard(table, ids, 0, out);
 }
 
-absl::Status CudaOps::EmbeddingShard(const TensorView& table,
-                                     const TensorView& ids, int64_t first_id,
-                                     const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("EmbeddingShard", "out", out, DType::kF32));
-  RETURN_IF_ERROR(CheckStepArray("Embedding", "ids", ids, DType::kI32));
-  if (table.dtype() != DType::kF32 && table.dtype() != DType::kBF16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Embedding: table must be f32 or bf16, got ",
-                     DTypeName(table.dtype())));
-  }
-  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != ids.shape()[0] || out.shape()[1] != table.shape()[1]) {
-    return ShapeError("Embedding", "table [V, H] and out [T, H] disagree",
-                      table.shape(), out.shape());
-  }
+absl::Status CudaOps::DoEmbeddingShard(const TensorView& table,
+                                       const TensorView& ids, int64_t first_id,
+                                       const TensorView& out) {
   if (ids.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchEmbedding(
                     table.data(), table.dtype() == DType::kBF16,
@@ -562,17 +557,8 @@ absl::Status CudaOps::EmbeddingShard(const TensorView& table,
                 "Embedding");
 }
 
-absl::Status CudaOps::RmsNorm(const TensorView& x, const TensorView& weight,
-                              float eps, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "weight", weight, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("RmsNorm", "out", out, DType::kF32));
-  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
-      x.shape().rank() < 1 ||
-      x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
-    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoRmsNorm(const TensorView& x, const TensorView& weight,
+                                float eps, const TensorView& out) {
   const int64_t n = weight.shape()[0];
   if (n == 0 || x.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchRmsNorm(
@@ -581,14 +567,8 @@ absl::Status CudaOps::RmsNorm(const TensorView& x, const TensorView& weight,
                 "RmsNorm");
 }
 
-absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
-                          const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("Add", "a", a, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Add", "b", b, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Add", "out", out, DType::kF32));
-  if (a.shape() != b.shape() || a.shape() != out.shape()) {
-    return ShapeError("Add", "operand shapes differ", a.shape(), b.shape());
-  }
+absl::Status CudaOps::DoAdd(const TensorView& a, const TensorView& b,
+                            const TensorView& out) {
   if (a.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchAdd(a.data_as<const float>(), b.data_as<const float>(),
@@ -596,21 +576,10 @@ absl::Status CudaOps::Add(const TensorView& a, const TensorView& b,
       "Add");
 }
 
-absl::Status CudaOps::AddRmsNorm(const TensorView& residual,
-                                 const TensorView& x, const TensorView& weight,
-                                 float eps, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "residual", residual, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "weight", weight, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("AddRmsNorm", "out", out, DType::kF32));
-  if (residual.shape() != x.shape() || x.shape() != out.shape() ||
-      weight.shape().rank() != 1 || x.shape().rank() != 2 ||
-      x.shape()[1] != weight.shape()[0] || out.data() == residual.data()) {
-    return ShapeError("AddRmsNorm",
-                      "residual, x, out [R, N] and weight [N] disagree (or out "
-                      "aliases residual)",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoAddRmsNorm(const TensorView& residual,
+                                   const TensorView& x,
+                                   const TensorView& weight, float eps,
+                                   const TensorView& out) {
   if (x.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchAddRmsNorm(
                     residual.data_as<float>(), x.data_as<const float>(),
@@ -680,29 +649,10 @@ absl::StatusOr<CudaOps::GemmPlan*> CudaOps::PlanGemm(int64_t t, int64_t n,
   return raw;
 }
 
-absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
-                             const TensorView* bias, const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("Linear", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Linear", "out", out, DType::kF32));
-  if (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear: weight must be f32 or bf16, got ", DTypeName(weight.dtype())));
-  }
-  if (x.shape().rank() != 2 || weight.shape().rank() != 2 ||
-      out.shape().rank() != 2 || x.shape()[1] != weight.shape()[1] ||
-      out.shape()[0] != x.shape()[0] || out.shape()[1] != weight.shape()[0]) {
-    return ShapeError("Linear",
-                      "x [T, K], weight [N, K] and out [T, N] disagree",
-                      x.shape(), weight.shape());
-  }
+absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
+                               const TensorView* bias, const TensorView& out) {
+  const TensorView& weight = w.data;
   const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
-  if (bias != nullptr) {
-    RETURN_IF_ERROR(CheckDType("Linear", "bias", *bias, DType::kF32));
-    if (bias->shape() != Shape({n})) {
-      return ShapeError("Linear", "bias must be [N]", bias->shape(),
-                        weight.shape());
-    }
-  }
   if (t == 0 || n == 0) return absl::OkStatus();
   const void* input = x.data();
   if (weight.dtype() == DType::kBF16) {
@@ -723,21 +673,12 @@ absl::Status CudaOps::Linear(const TensorView& x, const TensorView& weight,
                      workspace, kGemmWorkspaceBytes, stream_),
       "cublasLtMatmul",
       absl::StrCat("multiplying [", t, ", ", k, "] by [", n, ", ", k, "]ᵀ")));
-  if (bias != nullptr) return BiasAdd(out, *bias);
+  if (bias != nullptr) return DoBiasAdd(out, *bias);
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::Rope(const TensorView& x, const TensorView& positions,
-                           const TensorView& inv_freq) {
-  RETURN_IF_ERROR(CheckDType("Rope", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("Rope", "inv_freq", inv_freq, DType::kF32));
-  RETURN_IF_ERROR(CheckStepArray("Rope", "positions", positions, DType::kI32));
-  if (x.shape().rank() != 3 || x.shape()[0] != positions.shape()[0] ||
-      x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
-    return ShapeError("Rope",
-                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
-                      x.shape(), inv_freq.shape());
-  }
+absl::Status CudaOps::DoRope(const TensorView& x, const TensorView& positions,
+                             const TensorView& inv_freq) {
   if (x.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchRope(x.data_as<float>(), positions.data_as<const int32_t>(),
@@ -746,13 +687,7 @@ absl::Status CudaOps::Rope(const TensorView& x, const TensorView& positions,
       "Rope");
 }
 
-absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
-  RETURN_IF_ERROR(CheckDType("BiasAdd", "x", x, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("BiasAdd", "bias", bias, DType::kF32));
-  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
-    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
-                      bias.shape());
-  }
+absl::Status CudaOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
   if (x.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchBiasAdd(x.data_as<float>(), bias.data_as<const float>(),
@@ -760,15 +695,8 @@ absl::Status CudaOps::BiasAdd(const TensorView& x, const TensorView& bias) {
       "BiasAdd");
 }
 
-absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
-                              const TensorView& out) {
-  RETURN_IF_ERROR(CheckDType("SiluMul", "gate", gate, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("SiluMul", "up", up, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("SiluMul", "out", out, DType::kF32));
-  if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
-    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
-                      up.shape());
-  }
+absl::Status CudaOps::DoSiluMul(const TensorView& gate, const TensorView& up,
+                                const TensorView& out) {
   if (gate.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchSiluMul(gate.data_as<const float>(),
                                     up.data_as<const float>(), gate.numel(),
@@ -778,53 +706,11 @@ absl::Status CudaOps::SiluMul(const TensorView& gate, const TensorView& up,
 
 namespace {
 
-// The metadata's arrays: kI32 of the shapes its scalars give.
-absl::Status CheckMetadataArrays(absl::string_view op,
-                                 const AttentionMetadata& m) {
-  const int64_t n = m.num_seqs;
-  struct Want {
-    const char* name;
-    const TensorView* view;
-    Shape shape;
-  };
-  const Want wants[] = {
-      {"query_start_loc", &m.query_start_loc, {n + 1}},
-      {"context_lens", &m.context_lens, {n}},
-      {"seq_lens", &m.seq_lens, {n}},
-      {"block_tables", &m.block_tables, {n, int64_t{m.max_blocks_per_seq}}},
-  };
-  for (const Want& w : wants) {
-    RETURN_IF_ERROR(CheckDType(op, w.name, *w.view, DType::kI32));
-    if (w.view->shape() != w.shape) {
-      return ShapeError(op, absl::StrCat("metadata ", w.name), w.view->shape(),
-                        w.shape);
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The device view of one cache layer; InvalidArgument for a bad layout.
-absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
-                                                const KvCacheLayer& cache) {
+// The device view of one cache layer (checked by the public op).
+cuda::DeviceKvLayer DeviceLayer(const KvCacheLayer& cache) {
   const Shape& ks = cache.k.shape();
   const Shape& vs = cache.v.shape();
-  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
-      cache.k.dtype() != cache.v.dtype() ||
-      (cache.k.dtype() != DType::kF32 && cache.k.dtype() != DType::kBF16 &&
-       cache.k.dtype() != DType::kI8)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op,
-                     ": the KV cache must be k [S, H, D], v [S, H, Dv] of "
-                     "one dtype (f32, bf16 or int8), got ",
-                     ks.ToString(), " ", DTypeName(cache.k.dtype()), " / ",
-                     vs.ToString(), " ", DTypeName(cache.v.dtype())));
-  }
-  const bool quantized = cache.k.dtype() == DType::kI8;
-  if (quantized != (cache.k_scale.data() != nullptr) ||
-      quantized != (cache.v_scale.data() != nullptr)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": scales are required for an int8 cache and only for it"));
-  }
+  const bool quantized = cache.quantized();
   cuda::DeviceKvLayer layer;
   layer.k = cache.k.data();
   layer.v = cache.v.data();
@@ -840,23 +726,10 @@ absl::StatusOr<cuda::DeviceKvLayer> DeviceLayer(absl::string_view op,
 
 }  // namespace
 
-absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
-                                   const TensorView& slot_mapping,
-                                   const KvCacheLayer& cache) {
-  RETURN_IF_ERROR(CheckDType("StoreKvCache", "k", k, DType::kF32));
-  RETURN_IF_ERROR(CheckDType("StoreKvCache", "v", v, DType::kF32));
-  RETURN_IF_ERROR(CheckStepArray("StoreKvCache", "slot_mapping", slot_mapping,
-                                 DType::kI64));
-  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer,
-                   DeviceLayer("StoreKvCache", cache));
-  if (k.shape().rank() != 3 || v.shape().rank() != 3 ||
-      k.shape()[0] != slot_mapping.shape()[0] || v.shape()[0] != k.shape()[0] ||
-      k.shape()[1] != layer.num_kv_heads ||
-      v.shape()[1] != layer.num_kv_heads || k.shape()[2] != layer.head_dim ||
-      v.shape()[2] != layer.head_dim_v) {
-    return ShapeError("StoreKvCache", "k/v do not match the cache layer",
-                      k.shape(), cache.k.shape());
-  }
+absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
+                                     const TensorView& slot_mapping,
+                                     const KvCacheLayer& cache) {
+  const cuda::DeviceKvLayer layer = DeviceLayer(cache);
   // Slots are device values: the kernel skips one outside the cache.
   if (slot_mapping.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchStoreKvCache(k.data_as<const float>(),
@@ -866,38 +739,14 @@ absl::Status CudaOps::StoreKvCache(const TensorView& k, const TensorView& v,
                 "StoreKvCache");
 }
 
-absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
-                                const char* op) {
+absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
+                                AttentionKind kind) {
   const AttentionMetadata* m = args.metadata;
-  if (m == nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
-  }
-  RETURN_IF_ERROR(CheckMetadataArrays(op, *m));
-  RETURN_IF_ERROR(CheckDType(op, "q", args.q, DType::kF32));
-  RETURN_IF_ERROR(CheckDType(op, "out", args.out, DType::kF32));
-  ASSIGN_OR_RETURN(cuda::DeviceKvLayer layer, DeviceLayer(op, args.cache));
-  const Shape& qs = args.q.shape();
-  const Shape& os = args.out.shape();
-  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m->num_tokens ||
-      os[0] != m->num_tokens || qs[1] != os[1] || qs[2] != layer.head_dim ||
-      os[2] != layer.head_dim_v || qs[1] % layer.num_kv_heads != 0 ||
-      args.first_seq < 0 || args.first_seq > args.end_seq ||
-      args.end_seq > m->num_seqs || args.sliding_window < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op, ": q ", qs.ToString(), ", out ", os.ToString(), ", sequences [",
-        args.first_seq, ", ", args.end_seq, ") of ", m->num_seqs,
-        " do not fit the cache and the step"));
-  }
   if (args.first_seq == args.end_seq) return absl::OkStatus();
-  // The query lengths are device values; the leading decodes are counted on
-  // the host when the metadata is packed.
-  if (kind == 1 && args.end_seq > m->num_decode_seqs) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
-                     ") go beyond the ", m->num_decode_seqs,
-                     " leading decodes; decode takes one token per sequence"));
-  }
+  const cuda::DeviceKvLayer layer = DeviceLayer(args.cache);
+  const Shape& qs = args.q.shape();
   cuda::DeviceAttentionMetadata dm;
+  // The arrays where they are (step inputs in device memory).
   dm.query_start_loc = m->query_start_loc.data_as<const int32_t>();
   dm.context_lens = m->context_lens.data_as<const int32_t>();
   dm.seq_lens = m->seq_lens.data_as<const int32_t>();
@@ -911,13 +760,14 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
   const int32_t heads = static_cast<int32_t>(qs[1]);
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
+  const absl::string_view op = AttentionOpName(kind);
   switch (kind) {
-    case 0:
+    case AttentionKind::kPrefill:
       return Launch(cuda::LaunchPrefillAttention(
                         q, heads, layer, dm, args.first_seq, args.end_seq,
                         args.sliding_window, args.scale, out, stream_),
                     op);
-    case 1: {
+    case AttentionKind::kDecode: {
       const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
           m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
       ASSIGN_OR_RETURN(void* workspace,
@@ -928,22 +778,23 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args, int kind,
                         scratch_[kDecodeWorkspace].bytes, stream_),
                     op);
     }
-    default:
-      return Launch(cuda::LaunchStaticAttention(
-                        q, heads, layer, dm, args.first_seq, args.end_seq,
-                        args.sliding_window, args.scale, out, stream_),
-                    op);
+    case AttentionKind::kStatic:
+      break;
   }
+  return Launch(cuda::LaunchStaticAttention(q, heads, layer, dm, args.first_seq,
+                                            args.end_seq, args.sliding_window,
+                                            args.scale, out, stream_),
+                op);
 }
 
-absl::Status CudaOps::PrefillAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 0, "PrefillAttention");
+absl::Status CudaOps::DoPrefillAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kPrefill);
 }
-absl::Status CudaOps::DecodeAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 1, "DecodeAttention");
+absl::Status CudaOps::DoDecodeAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kDecode);
 }
-absl::Status CudaOps::StaticAttention(const PagedAttentionArgs& args) {
-  return Attention(args, 2, "StaticAttention");
+absl::Status CudaOps::DoStaticAttention(const PagedAttentionArgs& args) {
+  return Attention(args, AttentionKind::kStatic);
 }
 
 }  // namespace tessera

@@ -13,7 +13,9 @@
 // sampler's buffers) also comes from it: ReserveStepScratch sizes it once for
 // the rank's largest step, after which those buffers never grow (a step that
 // would need more fails), so no step allocates. Step arrays (ids, rows,
-// positions, slots, the metadata's arrays) are device views read in place.
+// positions, slots, the metadata's arrays) are device views read in place;
+// their values are trusted (StepInputs checked them): an id outside the
+// embedding table gives a zero row, a slot outside the cache is skipped.
 #ifndef TESSERA_KERNELS_CUDA_CUDA_OPS_H_
 #define TESSERA_KERNELS_CUDA_CUDA_OPS_H_
 
@@ -25,6 +27,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "kernels/op_checks.h"
 #include "kernels/ops.h"
 #include "runtime/core/memory.h"
 
@@ -43,48 +46,50 @@ class CudaOps final : public Ops {
   CudaOps& operator=(const CudaOps&) = delete;
 
   int device() const { return device_; }
-  cudaStream_t stream() const { return stream_; }
+  cudaStream_t stream() const override { return stream_; }
   // Waits for everything enqueued so far.
-  absl::Status Synchronize();
+  absl::Status Synchronize() override;
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
+  absl::Status CopyToHost(const TensorView& src, void* dst) override;
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
   absl::Status ReserveStepScratch(const StepLimits& limits) override;
-  absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
-                            const TensorView& out) override;
   bool samples_on_device() const override { return true; }
   absl::Status SampleOnDevice(const TensorView& logits,
                               absl::Span<const DeviceSampleRow> rows,
                               std::vector<DeviceSample>* out) override;
-  absl::Status GatherRows(const TensorView& src, const TensorView& rows,
-                          const TensorView& dst) override;
-  absl::Status CopyToHost(const TensorView& src, void* dst) override;
-  // Ids are device values (ops.h): an id outside the table gives a zero row.
-  absl::Status Embedding(const TensorView& table, const TensorView& ids,
+
+ protected:
+  absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
+                              const TensorView& out) override;
+  absl::Status DoGatherRows(const TensorView& src, const TensorView& rows,
+                            const TensorView& dst) override;
+  absl::Status DoEmbedding(const TensorView& table, const TensorView& ids,
+                           const TensorView& out) override;
+  absl::Status DoEmbeddingShard(const TensorView& table, const TensorView& ids,
+                                int64_t first_id,
+                                const TensorView& out) override;
+  absl::Status DoRmsNorm(const TensorView& x, const TensorView& weight,
+                         float eps, const TensorView& out) override;
+  absl::Status DoAdd(const TensorView& a, const TensorView& b,
+                     const TensorView& out) override;
+  absl::Status DoAddRmsNorm(const TensorView& residual, const TensorView& x,
+                            const TensorView& weight, float eps,
+                            const TensorView& out) override;
+  absl::Status DoLinear(const TensorView& x, const WeightView& weight,
+                        const TensorView* bias, const TensorView& out) override;
+  absl::Status DoRope(const TensorView& x, const TensorView& positions,
+                      const TensorView& inv_freq) override;
+  absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
+  absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                          const TensorView& out) override;
-  absl::Status EmbeddingShard(const TensorView& table, const TensorView& ids,
-                              int64_t first_id, const TensorView& out) override;
-  absl::Status RmsNorm(const TensorView& x, const TensorView& weight, float eps,
-                       const TensorView& out) override;
-  absl::Status Add(const TensorView& a, const TensorView& b,
-                   const TensorView& out) override;
-  absl::Status AddRmsNorm(const TensorView& residual, const TensorView& x,
-                          const TensorView& weight, float eps,
-                          const TensorView& out) override;
-  absl::Status Linear(const TensorView& x, const TensorView& weight,
-                      const TensorView* bias, const TensorView& out) override;
-  absl::Status Rope(const TensorView& x, const TensorView& positions,
-                    const TensorView& inv_freq) override;
-  absl::Status BiasAdd(const TensorView& x, const TensorView& bias) override;
-  absl::Status SiluMul(const TensorView& gate, const TensorView& up,
-                       const TensorView& out) override;
-  absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
-                            const TensorView& slot_mapping,
-                            const KvCacheLayer& cache) override;
-  absl::Status PrefillAttention(const PagedAttentionArgs& args) override;
-  absl::Status DecodeAttention(const PagedAttentionArgs& args) override;
-  absl::Status StaticAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
+                              const TensorView& slot_mapping,
+                              const KvCacheLayer& cache) override;
+  absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
+  absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
 
  private:
   // Device buffers of the ops themselves: grown on first use until
@@ -124,8 +129,7 @@ class CudaOps final : public Ops {
   // from pageable memory: the copy is complete when the call returns).
   absl::StatusOr<void*> CopySamplingInput(enum Buffer which, const void* host,
                                           size_t bytes);
-  absl::Status Attention(const PagedAttentionArgs& args, int kind,
-                         const char* op);
+  absl::Status Attention(const PagedAttentionArgs& args, AttentionKind kind);
   absl::StatusOr<GemmPlan*> PlanGemm(int64_t t, int64_t n, int64_t k,
                                      DType dtype);
 

@@ -121,6 +121,16 @@ TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
   }
 }
 
+TEST_F(CudaOpsTest, LinearRefusesAScaledWeight) {
+  Tensor dx = Device(Random({2, 4})), dw = Device(Random({3, 4}));
+  Tensor dscale = Device(Random({3})), out = DeviceEmpty({2, 3});
+  WeightView scaled = dw;
+  scaled.scale = dscale.view();
+  const absl::Status st = gpu_->Linear(dx.view(), scaled, nullptr, out.view());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("weight scale"), absl::string_view::npos) << st;
+}
+
 TEST_F(CudaOpsTest, Bf16EmbeddingAndShards) {
   Tensor table = Random({100, 24});
   for (int64_t i = 0; i < table.numel(); ++i)

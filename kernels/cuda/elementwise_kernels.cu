@@ -1,5 +1,8 @@
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/common/convert.cuh"
+#include "kernels/cuda/common/launch.cuh"
+#include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/elementwise_kernels.h"
 
 namespace tessera {
@@ -10,30 +13,6 @@ constexpr int kRmsNormThreads =
     256;  // One block per row; a multiple of the warp size.
 static_assert(kRmsNormThreads % 32 == 0, "RmsNorm block must be whole warps");
 
-__device__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
-// The sum of `v` over a block of at most kRmsNormThreads threads, returned
-// to every thread (warp shuffles, then one shared array). Once per kernel: a
-// second call could overwrite the array while threads still read the first
-// result.
-__device__ float BlockSum(float v) {
-  __shared__ float warp_sums[kRmsNormThreads / 32];
-  v = WarpSum(v);
-  if (threadIdx.x % 32 == 0) warp_sums[threadIdx.x / 32] = v;
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    float w = threadIdx.x < blockDim.x / 32 ? warp_sums[threadIdx.x] : 0.0f;
-    w = WarpSum(w);
-    if (threadIdx.x == 0) warp_sums[0] = w;
-  }
-  __syncthreads();
-  return warp_sums[0];
-}
-
 // Accumulates the sum of squares in f32 per thread, reduces across the block,
 // then scales. Matches the CPU reference to f32 rounding.
 __global__ void RmsNormKernel(const float* __restrict__ x,
@@ -42,9 +21,11 @@ __global__ void RmsNormKernel(const float* __restrict__ x,
   const int64_t row = blockIdx.x;
   const float* in = x + row * n;
   float* o = out + row * n;
+  __shared__ float shared[kWarpSize + 1];
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) sum_sq += in[i] * in[i];
-  const float inv_rms = rsqrtf(BlockSum(sum_sq) / static_cast<float>(n) + eps);
+  const float inv_rms =
+      rsqrtf(BlockSum(sum_sq, shared) / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     o[i] = in[i] * inv_rms * weight[i];
 }
@@ -52,8 +33,7 @@ __global__ void RmsNormKernel(const float* __restrict__ x,
 __global__ void SiluMulKernel(const float* __restrict__ gate,
                               const float* __restrict__ up, int64_t count,
                               float* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < count; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = GridStrideBegin(); i < count; i += GridStrideStep()) {
     const float g = gate[i];
     out[i] = g / (1.0f + __expf(-g)) * up[i];
   }
@@ -68,36 +48,24 @@ __global__ void AddRmsNormKernel(float* __restrict__ residual, const float* x,
   float* res = residual + row * n;
   const float* in = x + row * n;
   float* o = out + row * n;
+  __shared__ float shared[kWarpSize + 1];
   float sum_sq = 0.0f;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     const float r = __fadd_rn(res[i], in[i]);
     res[i] = r;
     sum_sq += r * r;
   }
-  const float inv_rms = rsqrtf(BlockSum(sum_sq) / static_cast<float>(n) + eps);
+  const float inv_rms =
+      rsqrtf(BlockSum(sum_sq, shared) / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     o[i] = res[i] * inv_rms * weight[i];
 }
 
-// Grid size for the grid-stride loops below.
+// Threads a block of the grid-stride loops below.
 constexpr int kThreads = 256;
-unsigned GridFor(int64_t count) {
-  const int64_t blocks = (count + kThreads - 1) / kThreads;
-  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
-}
+unsigned GridFor(int64_t count) { return GridStrideBlocks(count, kThreads); }
 
 // One block per token (blockIdx.x), threads over the hidden dimension.
-template <typename T>
-__device__ float ToFloat(T v);
-template <>
-__device__ float ToFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-
 template <typename T>
 __global__ void EmbeddingKernel(const T* __restrict__ table,
                                 const int32_t* __restrict__ ids, int64_t hidden,
@@ -109,7 +77,7 @@ __global__ void EmbeddingKernel(const T* __restrict__ table,
   if (local >= 0 && local < table_rows) {
     const T* src = table + local * hidden;
     for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x)
-      o[i] = ToFloat<T>(src[i]);
+      o[i] = ToFloat(src[i]);
   } else {
     for (int64_t i = threadIdx.x; i < hidden; i += blockDim.x) o[i] = 0.0f;
   }
@@ -117,8 +85,7 @@ __global__ void EmbeddingKernel(const T* __restrict__ table,
 
 __global__ void AddKernel(const float* a, const float* b, int64_t n,
                           float* out) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t i = GridStrideBegin(); i < n; i += GridStrideStep()) {
     out[i] = __fadd_rn(a[i], b[i]);
   }
 }
@@ -132,9 +99,7 @@ __global__ void RopeKernel(float* __restrict__ x,
                            int64_t heads, int64_t dim) {
   const int64_t half = dim / 2;
   const int64_t total = tokens * heads * half;
-  for (int64_t idx =
-           blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       idx < total; idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+  for (int64_t idx = GridStrideBegin(); idx < total; idx += GridStrideStep()) {
     const int64_t i = idx % half;
     const int64_t th = idx / half;  // token * heads + head
     const int64_t t = th / heads;
@@ -161,17 +126,15 @@ __global__ void BiasAddKernel(float* __restrict__ x,
 __global__ void CastF32ToBF16Kernel(const float* __restrict__ in,
                                     __nv_bfloat16* __restrict__ out,
                                     int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __float2bfloat16_rn(in[i]);
+  for (int64_t i = GridStrideBegin(); i < n; i += GridStrideStep()) {
+    out[i] = FromFloat<__nv_bfloat16>(in[i]);
   }
 }
 
 __global__ void CastBF16ToF32Kernel(const __nv_bfloat16* __restrict__ in,
                                     float* __restrict__ out, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-       i < n; i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    out[i] = __bfloat162float(in[i]);
+  for (int64_t i = GridStrideBegin(); i < n; i += GridStrideStep()) {
+    out[i] = ToFloat(in[i]);
   }
 }
 

@@ -1,6 +1,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/sampling_kernels.h"
 
 namespace tessera {
@@ -9,7 +10,6 @@ namespace {
 
 constexpr int kLogprobThreads = 256;
 constexpr int kSampleThreads = 512;
-constexpr unsigned kFullMask = 0xffffffffu;
 static_assert(kLogprobThreads % 32 == 0 && kSampleThreads % 32 == 0,
               "blocks must be whole warps");
 
@@ -69,44 +69,7 @@ __device__ ValId BlockBest(ValId x, ValId* shared, Better better) {
   return shared[32];
 }
 
-// Sum over the block (fixed order, so deterministic); every thread gets it.
-// `shared` holds 33 entries.
-__device__ double BlockSum(double v, double* shared) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v += __shfl_xor_sync(kFullMask, v, offset);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warps = blockDim.x / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    double w = lane < warps ? shared[lane] : 0.0;
-    for (int offset = 16; offset > 0; offset >>= 1)
-      w += __shfl_xor_sync(kFullMask, w, offset);
-    if (lane == 0) shared[32] = w;
-  }
-  __syncthreads();
-  return shared[32];
-}
-
-// Maximum over the block ignoring NaN (-inf when there is none).
-__device__ float BlockMax(float v, float* shared) {
-  for (int offset = 16; offset > 0; offset >>= 1)
-    v = fmaxf(v, __shfl_xor_sync(kFullMask, v, offset));
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int warps = blockDim.x / 32;
-  __syncthreads();
-  if (lane == 0) shared[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    float w = lane < warps ? shared[lane] : -INFINITY;
-    for (int offset = 16; offset > 0; offset >>= 1)
-      w = fmaxf(w, __shfl_xor_sync(kFullMask, w, offset));
-    if (lane == 0) shared[32] = w;
-  }
-  __syncthreads();
-  return shared[32];
-}
+// BlockSum and BlockMax (common/reduce.cuh) take `shared` arrays of 33.
 
 // ---------------------------------------------------------------------------
 // Logprobs.

@@ -1,0 +1,512 @@
+#include "kernels/op_checks.h"
+
+#include <algorithm>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+absl::Status CheckF32(absl::string_view op, absl::string_view name,
+                      const TensorView& t) {
+  return CheckDType(op, name, t, DType::kF32);
+}
+
+// A view that stands for "no tensor" (the scales of an f32 cache).
+bool IsAbsent(const TensorView& t) {
+  return t.data() == nullptr || t.numel() == 0;
+}
+
+absl::Status CheckStorage(absl::string_view op, absl::string_view name,
+                          const TensorView& t) {
+  if (t.data() == nullptr && t.numel() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", name, " has no storage"));
+  }
+  return absl::OkStatus();
+}
+
+bool Contains(absl::Span<const DType> dtypes, DType d) {
+  return std::find(dtypes.begin(), dtypes.end(), d) != dtypes.end();
+}
+
+// "a", "a or b", "a, b or c", every piece but the first prefixed by
+// `prefix` ("f32 or both int8").
+std::string JoinOr(absl::Span<const DType> dtypes, absl::string_view prefix,
+                   absl::string_view (*name)(DType)) {
+  std::string out;
+  for (size_t i = 0; i < dtypes.size(); ++i) {
+    if (i > 0) {
+      absl::StrAppend(&out, i + 1 == dtypes.size() ? " or " : ", ", prefix);
+    }
+    absl::StrAppend(&out, name(dtypes[i]));
+  }
+  return out;
+}
+
+// The cache messages have always said "int8".
+absl::string_view CacheDTypeName(DType d) {
+  return d == DType::kI8 ? "int8" : DTypeName(d);
+}
+
+// Table [V, H] and out [T, H] for T ids (both embedding forms).
+absl::Status CheckEmbeddingShapes(const OpSupport& support,
+                                  absl::string_view op, const TensorView& table,
+                                  const TensorView& ids,
+                                  const TensorView& out) {
+  RETURN_IF_ERROR(CheckDTypeIn(op, "table", table, support.weights));
+  RETURN_IF_ERROR(CheckF32(op, "out", out));
+  RETURN_IF_ERROR(CheckStepArray(op, "ids", ids, DType::kI32));
+  if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
+      out.shape()[0] != ids.shape()[0] || out.shape()[1] != table.shape()[1]) {
+    return ShapeError(op, "table [V, H] and out [T, H] disagree", table.shape(),
+                      out.shape());
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Span<const T> Host(const TensorView& t) {
+  return absl::MakeConstSpan(t.data_as<const T>(),
+                             static_cast<size_t>(t.numel()));
+}
+
+}  // namespace
+
+absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
+                            const TensorView& t, DType dtype) {
+  RETURN_IF_ERROR(CheckDType(op, name, t, dtype));
+  if (t.shape().rank() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be a vector, got ", t.shape().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+std::string DTypeList(absl::Span<const DType> dtypes) {
+  return JoinOr(dtypes, "", &DTypeName);
+}
+
+absl::Status CheckDTypeIn(absl::string_view op, absl::string_view name,
+                          const TensorView& t,
+                          absl::Span<const DType> allowed) {
+  if (!Contains(allowed, t.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, " must be ",
+                                                   DTypeList(allowed), ", got ",
+                                                   DTypeName(t.dtype())));
+  }
+  return CheckStorage(op, name, t);
+}
+
+absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
+                            const TensorView& ids, const TensorView& out) {
+  return CheckEmbeddingShapes(support, "Embedding", table, ids, out);
+}
+
+absl::Status CheckEmbeddingValues(const TensorView& table,
+                                  const TensorView& ids) {
+  const int64_t vocab = table.shape()[0];
+  for (int32_t id : Host<int32_t>(ids)) {
+    if (id < 0 || id >= vocab) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Embedding: token id ", id,
+                       " is outside the vocabulary [0, ", vocab, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckEmbeddingShard(const OpSupport& support,
+                                 const TensorView& table, const TensorView& ids,
+                                 const TensorView& out) {
+  return CheckEmbeddingShapes(support, "EmbeddingShard", table, ids, out);
+}
+
+absl::Status CheckEmbeddingShardValues(const TensorView& ids) {
+  for (int32_t id : Host<int32_t>(ids)) {
+    if (id < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("EmbeddingShard: negative token id ", id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatherRows(const TensorView& src, const TensorView& rows,
+                             const TensorView& dst) {
+  RETURN_IF_ERROR(CheckF32("GatherRows", "src", src));
+  RETURN_IF_ERROR(CheckF32("GatherRows", "dst", dst));
+  RETURN_IF_ERROR(CheckStepArray("GatherRows", "rows", rows, DType::kI32));
+  if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
+      dst.shape()[0] != rows.shape()[0] || dst.shape()[1] != src.shape()[1]) {
+    return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
+                      src.shape(), dst.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatherRowsValues(const TensorView& src,
+                                   const TensorView& rows) {
+  for (int32_t r : Host<int32_t>(rows)) {
+    if (r < 0 || r >= src.shape()[0]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckConcatShards(const TensorView& gathered, int64_t shards,
+                               const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("ConcatShards", "gathered", gathered));
+  RETURN_IF_ERROR(CheckF32("ConcatShards", "out", out));
+  if (shards < 1 || gathered.shape().rank() != 2 || out.shape().rank() != 2 ||
+      gathered.shape()[0] != shards * out.shape()[0] ||
+      gathered.shape()[1] * shards < out.shape()[1]) {
+    return ShapeError("ConcatShards",
+                      "gathered [shards * n, Vp] cannot fill out [n, V]",
+                      gathered.shape(), out.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRmsNorm(const TensorView& x, const TensorView& weight,
+                          const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("RmsNorm", "x", x));
+  RETURN_IF_ERROR(CheckF32("RmsNorm", "weight", weight));
+  RETURN_IF_ERROR(CheckF32("RmsNorm", "out", out));
+  if (x.shape() != out.shape() || weight.shape().rank() != 1 ||
+      x.shape().rank() < 1 ||
+      x.shape()[x.shape().rank() - 1] != weight.shape()[0]) {
+    return ShapeError("RmsNorm", "x [R, N], weight [N] and out [R, N] disagree",
+                      x.shape(), weight.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAddRmsNorm(const TensorView& residual, const TensorView& x,
+                             const TensorView& weight, const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("AddRmsNorm", "residual", residual));
+  RETURN_IF_ERROR(CheckF32("AddRmsNorm", "x", x));
+  RETURN_IF_ERROR(CheckF32("AddRmsNorm", "weight", weight));
+  RETURN_IF_ERROR(CheckF32("AddRmsNorm", "out", out));
+  if (residual.shape() != x.shape() || x.shape() != out.shape() ||
+      weight.shape().rank() != 1 || x.shape().rank() != 2 ||
+      x.shape()[1] != weight.shape()[0] ||
+      (out.data() == residual.data() && out.numel() > 0)) {
+    return ShapeError("AddRmsNorm",
+                      "residual, x, out [R, N] and weight [N] disagree (or out "
+                      "aliases residual)",
+                      x.shape(), weight.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckAdd(const TensorView& a, const TensorView& b,
+                      const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("Add", "a", a));
+  RETURN_IF_ERROR(CheckF32("Add", "b", b));
+  RETURN_IF_ERROR(CheckF32("Add", "out", out));
+  if (a.shape() != b.shape() || a.shape() != out.shape()) {
+    return ShapeError("Add", "operand shapes differ", a.shape(), b.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
+                         const WeightView& weight, const TensorView* bias,
+                         const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("Linear", "x", x));
+  RETURN_IF_ERROR(
+      CheckDTypeIn("Linear", "weight", weight.data, support.weights));
+  RETURN_IF_ERROR(CheckF32("Linear", "out", out));
+  if (weight.has_scale()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: a weight scale (", weight.scale.shape().ToString(), " ",
+        DTypeName(weight.scale.dtype()),
+        ") is not supported; this backend takes unscaled weights"));
+  }
+  const Shape& ws = weight.data.shape();
+  if (x.shape().rank() != 2 || ws.rank() != 2 || out.shape().rank() != 2 ||
+      x.shape()[1] != ws[1] || out.shape()[0] != x.shape()[0] ||
+      out.shape()[1] != ws[0]) {
+    return ShapeError("Linear",
+                      "x [T, K], weight [N, K] and out [T, N] disagree",
+                      x.shape(), ws);
+  }
+  if (bias != nullptr) {
+    RETURN_IF_ERROR(CheckF32("Linear", "bias", *bias));
+    if (bias->shape() != Shape({ws[0]})) {
+      return ShapeError("Linear", "bias must be [N]", bias->shape(), ws);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRope(const TensorView& x, const TensorView& positions,
+                       const TensorView& inv_freq) {
+  RETURN_IF_ERROR(CheckF32("Rope", "x", x));
+  RETURN_IF_ERROR(CheckF32("Rope", "inv_freq", inv_freq));
+  RETURN_IF_ERROR(CheckStepArray("Rope", "positions", positions, DType::kI32));
+  if (x.shape().rank() != 3 || x.shape()[0] != positions.shape()[0] ||
+      x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
+    return ShapeError("Rope",
+                      "x [T, heads, D] needs T positions and inv_freq [D/2]",
+                      x.shape(), inv_freq.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckBiasAdd(const TensorView& x, const TensorView& bias) {
+  RETURN_IF_ERROR(CheckF32("BiasAdd", "x", x));
+  RETURN_IF_ERROR(CheckF32("BiasAdd", "bias", bias));
+  if (x.shape().rank() != 2 || bias.shape() != Shape({x.shape()[1]})) {
+    return ShapeError("BiasAdd", "x [T, N] needs bias [N]", x.shape(),
+                      bias.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSiluMul(const TensorView& gate, const TensorView& up,
+                          const TensorView& out) {
+  RETURN_IF_ERROR(CheckF32("SiluMul", "gate", gate));
+  RETURN_IF_ERROR(CheckF32("SiluMul", "up", up));
+  RETURN_IF_ERROR(CheckF32("SiluMul", "out", out));
+  if (gate.shape() != up.shape() || gate.shape() != out.shape()) {
+    return ShapeError("SiluMul", "gate, up and out must match", gate.shape(),
+                      up.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
+                          const KvCacheLayer& cache) {
+  const Shape& ks = cache.k.shape();
+  const Shape& vs = cache.v.shape();
+  if (ks.rank() != 3 || vs.rank() != 3 || ks[0] != vs[0] || ks[1] != vs[1] ||
+      ks[1] <= 0) {
+    return ShapeError(op,
+                      "cache k [S, kv_heads, D] and v [S, kv_heads, Dv] "
+                      "disagree",
+                      ks, vs);
+  }
+  if (cache.k.dtype() != cache.v.dtype() ||
+      !Contains(support.kv_cache, cache.k.dtype())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": cache k and v must both be ",
+        JoinOr(support.kv_cache, "both ", &CacheDTypeName), ", got ",
+        DTypeName(cache.k.dtype()), " and ", DTypeName(cache.v.dtype())));
+  }
+  RETURN_IF_ERROR(CheckStorage(op, "cache k", cache.k));
+  RETURN_IF_ERROR(CheckStorage(op, "cache v", cache.v));
+  if (cache.quantized()) {
+    if (IsAbsent(cache.k_scale) || IsAbsent(cache.v_scale)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": an int8 cache needs k_scale and v_scale"));
+    }
+    RETURN_IF_ERROR(CheckF32(op, "cache k_scale", cache.k_scale));
+    RETURN_IF_ERROR(CheckF32(op, "cache v_scale", cache.v_scale));
+    const Shape want({ks[0], ks[1]});
+    if (cache.k_scale.shape() != want || cache.v_scale.shape() != want) {
+      return ShapeError(op, "cache scales must be [S, kv_heads]",
+                        cache.k_scale.shape(), cache.v_scale.shape());
+    }
+  } else if (!IsAbsent(cache.k_scale) || !IsAbsent(cache.v_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, cache.k.dtype() == DType::kF32 ? ": an " : ": a ",
+        DTypeName(cache.k.dtype()), " cache takes no k_scale / v_scale"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
+                               const TensorView& v,
+                               const TensorView& slot_mapping,
+                               const KvCacheLayer& cache) {
+  constexpr absl::string_view kOp = "StoreKvCache";
+  RETURN_IF_ERROR(CheckF32(kOp, "k", k));
+  RETURN_IF_ERROR(CheckF32(kOp, "v", v));
+  RETURN_IF_ERROR(
+      CheckStepArray(kOp, "slot_mapping", slot_mapping, DType::kI64));
+  RETURN_IF_ERROR(CheckKvCache(support, kOp, cache));
+  const int64_t kv_heads = cache.k.shape()[1];
+  const int64_t dim = cache.k.shape()[2];
+  const int64_t dim_v = cache.v.shape()[2];
+  const int64_t tokens = slot_mapping.shape()[0];
+  if (k.shape() != Shape({tokens, kv_heads, dim}) ||
+      v.shape() != Shape({tokens, kv_heads, dim_v})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": k ", k.shape().ToString(), " and v ", v.shape().ToString(),
+        " must be [", tokens, ", ", kv_heads, ", ", dim, "] and [", tokens,
+        ", ", kv_heads, ", ", dim_v, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
+                                     const KvCacheLayer& cache) {
+  const int64_t num_slots = cache.k.shape()[0];
+  const absl::Span<const int64_t> slots = Host<int64_t>(slot_mapping);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0 || slots[t] >= num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("StoreKvCache: slot ", slots[t], " of token ", t,
+                       " is outside [0, ", num_slots, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view AttentionOpName(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kPrefill:
+      return "PrefillAttention";
+    case AttentionKind::kDecode:
+      return "DecodeAttention";
+    case AttentionKind::kStatic:
+      return "StaticAttention";
+  }
+  return "Attention";
+}
+
+absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
+                                 const PagedAttentionArgs& args) {
+  const absl::string_view op = AttentionOpName(kind);
+  if (args.metadata == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
+  }
+  const AttentionMetadata& m = *args.metadata;
+  const int64_t n = m.num_seqs;
+  const bool arrays_ok =
+      CheckDType(op, "", m.query_start_loc, DType::kI32).ok() &&
+      CheckDType(op, "", m.context_lens, DType::kI32).ok() &&
+      CheckDType(op, "", m.seq_lens, DType::kI32).ok() &&
+      CheckDType(op, "", m.block_tables, DType::kI32).ok() &&
+      m.query_start_loc.shape() == Shape({n + 1}) &&
+      m.context_lens.shape() == Shape({n}) &&
+      m.seq_lens.shape() == Shape({n}) &&
+      m.block_tables.shape() == Shape({n, int64_t{m.max_blocks_per_seq}});
+  if (m.block_size <= 0 || m.num_seqs < 0 || m.max_blocks_per_seq < 0 ||
+      m.num_decode_seqs < 0 || m.num_decode_seqs > m.num_seqs || !arrays_ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": malformed metadata (block_size ", m.block_size, ", ", m.num_seqs,
+        " sequences, ", m.num_decode_seqs, " decodes, query_start_loc ",
+        m.query_start_loc.shape().ToString(), " ",
+        DTypeName(m.query_start_loc.dtype()), ", block_tables ",
+        m.block_tables.shape().ToString(), " ",
+        DTypeName(m.block_tables.dtype()), ")"));
+  }
+  if (args.first_seq < 0 || args.first_seq > args.end_seq ||
+      args.end_seq > m.num_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
+                     ") outside [0, ", m.num_seqs, "]"));
+  }
+  if (kind == AttentionKind::kDecode && args.end_seq > m.num_decode_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
+                     ") go beyond the ", m.num_decode_seqs,
+                     " leading decodes; the decode kernel needs query_len 1"));
+  }
+  RETURN_IF_ERROR(CheckF32(op, "q", args.q));
+  RETURN_IF_ERROR(CheckF32(op, "out", args.out));
+  RETURN_IF_ERROR(CheckKvCache(support, op, args.cache));
+  const int64_t kv_heads = args.cache.k.shape()[1];
+  const int64_t dim = args.cache.k.shape()[2];
+  const int64_t dim_v = args.cache.v.shape()[2];
+  const Shape& qs = args.q.shape();
+  const Shape& os = args.out.shape();
+  if (qs.rank() != 3 || os.rank() != 3 || qs[0] != m.num_tokens ||
+      os[0] != m.num_tokens || qs[1] != os[1] || qs[2] != dim ||
+      os[2] != dim_v) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": q ", qs.ToString(), " and out ", os.ToString(),
+                     " must be [num_tokens = ", m.num_tokens, ", heads, ", dim,
+                     "] and [num_tokens, heads, ", dim_v, "]"));
+  }
+  if (qs[1] <= 0 || qs[1] % kv_heads != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": ", qs[1], " query heads are not a multiple of ",
+                     kv_heads, " kv heads"));
+  }
+  if (args.q.data() == args.out.data() && args.out.numel() > 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": out must not alias q"));
+  }
+  if (args.sliding_window < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": negative sliding window ", args.sliding_window));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPagedAttentionValues(AttentionKind kind,
+                                       const PagedAttentionArgs& args) {
+  const absl::string_view op = AttentionOpName(kind);
+  const AttentionMetadata& meta = *args.metadata;
+  const HostArrays m = ReadHostArrays(meta);
+  const int64_t num_slots = args.cache.k.shape()[0];
+  const int64_t row_begin = m.query_start_loc[args.first_seq];
+  if (row_begin < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": sequence #", args.first_seq, " starts at row ", row_begin));
+  }
+  const int64_t window = args.sliding_window;
+  const int64_t bs = meta.block_size;
+  int64_t prev_end = row_begin;
+  for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
+    const int64_t qb = m.query_start_loc[s];
+    const int64_t qe = m.query_start_loc[s + 1];
+    const int64_t ctx = m.context_lens[s];
+    const int64_t seq_len = m.seq_lens[s];
+    if (qb != prev_end || qe < qb || qe > meta.num_tokens || ctx < 0 ||
+        seq_len != ctx + (qe - qb)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          op, ": sequence #", s, " has rows [", qb, ", ", qe, ") of ",
+          meta.num_tokens, ", context ", ctx, " and length ", seq_len));
+    }
+    prev_end = qe;
+    if (kind == AttentionKind::kDecode && qe - qb != 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(op, ": sequence #", s, " has query_len ", qe - qb,
+                       "; the decode kernel needs 1"));
+    }
+    if (qe == qb) continue;
+    const int32_t* table = m.block_table(s);
+    if (kind == AttentionKind::kStatic) {
+      if (meta.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
+          table[0] * bs + seq_len > num_slots) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": sequence #", s, " of length ", seq_len,
+                         " does not fit its static block ",
+                         meta.max_blocks_per_seq < 1 ? -1 : table[0],
+                         " of size ", bs, " in ", num_slots, " slots"));
+      }
+    } else {
+      // Only the blocks some query reads must be valid (a sliding window
+      // leaves the older ones alone).
+      const int64_t first_read =
+          window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
+      const int64_t num_blocks = (seq_len + bs - 1) / bs;
+      if (num_blocks > meta.max_blocks_per_seq) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
+                         " blocks, tables have ", meta.max_blocks_per_seq));
+      }
+      for (int64_t b = first_read / bs; b < num_blocks; ++b) {
+        const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
+        if (table[b] < 0 ||
+            int64_t{table[b]} * bs + last_pos % bs >= num_slots) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              op, ": sequence #", s, " block #", b, " is ", table[b],
+              ", outside the cache of ", num_slots, " slots"));
+        }
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

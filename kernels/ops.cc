@@ -1,0 +1,118 @@
+#include "kernels/ops.h"
+
+#include "kernels/op_checks.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+
+absl::Status Ops::Embedding(const TensorView& table, const TensorView& ids,
+                            const TensorView& out) {
+  RETURN_IF_ERROR(CheckEmbedding(support_, table, ids, out));
+  if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingValues(table, ids));
+  return DoEmbedding(table, ids, out);
+}
+
+absl::Status Ops::EmbeddingShard(const TensorView& table, const TensorView& ids,
+                                 int64_t first_id, const TensorView& out) {
+  RETURN_IF_ERROR(CheckEmbeddingShard(support_, table, ids, out));
+  if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingShardValues(ids));
+  return DoEmbeddingShard(table, ids, first_id, out);
+}
+
+absl::Status Ops::GatherRows(const TensorView& src, const TensorView& rows,
+                             const TensorView& dst) {
+  RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
+  if (host_memory()) RETURN_IF_ERROR(CheckGatherRowsValues(src, rows));
+  return DoGatherRows(src, rows, dst);
+}
+
+absl::Status Ops::ConcatShards(const TensorView& gathered, int64_t shards,
+                               const TensorView& out) {
+  RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
+  return DoConcatShards(gathered, shards, out);
+}
+
+absl::Status Ops::RmsNorm(const TensorView& x, const TensorView& weight,
+                          float eps, const TensorView& out) {
+  RETURN_IF_ERROR(CheckRmsNorm(x, weight, out));
+  return DoRmsNorm(x, weight, eps, out);
+}
+
+absl::Status Ops::AddRmsNorm(const TensorView& residual, const TensorView& x,
+                             const TensorView& weight, float eps,
+                             const TensorView& out) {
+  RETURN_IF_ERROR(CheckAddRmsNorm(residual, x, weight, out));
+  return DoAddRmsNorm(residual, x, weight, eps, out);
+}
+
+absl::Status Ops::DoAddRmsNorm(const TensorView& residual, const TensorView& x,
+                               const TensorView& weight, float eps,
+                               const TensorView& out) {
+  RETURN_IF_ERROR(DoAdd(residual, x, residual));
+  return DoRmsNorm(residual, weight, eps, out);
+}
+
+absl::Status Ops::Add(const TensorView& a, const TensorView& b,
+                      const TensorView& out) {
+  RETURN_IF_ERROR(CheckAdd(a, b, out));
+  return DoAdd(a, b, out);
+}
+
+absl::Status Ops::Linear(const TensorView& x, const WeightView& weight,
+                         const TensorView* bias, const TensorView& out) {
+  RETURN_IF_ERROR(CheckLinear(support_, x, weight, bias, out));
+  return DoLinear(x, weight, bias, out);
+}
+
+absl::Status Ops::Rope(const TensorView& x, const TensorView& positions,
+                       const TensorView& inv_freq) {
+  RETURN_IF_ERROR(CheckRope(x, positions, inv_freq));
+  return DoRope(x, positions, inv_freq);
+}
+
+absl::Status Ops::BiasAdd(const TensorView& x, const TensorView& bias) {
+  RETURN_IF_ERROR(CheckBiasAdd(x, bias));
+  return DoBiasAdd(x, bias);
+}
+
+absl::Status Ops::SiluMul(const TensorView& gate, const TensorView& up,
+                          const TensorView& out) {
+  RETURN_IF_ERROR(CheckSiluMul(gate, up, out));
+  return DoSiluMul(gate, up, out);
+}
+
+absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
+                               const TensorView& slot_mapping,
+                               const KvCacheLayer& cache) {
+  RETURN_IF_ERROR(CheckStoreKvCache(support_, k, v, slot_mapping, cache));
+  if (host_memory()) {
+    RETURN_IF_ERROR(CheckStoreKvCacheValues(slot_mapping, cache));
+  }
+  return DoStoreKvCache(k, v, slot_mapping, cache);
+}
+
+absl::Status Ops::PrefillAttention(const PagedAttentionArgs& args) {
+  RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kPrefill, args));
+  if (host_memory()) {
+    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kPrefill, args));
+  }
+  return DoPrefillAttention(args);
+}
+
+absl::Status Ops::DecodeAttention(const PagedAttentionArgs& args) {
+  RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kDecode, args));
+  if (host_memory()) {
+    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kDecode, args));
+  }
+  return DoDecodeAttention(args);
+}
+
+absl::Status Ops::StaticAttention(const PagedAttentionArgs& args) {
+  RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kStatic, args));
+  if (host_memory()) {
+    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kStatic, args));
+  }
+  return DoStaticAttention(args);
+}
+
+}  // namespace tessera

@@ -1,0 +1,294 @@
+// The public ops of class Ops run the shared checks once, before the
+// backend's Do*, which never sees arguments the checks refuse; the messages
+// list what the backend takes.
+#include "kernels/ops.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "kernels/op_checks.h"
+#include "kernels/testing/step_arrays.h"
+
+namespace tessera {
+namespace {
+
+constexpr DType kWeights[] = {DType::kF32, DType::kBF16};
+constexpr DType kCache[] = {DType::kF32, DType::kI8};
+
+// Records which Do* ran; computes nothing. `host`: its memory is host
+// memory (the step arrays' values are checked), as on the CPU backend.
+class RecordingOps final : public Ops {
+ public:
+  explicit RecordingOps(bool host = true)
+      : Ops(OpSupport{kWeights, kCache}), host_(host) {}
+
+  bool host_memory() const override { return host_; }
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) override {
+    return NewHostUploadBuffer(bytes);
+  }
+
+  absl::StatusOr<Tensor> Upload(const TensorView&, DType) override {
+    return absl::UnimplementedError("no upload");
+  }
+  absl::Status CopyToHost(const TensorView&, void*) override {
+    return absl::OkStatus();
+  }
+
+  std::vector<std::string> calls;
+
+ protected:
+  absl::Status Record(const char* op) {
+    calls.push_back(op);
+    return absl::OkStatus();
+  }
+  absl::Status DoEmbedding(const TensorView&, const TensorView&,
+                           const TensorView&) override {
+    return Record("Embedding");
+  }
+  absl::Status DoEmbeddingShard(const TensorView&, const TensorView&, int64_t,
+                                const TensorView&) override {
+    return Record("EmbeddingShard");
+  }
+  absl::Status DoGatherRows(const TensorView&, const TensorView&,
+                            const TensorView&) override {
+    return Record("GatherRows");
+  }
+  absl::Status DoConcatShards(const TensorView&, int64_t,
+                              const TensorView&) override {
+    return Record("ConcatShards");
+  }
+  absl::Status DoRmsNorm(const TensorView&, const TensorView&, float,
+                         const TensorView&) override {
+    return Record("RmsNorm");
+  }
+  absl::Status DoAdd(const TensorView&, const TensorView&,
+                     const TensorView&) override {
+    return Record("Add");
+  }
+  absl::Status DoLinear(const TensorView&, const WeightView&, const TensorView*,
+                        const TensorView&) override {
+    return Record("Linear");
+  }
+  absl::Status DoRope(const TensorView&, const TensorView&,
+                      const TensorView&) override {
+    return Record("Rope");
+  }
+  absl::Status DoBiasAdd(const TensorView&, const TensorView&) override {
+    return Record("BiasAdd");
+  }
+  absl::Status DoSiluMul(const TensorView&, const TensorView&,
+                         const TensorView&) override {
+    return Record("SiluMul");
+  }
+  absl::Status DoStoreKvCache(const TensorView&, const TensorView&,
+                              const TensorView&, const KvCacheLayer&) override {
+    return Record("StoreKvCache");
+  }
+  absl::Status DoPrefillAttention(const PagedAttentionArgs&) override {
+    return Record("PrefillAttention");
+  }
+  absl::Status DoDecodeAttention(const PagedAttentionArgs&) override {
+    return Record("DecodeAttention");
+  }
+  absl::Status DoStaticAttention(const PagedAttentionArgs&) override {
+    return Record("StaticAttention");
+  }
+
+ private:
+  bool host_;
+};
+
+Tensor F32(Shape shape) {
+  return *Tensor::Zeros(DType::kF32, std::move(shape));
+}
+
+void ExpectInvalid(const absl::Status& st, absl::string_view needle) {
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), needle)) << st;
+}
+
+TEST(OpsTest, ChecksRunBeforeTheBackendAndOnlyValidCallsReachIt) {
+  RecordingOps ops;
+  Tensor x = F32({2, 4}), w = F32({3, 4}), out = F32({2, 3});
+  // A Tensor and a TensorView both pass as a weight.
+  EXPECT_TRUE(ops.Linear(x.view(), w, nullptr, out.view()).ok());
+  EXPECT_TRUE(ops.Linear(x.view(), w.view(), nullptr, out.view()).ok());
+  Tensor wrong = F32({3, 5});
+  ExpectInvalid(ops.Linear(x.view(), wrong, nullptr, out.view()), "Linear");
+  Tensor bias = F32({4});
+  const TensorView bias_view = bias.view();
+  ExpectInvalid(ops.Linear(x.view(), w, &bias_view, out.view()),
+                "bias must be [N]");
+
+  Tensor a = F32({2, 4}), b = F32({2, 5});
+  EXPECT_TRUE(ops.Add(a.view(), a.view(), a.view()).ok());
+  ExpectInvalid(ops.Add(a.view(), b.view(), a.view()), "Add");
+
+  Tensor table = F32({10, 4}), emb = F32({2, 4});
+  const std::vector<int32_t> ids = {1, 9}, bad_ids = {1, 10};
+  EXPECT_TRUE(ops.Embedding(table.view(), StepArray(ids), emb.view()).ok());
+  ExpectInvalid(ops.Embedding(table.view(), StepArray(bad_ids), emb.view()),
+                "token id 10 is outside the vocabulary [0, 10)");
+  // The sharded form takes ids past its rows (another rank has them).
+  EXPECT_TRUE(
+      ops.EmbeddingShard(table.view(), StepArray(bad_ids), 0, emb.view()).ok());
+  ExpectInvalid(
+      ops.EmbeddingShard(table.view(), StepArray(std::vector<int32_t>{-1, 2}),
+                         0, emb.view()),
+      "EmbeddingShard: negative token id -1");
+
+  EXPECT_EQ(ops.calls,
+            (std::vector<std::string>{"Linear", "Linear", "Add", "Embedding",
+                                      "EmbeddingShard"}));
+}
+
+TEST(OpsTest, AddRmsNormRefusesOutAliasingResidualAndRunsAddThenNorm) {
+  RecordingOps ops;
+  Tensor residual = F32({2, 4}), x = F32({2, 4}), w = F32({4});
+  ExpectInvalid(ops.AddRmsNorm(residual.view(), x.view(), w.view(), 1e-5f,
+                               residual.view()),
+                "aliases residual");
+  EXPECT_TRUE(ops.calls.empty());
+  // out may alias x; the default fused op is DoAdd, then DoRmsNorm.
+  EXPECT_TRUE(
+      ops.AddRmsNorm(residual.view(), x.view(), w.view(), 1e-5f, x.view())
+          .ok());
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Add", "RmsNorm"}));
+}
+
+TEST(OpsTest, MessagesListTheBackendsDTypes) {
+  RecordingOps ops;
+  Tensor x = F32({2, 4}), out = F32({2, 3});
+  Tensor w16 = *Tensor::Zeros(DType::kF16, {3, 4});
+  ExpectInvalid(ops.Linear(x.view(), w16, nullptr, out.view()),
+                "Linear: weight must be f32 or bf16, got f16");
+  Tensor table16 = *Tensor::Zeros(DType::kF16, {10, 4}), emb = F32({1, 4});
+  ExpectInvalid(ops.Embedding(table16.view(),
+                              StepArray(std::vector<int32_t>{1}), emb.view()),
+                "Embedding: table must be f32 or bf16, got f16");
+  Tensor kc = *Tensor::Zeros(DType::kBF16, {8, 1, 4});
+  Tensor k = F32({1, 1, 4});
+  ExpectInvalid(
+      ops.StoreKvCache(k.view(), k.view(), StepArray(std::vector<int64_t>{0}),
+                       {kc.view(), kc.view()}),
+      "StoreKvCache: cache k and v must both be f32 or both int8, got bf16 and "
+      "bf16");
+  EXPECT_TRUE(ops.calls.empty());
+  EXPECT_EQ(DTypeList({DType::kF32}), "f32");
+  EXPECT_EQ(DTypeList({DType::kF32, DType::kBF16, DType::kI8}),
+            "f32, bf16 or i8");
+}
+
+TEST(OpsTest, AWeightScaleIsRefusedNamingIt) {
+  RecordingOps ops;
+  Tensor x = F32({2, 4}), w = F32({3, 4}), out = F32({2, 3});
+  Tensor scale = F32({3});
+  WeightView scaled = w;
+  EXPECT_FALSE(scaled.has_scale());
+  EXPECT_EQ(scaled.dtype(), DType::kF32);
+  scaled.scale = scale.view();
+  EXPECT_TRUE(scaled.has_scale());
+  ExpectInvalid(ops.Linear(x.view(), scaled, nullptr, out.view()),
+                "Linear: a weight scale ([3] f32) is not supported");
+  EXPECT_TRUE(ops.calls.empty());
+}
+
+TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
+  RecordingOps ops;
+  // One sequence of two new tokens after a context of one, block size 4.
+  HostAttentionMetadata h;
+  h.num_seqs = 1;
+  h.num_tokens = 2;
+  h.block_size = 4;
+  h.max_blocks_per_seq = 1;
+  h.query_start_loc = {0, 2};
+  h.context_lens = {1};
+  h.seq_lens = {3};
+  h.block_tables = {1};
+  h.positions = {1, 2};
+  h.slot_mapping = {5, 6};
+  h.max_query_len = 2;
+  h.max_seq_len = 3;
+  AttentionMetadata m = h.View();
+  Tensor q = F32({2, 2, 4}), o = F32({2, 2, 4});
+  Tensor kc = F32({8, 1, 4}), vc = F32({8, 1, 4});
+  PagedAttentionArgs args;
+  args.q = q.view();
+  args.out = o.view();
+  args.cache = {kc.view(), vc.view()};
+  args.metadata = &m;
+  args.first_seq = 0;
+  args.end_seq = 1;
+  EXPECT_TRUE(ops.PrefillAttention(args).ok());
+  // No leading decodes: the host scalars refuse it on any backend.
+  ExpectInvalid(ops.DecodeAttention(args),
+                "DecodeAttention: sequences [0, 1) go beyond the 0 leading "
+                "decodes");
+  // Scalars that claim a decode: the values give the query length away.
+  AttentionMetadata lying = m;
+  lying.num_decode_seqs = 1;
+  args.metadata = &lying;
+  ExpectInvalid(ops.DecodeAttention(args),
+                "DecodeAttention: sequence #0 has query_len 2");
+  args.metadata = &m;
+  // Arrays that do not match the scalars.
+  AttentionMetadata short_tables = m;
+  short_tables.block_tables =
+      TensorView(h.block_tables.data(), DType::kI32, {1});
+  args.metadata = &short_tables;
+  ExpectInvalid(ops.PrefillAttention(args), "malformed metadata");
+  args.metadata = &m;
+  PagedAttentionArgs aliased = args;
+  aliased.out = args.q;
+  ExpectInvalid(ops.PrefillAttention(aliased), "out must not alias q");
+  h.block_tables[0] = 2;  // Slots 8..11: outside the cache of 8.
+  ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"PrefillAttention"}));
+
+  // A device backend cannot read the arrays: the same call reaches it (the
+  // values were checked where they were filled, runtime/executor).
+  RecordingOps device(/*host=*/false);
+  EXPECT_TRUE(device.PrefillAttention(args).ok());
+  EXPECT_EQ(device.calls, (std::vector<std::string>{"PrefillAttention"}));
+}
+
+// Step arrays: dtype and shape on every backend, values only where they are
+// host memory.
+TEST(OpsTest, StepArraysAreCheckedForShapeEverywhereForValuesOnTheHost) {
+  RecordingOps host, device(/*host=*/false);
+  Tensor table = F32({10, 4}), emb = F32({2, 4});
+  const std::vector<int32_t> bad_ids = {1, 10};
+  ExpectInvalid(host.Embedding(table.view(), StepArray(bad_ids), emb.view()),
+                "outside the vocabulary");
+  EXPECT_TRUE(
+      device.Embedding(table.view(), StepArray(bad_ids), emb.view()).ok());
+  const std::vector<int64_t> wide = {1, 2};
+  for (RecordingOps* ops : {&host, &device}) {
+    ExpectInvalid(ops->Embedding(table.view(), StepArray(wide), emb.view()),
+                  "Embedding: ids must be i32, got i64");
+    const TensorView matrix(const_cast<int32_t*>(bad_ids.data()), DType::kI32,
+                            {1, 2});
+    ExpectInvalid(ops->Embedding(table.view(), matrix, emb.view()),
+                  "ids must be a vector");
+  }
+  Tensor src = F32({3, 4}), dst = F32({1, 4});
+  const std::vector<int32_t> row = {3};
+  ExpectInvalid(host.GatherRows(src.view(), StepArray(row), dst.view()),
+                "GatherRows: row 3 of 3");
+  EXPECT_TRUE(device.GatherRows(src.view(), StepArray(row), dst.view()).ok());
+  Tensor kc = F32({8, 1, 4}), k = F32({1, 1, 4});
+  const std::vector<int64_t> slot = {8};
+  ExpectInvalid(host.StoreKvCache(k.view(), k.view(), StepArray(slot),
+                                  {kc.view(), kc.view()}),
+                "slot 8 of token 0 is outside [0, 8)");
+  EXPECT_TRUE(device
+                  .StoreKvCache(k.view(), k.view(), StepArray(slot),
+                                {kc.view(), kc.view()})
+                  .ok());
+}
+
+}  // namespace
+}  // namespace tessera
