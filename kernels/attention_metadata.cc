@@ -36,6 +36,7 @@ absl::Status PackAttentionMetadata(absl::Span<const SequenceSlice> seqs,
   m.max_query_len = 0;
   m.max_seq_len = 0;
   m.max_blocks_per_seq = static_cast<int32_t>(stride);
+  m.num_blocks = 0;  // Until every value is checked.
   const size_t max_tokens = std::min(a.positions.size(), a.slot_mapping.size());
   bool decodes_leading = true;
   int64_t tokens = 0;
@@ -98,6 +99,7 @@ absl::Status PackAttentionMetadata(absl::Span<const SequenceSlice> seqs,
     m.max_seq_len = std::max(m.max_seq_len, static_cast<int32_t>(seq_len));
   }
   m.num_tokens = tokens;
+  m.num_blocks = num_blocks;
   return absl::OkStatus();
 }
 
@@ -128,6 +130,7 @@ AttentionMetadata HostAttentionMetadata::View() const {
   m.max_query_len = max_query_len;
   m.max_seq_len = max_seq_len;
   m.max_blocks_per_seq = max_blocks_per_seq;
+  m.num_blocks = num_blocks;
   auto view = [](const auto& v, DType dtype, Shape shape) {
     // The ops take const data through TensorView's untyped pointer.
     return TensorView(const_cast<void*>(static_cast<const void*>(v.data())),
@@ -178,6 +181,7 @@ absl::StatusOr<HostAttentionMetadata> BuildAttentionMetadata(
   h.max_query_len = m.max_query_len;
   h.max_seq_len = m.max_seq_len;
   h.max_blocks_per_seq = m.max_blocks_per_seq;
+  h.num_blocks = m.num_blocks;
   return h;
 }
 

@@ -50,6 +50,12 @@ struct AttentionMetadata {
   // The row stride of block_tables (>= the blocks any sequence of the step
   // needs; a fixed capacity for step inputs, so kernels see one stride).
   int32_t max_blocks_per_seq = 0;
+  // Every block id in the tables is in [0, num_blocks): checked once per step
+  // when the arrays were packed (PackAttentionMetadata), with every other
+  // value (offsets, lengths, positions, slots). 0: nobody checked them, and
+  // the ops refuse the metadata. The per-op checks only compare it with the
+  // cache (num_blocks * block_size slots must fit), so no op walks a table.
+  int64_t num_blocks = 0;
   // The arrays, in the backend's memory.
   TensorView query_start_loc;  // kI32 [num_seqs + 1], starts at 0.
   TensorView context_lens;     // kI32 [num_seqs]
@@ -83,7 +89,8 @@ struct AttentionArrays {
 
 // Packs the metadata of one step into `arrays` (sequence s's table at row s,
 // padded with -1 to the stride) and sets the scalars of `*scalars` (its views
-// are left alone: they belong to whoever owns the memory). InvalidArgument
+// are left alone: they belong to whoever owns the memory; num_blocks records
+// the bound the block ids were checked against). InvalidArgument
 // (naming the sequence) for a non-positive query length, a block table too
 // short for its sequence or a block id outside [0, num_blocks), and for a
 // step that does not fit the arrays (more sequences or tokens than they hold,
@@ -106,6 +113,7 @@ struct HostAttentionMetadata {
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
   int32_t max_blocks_per_seq = 0;
+  int64_t num_blocks = 0;  // As AttentionMetadata's.
   std::vector<int32_t> query_start_loc;
   std::vector<int32_t> context_lens;
   std::vector<int32_t> seq_lens;

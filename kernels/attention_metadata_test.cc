@@ -121,6 +121,7 @@ TEST(AttentionMetadataTest, PacksIntoFixedCapacity) {
   EXPECT_EQ(m.num_tokens, 4);
   EXPECT_EQ(m.num_decode_seqs, 1);
   EXPECT_EQ(m.max_blocks_per_seq, 4);
+  EXPECT_EQ(m.num_blocks, 6);  // Checked: the ops take it.
   EXPECT_EQ(qsl, (std::vector<int32_t>{0, 1, 4, 77}));
   EXPECT_EQ(ctx, (std::vector<int32_t>{2, 0, 77}));
   EXPECT_EQ(lens, (std::vector<int32_t>{3, 3, 77}));
@@ -142,6 +143,7 @@ TEST(AttentionMetadataTest, PacksIntoFixedCapacity) {
   invalid({{0, 7, t1}}, "more than 6 tokens");
   const std::vector<int32_t> t2 = {1, 2, 3, 0, 4};
   invalid({{16, 1, t2}}, "step tables hold 4");
+  EXPECT_EQ(m.num_blocks, 0);  // A refused step is marked unchecked.
 }
 
 TEST(AttentionMetadataTest, HostViewPointsAtTheVectors) {

@@ -73,13 +73,15 @@ class Device {
   // ordered (a cudaStream_t); null where ops run on the calling thread.
   virtual CUstream_st* stream() const { return nullptr; }
 
-  // Graph capture. Between BeginCapture and EndCapture the ops this device
-  // runs are recorded, not run; EndCapture returns them as a graph. Only ops
-  // that stay on the device can be captured: one that copies from or to the
-  // host, allocates, or waits for the device fails (and so does the
-  // EndCapture after it). Capture only records this thread's work on the
-  // stream: other threads (other ranks in one process) are not disturbed.
-  // Unimplemented where ops are not enqueued (the CPU backend).
+  // Graph capture (for decode CUDA graphs). Between BeginCapture and
+  // EndCapture the ops this device runs are recorded, not run; EndCapture
+  // returns them as a graph. Only work that stays on the device can be
+  // captured: an op that copies to or from host memory, takes new memory from
+  // the driver or waits for the device fails, and so does the EndCapture
+  // after it (run the ops once before capturing, so that their buffers and
+  // plans exist). The capture records this thread's work only: other threads
+  // (other ranks in one process) are not disturbed. Unimplemented where ops
+  // are not enqueued (the CPU backend).
   virtual absl::Status BeginCapture() {
     return absl::UnimplementedError("this backend cannot capture graphs");
   }

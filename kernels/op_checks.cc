@@ -439,72 +439,23 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": negative sliding window ", args.sliding_window));
   }
-  return absl::OkStatus();
-}
-
-absl::Status CheckPagedAttentionValues(AttentionKind kind,
-                                       const PagedAttentionArgs& args) {
-  const absl::string_view op = AttentionOpName(kind);
-  const AttentionMetadata& meta = *args.metadata;
-  const HostArrays m = ReadHostArrays(meta);
-  const int64_t num_slots = args.cache.k.shape()[0];
-  const int64_t row_begin = m.query_start_loc[args.first_seq];
-  if (row_begin < 0) {
+  // The values were checked once for the step (PackAttentionMetadata): here
+  // only that they were, against a pool that fits this cache.
+  if (m.num_seqs > 0 && m.num_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": sequence #", args.first_seq, " starts at row ", row_begin));
+        op,
+        ": the metadata's arrays were not checked (PackAttentionMetadata)"));
   }
-  const int64_t window = args.sliding_window;
-  const int64_t bs = meta.block_size;
-  int64_t prev_end = row_begin;
-  for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
-    const int64_t qb = m.query_start_loc[s];
-    const int64_t qe = m.query_start_loc[s + 1];
-    const int64_t ctx = m.context_lens[s];
-    const int64_t seq_len = m.seq_lens[s];
-    if (qb != prev_end || qe < qb || qe > meta.num_tokens || ctx < 0 ||
-        seq_len != ctx + (qe - qb)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": sequence #", s, " has rows [", qb, ", ", qe, ") of ",
-          meta.num_tokens, ", context ", ctx, " and length ", seq_len));
-    }
-    prev_end = qe;
-    if (kind == AttentionKind::kDecode && qe - qb != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": sequence #", s, " has query_len ", qe - qb,
-                       "; the decode kernel needs 1"));
-    }
-    if (qe == qb) continue;
-    const int32_t* table = m.block_table(s);
-    if (kind == AttentionKind::kStatic) {
-      if (meta.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
-          table[0] * bs + seq_len > num_slots) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " of length ", seq_len,
-                         " does not fit its static block ",
-                         meta.max_blocks_per_seq < 1 ? -1 : table[0],
-                         " of size ", bs, " in ", num_slots, " slots"));
-      }
-    } else {
-      // Only the blocks some query reads must be valid (a sliding window
-      // leaves the older ones alone).
-      const int64_t first_read =
-          window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
-      const int64_t num_blocks = (seq_len + bs - 1) / bs;
-      if (num_blocks > meta.max_blocks_per_seq) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
-                         " blocks, tables have ", meta.max_blocks_per_seq));
-      }
-      for (int64_t b = first_read / bs; b < num_blocks; ++b) {
-        const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
-        if (table[b] < 0 ||
-            int64_t{table[b]} * bs + last_pos % bs >= num_slots) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              op, ": sequence #", s, " block #", b, " is ", table[b],
-              ", outside the cache of ", num_slots, " slots"));
-        }
-      }
-    }
+  const int64_t num_slots = args.cache.k.shape()[0];
+  if (m.num_blocks > num_slots / m.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": block ids were checked against ", m.num_blocks, " blocks of ",
+        m.block_size, ", outside the cache of ", num_slots, " slots"));
+  }
+  if (kind == AttentionKind::kStatic && m.max_seq_len > m.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": a sequence of ", m.max_seq_len,
+        " positions does not fit its static block of ", m.block_size));
   }
   return absl::OkStatus();
 }

@@ -116,19 +116,17 @@ absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
                                      const KvCacheLayer& cache);
 
 enum class AttentionKind { kPrefill, kDecode, kStatic };
-// Well-formed metadata (sane scalars; kI32 arrays of the shapes they give);
+// Well-formed metadata (sane scalars; kI32 arrays of the shapes they give)
+// whose values were checked once for the step (num_blocks > 0, see
+// attention_metadata.h) against no more blocks than the cache holds;
 // sequences [first_seq, end_seq) of it, among the leading num_decode_seqs
-// for decode; f32 q [num_tokens, heads, D] and out [num_tokens, heads, Dv]
-// with heads a multiple of the cache's kv heads; a valid cache; a sliding
-// window >= 0.
+// for decode; for static, no sequence longer than its block; f32 q
+// [num_tokens, heads, D] and out [num_tokens, heads, Dv] with heads a
+// multiple of the cache's kv heads; a valid cache; a sliding window >= 0.
+// O(1): it reads no array (they may be device memory, and this runs for
+// every layer).
 absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
                                  const PagedAttentionArgs& args);
-// The arrays of the chosen sequences: contiguous rows and seq_len = context +
-// query_len (exactly one query each for decode); every block some query
-// reads inside the cache (paged), or each sequence inside its one static
-// block (static). Runs after CheckPagedAttention.
-absl::Status CheckPagedAttentionValues(AttentionKind kind,
-                                       const PagedAttentionArgs& args);
 
 // The op's name in messages: "PrefillAttention", ...
 absl::string_view AttentionOpName(AttentionKind kind);

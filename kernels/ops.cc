@@ -93,25 +93,16 @@ absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
 
 absl::Status Ops::PrefillAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kPrefill, args));
-  if (host_memory()) {
-    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kPrefill, args));
-  }
   return DoPrefillAttention(args);
 }
 
 absl::Status Ops::DecodeAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kDecode, args));
-  if (host_memory()) {
-    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kDecode, args));
-  }
   return DoDecodeAttention(args);
 }
 
 absl::Status Ops::StaticAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kStatic, args));
-  if (host_memory()) {
-    RETURN_IF_ERROR(CheckPagedAttentionValues(AttentionKind::kStatic, args));
-  }
   return DoStaticAttention(args);
 }
 

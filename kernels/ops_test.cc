@@ -198,21 +198,13 @@ TEST(OpsTest, AWeightScaleIsRefusedNamingIt) {
 
 TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   RecordingOps ops;
-  // One sequence of two new tokens after a context of one, block size 4.
-  HostAttentionMetadata h;
-  h.num_seqs = 1;
-  h.num_tokens = 2;
-  h.block_size = 4;
-  h.max_blocks_per_seq = 1;
-  h.query_start_loc = {0, 2};
-  h.context_lens = {1};
-  h.seq_lens = {3};
-  h.block_tables = {1};
-  h.positions = {1, 2};
-  h.slot_mapping = {5, 6};
-  h.max_query_len = 2;
-  h.max_seq_len = 3;
-  AttentionMetadata m = h.View();
+  // One sequence of two new tokens after a context of one, block size 4,
+  // checked against the two blocks of a cache of 8 slots.
+  const std::vector<int32_t> table = {1};
+  auto h = BuildAttentionMetadata({{1, 2, table}}, 4, 2);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const AttentionMetadata m = h->View();
+  EXPECT_EQ(m.num_blocks, 2);
   Tensor q = F32({2, 2, 4}), o = F32({2, 2, 4});
   Tensor kc = F32({8, 1, 4}), vc = F32({8, 1, 4});
   PagedAttentionArgs args;
@@ -223,35 +215,51 @@ TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   args.first_seq = 0;
   args.end_seq = 1;
   EXPECT_TRUE(ops.PrefillAttention(args).ok());
-  // No leading decodes: the host scalars refuse it on any backend.
+  // No leading decodes: the host scalars refuse it.
   ExpectInvalid(ops.DecodeAttention(args),
                 "DecodeAttention: sequences [0, 1) go beyond the 0 leading "
                 "decodes");
-  // Scalars that claim a decode: the values give the query length away.
-  AttentionMetadata lying = m;
-  lying.num_decode_seqs = 1;
-  args.metadata = &lying;
-  ExpectInvalid(ops.DecodeAttention(args),
-                "DecodeAttention: sequence #0 has query_len 2");
-  args.metadata = &m;
   // Arrays that do not match the scalars.
   AttentionMetadata short_tables = m;
   short_tables.block_tables =
-      TensorView(h.block_tables.data(), DType::kI32, {1});
+      TensorView(h->block_tables.data(), DType::kI32, {1});
   args.metadata = &short_tables;
   ExpectInvalid(ops.PrefillAttention(args), "malformed metadata");
+  // Metadata whose values nobody checked (its block ids may be anything).
+  AttentionMetadata unchecked = m;
+  unchecked.num_blocks = 0;
+  args.metadata = &unchecked;
+  ExpectInvalid(ops.PrefillAttention(args), "were not checked");
+  // Checked against a pool larger than this cache: 3 blocks of 4 > 8 slots.
+  auto wide = BuildAttentionMetadata({{1, 2, table}}, 4, 3);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const AttentionMetadata wide_view = wide->View();
+  args.metadata = &wide_view;
+  ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
   args.metadata = &m;
   PagedAttentionArgs aliased = args;
   aliased.out = args.q;
   ExpectInvalid(ops.PrefillAttention(aliased), "out must not alias q");
-  h.block_tables[0] = 2;  // Slots 8..11: outside the cache of 8.
-  ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  // A block outside the pool is refused once, when the step is packed.
+  const std::vector<int32_t> outside = {2};
+  EXPECT_EQ(BuildAttentionMetadata({{1, 2, outside}}, 4, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Static: three positions do not fit a static block of 2.
+  const std::vector<int32_t> two = {0, 1};
+  auto paged2 = BuildAttentionMetadata({{1, 2, two}}, 2, 4);
+  ASSERT_TRUE(paged2.ok()) << paged2.status();
+  const AttentionMetadata paged2_view = paged2->View();
+  args.metadata = &paged2_view;
+  ExpectInvalid(ops.StaticAttention(args),
+                "does not fit its static block of 2");
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"PrefillAttention"}));
 
-  // A device backend cannot read the arrays: the same call reaches it (the
-  // values were checked where they were filled, runtime/executor).
+  // The checks read no array: a device backend gets the same answers.
   RecordingOps device(/*host=*/false);
+  args.metadata = &m;
   EXPECT_TRUE(device.PrefillAttention(args).ok());
+  args.metadata = &unchecked;
+  ExpectInvalid(device.PrefillAttention(args), "were not checked");
   EXPECT_EQ(device.calls, (std::vector<std::string>{"PrefillAttention"}));
 }
 

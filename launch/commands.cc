@@ -24,18 +24,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "kernels/backend/backend.h"
-#include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/json_limits.h"
-#include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/local_executor.h"
-#include "runtime/model/config.h"
-#include "runtime/model/llama.h"
-#include "runtime/model/shard.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
 #include "runtime/serve/version.h"
@@ -181,41 +175,12 @@ absl::StatusOr<std::vector<Prompt>> CollectPrompts(const GenerateOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<DType> WeightDType(const EngineFlags& f) {
-  if (f.device != "cpu" && f.device != "cuda") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--device must be cpu or cuda, got \"", f.device, "\""));
-  }
-  if (f.dtype == "float32" || f.dtype == "f32") return DType::kF32;
-  if (f.dtype != "auto" && f.dtype != "bfloat16" && f.dtype != "bf16") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--dtype must be auto, bfloat16 or float32, got \"", f.dtype, "\""));
-  }
-  if (f.device == "cpu" && f.dtype != "auto") {
-    return absl::InvalidArgumentError(
-        "--dtype bfloat16 needs --device cuda (the CPU computes in float32)");
-  }
-  return f.device == "cuda" ? DType::kBF16 : DType::kF32;
-}
-
-absl::StatusOr<DType> KvDType(const EngineFlags& f, DType weights) {
-  if (f.kv_dtype == "auto") return weights;
-  ASSIGN_OR_RETURN(const DType kv, ParseKvDType(f.kv_dtype));
-  if (kv == DType::kBF16 && f.device != "cuda") {
-    return absl::InvalidArgumentError(
-        "--kv-dtype bfloat16 needs --device cuda");
-  }
-  return kv;
-}
-
 namespace {
 
 // The model folder with everything loaded once: the engine over the caller's
-// executor (a parallel job) or over a model loaded into this process.
+// executor (a parallel job) or over a rank built in this process.
 struct LoadedModel {
-  Backend backend;
-  std::unique_ptr<LlamaModel> model;
-  std::unique_ptr<LocalExecutor> local;
+  std::unique_ptr<StepExecutor> local;
   StepExecutor* executor = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
   std::unique_ptr<Engine> engine;
@@ -248,8 +213,8 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   if (model_dir.empty())
     return absl::InvalidArgumentError("--model DIR is required");
   EngineOptions engine_options;
-  KvCacheOptions kv;
-  RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &kv));
+  RankSpec spec;
+  RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &spec));
   auto loaded = std::make_unique<LoadedModel>();
   // Before the weights: a bad file or flag costs no load.
   ASSIGN_OR_RETURN(loaded->generation_defaults,
@@ -265,34 +230,10 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   if (executor != nullptr) {
     loaded->executor = executor;
   } else {
-    ASSIGN_OR_RETURN(
-        loaded->backend,
-        CreateBackend(flags.device, 0, static_cast<int>(flags.gpus_per_node)));
-    ASSIGN_OR_RETURN(const DType weights, WeightDType(flags));
-    LlamaModel::Placement placement;
-    placement.max_model_len = flags.max_model_len;
+    spec.model_dir = model_dir;
     // A bar for people at a terminal; logs of one process need none.
-    std::optional<ProgressBar> bar;
-    if (isatty(STDERR_FILENO)) {
-      ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(model_dir));
-      bar.emplace("loading weights", LlamaWeightParts(FullModel(config)),
-                  stderr, /*interactive=*/true);
-      placement.on_weight_part = [&bar] { bar->Advance(); };
-    }
-    if (loaded->backend.is_cuda()) {
-      placement.allocator = loaded->backend.allocator.get();
-      placement.upload_weights = true;
-      placement.matrix_dtype = weights;
-    }
-    ASSIGN_OR_RETURN(loaded->model,
-                     LlamaModel::Load(model_dir, loaded->backend.ops.get(),
-                                      flags.max_num_batched_tokens,
-                                      flags.max_num_seqs, placement));
-    if (bar) bar->Finish();
-    ASSIGN_OR_RETURN(loaded->local,
-                     LocalExecutor::Create(loaded->model.get(), kv,
-                                           static_cast<int>(flags.max_num_seqs),
-                                           loaded->backend.FreeDeviceBytes()));
+    spec.show_progress = isatty(STDERR_FILENO);
+    ASSIGN_OR_RETURN(loaded->local, LocalExecutor::Build(spec));
     loaded->executor = loaded->local.get();
   }
   auto tokenizer = LoadTokenizer(
@@ -335,7 +276,7 @@ nlohmann::ordered_json ResultJson(const std::vector<int32_t>& prompt_ids,
 }  // namespace
 
 absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
-                                KvCacheOptions* kv) {
+                                RankSpec* rank) {
   if (f.max_num_seqs < 1 || f.max_num_seqs > (1 << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-num-seqs must be in [1, 2^20], got ", f.max_num_seqs));
@@ -374,14 +315,20 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   engine->scheduler.max_num_seqs = static_cast<int>(f.max_num_seqs);
   engine->scheduler.max_num_batched_tokens = f.max_num_batched_tokens;
   engine->enable_prefix_caching = !f.no_prefix_cache;
-  kv->block_size = f.block_size;
-  kv->num_blocks = f.num_kv_blocks;
-  kv->memory_bytes = f.kv_cache_memory;
-  kv->memory_fraction = f.kv_cache_fraction;
-  ASSIGN_OR_RETURN(const DType weights, WeightDType(f));
-  ASSIGN_OR_RETURN(kv->dtype, KvDType(f, weights));
-  ASSIGN_OR_RETURN(kv->backend, ParseAttentionBackend(f.attention));
-  return absl::OkStatus();
+  rank->device = f.device;
+  rank->gpus_per_node = static_cast<int>(f.gpus_per_node);
+  rank->max_num_seqs = f.max_num_seqs;
+  rank->max_num_batched_tokens = f.max_num_batched_tokens;
+  rank->block_size = f.block_size;
+  rank->num_kv_blocks = f.num_kv_blocks;
+  rank->kv_cache_memory = f.kv_cache_memory;
+  rank->kv_cache_fraction = f.kv_cache_fraction;
+  rank->kv_dtype = f.kv_dtype;
+  rank->attention = f.attention;
+  rank->weight_dtype = f.dtype;
+  rank->max_model_len = f.max_model_len;
+  // --device, --dtype, --kv-dtype, --attention: checked by the rank's rules.
+  return CheckRankSpec(*rank);
 }
 
 namespace {
@@ -454,7 +401,7 @@ absl::Status RunGenerate(const GenerateOptions& options,
       return Annotate(checked, "with the generation_config.json defaults");
     }
   }
-  const ModelConfig& config = loaded->executor->config();
+  const auto& config = loaded->executor->config();
   const Tokenizer* tokenizer = loaded->tokenizer.get();
   Engine& engine = *loaded->engine;
 
@@ -657,7 +604,7 @@ absl::Status RunGenerate(const GenerateOptions& options,
                       {"max_batch", stats.scheduler.max_batch}};
     j["prefix_cache"] = {{"hit_tokens", stats.blocks.hit_tokens},
                          {"queried_tokens", stats.blocks.queried_tokens}};
-    const KvLayout layout = loaded->executor->kv_layout();
+    const auto layout = loaded->executor->kv_layout();
     j["kv_cache"] = {{"num_blocks", layout.num_blocks},
                      {"block_size", layout.block_size}};
     std::ofstream file(o.stats_json);
@@ -685,7 +632,7 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
                    LoadModel(o.model_dir, flags, false, executor,
                              /*announce_defaults=*/false));
-  const ModelConfig& config = loaded->executor->config();
+  const auto& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("--input-len + --output-len exceeds the context of ",

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
+#include "runtime/executor/rank_spec.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
@@ -51,16 +52,12 @@ struct EngineFlags {
   std::string tokenizer_dir;
 };
 
-// The weights' dtype on the device the flags name (bfloat16 on a GPU unless
-// --dtype float32; float32 on the CPU), and the KV cache's (--kv-dtype auto
-// follows the weights). InvalidArgument naming the flag.
-absl::StatusOr<DType> WeightDType(const EngineFlags& flags);
-absl::StatusOr<DType> KvDType(const EngineFlags& flags, DType weights);
-
-// Checks the flags and turns them into the engine's and the KV cache's
-// options. InvalidArgument naming the flag.
+// Checks the flags and turns them into the engine's options and the rank's
+// spec (runtime/executor/rank_spec.h: sizing, KV cache, dtypes, device; the
+// model folder and the grid are the caller's). InvalidArgument naming the
+// flag, before anything is read.
 absl::Status ResolveEngineFlags(const EngineFlags& flags, EngineOptions* engine,
-                                KvCacheOptions* kv);
+                                RankSpec* rank);
 
 struct GenerateOptions {
   std::string model_dir;

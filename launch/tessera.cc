@@ -34,8 +34,8 @@
 #include "launch/commands.h"
 #include "launch/flag_parser.h"
 #include "launch/loadgen.h"
+#include "parallel/coordinator.h"
 #include "parallel/mpi_world.h"
-#include "parallel/parallel_job.h"
 #include "runtime/core/status.h"
 #include "runtime/serve/version.h"
 
@@ -133,8 +133,8 @@ absl::StatusOr<std::vector<int64_t>> ParseLayerList(const std::string& text) {
 
 // Rank 0's account of the job once it is loaded: the grid and its nodes,
 // where each rank runs and what it holds, and placements that cost speed.
-void PrintStartupLog(const tessera::ParallelJob& job,
-                     const tessera::ParallelOptions& p) {
+void PrintStartupLog(const tessera::Coordinator& job,
+                     const tessera::RankSpec& p) {
   const auto& reports = job.rank_reports();
   int nodes = 0;
   for (const auto& r : reports) nodes = std::max(nodes, r.node + 1);
@@ -165,13 +165,13 @@ void PrintStartupLog(const tessera::ParallelJob& job,
 
 // One rank of an MPI job: rank 0 runs `coordinator` over the job (the
 // engine's StepExecutor) and prints; the others serve steps. Returns the
-// process exit code. A failure that every rank sees alike (bad flags, a model
-// that cannot be split, the world's size) is printed once, by rank 0; one
-// rank's own failure ends the whole job through MPI_Abort, so nothing hangs.
-// `workers_ignore_signals`: SIGTERM/SIGINT are rank 0's to handle (a server
-// drains, then shuts every rank down), so the other ranks ignore them.
+// process exit code; parallel/'s RunJob decides how a failure ends the job
+// (printed once by rank 0 when every rank saw it alike, MPI_Abort when it is
+// one rank's, so nothing hangs). `workers_ignore_signals`: SIGTERM/SIGINT are
+// rank 0's to handle (a server drains, then shuts every rank down), so the
+// other ranks ignore them.
 int RunParallel(
-    const std::string& model_dir, const tessera::ParallelOptions& p,
+    const tessera::RankSpec& spec,
     const std::function<absl::Status(tessera::StepExecutor*)>& coordinator,
     bool workers_ignore_signals = false) {
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
@@ -179,42 +179,24 @@ int RunParallel(
     std::cerr << "tessera: " << world.status().message() << "\n";
     return 1;
   }
-  const bool is_coordinator = (*world)->rank() == 0;
-  auto job = tessera::ParallelJob::Create(**world, model_dir, p);
-  if (!job.ok()) {
-    if (is_coordinator) {
-      std::cerr << "tessera: " << job.status().message() << "\n";
-    }
-    return 1;
-  }
-  if (!is_coordinator) {
-    if (workers_ignore_signals) {
-      std::signal(SIGTERM, SIG_IGN);
-      std::signal(SIGINT, SIG_IGN);
-    }
-    const absl::Status served = (*job)->ServeSteps();
-    if (!served.ok()) (*world)->Abort(1, served.message());
-    return 0;
-  }
-  PrintStartupLog(**job, p);
-  const absl::Status status = coordinator(job->get());
-  std::cout.flush();
-  const auto& stats = (*job)->control_stats();
-  if (stats.steps > 0) {
-    std::cerr << absl::StrFormat(
-        "[tessera] control plane: %d steps, %.1f plan bytes/step, broadcast "
-        "%.1f us/step, waiting for results %.1f us/step\n",
-        stats.steps, static_cast<double>(stats.plan_bytes) / stats.steps,
-        stats.broadcast_seconds * 1e6 / stats.steps,
-        stats.result_seconds * 1e6 / stats.steps);
-  }
-  const absl::Status shutdown = (*job)->Shutdown();
-  if (!shutdown.ok()) (*world)->Abort(1, shutdown.message());
-  if (!status.ok()) {
-    std::cerr << "tessera: " << status.message() << "\n";
-    return 1;
-  }
-  return 0;
+  return tessera::RunJob(
+      **world, spec,
+      [&](tessera::Coordinator& job) {
+        PrintStartupLog(job, spec);
+        const absl::Status status = coordinator(&job);
+        std::cout.flush();
+        const auto& stats = job.control_stats();
+        if (stats.steps > 0) {
+          std::cerr << absl::StrFormat(
+              "[tessera] control plane: %d steps, %.1f plan bytes/step, "
+              "broadcast %.1f us/step, waiting for results %.1f us/step\n",
+              stats.steps, static_cast<double>(stats.plan_bytes) / stats.steps,
+              stats.broadcast_seconds * 1e6 / stats.steps,
+              stats.result_seconds * 1e6 / stats.steps);
+        }
+        return status;
+      },
+      workers_ignore_signals);
 }
 
 // The parallel layout flags, shared by generate and bench.
@@ -233,9 +215,11 @@ struct ParallelFlags {
               "(each rank reads its own slices)");
   }
 
-  // The job's options; *parallel says whether to run as an MPI job.
-  absl::StatusOr<tessera::ParallelOptions> Resolve(
-      const tessera::EngineFlags& engine, bool* parallel) const {
+  // The job's rank spec (rank 0's: the grid and every rank's sizing);
+  // *parallel says whether to run as an MPI job.
+  absl::StatusOr<tessera::RankSpec> Resolve(const std::string& model_dir,
+                                            const tessera::EngineFlags& engine,
+                                            bool* parallel) const {
     if (tp < 1 || pp < 1 || tp > 4096 || pp > 4096) {
       return absl::InvalidArgumentError(
           "--tp and --pp must be between 1 and 4096");
@@ -244,21 +228,15 @@ struct ParallelFlags {
       return absl::InvalidArgumentError(absl::StrCat(
           "--weights must be rank0 or local, got \"", weights, "\""));
     }
-    tessera::ParallelOptions p;
+    tessera::RankSpec p;
+    p.model_dir = model_dir;
     p.tp = static_cast<int>(tp);
     p.pp = static_cast<int>(pp);
     ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
     p.weights_local = weights == "local";
     tessera::EngineOptions engine_options;
-    RETURN_IF_ERROR(
-        tessera::ResolveEngineFlags(engine, &engine_options, &p.kv));
-    p.max_num_seqs = static_cast<int>(engine.max_num_seqs);
-    p.max_num_batched_tokens = engine.max_num_batched_tokens;
-    p.device = engine.device;
-    p.gpus_per_node = static_cast<int>(engine.gpus_per_node);
-    p.max_model_len = engine.max_model_len;
+    RETURN_IF_ERROR(tessera::ResolveEngineFlags(engine, &engine_options, &p));
     p.show_progress = true;
-    ASSIGN_OR_RETURN(p.weight_dtype, tessera::WeightDType(engine));
     *parallel = tp * pp > 1 || LaunchedAsMultiRankJob();
     if (!*parallel && !p.pp_layers.empty()) {
       return absl::InvalidArgumentError("--pp-layers needs --pp > 1");
@@ -277,10 +255,10 @@ absl::Status RunLocalOrParallel(
     const std::function<absl::Status(tessera::StepExecutor*)>& command,
     int* exit_code, bool workers_ignore_signals = false) {
   bool parallel = false;
-  ASSIGN_OR_RETURN(const tessera::ParallelOptions p,
-                   parallel_flags.Resolve(engine, &parallel));
+  ASSIGN_OR_RETURN(const tessera::RankSpec spec,
+                   parallel_flags.Resolve(model_dir, engine, &parallel));
   if (!parallel) return command(nullptr);
-  *exit_code = RunParallel(model_dir, p, command, workers_ignore_signals);
+  *exit_code = RunParallel(spec, command, workers_ignore_signals);
   return absl::OkStatus();
 }
 

@@ -3,7 +3,12 @@
 // clear error (never a crash) for every kind of bad input.
 #include "launch/commands.h"
 
+#include <httplib.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +17,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -1587,6 +1593,81 @@ TEST(BadPrompt, DeeplyNestedJsonLinesAreRefused) {
   WriteFile(file, "{\"prompt\": \"Once\", \"x\": " + std::string(60, '[') +
                       std::string(60, ']') + "}\n");
   EXPECT_TRUE(Generate(o).status.ok());
+}
+
+// A StepExecutor whose steps fail as one rank's own failure would (a worker
+// that lost its GPU once the plan was out).
+class RankLocalFailure final : public DelegatingExecutor {
+ public:
+  explicit RankLocalFailure(StepExecutor* inner) : DelegatingExecutor(inner) {}
+  absl::Status Execute(const proto::StepPlan&, proto::StepResult*) override {
+    return RankLocal(absl::InternalError("rank 1 lost its GPU"));
+  }
+};
+
+std::unique_ptr<LocalExecutor> DemoExecutor() {
+  RankSpec spec;
+  spec.model_dir = DemoModelDir();
+  spec.max_num_seqs = 4;
+  spec.num_kv_blocks = 64;
+  auto local = LocalExecutor::Build(spec);
+  EXPECT_TRUE(local.ok()) << local.status();
+  return local.ok() ? *std::move(local) : nullptr;
+}
+
+// The error channel: a failed step comes back out of generate still marked
+// rank-local, so the rank loop (parallel/coordinator.h, RunJob) aborts the
+// job instead of shutting down workers that are stuck inside the step.
+TEST(ErrorChannel, AFailedStepLeavesGenerateMarkedRankLocal) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  RankLocalFailure executor(local.get());
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt_ids = "1,2,3";
+  o.max_tokens = 4;
+  o.engine.max_num_seqs = 4;
+  std::ostringstream out;
+  const absl::Status status = RunGenerate(o, &executor, out);
+  EXPECT_TRUE(IsRankLocal(status)) << status;
+  EXPECT_TRUE(Contains(status, "lost its GPU")) << status;
+  // A bad prompt is not: every rank would see the same (and no step ran).
+  o.prompt_ids = "1,x";
+  EXPECT_FALSE(IsRankLocal(RunGenerate(o, &executor, out)));
+}
+
+// The same for serve (before: rank 0's executor aborted the job from inside
+// Execute): the server stops by itself and RunServe returns the marked error.
+TEST(ErrorChannel, AFailedStepEndsServeMarkedRankLocal) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  RankLocalFailure executor(local.get());
+  ServeOptions o;
+  o.model_dir = DemoModelDir();
+  o.served_model_name = "demo";
+  o.port = 0;
+  o.engine.max_num_seqs = 4;
+  std::atomic<int> port{0};
+  std::atomic<bool> done{false};
+  absl::Status served;
+  std::thread server([&] {
+    served = RunServe(o, &executor, [&](int p) { port.store(p); });
+    done.store(true);
+  });
+  for (int i = 0; i < 3000 && port.load() == 0 && !done.load(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_NE(port.load(), 0) << served;
+  httplib::Client client("127.0.0.1", port.load());
+  client.set_read_timeout(30, 0);
+  auto response =
+      client.Post("/v1/completions",
+                  R"({"model": "demo", "prompt": "Once", "max_tokens": 2})",
+                  "application/json");
+  server.join();
+  ASSERT_TRUE(response);
+  EXPECT_GE(response->status, 500) << response->body;
+  EXPECT_TRUE(IsRankLocal(served)) << served;
+  EXPECT_TRUE(Contains(served, "lost its GPU")) << served;
 }
 
 }  // namespace

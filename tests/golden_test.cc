@@ -392,7 +392,7 @@ TEST(DemoCheckpoint, ReproducesTransformersGreedyStory) {
   CpuOps ops;
   std::unique_ptr<LocalEngine> local = LoadEngine(DemoModelDir(), &ops);
   ASSERT_NE(local, nullptr);
-  LlamaModel* model = &local->model();
+  Model* model = &local->model();
   auto tokenizer = LoadTokenizer(DemoModelDir(), model->config().bos_token_id);
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
   const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");

@@ -218,5 +218,33 @@ expect_job_error "bad --gpus-per-node" "--gpus-per-node must be in \\[0, 1024\\]
   --gpus-per-node -1
 expect_job_error "bad --max-tokens" "--max-tokens" 2 --tp 2 --max-tokens -5
 
+# One rank's own failure while the job assembles ends the whole job at once: non-zero (not
+# the timeout), with that rank's message from MpiWorld::Abort, and no rank left waiting. The
+# checkpoint lacks model.norm.weight, which only the last pipeline stage (rank 1) needs: with
+# --weights local rank 1 fails to read it while rank 0 has loaded and waits for the others;
+# with --weights rank0 rank 0 fails reading rank 1's shard while rank 1 waits to receive it.
+BROKEN="$TMP/no_final_norm"
+mkdir -p "$BROKEN"
+cp "$DEMO/config.json" "$DEMO/tokenizer.model" "$BROKEN/"
+LC_ALL=C perl -0777 -pe 's/"model\.norm\.weight"/"model.norm.weigxt"/' \
+  "$DEMO/model.safetensors" >"$BROKEN/model.safetensors"
+expect_rank_failure() {  # name, failing rank, generate flags...
+  local name="$1" rank="$2"
+  shift 2
+  cases=$((cases + 1))
+  timeout 60 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$BROKEN" \
+    --prompt-ids 1 --max-tokens 2 "$@" >"$TMP/out" 2>"$TMP/err"
+  local rc=$?
+  if [ "$rc" -eq 0 ] || [ "$rc" -eq 124 ] ||
+    ! grep -q "^tessera: rank $rank: .*model\.norm\.weight" "$TMP/err"; then
+    failures=$((failures + 1))
+    echo "FAIL: $name (exit $rc): $(head -c 600 "$TMP/err")"
+  else
+    echo "PASS: $name"
+  fi
+}
+expect_rank_failure "a worker cannot read its weights (--weights local)" 1 --pp 2 --weights local
+expect_rank_failure "rank 0 cannot read a worker's shard (--weights rank0)" 0 --pp 2
+
 echo "$((cases - failures)) of $cases cases passed"
 [ "$failures" -eq 0 ]

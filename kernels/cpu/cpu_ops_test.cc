@@ -37,6 +37,14 @@ class CpuOpsTest : public ::testing::Test {
   CpuOps ops_;
 };
 
+TEST_F(CpuOpsTest, DeviceCannotCaptureGraphs) {
+  EXPECT_EQ(ops_.BeginCapture().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(ops_.EndCapture().status().code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_TRUE(ops_.Synchronize().ok());
+  EXPECT_EQ(ops_.stream(), nullptr);
+}
+
 TEST_F(CpuOpsTest, LinearRefusesAScaledWeight) {
   Tensor x = Random({2, 4}), w = Random({3, 4}), scale = Random({3});
   Tensor out = *Tensor::Zeros(DType::kF32, {2, 3});

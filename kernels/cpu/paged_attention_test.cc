@@ -646,14 +646,17 @@ TEST_F(PagedAttentionTest, RejectsBadInputs) {
   args.q = q_dim.view();
   expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
 
-  // A block id beyond the cache.
-  HostAttentionMetadata bad_blocks = p.m;
-  bad_blocks.block_tables[0] = static_cast<int32_t>(p.num_slots / 4);
-  const AttentionMetadata bad_view = bad_blocks.View();
+  // Block ids checked against more blocks than the cache holds (the ids
+  // themselves are checked once per step, when the metadata is packed).
+  AttentionMetadata bad_view = p.view;
+  bad_view.num_blocks = p.num_slots / 4 + 1;
   args = Args(p, out, 0, 3);
   args.metadata = &bad_view;
   expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
   args.end_seq = 1;
+  expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
+  // Metadata nobody checked.
+  bad_view.num_blocks = 0;
   expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
 
   // Static layout: a sequence longer than its block.

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
@@ -99,6 +100,16 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
 }
 
 CudaOps::~CudaOps() {
+  if (capturing_) {
+    // An unfinished capture: end it (the stream cannot be waited for or
+    // destroyed while it captures) and drop what it recorded.
+    cudaGraph_t graph = nullptr;
+    if (cudaStreamEndCapture(stream_, &graph) == cudaSuccess &&
+        graph != nullptr) {
+      cudaGraphDestroy(graph);
+    }
+    (void)cudaGetLastError();
+  }
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
   gemm_plans_.clear();
   if (lt_handle_ != nullptr) {
@@ -113,6 +124,27 @@ CudaOps::~CudaOps() {
 absl::Status CudaOps::Synchronize() {
   return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
                     "waiting for the GPU");
+}
+
+absl::Status CudaOps::BeginCapture() {
+  if (capturing_) {
+    return absl::FailedPreconditionError(
+        "BeginCapture: a capture is already under way");
+  }
+  RETURN_IF_ERROR(CudaGraph::BeginCapture(stream_));
+  capturing_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<DeviceGraph>> CudaOps::EndCapture() {
+  if (!capturing_) {
+    return absl::FailedPreconditionError(
+        "EndCapture: no capture is under way (BeginCapture)");
+  }
+  capturing_ = false;
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaGraph> graph,
+                   CudaGraph::EndCapture(stream_));
+  return std::unique_ptr<DeviceGraph>(std::move(graph));
 }
 
 absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {

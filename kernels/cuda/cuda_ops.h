@@ -49,6 +49,11 @@ class CudaOps final : public Ops {
   cudaStream_t stream() const override { return stream_; }
   // Waits for everything enqueued so far.
   absl::Status Synchronize() override;
+  // Stream capture into a CudaGraph (cuda_graph.h). A graph must not outlive
+  // the ops that captured it. FailedPrecondition for a second BeginCapture
+  // or an EndCapture without one.
+  absl::Status BeginCapture() override;
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> EndCapture() override;
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
@@ -136,6 +141,7 @@ class CudaOps final : public Ops {
   int device_;
   PinnableBlockAllocator* allocator_;
   cudaStream_t stream_ = nullptr;
+  bool capturing_ = false;     // Between BeginCapture and EndCapture.
   void* lt_handle_ = nullptr;  // cublasLtHandle_t.
   Scratch scratch_[kNumBuffers];
   absl::flat_hash_map<uint64_t, std::unique_ptr<GemmPlan>> gemm_plans_;

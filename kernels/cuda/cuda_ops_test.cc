@@ -1,8 +1,9 @@
 // CudaOps against the CPU reference (CpuOps) on fresh random inputs: the
 // cuBLASLt matrix products (f32, and bf16 weights with f32 accumulation), the
 // bf16 embedding, the fused residual norm, the vocabulary shard concatenation,
-// row gathers, uploads, and sampling on the device (greedy = argmax,
-// log-probabilities = log-softmax, top-n best first). Skips without a GPU.
+// row gathers, uploads, sampling on the device (greedy = argmax,
+// log-probabilities = log-softmax, top-n best first) and graph capture and
+// replay. Skips without a GPU.
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/device_array.h"
 #include "kernels/testing/step_arrays.h"
+#include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
@@ -293,6 +295,83 @@ TEST_F(CudaOpsTest, SampleOnDeviceGreedyLogprobsAndSeeds) {
     ASSERT_TRUE(gpu_->SampleOnDevice(d4.view(), {rows[4]}, &again).ok());
     EXPECT_EQ(again[0].token, got[4].token);
   }
+}
+
+// Decode CUDA graphs: a captured op sequence (norm, product, activation,
+// residual add) replays on the buffers it was captured with, reading the
+// inputs they hold at launch time.
+TEST_F(CudaOpsTest, CapturedOpsReplayOnTheirBuffers) {
+  const int64_t t = 3, h = 64, n = 96;
+  Tensor dx = DeviceEmpty({t, h}), dw_norm = Device(Random({h}));
+  Tensor dw = Device(Random({n, h}, 0.05f)), dw_out = Device(Random({h, n}));
+  Tensor normed = DeviceEmpty({t, h}), up = DeviceEmpty({t, n});
+  Tensor act = DeviceEmpty({t, n}), out = DeviceEmpty({t, h});
+  auto run = [&]() -> absl::Status {
+    RETURN_IF_ERROR(
+        gpu_->RmsNorm(dx.view(), dw_norm.view(), 1e-5f, normed.view()));
+    RETURN_IF_ERROR(gpu_->Linear(normed.view(), dw, nullptr, up.view()));
+    RETURN_IF_ERROR(gpu_->SiluMul(up.view(), up.view(), act.view()));
+    RETURN_IF_ERROR(gpu_->Linear(act.view(), dw_out, nullptr, out.view()));
+    return gpu_->Add(out.view(), dx.view(), out.view());
+  };
+  // Eager once first: the matrix products plan and allocate their workspace
+  // outside the capture.
+  ASSERT_TRUE(run().ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  EXPECT_EQ(gpu_->BeginCapture().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(run().ok());
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_EQ(gpu_->EndCapture().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+
+  // The CPU reference of the same sequence.
+  Tensor w_norm = *Tensor::Empty(DType::kF32, {h});
+  Tensor w = *Tensor::Empty(DType::kF32, {n, h});
+  Tensor w_out = *Tensor::Empty(DType::kF32, {h, n});
+  ASSERT_TRUE(gpu_->CopyToHost(dw_norm.view(), w_norm.data()).ok());
+  ASSERT_TRUE(gpu_->CopyToHost(dw.view(), w.data()).ok());
+  ASSERT_TRUE(gpu_->CopyToHost(dw_out.view(), w_out.data()).ok());
+  auto reference = [&](const Tensor& x) {
+    Tensor cn = *Tensor::Empty(DType::kF32, {t, h});
+    Tensor cu = *Tensor::Empty(DType::kF32, {t, n});
+    Tensor ca = *Tensor::Empty(DType::kF32, {t, n});
+    Tensor co = *Tensor::Empty(DType::kF32, {t, h});
+    EXPECT_TRUE(cpu_.RmsNorm(x.view(), w_norm.view(), 1e-5f, cn.view()).ok());
+    EXPECT_TRUE(cpu_.Linear(cn.view(), w, nullptr, cu.view()).ok());
+    EXPECT_TRUE(cpu_.SiluMul(cu.view(), cu.view(), ca.view()).ok());
+    EXPECT_TRUE(cpu_.Linear(ca.view(), w_out, nullptr, co.view()).ok());
+    EXPECT_TRUE(cpu_.Add(co.view(), x.view(), co.view()).ok());
+    return co;
+  };
+  for (int replay = 0; replay < 2; ++replay) {
+    // New inputs in place, then one launch.
+    Tensor x = Random({t, h});
+    ASSERT_TRUE(CudaStatus(cudaMemcpy(dx.data(), x.data(), x.nbytes(),
+                                      cudaMemcpyHostToDevice),
+                           "cudaMemcpy", "refilling the input")
+                    .ok());
+    ASSERT_TRUE((*graph)->Launch().ok());
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    ExpectClose(Host(out.view()), reference(x), 1e-4);
+  }
+
+  // A host copy cannot be captured: the capture fails, says so, and leaves
+  // the ops usable.
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  std::vector<float> sink(t * h);
+  EXPECT_FALSE(gpu_->CopyToHost(out.view(), sink.data()).ok());
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> broken = gpu_->EndCapture();
+  EXPECT_FALSE(broken.ok());
+  Tensor x = Random({t, h});
+  ASSERT_TRUE(CudaStatus(cudaMemcpy(dx.data(), x.data(), x.nbytes(),
+                                    cudaMemcpyHostToDevice),
+                         "cudaMemcpy", "refilling the input")
+                  .ok());
+  ASSERT_TRUE(run().ok());
+  ExpectClose(Host(out.view()), reference(x), 1e-4);
 }
 
 }  // namespace

@@ -86,5 +86,31 @@ TEST(StatusTest, MacrosPropagate) {
             "loading: x");
 }
 
+// The rank-local mark survives the ways errors travel up: Annotate,
+// RETURN_IF_ERROR and StatusOr; an unmarked error and OK are not rank-local.
+absl::StatusOr<int> FailsHere() {
+  return RankLocal(absl::UnavailableError("no GPU"));
+}
+absl::Status Outer(int* out) {
+  ASSIGN_OR_RETURN(*out, FailsHere());
+  return absl::OkStatus();
+}
+
+TEST(StatusTest, RankLocalMarkTravelsWithTheError) {
+  EXPECT_FALSE(IsRankLocal(absl::InvalidArgumentError("bad flag")));
+  EXPECT_FALSE(IsRankLocal(absl::OkStatus()));
+  EXPECT_TRUE(RankLocal(absl::OkStatus()).ok());
+  const absl::Status local = RankLocal(absl::UnavailableError("no GPU"));
+  EXPECT_TRUE(IsRankLocal(local));
+  EXPECT_EQ(local.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(local.message(), "no GPU");
+  const absl::Status annotated = Annotate(local, "rank 1");
+  EXPECT_TRUE(IsRankLocal(annotated));
+  EXPECT_EQ(annotated.message(), "rank 1: no GPU");
+  int out = 0;
+  EXPECT_TRUE(IsRankLocal(Outer(&out)));
+  EXPECT_FALSE(IsRankLocal(Annotate(absl::NotFoundError("x"), "loading")));
+}
+
 }  // namespace
 }  // namespace tessera

@@ -2,6 +2,18 @@
 //
 // Debian's abseil (20220623) has no status_macros.h, so the two macros that
 // every StatusOr-returning function needs live here, once.
+//
+// Error scope (one error channel per rank): in a job of many ranks an error
+// is either the same on every rank (a bad flag, a config or grid every rank
+// computed alike from the same input: rank 0 prints it once, every rank exits
+// non-zero, nobody waits) or this rank's alone (no GPU here, a weight read
+// that failed here, a step that failed once the plan was out: the other ranks
+// are already waiting on this one, so the job must be aborted). Functions do
+// not abort; they return a Status, and the code that knows an error is this
+// rank's alone marks it RankLocal. The rank loop (parallel/) alone reads the
+// mark and decides between "print once and exit" and MpiWorld::Abort. An
+// unmarked error is the same on every rank. The mark is an absl::Status
+// payload, so it survives RETURN_IF_ERROR, StatusOr and Annotate.
 #ifndef TESSERA_RUNTIME_CORE_STATUS_H_
 #define TESSERA_RUNTIME_CORE_STATUS_H_
 
@@ -35,8 +47,16 @@
 namespace tessera {
 
 // Prefixes an error with what was being done: "loading layer 3: <original
-// message>". OK statuses pass through unchanged.
+// message>". OK statuses pass through unchanged; payloads (the RankLocal mark)
+// are kept.
 absl::Status Annotate(const absl::Status& status, absl::string_view context);
+
+// `status` marked as this rank's alone (see "Error scope" above). OK passes
+// through unchanged.
+absl::Status RankLocal(absl::Status status);
+
+// Whether `status` carries the RankLocal mark (false for OK).
+bool IsRankLocal(const absl::Status& status);
 
 }  // namespace tessera
 

@@ -18,7 +18,7 @@ StepRunner::SequenceState::SequenceState(const SamplingParams& p)
       sampler(p) {}
 
 absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
-    LlamaModel* model, KvPool pool, AttentionBackend backend, bool samples) {
+    Model* model, KvPool pool, AttentionBackend backend, bool samples) {
   const ModelConfig& c = model->config();
   const ShardSpec& shard = model->shard();
   StepInputsLimits limits;
@@ -46,7 +46,7 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
       model, std::move(pool), backend, samples, std::move(inputs)));
 }
 
-StepRunner::StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
+StepRunner::StepRunner(Model* model, KvPool pool, AttentionBackend backend,
                        bool samples, std::unique_ptr<StepInputs> inputs)
     : model_(model),
       pool_(std::move(pool)),

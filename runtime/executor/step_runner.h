@@ -22,7 +22,7 @@
 #include "proto/tessera.pb.h"
 #include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
-#include "runtime/model/llama.h"
+#include "runtime/model/model.h"
 #include "runtime/sampler/sampler.h"
 
 namespace tessera {
@@ -36,7 +36,7 @@ class StepRunner {
   // context in the pool's blocks) and reserves the backend's step scratch
   // for it (Ops::ReserveStepScratch), so that no step allocates.
   static absl::StatusOr<std::unique_ptr<StepRunner>> Create(
-      LlamaModel* model, KvPool pool, AttentionBackend backend, bool samples);
+      Model* model, KvPool pool, AttentionBackend backend, bool samples);
 
   // Runs one FORWARD plan. On the sampling rank `result` receives one
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
@@ -45,7 +45,7 @@ class StepRunner {
   absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
 
   const KvPool& pool() const { return pool_; }
-  LlamaModel* model() const { return model_; }
+  Model* model() const { return model_; }
   // Sequences with live sampler state (tests).
   size_t num_live_sequences() const { return seqs_.size(); }
 
@@ -69,8 +69,8 @@ class StepRunner {
     }
   };
 
-  StepRunner(LlamaModel* model, KvPool pool, AttentionBackend backend,
-             bool samples, std::unique_ptr<StepInputs> inputs);
+  StepRunner(Model* model, KvPool pool, AttentionBackend backend, bool samples,
+             std::unique_ptr<StepInputs> inputs);
 
   absl::Status SampleRow(const proto::SequenceStep& step,
                          absl::Span<const float> logits,
@@ -80,7 +80,7 @@ class StepRunner {
   absl::Status SampleOnDevice(const proto::StepPlan& plan,
                               proto::StepResult* result);
 
-  LlamaModel* model_;
+  Model* model_;
   KvPool pool_;
   AttentionBackend backend_;
   bool samples_;

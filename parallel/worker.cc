@@ -1,0 +1,221 @@
+#include "parallel/worker.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "parallel/tensor_comms.h"
+#include "parallel/weight_transfer.h"
+#include "runtime/core/status.h"
+#include "runtime/model/registry.h"
+
+namespace tessera {
+namespace {
+
+// A rank that receives its shard from rank 0 (WEIGHTS_FROM_RANK0).
+class ReceivedWeights final : public WeightSource {
+ public:
+  explicit ReceivedWeights(ControlChannel* control) : control_(control) {}
+
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
+    ASSIGN_OR_RETURN(WeightTable table, ModelWeightTable(config, shard));
+    return ReceiveShard(*control_, std::move(table), options.ops,
+                        options.matrix_dtype);
+  }
+
+ private:
+  ControlChannel* control_;
+};
+
+}  // namespace
+
+RankSpec SpecFromManifest(const proto::ModelManifest& m, int rank) {
+  RankSpec spec;
+  spec.model_dir = m.model_dir();
+  spec.config_json = m.config_json();
+  spec.generation_config_json = m.generation_config_json();
+  spec.tp = m.tensor_parallel();
+  spec.pp = m.pipeline_parallel();
+  if (spec.tp > 0) {
+    spec.tp_rank = rank % spec.tp;
+    spec.pp_stage = rank / spec.tp;
+  }
+  spec.pp_layers.assign(m.pp_layers().begin(), m.pp_layers().end());
+  spec.weights_local = m.weights() == proto::ModelManifest::WEIGHTS_LOCAL;
+  const proto::EngineSettings& e = m.engine();
+  spec.device = e.device().empty() ? "cpu" : e.device();
+  spec.gpus_per_node = e.gpus_per_node();
+  spec.max_num_seqs = e.max_num_seqs();
+  spec.max_num_batched_tokens = e.max_num_batched_tokens();
+  spec.block_size = e.block_size();
+  spec.num_kv_blocks = e.num_kv_blocks();
+  spec.kv_cache_memory = e.kv_cache_memory();
+  spec.kv_cache_fraction = e.kv_cache_fraction();
+  spec.kv_dtype = e.kv_dtype();
+  spec.attention = e.attention();
+  spec.weight_dtype = e.weight_dtype();
+  spec.max_model_len = e.max_model_len();
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
+    const MpiWorld& world, ControlChannel* control,
+    const proto::ModelManifest& manifest, WeightSource* rank0_weights,
+    bool show_progress) {
+  if (!manifest.error().empty()) return absl::NotFoundError(manifest.error());
+  std::unique_ptr<Worker> worker(new Worker());
+  worker->control_ = control;
+  worker->world_rank_ = world.rank();
+
+  // Everything below until the device is computed identically on every rank
+  // from the same manifest, so an error here is the same everywhere.
+  ASSIGN_OR_RETURN(worker->grid_,
+                   ProcessGrid::Create(world.size(), manifest.tensor_parallel(),
+                                       manifest.pipeline_parallel()));
+  RankSpec spec = SpecFromManifest(manifest, world.rank());
+  spec.local_rank = world.local_rank();
+  spec.show_progress = show_progress;
+  ASSIGN_OR_RETURN(const ModelConfig config, RankConfig(spec));
+  ASSIGN_OR_RETURN(const ShardSpec shard, RankShard(spec, config));
+  if (manifest.layout_size() != world.size() ||
+      manifest.layout(world.rank()).first_layer() != shard.first_layer ||
+      manifest.layout(world.rank()).end_layer() != shard.end_layer ||
+      manifest.layout(world.rank()).local_heads() != shard.local_heads) {
+    return RankLocal(absl::InternalError(
+        absl::StrCat("rank ", world.rank(),
+                     " computed a shard that differs from rank 0's layout")));
+  }
+
+  // From here on a failure is this rank's alone.
+  absl::StatusOr<GridComms> groups = SplitGrid(worker->grid_, world.rank());
+  if (!groups.ok()) return RankLocal(groups.status());
+  worker->groups_ = *std::move(groups);
+  if (spec.device == "cuda") {
+    // NCCL refuses two ranks of one communicator on one GPU ("invalid
+    // usage"), so a node needs a GPU per rank: say so before NCCL does.
+    const int gpus =
+        spec.gpus_per_node > 0 ? spec.gpus_per_node : VisibleCudaDevices();
+    if (gpus > 0 && world.local_size() > gpus) {
+      return RankLocal(absl::FailedPreconditionError(absl::StrCat(
+          "host ", world.host_name(), " runs ", world.local_size(),
+          " ranks of this job but ",
+          spec.gpus_per_node > 0
+              ? absl::StrCat("--gpus-per-node is ", gpus)
+              : absl::StrCat("only ", gpus, " GPUs are visible"),
+          ": each rank needs its own GPU (run at most that many tasks per "
+          "node)")));
+    }
+  }
+
+  // Weights: rank 0's progress bar counts what it reads — every shard when it
+  // sends them, its own when each rank reads its own.
+  std::unique_ptr<WeightSource> own;
+  WeightSource* weights = nullptr;
+  if (spec.weights_local) {
+    own = CheckpointWeights(spec.model_dir, "loading weights (rank 0's shard)");
+    weights = own.get();
+  } else if (world.rank() == ProcessGrid::kCoordinatorRank) {
+    weights = rank0_weights;
+  } else {
+    own = std::make_unique<ReceivedWeights>(control);
+    weights = own.get();
+  }
+  if (weights == nullptr) {
+    return RankLocal(absl::InternalError(
+        "rank 0 joined a job that sends weights without a source for them"));
+  }
+
+  RankContext context;
+  GridComms* grid_comms = &worker->groups_;
+  context.connect =
+      [grid_comms](const Backend& backend) -> absl::StatusOr<RankComms> {
+    // Tensor traffic: NCCL on a GPU, MPI collectives on the CPU.
+    ASSIGN_OR_RETURN(TensorComms comms, CreateTensorComms(grid_comms, backend));
+    RankComms rank_comms;
+    rank_comms.tp = std::move(comms.tp);
+    rank_comms.pp = std::move(comms.pp);
+    return rank_comms;
+  };
+  const MpiComm* world_comm = &world.comm();
+  context.agree_kv_blocks =
+      [world_comm](int64_t blocks) -> absl::StatusOr<int64_t> {
+    const int rc = MPI_Allreduce(MPI_IN_PLACE, &blocks, 1, MPI_INT64_T, MPI_MIN,
+                                 world_comm->get());
+    if (rc != MPI_SUCCESS) {
+      return MpiError(rc, "MPI_Allreduce", "agreeing on the KV block count");
+    }
+    return blocks;
+  };
+  ASSIGN_OR_RETURN(worker->rank_, BuildRank(spec, *weights, context));
+  const absl::Status gathered = worker->GatherReports(world);
+  if (!gathered.ok()) return RankLocal(gathered);
+  return worker;
+}
+
+absl::Status Worker::GatherReports(const MpiWorld& world) {
+  // Fixed-size records, so one MPI_Gather of bytes carries them.
+  struct Wire {
+    char host[MPI_MAX_PROCESSOR_NAME];
+    int32_t node_leader, local_rank, local_size, gpu;
+    int64_t weight_bytes, kv_cache_bytes;
+  };
+  Wire mine = {};
+  world.host_name().copy(mine.host, sizeof(mine.host) - 1);
+  mine.node_leader = world.node_leader();
+  mine.local_rank = world.local_rank();
+  mine.local_size = world.local_size();
+  mine.gpu = rank_->gpu();
+  mine.weight_bytes = rank_->weight_bytes();
+  mine.kv_cache_bytes = rank_->kv_cache_bytes();
+  const bool root = world_rank_ == ProcessGrid::kCoordinatorRank;
+  std::vector<Wire> all(root ? world.size() : 0);
+  const int rc =
+      MPI_Gather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire),
+                 MPI_BYTE, ProcessGrid::kCoordinatorRank, world.comm().get());
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Gather", "collecting each rank's placement");
+  }
+  std::vector<int> leaders;  // Node index = position of its leader here.
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    const Wire& w = all[r];
+    auto it = std::find(leaders.begin(), leaders.end(), w.node_leader);
+    if (it == leaders.end()) it = leaders.insert(leaders.end(), w.node_leader);
+    RankReport report;
+    report.rank = r;
+    report.host = std::string(w.host, strnlen(w.host, sizeof(w.host)));
+    report.node = static_cast<int>(it - leaders.begin());
+    report.local_rank = w.local_rank;
+    report.local_size = w.local_size;
+    report.gpu = w.gpu;
+    report.weight_bytes = w.weight_bytes;
+    report.kv_cache_bytes = w.kv_cache_bytes;
+    reports_.push_back(std::move(report));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Worker::RunStep(const proto::StepPlan& plan,
+                             proto::StepResult* result) {
+  absl::Status s = rank_->runner().Run(plan, result);
+  if (s.ok() && is_sampler() && world_rank_ != ProcessGrid::kCoordinatorRank) {
+    s = control_->Send(*result, ProcessGrid::kCoordinatorRank, kResultTag);
+  }
+  return RankLocal(s);
+}
+
+absl::Status Worker::ServeSteps() {
+  proto::StepPlan plan;
+  proto::StepResult result;
+  while (true) {
+    const absl::Status received =
+        control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank);
+    if (!received.ok()) return RankLocal(received);
+    if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
+    RETURN_IF_ERROR(RunStep(plan, &result));
+  }
+}
+
+}  // namespace tessera

@@ -1,0 +1,210 @@
+#include "runtime/executor/rank.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/progress_bar.h"
+#include "runtime/core/status.h"
+#include "runtime/model/registry.h"
+#include "runtime/model/safetensors.h"
+
+namespace tessera {
+namespace {
+
+// The config every rank computes alike: the text rank 0 read, or the folder's.
+absl::StatusOr<ModelConfig> SpecConfig(const RankSpec& s) {
+  if (s.config_json.empty()) return LoadModelConfig(s.model_dir);
+  ASSIGN_OR_RETURN(ModelConfig config, ParseModelConfig(s.config_json));
+  if (!s.generation_config_json.empty()) {
+    const absl::Status merged =
+        MergeGenerationConfig(s.generation_config_json, &config);
+    if (!merged.ok()) return Annotate(merged, "generation_config.json");
+  }
+  return config;
+}
+
+class CheckpointSource final : public WeightSource {
+ public:
+  CheckpointSource(std::string model_dir, std::string label)
+      : model_dir_(std::move(model_dir)), label_(std::move(label)) {}
+  const std::string& model_dir() const { return model_dir_; }
+  std::string ProgressLabel() const override { return label_; }
+
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
+    ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt,
+                     Checkpoint::Open(model_dir_));
+    return LoadShardWeights(*ckpt, config, shard, options);
+  }
+
+ private:
+  std::string model_dir_;
+  std::string label_;
+};
+
+// The rank's model: its weights from `source` (stored in the backend as
+// `matrices`), scratch for the spec's sizing. Every error is this rank's.
+absl::StatusOr<std::unique_ptr<Model>> MakeModel(
+    const RankSpec& spec, const ModelConfig& config, const ShardSpec& shard,
+    WeightSource& source, const RankContext& context, Ops* ops,
+    const Backend& backend, const RankComms& comms, DType matrices) {
+  const int64_t parts = source.ProgressParts(config, shard);
+  ProgressBar bar(source.ProgressLabel(), parts,
+                  spec.show_progress ? stderr : nullptr, isatty(STDERR_FILENO));
+  const std::function<void()> advance = [&bar] { bar.Advance(); };
+  const auto* checkpoint = dynamic_cast<const CheckpointSource*>(&source);
+  std::unique_ptr<Model> model;
+  if (checkpoint != nullptr && context.connect == nullptr) {
+    // One process over a checkpoint: the registry's LoadModel also refuses,
+    // before reading any, weights that cannot fit where they go.
+    Model::Placement placement;
+    placement.max_model_len = spec.max_model_len;
+    placement.on_weight_part = advance;
+    placement.allocator = backend.allocator.get();
+    placement.upload_weights = backend.is_cuda();
+    placement.matrix_dtype = matrices;
+    ASSIGN_OR_RETURN(model, LoadModel(checkpoint->model_dir(), ops,
+                                      spec.max_num_batched_tokens,
+                                      spec.max_num_seqs, placement));
+  } else {
+    WeightLoadOptions options;
+    options.ops = ops;
+    options.matrix_dtype = matrices;
+    options.on_part = advance;
+    absl::StatusOr<WeightSet> weights = source.Load(config, shard, options);
+    if (!weights.ok()) {
+      return Annotate(weights.status(),
+                      absl::StrCat("loading weights from ", spec.model_dir));
+    }
+    ModelContext model_context;
+    model_context.ops = ops;
+    model_context.tp = comms.tp.get();
+    model_context.pp = comms.pp.get();
+    model_context.max_step_tokens = spec.max_num_batched_tokens;
+    model_context.max_logit_rows = spec.max_num_seqs;
+    model_context.allocator = backend.allocator.get();
+    ASSIGN_OR_RETURN(
+        model, CreateModel(config, shard, *std::move(weights), model_context));
+  }
+  bar.Finish();
+  return model;
+}
+
+}  // namespace
+
+int64_t WeightSource::ProgressParts(const ModelConfig& config,
+                                    const ShardSpec& shard) const {
+  absl::StatusOr<int64_t> parts = ModelWeightParts(config, shard);
+  return parts.ok() ? *parts : 1;
+}
+
+std::unique_ptr<WeightSource> CheckpointWeights(std::string model_dir,
+                                                std::string progress_label) {
+  return std::make_unique<CheckpointSource>(std::move(model_dir),
+                                            std::move(progress_label));
+}
+
+absl::StatusOr<ModelConfig> RankConfig(const RankSpec& spec) {
+  ASSIGN_OR_RETURN(ModelConfig config, SpecConfig(spec));
+  RETURN_IF_ERROR(LimitContext(spec.max_model_len, &config));
+  return config;
+}
+
+absl::StatusOr<ShardSpec> RankShard(const RankSpec& spec,
+                                    const ModelConfig& config) {
+  return MakeShardSpec(config, spec.tp_rank, spec.tp, spec.pp_stage, spec.pp,
+                       spec.pp_layers);
+}
+
+Rank::~Rank() = default;
+
+absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
+                                                WeightSource& weights,
+                                                const RankContext& context) {
+  // The same on every rank: the spec, the config, the context, the shard.
+  ASSIGN_OR_RETURN(const DType matrices, RankWeightDType(spec));
+  ASSIGN_OR_RETURN(const KvCacheOptions kv, RankKvOptions(spec, matrices));
+  if (context.ops != nullptr && spec.device != "cpu") {
+    return absl::InvalidArgumentError(
+        "a rank over the caller's ops runs on the CPU");
+  }
+  ASSIGN_OR_RETURN(const ModelConfig config, RankConfig(spec));
+  ASSIGN_OR_RETURN(const ShardSpec shard, RankShard(spec, config));
+
+  // From here on an error is this rank's alone.
+  Backend backend;
+  if (context.ops == nullptr) {
+    absl::StatusOr<Backend> made =
+        CreateBackend(spec.device, spec.local_rank, spec.gpus_per_node);
+    if (!made.ok()) return RankLocal(made.status());
+    backend = *std::move(made);
+  }
+  Ops* ops = context.ops != nullptr ? context.ops : backend.ops.get();
+  RankComms comms;
+  if (context.connect) {
+    absl::StatusOr<RankComms> connected = context.connect(backend);
+    if (!connected.ok()) return RankLocal(connected.status());
+    comms = *std::move(connected);
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = MakeModel(
+      spec, config, shard, weights, context, ops, backend, comms, matrices);
+  if (!model.ok()) return RankLocal(model.status());
+  const bool samples = spec.pp_stage == spec.pp - 1 && spec.tp_rank == 0;
+  RankContext kv_context = context;
+  if (kv_context.free_bytes < 0 && backend.is_cuda()) {
+    kv_context.free_bytes = backend.FreeDeviceBytes();
+  }
+  absl::StatusOr<std::unique_ptr<Rank>> rank = AssembleRank(
+      *std::move(model), nullptr, kv, spec.max_num_seqs, samples, kv_context);
+  if (!rank.ok()) return RankLocal(rank.status());
+  // The model and the communicators were made over `backend`: the rank owns
+  // them together (the model is destroyed first, the backend last).
+  (*rank)->backend_ = std::move(backend);
+  (*rank)->comms_ = std::move(comms);
+  return rank;
+}
+
+absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
+    std::unique_ptr<Model> owned, Model* borrowed, const KvCacheOptions& kv,
+    int64_t max_num_seqs, bool samples, const RankContext& context) {
+  Model* model = owned != nullptr ? owned.get() : borrowed;
+  if (model == nullptr || (owned != nullptr && borrowed != nullptr)) {
+    return absl::InvalidArgumentError(
+        "AssembleRank takes exactly one of an owned and a borrowed model");
+  }
+  if (model->max_logit_rows() < max_num_seqs) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the model samples at most ", model->max_logit_rows(),
+        " sequences per step, the scheduler may run ", max_num_seqs));
+  }
+  // The pool: sized against this rank's memory, then (in a job) the smallest
+  // count of every rank, so that block ids mean the same everywhere.
+  const KvPoolShape shape = model->kv_pool_shape(kv.dtype);
+  ASSIGN_OR_RETURN(
+      KvLayout layout,
+      ResolveKvLayout(kv, shape, model->config().max_position_embeddings,
+                      static_cast<int>(max_num_seqs),
+                      context.free_bytes >= 0 ? context.free_bytes
+                                              : AvailableHostMemory()));
+  if (context.agree_kv_blocks) {
+    ASSIGN_OR_RETURN(layout.num_blocks,
+                     context.agree_kv_blocks(layout.num_blocks));
+  }
+  ASSIGN_OR_RETURN(KvPool pool,
+                   KvPool::Create(shape, layout.num_blocks, layout.block_size,
+                                  model->allocator()));
+  std::unique_ptr<Rank> rank(new Rank());
+  rank->owned_model_ = std::move(owned);
+  rank->model_ = model;
+  rank->kv_layout_ = layout;
+  rank->samples_ = samples;
+  ASSIGN_OR_RETURN(rank->runner_, StepRunner::Create(model, std::move(pool),
+                                                     kv.backend, samples));
+  return rank;
+}
+
+}  // namespace tessera

@@ -1,0 +1,68 @@
+#include "runtime/executor/rank_spec.h"
+
+#include "absl/strings/str_cat.h"
+#include "runtime/core/status.h"
+#include "runtime/executor/rank.h"
+#include "runtime/kv/kv_layout.h"
+
+namespace tessera {
+
+absl::StatusOr<DType> RankWeightDType(const RankSpec& s) {
+  if (s.device != "cpu" && s.device != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device must be cpu or cuda, got \"", s.device, "\""));
+  }
+  const std::string& d = s.weight_dtype;
+  if (d == "float32" || d == "f32") return DType::kF32;
+  if (d != "auto" && d != "bfloat16" && d != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--dtype must be auto, bfloat16 or float32, got \"", d, "\""));
+  }
+  if (s.device == "cpu" && d != "auto") {
+    return absl::InvalidArgumentError(
+        "--dtype bfloat16 needs --device cuda (the CPU computes in float32)");
+  }
+  return s.device == "cuda" ? DType::kBF16 : DType::kF32;
+}
+
+absl::StatusOr<DType> RankKvDType(const RankSpec& s, DType weights) {
+  if (s.kv_dtype == "auto") return weights;
+  ASSIGN_OR_RETURN(const DType kv, ParseKvDType(s.kv_dtype));
+  if (kv == DType::kBF16 && s.device != "cuda") {
+    return absl::InvalidArgumentError(
+        "--kv-dtype bfloat16 needs --device cuda");
+  }
+  return kv;
+}
+
+absl::StatusOr<KvCacheOptions> RankKvOptions(const RankSpec& s, DType weights) {
+  KvCacheOptions kv;
+  kv.block_size = s.block_size;
+  kv.num_blocks = s.num_kv_blocks;
+  kv.memory_bytes = s.kv_cache_memory;
+  kv.memory_fraction = s.kv_cache_fraction;
+  ASSIGN_OR_RETURN(kv.dtype, RankKvDType(s, weights));
+  ASSIGN_OR_RETURN(kv.backend, ParseAttentionBackend(s.attention));
+  return kv;
+}
+
+absl::Status CheckRankSpec(const RankSpec& spec) {
+  ASSIGN_OR_RETURN(const DType weights, RankWeightDType(spec));
+  return RankKvOptions(spec, weights).status();
+}
+
+namespace {
+std::string DTypeFlagName(DType d) {
+  return d == DType::kI8 ? "int8" : d == DType::kBF16 ? "bfloat16" : "float32";
+}
+}  // namespace
+
+absl::StatusOr<RankSpec> ResolveRankSpec(RankSpec spec) {
+  ASSIGN_OR_RETURN(const DType weights, RankWeightDType(spec));
+  ASSIGN_OR_RETURN(const KvCacheOptions kv, RankKvOptions(spec, weights));
+  spec.weight_dtype = DTypeFlagName(weights);
+  spec.kv_dtype = DTypeFlagName(kv.dtype);
+  return spec;
+}
+
+}  // namespace tessera
