@@ -359,6 +359,36 @@ absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
   return absl::OkStatus();
 }
 
+absl::Status CheckSample(const TensorView& logits,
+                         absl::Span<const SampleRow> rows,
+                         const std::vector<SampleResult>* out) {
+  if (out == nullptr) return absl::InvalidArgumentError("Sample: no output");
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (logits.dtype() != DType::kF32 || logits.shape().rank() != 2 ||
+      logits.shape()[0] != n || logits.shape()[1] <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Sample: logits must be f32 [", n, ", V > 0], got ",
+        DTypeName(logits.dtype()), " ", logits.shape().ToString()));
+  }
+  if (n > 0) RETURN_IF_ERROR(CheckStorage("Sample", "logits", logits));
+  for (int64_t i = 0; i < n; ++i) {
+    const SampleRow& r = rows[i];
+    if (r.params == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: row ", i, " has no sampling parameters"));
+    }
+    if (absl::Status valid = r.params->Validate(); !valid.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: row ", i, ": ", valid.message()));
+    }
+    if (r.top_logprobs < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Sample: row ", i, " asks for ", r.top_logprobs, " top logprobs"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::string_view AttentionOpName(AttentionKind kind) {
   switch (kind) {
     case AttentionKind::kPrefill:

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -127,6 +128,13 @@ enum class AttentionKind { kPrefill, kDecode, kStatic };
 // every layer).
 absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
                                  const PagedAttentionArgs& args);
+
+// f32 logits [rows, V] with V > 0 (and storage when rows > 0), every row's
+// params set and valid (SamplingParams::Validate), top_logprobs >= 0, an
+// output.
+absl::Status CheckSample(const TensorView& logits,
+                         absl::Span<const SampleRow> rows,
+                         const std::vector<SampleResult>* out);
 
 // The op's name in messages: "PrefillAttention", ...
 absl::string_view AttentionOpName(AttentionKind kind);

@@ -24,6 +24,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -33,6 +34,7 @@
 #include "kernels/attention_metadata.h"
 #include "kernels/device.h"
 #include "runtime/core/tensor.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 
@@ -76,25 +78,24 @@ struct PagedAttentionArgs {
   float scale = 1.0f;  // Usually 1 / sqrt(D).
 };
 
-// One row of logits to sample on the device (Ops::SampleOnDevice), with the
-// sequence's sampling parameters (runtime/sampler/sampler.h has their
-// meaning) and, for penalties, its prompt and output so far.
-struct DeviceSampleRow {
-  float temperature = 1.0f;
-  int32_t top_k = 0;
-  float top_p = 1.0f;
-  float min_p = 0.0f;
-  float repetition_penalty = 1.0f;
-  float presence_penalty = 0.0f;
-  float frequency_penalty = 0.0f;
+// One row of Ops::Sample: the sequence's SamplingParams (the one struct; not
+// owned, must outlive the call) and the state of this draw.
+struct SampleRow {
+  const SamplingParams* params = nullptr;  // Validated by Sample.
+  // The sequence's stream (params->seed, or the random one it was given when
+  // it started) and its draw number: the uniform is PhiloxUniform(seed, step)
+  // (kernels/philox.h), so (seed, step) fixes the token on either backend.
   uint64_t seed = 0;
-  uint64_t step = 0;  // The sequence's draw number: (seed, step) fixes it.
+  uint64_t step = 0;
+  // The penalties' view: the prompt (repetition only) and the output so far.
   absl::Span<const int32_t> prompt;
   absl::Span<const int32_t> output;
   // Ids whose logits are -inf for this draw, after the penalties (min_tokens
   // masks EOS and stop ids); ids outside the vocabulary are ignored.
   absl::Span<const int32_t> masked;
-  int32_t top_logprobs = 0;  // <= 20.
+  // How many alternatives to report: >= 0; a backend may refuse more than it
+  // can rank (CUDA: 20, cuda::kMaxTopLogprobs), as vLLM's --max-logprobs.
+  int32_t top_logprobs = 0;
 };
 
 // The largest step a rank will run, known when the rank is built: a backend
@@ -111,10 +112,12 @@ struct StepLimits {
   int64_t vocab_size = 0;     // Columns of the logits sampled.
 };
 
-struct DeviceSample {
+struct SampleResult {
   int32_t token = 0;
-  float logprob = 0.0f;                        // Under the unmodified logits.
-  std::vector<std::pair<int32_t, float>> top;  // Best first.
+  float logprob = 0.0f;  // Under the unmodified logits.
+  // The min(top_logprobs, V) most likely ids under the unmodified logits,
+  // best first (ties by lower id, NaN last), with their log-probabilities.
+  std::vector<std::pair<int32_t, float>> top;
 };
 
 // A weight matrix as Linear reads it: its values in `data` (whose dtype is
@@ -142,6 +145,10 @@ struct WeightView {
 struct OpSupport {
   absl::Span<const DType> weights;   // Embedding tables, Linear weights.
   absl::Span<const DType> kv_cache;  // KvCacheLayer k and v.
+  // The most alternatives Sample ranks per row (SampleRow::top_logprobs).
+  // The engine refuses requests above it before they reach a step, since a
+  // refused row would fail every sequence of that step.
+  int32_t max_top_logprobs = std::numeric_limits<int32_t>::max();
 };
 
 // The op set. Every public op is non-virtual: it runs the argument checks
@@ -190,20 +197,16 @@ class Ops : public Device {
   absl::Status ConcatShards(const TensorView& gathered, int64_t shards,
                             const TensorView& out);
 
-  // Whether SampleOnDevice works (a GPU samples where the logits are; the CPU
-  // reference samples in runtime/sampler instead).
-  virtual bool samples_on_device() const { return false; }
-  // Samples one token per row of `logits` [rows, V] (this backend's memory)
-  // and reports its log-probability and the top alternatives, both under the
-  // unmodified logits (no penalty or mask).
-  virtual absl::Status SampleOnDevice(const TensorView& logits,
-                                      absl::Span<const DeviceSampleRow> rows,
-                                      std::vector<DeviceSample>* out) {
-    (void)logits;
-    (void)rows;
-    (void)out;
-    return absl::UnimplementedError("this backend samples on the host");
-  }
+  // Samples one token per row of `logits` [rows, V] (f32, this backend's
+  // memory) into (*out)[row], with its log-probability and the top
+  // alternatives, both under the unmodified logits (no penalty, temperature or
+  // mask). Both backends draw the same token from the same logits, params and
+  // (seed, step): the semantics and where that equality is exact are
+  // kernels/cpu/cpu_sampling.h's. The checks (CheckSample): f32 logits
+  // [rows, V > 0], every row's params set and valid, top_logprobs >= 0.
+  absl::Status Sample(const TensorView& logits,
+                      absl::Span<const SampleRow> rows,
+                      std::vector<SampleResult>* out);
 
   // Root-mean-square norm over the last dimension: out = x / sqrt(mean(x^2) +
   // eps) * weight. x and out [R, N] (any R), weight [N]. out may alias x.
@@ -263,6 +266,9 @@ class Ops : public Device {
   // lengths.
   absl::Status StaticAttention(const PagedAttentionArgs& args);
 
+  // OpSupport::max_top_logprobs: the most alternatives Sample ranks per row.
+  int32_t max_top_logprobs() const { return support_.max_top_logprobs; }
+
  protected:
   explicit Ops(OpSupport support) : support_(support) {}
 
@@ -306,6 +312,10 @@ class Ops : public Device {
   virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoStaticAttention(const PagedAttentionArgs& args) = 0;
+  // With out->size() == rows.size() > 0.
+  virtual absl::Status DoSample(const TensorView& logits,
+                                absl::Span<const SampleRow> rows,
+                                std::vector<SampleResult>* out) = 0;
 
  private:
   OpSupport support_;

@@ -3,6 +3,7 @@
 // list what the backend takes.
 #include "kernels/ops.h"
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,10 @@ constexpr DType kCache[] = {DType::kF32, DType::kI8};
 // memory (the step arrays' values are checked), as on the CPU backend.
 class RecordingOps final : public Ops {
  public:
-  explicit RecordingOps(bool host = true)
-      : Ops(OpSupport{kWeights, kCache}), host_(host) {}
+  explicit RecordingOps(
+      bool host = true,
+      int32_t max_top_logprobs = std::numeric_limits<int32_t>::max())
+      : Ops(OpSupport{kWeights, kCache, max_top_logprobs}), host_(host) {}
 
   bool host_memory() const override { return host_; }
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
@@ -95,6 +98,10 @@ class RecordingOps final : public Ops {
   }
   absl::Status DoStaticAttention(const PagedAttentionArgs&) override {
     return Record("StaticAttention");
+  }
+  absl::Status DoSample(const TensorView&, absl::Span<const SampleRow>,
+                        std::vector<SampleResult>*) override {
+    return Record("Sample");
   }
 
  private:
@@ -296,6 +303,56 @@ TEST(OpsTest, StepArraysAreCheckedForShapeEverywhereForValuesOnTheHost) {
                   .StoreKvCache(k.view(), k.view(), StepArray(slot),
                                 {kc.view(), kc.view()})
                   .ok());
+}
+
+// Sample reaches DoSample only with f32 [rows, V] logits and valid rows; no
+// rows is done without the backend.
+TEST(OpsTest, SampleChecksLogitsAndRowsBeforeTheBackend) {
+  RecordingOps ops;
+  Tensor logits = F32({2, 5});
+  SamplingParams ok, bad;
+  bad.top_p = 0.0f;
+  std::vector<SampleRow> rows(2);
+  rows[0].params = rows[1].params = &ok;
+  std::vector<SampleResult> out;
+  EXPECT_TRUE(ops.Sample(logits.view(), rows, &out).ok());
+  EXPECT_EQ(out.size(), 2u);
+  ExpectInvalid(ops.Sample(logits.view(), {rows[0]}, &out),
+                "Sample: logits must be f32 [1, V > 0], got f32 [2, 5]");
+  ExpectInvalid(ops.Sample(logits.view(), rows, nullptr), "Sample: no output");
+  rows[1].params = &bad;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "Sample: row 1: top_p must be in (0, 1]");
+  rows[1].params = nullptr;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "row 1 has no sampling parameters");
+  rows[1].params = &ok;
+  rows[1].top_logprobs = -1;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out), "-1 top logprobs");
+  Tensor ints = *Tensor::Zeros(DType::kI32, {2, 5});
+  ExpectInvalid(ops.Sample(ints.view(), rows, &out), "got i32");
+  Tensor none = F32({0, 5});
+  EXPECT_TRUE(ops.Sample(none.view(), {}, &out).ok());
+  EXPECT_TRUE(out.empty());
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
+}
+
+// A backend's ranking limit (OpSupport::max_top_logprobs) is checked before
+// it is called.
+TEST(OpsTest, SampleRefusesMoreTopLogprobsThanTheBackendRanks) {
+  RecordingOps ops(/*host=*/true, /*max_top_logprobs=*/2);
+  EXPECT_EQ(ops.max_top_logprobs(), 2);
+  Tensor logits = F32({1, 5});
+  SamplingParams params;
+  std::vector<SampleRow> rows(1);
+  rows[0].params = &params;
+  rows[0].top_logprobs = 2;
+  std::vector<SampleResult> out;
+  EXPECT_TRUE(ops.Sample(logits.view(), rows, &out).ok());
+  rows[0].top_logprobs = 3;
+  ExpectInvalid(ops.Sample(logits.view(), rows, &out),
+                "asks for 3 top logprobs; this backend ranks at most 2");
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
 }
 
 }  // namespace

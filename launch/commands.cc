@@ -892,6 +892,12 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       std::max<int64_t>(o.max_request_bytes * 4, int64_t{1} << 20);
   server_options.max_request_bytes = o.max_request_bytes;
   server_options.max_request_parts = o.max_request_parts;
+  if (o.max_logprobs > loaded->executor->max_top_logprobs()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-logprobs ", o.max_logprobs, " exceeds the ",
+                     loaded->executor->max_top_logprobs(),
+                     " top log-probabilities this device's sampler ranks"));
+  }
   server_options.max_logprobs = static_cast<int32_t>(o.max_logprobs);
   AsyncEngine async(loaded->engine.get(), o.max_pending,
                     std::chrono::microseconds(static_cast<int64_t>(

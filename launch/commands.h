@@ -14,7 +14,7 @@
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/rank_spec.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 

@@ -48,6 +48,10 @@ class Coordinator final : public StepExecutor {
   AllocatorStats memory_stats() const override { return rank().memory_stats(); }
   int64_t max_step_tokens() const override { return rank().max_step_tokens(); }
   int64_t max_step_seqs() const override { return rank().max_step_seqs(); }
+  // Rank 0's backend is the sampling rank's kind (one device per job).
+  int32_t max_top_logprobs() const override {
+    return rank().max_top_logprobs();
+  }
   KvLayout kv_layout() const override { return rank().kv_layout(); }
 
   // Runs one plan across the job (see StepExecutor). Any failure once the

@@ -85,6 +85,7 @@ class GrowingSequence {
     step_->set_sequence_id(7);
     step_->set_sample(true);
     step_->mutable_sampling()->set_temperature(0.0f);  // Greedy.
+    step_->mutable_sampling()->set_top_p(1.0f);
     step_->add_prompt(1);
   }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iostream>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,10 +18,11 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "runtime/executor/local_executor.h"
-#include "runtime/sampler/sampler.h"
 #include "runtime/text/tokenizer.h"
 #include "tests/test_paths.h"
+#include "tests/testing/delegating_executor.h"
 
 namespace tessera {
 namespace {
@@ -630,6 +632,37 @@ Streamed RunStreamed(Engine& engine, const GenerationRequest& request) {
 // A request whose tokenizer fails during a step ends alone, with the error
 // (result and last event); the requests batched with it finish as if they
 // had run alone, and the engine keeps serving.
+// A backend that ranks fewer alternatives than a request asks for (the CUDA
+// sampler: 20) refuses it at submission, before a step that would fail every
+// sequence in it.
+TEST(EngineErrors, TopLogprobsBeyondTheBackendsSamplerAreRefused) {
+  class Capped : public DelegatingExecutor {
+   public:
+    using DelegatingExecutor::DelegatingExecutor;
+    int32_t max_top_logprobs() const override { return 3; }
+  };
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, EngineSetup());
+  ASSERT_NE(local, nullptr);
+  EXPECT_EQ(local->executor().max_top_logprobs(),
+            std::numeric_limits<int32_t>::max());
+  Capped capped(&local->executor());
+  auto engine = Engine::Create(&capped, EngineOptions(), nullptr);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  std::mt19937 rng(5);
+  GenerationRequest request = Greedy(RandomPrompt(rng, 4), 2);
+  request.top_logprobs = 4;
+  const absl::Status refused = (*engine)->Submit(request).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument) << refused;
+  EXPECT_NE(refused.message().find("sampler ranks"), std::string::npos)
+      << refused;
+  request.top_logprobs = 3;
+  auto result = (*engine)->Generate(request);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_EQ(result->top_logprobs.size(), 2u);
+  EXPECT_EQ(result->top_logprobs[0].size(), 3u);
+}
+
 TEST(EngineFailures, OneRequestFailsAloneAndTheOthersContinue) {
   std::mt19937 rng(77);
   std::vector<GenerationRequest> requests;

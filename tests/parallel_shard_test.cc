@@ -13,9 +13,9 @@
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/shard.h"
-#include "runtime/sampler/sampler.h"
 #include "tests/test_paths.h"
 #include "tests/testing/thread_communicator.h"
 

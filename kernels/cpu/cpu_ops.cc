@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/op_checks.h"
 #include "runtime/core/status.h"
@@ -703,6 +704,21 @@ absl::Status CpuOps::DoDecodeAttention(const PagedAttentionArgs& args) {
 absl::Status CpuOps::DoStaticAttention(const PagedAttentionArgs& args) {
   DispatchPagedAttention</*kStatic=*/true>(args, PlanPagedAttention(args),
                                            /*one_row_per_seq=*/false, pool_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoSample(const TensorView& logits,
+                              absl::Span<const SampleRow> rows,
+                              std::vector<SampleResult>* out) {
+  thread_local CpuSampleScratch scratch;
+  const int64_t vocab = logits.shape()[1];
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const absl::Span<const float> row(
+        logits.data_as<const float>() + static_cast<int64_t>(i) * vocab, vocab);
+    SampleResult& result = (*out)[i];
+    result.token = CpuSampleToken(row, rows[i], &scratch);
+    CpuLogprobs(row, rows[i].top_logprobs, &scratch, &result);
+  }
   return absl::OkStatus();
 }
 

@@ -56,6 +56,11 @@ class CpuOps final : public Ops {
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
+  // One row after another through kernels/cpu/cpu_sampling.h (the same tokens
+  // as the CUDA sampler).
+  absl::Status DoSample(const TensorView& logits,
+                        absl::Span<const SampleRow> rows,
+                        std::vector<SampleResult>* out) override;
 
  private:
   CpuThreadPool* pool_;

@@ -14,6 +14,7 @@
 #include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/sampling_kernels.h"
 #include "kernels/op_checks.h"
+#include "kernels/sampling_math.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -76,7 +77,7 @@ constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
 }  // namespace
 
 CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
-    : Ops(OpSupport{kWeightDTypes, kCacheDTypes}),
+    : Ops(OpSupport{kWeightDTypes, kCacheDTypes, cuda::kMaxTopLogprobs}),
       device_(device),
       allocator_(allocator) {}
 
@@ -392,23 +393,16 @@ absl::Status CudaOps::DoConcatShards(const TensorView& gathered, int64_t shards,
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
-                                     absl::Span<const DeviceSampleRow> rows,
-                                     std::vector<DeviceSample>* out) {
-  RETURN_IF_ERROR(CheckDType("SampleOnDevice", "logits", logits, DType::kF32));
+absl::Status CudaOps::DoSample(const TensorView& logits,
+                               absl::Span<const SampleRow> rows,
+                               std::vector<SampleResult>* out) {
   const int64_t n = static_cast<int64_t>(rows.size());
-  if (logits.shape().rank() != 2 || logits.shape()[0] != n) {
-    return absl::InvalidArgumentError(absl::StrCat("SampleOnDevice: logits ",
-                                                   logits.shape().ToString(),
-                                                   " for ", n, " rows"));
-  }
-  out->clear();
-  if (n == 0) return absl::OkStatus();
   const int64_t vocab = logits.shape()[1];
   if (n * vocab > INT32_MAX) {
     return absl::InvalidArgumentError(
-        absl::StrCat("SampleOnDevice: ", n, " rows of ", vocab,
-                     " logits exceed the sampler's 2^31 elements per call"));
+        absl::StrCat("Sample: ", n, " rows of ", vocab,
+                     " logits exceed the device sampler's 2^31 elements per "
+                     "call"));
   }
   std::vector<cuda::DeviceSamplingParams> params(n);
   bool penalties = false;
@@ -416,20 +410,18 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
   // Every row's masked ids, ascending and distinct, one list after another.
   sample_masked_.clear();
   for (int64_t i = 0; i < n; ++i) {
-    const DeviceSampleRow& r = rows[i];
-    if (r.top_logprobs < 0 || r.top_logprobs > cuda::kMaxTopLogprobs) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("SampleOnDevice: top_logprobs ", r.top_logprobs,
-                       " outside [0, ", cuda::kMaxTopLogprobs, "]"));
-    }
+    const SampleRow& r = rows[i];
+    const SamplingParams& sp = *r.params;
+    // The one place the device image of SamplingParams is filled.
     cuda::DeviceSamplingParams& p = params[i];
-    p.temperature = r.temperature;
-    p.top_k = r.top_k;
-    p.top_p = r.top_p;
-    p.min_p = r.min_p;
-    p.repetition_penalty = r.repetition_penalty;
-    p.presence_penalty = r.presence_penalty;
-    p.frequency_penalty = r.frequency_penalty;
+    p.temperature = sp.temperature;
+    p.top_k = sp.top_k;
+    p.top_p = sp.top_p;
+    p.min_p = sp.min_p;
+    p.log_min_p = sp.min_p > 0.0f ? sampling::MinPLog(sp.min_p) : 0.0f;
+    p.repetition_penalty = sp.repetition_penalty;
+    p.presence_penalty = sp.presence_penalty;
+    p.frequency_penalty = sp.frequency_penalty;
     p.seed = r.seed;
     p.step = r.step;
     const size_t begin = sample_masked_.size();
@@ -442,8 +434,7 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
         sample_masked_.end());
     p.masked_begin = static_cast<int32_t>(begin);
     p.masked_end = static_cast<int32_t>(sample_masked_.size());
-    penalties = penalties || r.repetition_penalty != 1.0f ||
-                r.presence_penalty != 0.0f || r.frequency_penalty != 0.0f;
+    penalties = penalties || sp.has_penalties();
     top_n = std::max(top_n, r.top_logprobs);
   }
   ASSIGN_OR_RETURN(
@@ -539,13 +530,13 @@ absl::Status CudaOps::SampleOnDevice(const TensorView& logits,
     RETURN_IF_ERROR(CopyToHost(TensorView(d_top_lp, DType::kF32, {n * top_n}),
                                sample_top_logprobs_.data()));
   }
-  out->resize(n);
   for (int64_t i = 0; i < n; ++i) {
-    DeviceSample& s = (*out)[i];
+    SampleResult& s = (*out)[i];
     s.token = sample_tokens_[i];
     s.logprob = sample_chosen_[i] - sample_log_z_[i];
     s.top.clear();
-    for (int32_t k = 0; k < rows[i].top_logprobs; ++k) {
+    const int64_t top = std::min<int64_t>(rows[i].top_logprobs, vocab);
+    for (int64_t k = 0; k < top; ++k) {
       s.top.emplace_back(sample_top_ids_[i * top_n + k],
                          sample_top_logprobs_[i * top_n + k]);
     }

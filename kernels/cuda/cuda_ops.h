@@ -60,10 +60,6 @@ class CudaOps final : public Ops {
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
   absl::Status ReserveStepScratch(const StepLimits& limits) override;
-  bool samples_on_device() const override { return true; }
-  absl::Status SampleOnDevice(const TensorView& logits,
-                              absl::Span<const DeviceSampleRow> rows,
-                              std::vector<DeviceSample>* out) override;
 
  protected:
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
@@ -95,6 +91,11 @@ class CudaOps final : public Ops {
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
+  // Penalty arrays, masks and params staged per call; the penalties' [rows,
+  // V] arrays only when a row has penalties.
+  absl::Status DoSample(const TensorView& logits,
+                        absl::Span<const SampleRow> rows,
+                        std::vector<SampleResult>* out) override;
 
  private:
   // Device buffers of the ops themselves: grown on first use until

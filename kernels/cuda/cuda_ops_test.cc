@@ -1,9 +1,9 @@
 // CudaOps against the CPU reference (CpuOps) on fresh random inputs: the
 // cuBLASLt matrix products (f32, and bf16 weights with f32 accumulation), the
 // bf16 embedding, the fused residual norm, the vocabulary shard concatenation,
-// row gathers, uploads, sampling on the device (greedy = argmax,
-// log-probabilities = log-softmax, top-n best first) and graph capture and
-// replay. Skips without a GPU.
+// row gathers, uploads, Sample (greedy = argmax, log-probabilities =
+// log-softmax, top-n best first) and graph capture and replay. Skips without
+// a GPU.
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cmath>
@@ -248,22 +248,26 @@ TEST_F(CudaOpsTest, AddRmsNormConcatShardsGatherRows) {
 
 // Greedy rows pick the argmax; log-probabilities are the log-softmax of the
 // unmodified logits; top-n is best first; a seeded row is reproducible.
-TEST_F(CudaOpsTest, SampleOnDeviceGreedyLogprobsAndSeeds) {
+TEST_F(CudaOpsTest, SampleGreedyLogprobsAndSeeds) {
   for (int64_t vocab : {517, 151936}) {
     const int64_t n = 5;
     Tensor logits = Random({n, vocab}, 3.0f);
     Tensor d = Device(logits);
-    std::vector<DeviceSampleRow> rows(n);
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    SamplingParams hot;
+    hot.temperature = 0.8f;
+    hot.top_p = 0.9f;
+    std::vector<SampleRow> rows(n);
     for (int64_t i = 0; i < n; ++i) {
-      rows[i].temperature = 0.0f;
+      rows[i].params = &greedy;
       rows[i].top_logprobs = static_cast<int32_t>(i * 4);
     }
-    rows[4].temperature = 0.8f;
-    rows[4].top_p = 0.9f;
+    rows[4].params = &hot;
     rows[4].seed = 77;
     rows[4].step = 3;
-    std::vector<DeviceSample> got;
-    ASSERT_TRUE(gpu_->SampleOnDevice(d.view(), rows, &got).ok());
+    std::vector<SampleResult> got;
+    ASSERT_TRUE(gpu_->Sample(d.view(), rows, &got).ok());
     ASSERT_EQ(got.size(), static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) {
       const float* l = logits.data_as<float>() + i * vocab;
@@ -285,14 +289,14 @@ TEST_F(CudaOpsTest, SampleOnDeviceGreedyLogprobsAndSeeds) {
       }
     }
     // The seeded row draws the same token again, alone.
-    std::vector<DeviceSample> again;
+    std::vector<SampleResult> again;
     Tensor last = Device(*Tensor::Empty(DType::kF32, {1, vocab}));
     std::vector<float> row4(logits.data_as<float>() + 4 * vocab,
                             logits.data_as<float>() + 5 * vocab);
     Tensor host4 = *Tensor::Empty(DType::kF32, {1, vocab});
     std::memcpy(host4.data(), row4.data(), vocab * 4);
     Tensor d4 = Device(host4);
-    ASSERT_TRUE(gpu_->SampleOnDevice(d4.view(), {rows[4]}, &again).ok());
+    ASSERT_TRUE(gpu_->Sample(d4.view(), {rows[4]}, &again).ok());
     EXPECT_EQ(again[0].token, got[4].token);
   }
 }

@@ -3,13 +3,15 @@
 
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/sampling_kernels.h"
+#include "kernels/philox.h"
+#include "kernels/sampling_math.h"
 
 namespace tessera {
 namespace cuda {
 namespace {
 
 constexpr int kLogprobThreads = 256;
-constexpr int kSampleThreads = 512;
+constexpr int kSampleThreads = sampling::kSampleThreads;
 static_assert(kLogprobThreads % 32 == 0 && kSampleThreads % 32 == 0,
               "blocks must be whole warps");
 
@@ -167,23 +169,6 @@ __device__ __forceinline__ bool Keeps(Cutoff c, uint32_t key, int64_t i) {
   return key > c.key || (key == c.key && i < c.id_limit);
 }
 
-// The penalized logit, with the CPU Sampler's arithmetic (no FMA contraction).
-__device__ __forceinline__ float Penalize(float l, int32_t count,
-                                          bool in_prompt,
-                                          const DeviceSamplingParams& p,
-                                          bool repetition, bool additive) {
-  if (repetition && (in_prompt || count > 0)) {
-    l = l > 0.0f ? __fdiv_rn(l, p.repetition_penalty)
-                 : __fmul_rn(l, p.repetition_penalty);
-  }
-  if (additive && count > 0) {
-    l = __fsub_rn(
-        l, __fadd_rn(__fmul_rn(p.frequency_penalty, static_cast<float>(count)),
-                     p.presence_penalty));
-  }
-  return l;
-}
-
 // Whether id i is in the ascending list ids[begin, end) (binary search; the
 // lists are a few EOS and stop ids).
 __device__ __forceinline__ bool IsMasked(const int32_t* __restrict__ ids,
@@ -217,7 +202,7 @@ __device__ double Metric(const RowState& s, Cutoff a, Cutoff b, Cutoff c,
     if (!(t > -INFINITY)) continue;
     const uint32_t key = OrderedKey(t);
     if (Keeps(a, key, i) && Keeps(b, key, i) && Keeps(c, key, i)) {
-      sum += mass ? static_cast<double>(expf(__fsub_rn(t, s.max))) : 1.0;
+      sum += mass ? static_cast<double>(sampling::SampleWeight(t, s.max)) : 1.0;
     }
   }
   return BlockSum(sum, shared);
@@ -296,17 +281,17 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
   for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
     float v = l[i];
     if (repetition || additive) {
-      v = Penalize(v, counts != nullptr ? counts[i] : 0,
-                   mask != nullptr && mask[i] != 0, p, repetition, additive);
+      v = sampling::PenalizeLogit(
+          v, counts != nullptr ? counts[i] : 0, mask != nullptr && mask[i] != 0,
+          p.repetition_penalty, p.presence_penalty, p.frequency_penalty);
     }
     if (masking && IsMasked(masked_ids, p.masked_begin, p.masked_end, i)) {
       v = -INFINITY;
     }
     if (v > best.v) best = {v, static_cast<int32_t>(i)};
     if (!greedy) {
-      float tempered = __fdiv_rn(v, p.temperature);
-      if (isnan(tempered)) tempered = -INFINITY;
-      if (tempered == 0.0f) tempered = 0.0f;  // -0 -> +0 for the key order.
+      // NaN -> -inf; -0 -> +0 for the key order.
+      const float tempered = sampling::TemperLogit(v, p.temperature);
       t[i] = tempered;
       max = fmaxf(max, tempered);
     }
@@ -328,10 +313,7 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
   // min-p: p >= min_p * p_max  <=>  t >= max + log(min_p).
   Cutoff min_p = all;
   if (p.min_p > 0.0f) {
-    float floor = __fadd_rn(max, logf(p.min_p));
-    if (floor > max) floor = max;  // min_p > 1 is invalid; keep the best.
-    if (floor == 0.0f) floor = 0.0f;
-    min_p = {OrderedKey(floor), INT_MAX};
+    min_p = {OrderedKey(sampling::MinPFloor(max, p.log_min_p)), INT_MAX};
   }
   // top-k over the min-p survivors.
   Cutoff top_k = all;
@@ -368,7 +350,7 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
         !Keeps(top_p, key, i)) {
       return 0.0f;
     }
-    return expf(__fsub_rn(v, max));
+    return sampling::SampleWeight(v, max);
   };
   double sum = 0.0;
   int32_t my_last = -1;
@@ -393,9 +375,11 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
   }
   __syncthreads();
   const double total = prefix[blockDim.x];
-  const double r = PhiloxUniform(p.seed, p.step) * total;
+  // Rounded operations, never fused (nvcc would contract u * total - prefix
+  // into an FMA): the CPU sampler computes these same two roundings.
+  const double r = __dmul_rn(PhiloxUniform(p.seed, p.step), total);
   if (prefix[threadIdx.x] <= r && r < prefix[threadIdx.x + 1]) {
-    const double target = r - prefix[threadIdx.x];
+    const double target = __dsub_rn(r, prefix[threadIdx.x]);
     double acc = 0.0;
     int32_t choice = my_last;
     for (int64_t i = begin; i < end; ++i) {

@@ -10,9 +10,11 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_sampling.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/device_array.h"
-#include "runtime/sampler/sampler.h"
+#include "kernels/philox.h"
+#include "kernels/sampling_math.h"
 
 namespace tessera {
 namespace {
@@ -20,50 +22,6 @@ namespace {
 using cuda::DeviceSamplingParams;
 
 using testing_cuda::DeviceArray;
-
-// --- Philox: plain C++, checked on the host against Random123's known
-// answers (kat_vectors), so this part runs without a device.
-
-TEST(PhiloxTest, KnownAnswers) {
-  struct Case {
-    uint32_t ctr[4];
-    uint32_t key[2];
-    uint32_t want[4];
-  };
-  const Case cases[] = {
-      {{0, 0, 0, 0}, {0, 0}, {0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8}},
-      {{0xffffffff, 0xffffffff, 0xffffffff, 0xffffffff},
-       {0xffffffff, 0xffffffff},
-       {0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd}},
-      {{0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344},
-       {0xa4093822, 0x299f31d0},
-       {0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1}},
-  };
-  for (const Case& c : cases) {
-    cuda::Philox4x32 ctr = {{c.ctr[0], c.ctr[1], c.ctr[2], c.ctr[3]}};
-    const cuda::Philox4x32 got = cuda::Philox4x32_10(ctr, c.key[0], c.key[1]);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(got.v[i], c.want[i]) << i;
-  }
-}
-
-TEST(PhiloxTest, UniformIsInRangeAndDependsOnSeedAndStep) {
-  std::set<double> seen;
-  double sum = 0.0;
-  const int kDraws = 10000;
-  for (uint64_t step = 0; step < kDraws; ++step) {
-    const double u = cuda::PhiloxUniform(42, step);
-    ASSERT_GE(u, 0.0);
-    ASSERT_LT(u, 1.0);
-    seen.insert(u);
-    sum += u;
-  }
-  EXPECT_EQ(seen.size(), static_cast<size_t>(kDraws));
-  EXPECT_NEAR(sum / kDraws, 0.5, 0.02);
-  EXPECT_EQ(cuda::PhiloxUniform(7, 3), cuda::PhiloxUniform(7, 3));
-  EXPECT_NE(cuda::PhiloxUniform(7, 3), cuda::PhiloxUniform(8, 3));
-  EXPECT_NE(cuda::PhiloxUniform(7, 3), cuda::PhiloxUniform(7, 4));
-  EXPECT_NE(cuda::PhiloxUniform(7, 1ull << 32), cuda::PhiloxUniform(7, 0));
-}
 
 // --- CPU references.
 
@@ -73,7 +31,7 @@ struct CpuLogprobs {
   std::vector<std::pair<int32_t, float>> top;  // (id, logprob)
 };
 
-// As StepRunner::SampleRow computes them.
+// The plain log-softmax (no NaN here).
 CpuLogprobs ReferenceLogprobs(const float* logits, int64_t vocab, int top_n) {
   CpuLogprobs r;
   absl::Span<const float> span(logits, vocab);
@@ -109,8 +67,28 @@ SamplingParams ToCpu(const DeviceSamplingParams& d) {
   return p;
 }
 
+// The CPU sampler's token for the same row (penalties from `prompt` and
+// `output`, then `masked`).
+int32_t CpuDraw(const float* logits, int64_t vocab,
+                const DeviceSamplingParams& d,
+                absl::Span<const int32_t> prompt = {},
+                absl::Span<const int32_t> output = {},
+                absl::Span<const int32_t> masked = {}) {
+  const SamplingParams params = ToCpu(d);
+  EXPECT_TRUE(params.Validate().ok());
+  SampleRow row;
+  row.params = &params;
+  row.seed = d.seed;
+  row.step = d.step;
+  row.prompt = prompt;
+  row.output = output;
+  row.masked = masked;
+  CpuSampleScratch scratch;
+  return CpuSampleToken(absl::MakeConstSpan(logits, vocab), row, &scratch);
+}
+
 // The survivors' unnormalized weights exp(t - max) (0 for dropped tokens),
-// mirroring Sampler::Sample step by step (temperature > 0).
+// the documented steps written out plainly (temperature > 0).
 std::vector<double> ReferenceWeights(const float* logits, int64_t vocab,
                                      const DeviceSamplingParams& p,
                                      const int32_t* counts,
@@ -170,22 +148,6 @@ std::vector<double> ReferenceWeights(const float* logits, int64_t vocab,
   return weights;
 }
 
-// The token the device should draw with uniform u: survivors walked in id
-// order.
-int32_t ReferenceDraw(const std::vector<double>& weights, double u) {
-  double total = 0.0;
-  for (double w : weights) total += w;
-  double r = u * total;
-  int32_t last = -1;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (weights[i] <= 0.0) continue;
-    last = static_cast<int32_t>(i);
-    r -= weights[i];
-    if (r < 0.0) return last;
-  }
-  return last;
-}
-
 class CudaSamplingTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -207,7 +169,12 @@ class CudaSamplingTest : public ::testing::Test {
     DeviceArray<float> d_logits(logits);
     DeviceArray<int32_t> d_masked(masked != nullptr ? *masked
                                                     : std::vector<int32_t>());
-    DeviceArray<DeviceSamplingParams> d_params(params);
+    // The host's log(min_p), as CudaOps fills it.
+    std::vector<DeviceSamplingParams> filled = params;
+    for (DeviceSamplingParams& p : filled) {
+      p.log_min_p = p.min_p > 0.0f ? sampling::MinPLog(p.min_p) : 0.0f;
+    }
+    DeviceArray<DeviceSamplingParams> d_params(filled);
     DeviceArray<int32_t> d_counts(counts != nullptr ? *counts
                                                     : std::vector<int32_t>());
     DeviceArray<uint8_t> d_mask(mask != nullptr ? *mask
@@ -314,7 +281,7 @@ TEST_F(CudaSamplingTest, LogprobsRejectsTooManyAlternatives) {
 
 // --- Sampling.
 
-// Greedy decoding, with and without penalties, must equal the CPU Sampler
+// Greedy decoding, with and without penalties, must equal the CPU sampler
 // token for token (the penalized logits are bit-identical).
 TEST_F(CudaSamplingTest, GreedyWithPenaltiesEqualsCpuSampler) {
   for (int64_t vocab : {151936, 517}) {
@@ -356,12 +323,9 @@ TEST_F(CudaSamplingTest, GreedyWithPenaltiesEqualsCpuSampler) {
     const std::vector<int32_t> got =
         Sample(logits, rows, vocab, params, &counts, &mask);
     for (int64_t r = 0; r < rows; ++r) {
-      Sampler cpu(ToCpu(params[r]));
-      const absl::StatusOr<int32_t> want =
-          cpu.Sample(absl::MakeConstSpan(logits.data() + r * vocab, vocab),
-                     prompts[r], outputs[r]);
-      ASSERT_TRUE(want.ok()) << want.status();
-      EXPECT_EQ(got[r], *want) << "vocab=" << vocab << " row=" << r;
+      EXPECT_EQ(got[r], CpuDraw(logits.data() + r * vocab, vocab, params[r],
+                                prompts[r], outputs[r]))
+          << "vocab=" << vocab << " row=" << r;
     }
     // Without penalty arrays: plain argmax.
     for (DeviceSamplingParams& p : params) {
@@ -377,9 +341,8 @@ TEST_F(CudaSamplingTest, GreedyWithPenaltiesEqualsCpuSampler) {
   }
 }
 
-// With the uniform the device draws for (seed, step), the token must be the
-// CPU reference's: same survivors (penalties, temperature, min-p, top-k,
-// top-p), walked in id order.
+// The token must be the CPU sampler's, exactly (same survivors, weights and
+// sums: kernels/cpu/cpu_sampling.h), and one the plain reference keeps.
 TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
   for (int64_t vocab : {151936, 517}) {
     const int64_t rows = 48;
@@ -393,6 +356,7 @@ TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
     const int32_t top_ks[] = {0, 1, 5, 50, 0, 1000};
     const float top_ps[] = {1.0f, 0.9f, 0.5f, 1.0f, 0.1f, 0.99f, 0.3f};
     const float min_ps[] = {0.0f, 0.05f, 0.0f, 0.5f, 0.0f};
+    std::vector<std::vector<int32_t>> prompts(rows), outputs(rows);
     for (int64_t r = 0; r < rows; ++r) {
       DeviceSamplingParams& p = params[r];
       p.temperature = temperatures[r % 3];
@@ -403,8 +367,10 @@ TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
         p.repetition_penalty = 1.2f;
         p.presence_penalty = 0.5f;
         p.frequency_penalty = 0.25f;
-        for (int k = 0; k < 20; ++k) ++counts[r * vocab + any_id(rng_)];
-        for (int k = 0; k < 20; ++k) mask[r * vocab + any_id(rng_)] = 1;
+        for (int k = 0; k < 20; ++k) outputs[r].push_back(any_id(rng_));
+        for (int k = 0; k < 20; ++k) prompts[r].push_back(any_id(rng_));
+        for (int32_t id : outputs[r]) ++counts[r * vocab + id];
+        for (int32_t id : prompts[r]) mask[r * vocab + id] = 1;
       }
       if (r % 8 == 5) {
         // Ties around the top-k / top-p boundaries.
@@ -422,7 +388,7 @@ TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
           ReferenceWeights(logits.data() + r * vocab, vocab, p,
                            counts.data() + r * vocab, mask.data() + r * vocab);
       const int32_t want =
-          ReferenceDraw(w, cuda::PhiloxUniform(p.seed, p.step));
+          CpuDraw(logits.data() + r * vocab, vocab, p, prompts[r], outputs[r]);
       EXPECT_EQ(got[r], want) << "vocab=" << vocab << " row=" << r
                               << " T=" << p.temperature << " top_k=" << p.top_k
                               << " top_p=" << p.top_p << " min_p=" << p.min_p;
@@ -434,8 +400,8 @@ TEST_F(CudaSamplingTest, SampleMatchesReferenceForTheSameUniform) {
 }
 
 // min_tokens: the masked ids (here the rows' front-runners, so the mask
-// decides) are never drawn, greedy equals the CPU Sampler given the same
-// `masked`, and sampling equals the reference with those logits at -inf.
+// decides) are never drawn, and the token equals the CPU sampler's given the
+// same `masked` (the plain reference with those logits at -inf keeps it).
 TEST_F(CudaSamplingTest, MaskedIdsAreNeverDrawnAndGreedyEqualsCpuSampler) {
   for (int64_t vocab : {151936, 517}) {
     const int64_t rows = 32;
@@ -488,13 +454,10 @@ TEST_F(CudaSamplingTest, MaskedIdsAreNeverDrawnAndGreedyEqualsCpuSampler) {
       ASSERT_LT(got[r], vocab);
       EXPECT_EQ(std::count(masked[r].begin(), masked[r].end(), got[r]), 0)
           << "drew masked token " << got[r] << ", row " << r;
-      if (p.temperature == 0.0f) {
-        Sampler cpu(ToCpu(p));
-        const absl::StatusOr<int32_t> want =
-            cpu.Sample(row, {}, outputs[r], masked[r]);
-        ASSERT_TRUE(want.ok()) << want.status();
-        EXPECT_EQ(got[r], *want) << "vocab=" << vocab << " row=" << r;
-      } else {
+      EXPECT_EQ(got[r],
+                CpuDraw(row.data(), vocab, p, {}, outputs[r], masked[r]))
+          << "vocab=" << vocab << " row=" << r;
+      if (p.temperature != 0.0f) {
         // The reference's penalties, then the mask.
         std::vector<float> l(row.begin(), row.end());
         std::vector<int32_t> c(counts.begin() + r * vocab,
@@ -513,8 +476,7 @@ TEST_F(CudaSamplingTest, MaskedIdsAreNeverDrawnAndGreedyEqualsCpuSampler) {
         unpenalized.presence_penalty = unpenalized.frequency_penalty = 0.0f;
         const std::vector<double> w =
             ReferenceWeights(l.data(), vocab, unpenalized, nullptr, nullptr);
-        EXPECT_EQ(got[r], ReferenceDraw(w, cuda::PhiloxUniform(p.seed, p.step)))
-            << "vocab=" << vocab << " row=" << r;
+        EXPECT_GT(w[got[r]], 0.0) << "vocab=" << vocab << " row=" << r;
       }
     }
   }

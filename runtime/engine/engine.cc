@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/sampler/sampling_params_proto.h"
 
 namespace tessera {
 namespace {
@@ -69,6 +70,11 @@ absl::Status Engine::CheckRequest(const GenerationRequest& request) const {
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs ", request.top_logprobs,
                      " exceeds the vocabulary of ", config.vocab_size));
+  }
+  if (request.top_logprobs > executor_->max_top_logprobs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "top_logprobs ", request.top_logprobs, " exceeds the ",
+        executor_->max_top_logprobs(), " this backend's sampler ranks"));
   }
   // The pool must be able to hold the request whole (the scheduler checks
   // the same when it is added); block counts never change after creation.

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -59,6 +60,11 @@ class StepExecutor {
   // scratch is sized for them on every rank).
   virtual int64_t max_step_tokens() const = 0;
   virtual int64_t max_step_seqs() const = 0;
+  // The most top log-probabilities the sampling rank's backend ranks per
+  // token (OpSupport::max_top_logprobs; the CUDA sampler: 20).
+  virtual int32_t max_top_logprobs() const {
+    return std::numeric_limits<int32_t>::max();
+  }
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;

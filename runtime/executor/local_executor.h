@@ -35,6 +35,9 @@ class LocalExecutor final : public StepExecutor {
   AllocatorStats memory_stats() const override { return rank_->memory_stats(); }
   int64_t max_step_tokens() const override { return rank_->max_step_tokens(); }
   int64_t max_step_seqs() const override { return rank_->max_step_seqs(); }
+  int32_t max_top_logprobs() const override {
+    return rank_->max_top_logprobs();
+  }
   KvLayout kv_layout() const override { return rank_->kv_layout(); }
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {

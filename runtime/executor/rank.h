@@ -132,6 +132,8 @@ class Rank {
   // The most tokens and sampled sequences one step may hold.
   int64_t max_step_tokens() const { return model_->max_step_tokens(); }
   int64_t max_step_seqs() const { return model_->max_logit_rows(); }
+  // The most top log-probabilities this rank's sampler ranks per token.
+  int32_t max_top_logprobs() const { return model_->ops()->max_top_logprobs(); }
 
  private:
   friend absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec&,

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/sampler/sampling_params_proto.h"
 
 namespace tessera {
 
@@ -14,8 +15,7 @@ StepRunner::SequenceState::SequenceState(const SamplingParams& p)
       seed(p.seed.has_value()
                ? *p.seed
                : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
-                     std::random_device{}()),
-      sampler(p) {}
+                     std::random_device{}()) {}
 
 absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
     Model* model, KvPool pool, AttentionBackend backend, bool samples) {
@@ -97,28 +97,15 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
   batch.metadata = &inputs_->metadata();
   batch.backend = backend_;
   batch.logit_rows = inputs_->logit_rows();
-  const int64_t vocab = model_->config().vocab_size;
-  const bool last_stage = model_->shard().last_stage();
-  // A GPU samples where the logits are; otherwise they come to the host.
-  const bool on_device = samples_ && model_->ops()->samples_on_device();
-  if (last_stage && !on_device) logits_.resize(logit_rows_.size() * vocab);
-  RETURN_IF_ERROR(model_->ForwardBatch(
-      batch, pool_, last_stage && !on_device ? logits_.data() : nullptr));
+  // The logits stay where the backend computed them (step_logits()).
+  RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_, /*logits=*/nullptr));
   if (!samples_) return absl::OkStatus();
-  if (on_device) return SampleOnDevice(plan, result);
-  int64_t row = 0;
-  for (const proto::SequenceStep& step : plan.seqs()) {
-    if (!step.sample()) continue;
-    const absl::Span<const float> logits(logits_.data() + row * vocab, vocab);
-    ++row;
-    RETURN_IF_ERROR(SampleRow(step, logits, result->add_tokens()));
-  }
-  return absl::OkStatus();
+  return Sample(plan, result);
 }
 
-absl::Status StepRunner::SampleOnDevice(const proto::StepPlan& plan,
-                                        proto::StepResult* result) {
-  device_rows_.clear();
+absl::Status StepRunner::Sample(const proto::StepPlan& plan,
+                                proto::StepResult* result) {
+  sample_rows_.clear();
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;
     auto it = seqs_.find(step.sequence_id());
@@ -128,31 +115,24 @@ absl::Status StepRunner::SampleOnDevice(const proto::StepPlan& plan,
                        ", which was never started"));
     }
     const SequenceState& state = *it->second;
-    DeviceSampleRow row;
-    row.temperature = state.params.temperature;
-    row.top_k = state.params.top_k;
-    row.top_p = state.params.top_p;
-    row.min_p = state.params.min_p;
-    row.repetition_penalty = state.params.repetition_penalty;
-    row.presence_penalty = state.params.presence_penalty;
-    row.frequency_penalty = state.params.frequency_penalty;
+    SampleRow row;
+    row.params = &state.params;
     row.seed = state.seed;
     row.step = state.output.size();
     row.prompt = state.prompt;
     row.output = state.output;
     row.masked = state.Masked();
     row.top_logprobs = step.top_logprobs();
-    device_rows_.push_back(row);
+    sample_rows_.push_back(row);
   }
   // A step of prefill chunks only samples nothing.
-  if (device_rows_.empty()) return absl::OkStatus();
+  if (sample_rows_.empty()) return absl::OkStatus();
   const TensorView& logits = model_->step_logits();
-  RETURN_IF_ERROR(
-      model_->ops()->SampleOnDevice(logits, device_rows_, &device_samples_));
+  RETURN_IF_ERROR(model_->ops()->Sample(logits, sample_rows_, &samples_out_));
   int64_t row = 0;
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;
-    const DeviceSample& sample = device_samples_[row];
+    const SampleResult& sample = samples_out_[row];
     SequenceState& state = *seqs_.at(step.sequence_id());
     state.output.push_back(sample.token);
     proto::SampledToken* out = result->add_tokens();
@@ -170,53 +150,6 @@ absl::Status StepRunner::SampleOnDevice(const proto::StepPlan& plan,
           logits.Rows(row, row + 1), out->mutable_logits()->mutable_data()));
     }
     ++row;
-  }
-  return absl::OkStatus();
-}
-
-absl::Status StepRunner::SampleRow(const proto::SequenceStep& step,
-                                   absl::Span<const float> logits,
-                                   proto::SampledToken* out) {
-  auto it = seqs_.find(step.sequence_id());
-  if (it == seqs_.end()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("step plan samples sequence ", step.sequence_id(),
-                     ", which was never started"));
-  }
-  SequenceState& state = *it->second;
-  ASSIGN_OR_RETURN(
-      const int32_t token,
-      state.sampler.Sample(logits, state.prompt, state.output, state.Masked()));
-  state.output.push_back(token);
-  out->set_sequence_id(step.sequence_id());
-  out->set_token(token);
-  // Log-probabilities under the model's distribution (before temperature,
-  // penalties, the min_tokens mask and truncation), as OpenAI's logprobs and
-  // vLLM's default (raw) logprobs report them.
-  const float max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0.0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  const float log_z = max + static_cast<float>(std::log(sum));
-  out->set_logprob(logits[token] - log_z);
-  const int n =
-      std::min<int>(step.top_logprobs(), static_cast<int>(logits.size()));
-  if (n > 0) {
-    top_.clear();
-    for (size_t i = 0; i < logits.size(); ++i) {
-      top_.emplace_back(logits[i], static_cast<int32_t>(i));
-    }
-    std::partial_sort(top_.begin(), top_.begin() + n, top_.end(),
-                      [](const auto& a, const auto& b) {
-                        return a.first > b.first ||
-                               (a.first == b.first && a.second < b.second);
-                      });
-    for (int i = 0; i < n; ++i) {
-      out->add_top_ids(top_[i].second);
-      out->add_top_logprobs(top_[i].first - log_z);
-    }
-  }
-  if (step.return_logits()) {
-    out->mutable_logits()->Add(logits.begin(), logits.end());
   }
   return absl::OkStatus();
 }

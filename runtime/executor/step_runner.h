@@ -1,15 +1,16 @@
 // StepRunner: executes StepPlans on one rank. The same code runs in a single
 // process and on every rank of a parallel job (parallel/ broadcasts the plan
 // and collects the result); it owns the rank's KV pool and, on the sampling
-// rank, one sampler per live sequence.
+// rank, the sampling state of every live sequence.
 //
 // Per step: the plan's sequences, tokens and sampled rows are packed into the
 // rank's StepInputs (fixed-capacity buffers in the backend's memory, sized
 // when the runner is made, filled by one copy; their AttentionMetadata is
 // shared by every layer), the model runs the whole batch, and the sampling
-// rank draws a token for every sequence marked `sample`, each with its own
-// sampler, so a seeded request draws the same tokens whatever else is in the
-// batch.
+// rank draws a token for every sequence marked `sample` with one Ops::Sample
+// call over the logits where the backend holds them (every backend, the same
+// tokens). Each draw is a function of the sequence's (seed, step), so a seeded
+// request draws the same tokens whatever else is in the batch.
 #ifndef TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 #define TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 
@@ -19,11 +20,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "kernels/ops.h"
 #include "proto/tessera.pb.h"
 #include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 
@@ -53,9 +55,9 @@ class StepRunner {
   struct SequenceState {
     explicit SequenceState(const SamplingParams& params);
     SamplingParams params;
-    // The device sampler's stream: the request's seed, or a random one.
+    // The sampler's stream: the request's seed, or a random one. Draw n of
+    // the sequence (n = output.size()) is step n of it.
     uint64_t seed;
-    Sampler sampler;
     std::vector<int32_t> prompt;  // The penalties' view.
     std::vector<int32_t> output;
     // min_tokens: these ids are masked while output has fewer tokens.
@@ -72,13 +74,9 @@ class StepRunner {
   StepRunner(Model* model, KvPool pool, AttentionBackend backend, bool samples,
              std::unique_ptr<StepInputs> inputs);
 
-  absl::Status SampleRow(const proto::SequenceStep& step,
-                         absl::Span<const float> logits,
-                         proto::SampledToken* out);
-  // The same for every sampled sequence of `plan` at once, where the logits
-  // are (the backend samples on its device).
-  absl::Status SampleOnDevice(const proto::StepPlan& plan,
-                              proto::StepResult* result);
+  // Draws the next token of every sampled sequence of `plan` from the step's
+  // logits (model_->step_logits()), in one Ops::Sample call.
+  absl::Status Sample(const proto::StepPlan& plan, proto::StepResult* result);
 
   Model* model_;
   KvPool pool_;
@@ -90,10 +88,8 @@ class StepRunner {
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> logit_rows_;
-  std::vector<float> logits_;
-  std::vector<std::pair<float, int32_t>> top_;
-  std::vector<DeviceSampleRow> device_rows_;
-  std::vector<DeviceSample> device_samples_;
+  std::vector<SampleRow> sample_rows_;
+  std::vector<SampleResult> samples_out_;
 };
 
 }  // namespace tessera

@@ -1,7 +1,7 @@
 // SamplingParams: how one request's next tokens are drawn, the one struct
-// every layer passes (request, plan, sampling rank), with its range checks
-// and its wire form (proto::SamplingParams, which crosses ranks in a
-// StepPlan).
+// every layer passes (request, plan, sampling rank, and the op set's
+// Ops::Sample rows), with its range checks. A leaf (abseil only), so that the
+// kernels can take it; its wire form is in sampling_params_proto.h.
 #ifndef TESSERA_RUNTIME_SAMPLER_SAMPLING_PARAMS_H_
 #define TESSERA_RUNTIME_SAMPLER_SAMPLING_PARAMS_H_
 
@@ -9,7 +9,6 @@
 #include <optional>
 
 #include "absl/status/status.h"
-#include "proto/tessera.pb.h"
 
 namespace tessera {
 
@@ -39,10 +38,6 @@ struct SamplingParams {
   // InvalidArgument naming the field when a value is out of range.
   absl::Status Validate() const;
 };
-
-// The wire form and back (an unset repetition_penalty, 0 on the wire, is 1).
-SamplingParams SamplingFromProto(const proto::SamplingParams& p);
-void SamplingToProto(const SamplingParams& s, proto::SamplingParams* p);
 
 }  // namespace tessera
 

@@ -15,7 +15,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
-#include "runtime/sampler/sampler.h"
+#include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 namespace serve {

@@ -18,6 +18,9 @@ class DelegatingExecutor : public StepExecutor {
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
   int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
   int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
+  int32_t max_top_logprobs() const override {
+    return inner_->max_top_logprobs();
+  }
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
     return inner_->Execute(plan, result);

@@ -73,7 +73,9 @@ __device__ T BlockReduce(T v, T* shared, Op op, T identity) {
   return shared[kWarpSize];
 }
 
-// Sum over the block (see BlockReduce).
+// Sum over the block (see BlockReduce). The sampler's sums of weights in
+// double use it, and kernels/cpu/cpu_sampling.cc replays this exact order so
+// that the CPU sampler keeps the same tokens: change both together.
 template <typename T>
 __device__ __forceinline__ T BlockSum(T v, T* shared) {
   return BlockReduce(v, shared, SumOp(), T{0});
