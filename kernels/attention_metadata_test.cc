@@ -98,5 +98,70 @@ TEST(AttentionMetadataTest, RejectsBadSequences) {
   EXPECT_TRUE(BuildAttentionMetadata({{4, 4, ok_table}}, 4, 4).ok());
 }
 
+// Packing into fixed capacity: tables at the capacity stride padded with -1,
+// every array untouched beyond the step, and limits that the step must fit.
+TEST(AttentionMetadataTest, PacksIntoFixedCapacity) {
+  std::vector<int32_t> qsl(4, 77), ctx(3, 77), lens(3, 77), pos(6, 77);
+  std::vector<int64_t> slots(6, 77);
+  std::vector<int32_t> tables(3 * 4, 77);
+  AttentionArrays a;
+  a.query_start_loc = absl::MakeSpan(qsl);
+  a.context_lens = absl::MakeSpan(ctx);
+  a.seq_lens = absl::MakeSpan(lens);
+  a.positions = absl::MakeSpan(pos);
+  a.slot_mapping = absl::MakeSpan(slots);
+  a.block_tables = absl::MakeSpan(tables);
+  a.block_table_stride = 4;
+  const std::vector<int32_t> t0 = {5};
+  const std::vector<int32_t> t1 = {1, 2, 3, 0, 4};  // Longer than the stride.
+  AttentionMetadata m;
+  ASSERT_TRUE(
+      PackAttentionMetadata({{2, 1, t0}, {0, 3, t1}}, 4, 6, a, &m).ok());
+  EXPECT_EQ(m.num_seqs, 2);
+  EXPECT_EQ(m.num_tokens, 4);
+  EXPECT_EQ(m.num_decode_seqs, 1);
+  EXPECT_EQ(m.max_blocks_per_seq, 4);
+  EXPECT_EQ(m.num_blocks, 6);  // Checked: the ops take it.
+  EXPECT_EQ(qsl, (std::vector<int32_t>{0, 1, 4, 77}));
+  EXPECT_EQ(ctx, (std::vector<int32_t>{2, 0, 77}));
+  EXPECT_EQ(lens, (std::vector<int32_t>{3, 3, 77}));
+  EXPECT_EQ(pos, (std::vector<int32_t>{2, 0, 1, 2, 77, 77}));
+  EXPECT_EQ(slots, (std::vector<int64_t>{22, 4, 5, 6, 77, 77}));
+  EXPECT_EQ(tables, (std::vector<int32_t>{5, -1, -1, -1, 1, 2, 3, 0,  //
+                                          77, 77, 77, 77}));
+  // Packing leaves the views alone.
+  EXPECT_EQ(m.positions.data(), nullptr);
+
+  auto invalid = [&](std::vector<SequenceSlice> seqs,
+                     absl::string_view needle) {
+    const absl::Status st = PackAttentionMetadata(seqs, 4, 6, a, &m);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << needle;
+    EXPECT_NE(st.message().find(needle), absl::string_view::npos) << st;
+  };
+  invalid({{0, 1, t0}, {0, 1, t0}, {0, 1, t0}, {0, 1, t0}},
+          "4 sequences in one step, at most 3");
+  invalid({{0, 7, t1}}, "more than 6 tokens");
+  const std::vector<int32_t> t2 = {1, 2, 3, 0, 4};
+  invalid({{16, 1, t2}}, "step tables hold 4");
+  EXPECT_EQ(m.num_blocks, 0);  // A refused step is marked unchecked.
+}
+
+TEST(AttentionMetadataTest, HostViewPointsAtTheVectors) {
+  const std::vector<int32_t> t0 = {1, 2};
+  auto h = BuildAttentionMetadata({{3, 2, t0}}, 4, 3);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const AttentionMetadata v = h->View();
+  EXPECT_EQ(v.num_tokens, 2);
+  EXPECT_EQ(v.max_blocks_per_seq, 2);
+  EXPECT_EQ(v.positions.data(), h->positions.data());
+  EXPECT_EQ(v.positions.dtype(), DType::kI32);
+  EXPECT_EQ(v.positions.shape(), Shape({2}));
+  EXPECT_EQ(v.slot_mapping.data(), h->slot_mapping.data());
+  EXPECT_EQ(v.slot_mapping.dtype(), DType::kI64);
+  EXPECT_EQ(v.query_start_loc.shape(), Shape({2}));
+  EXPECT_EQ(v.block_tables.shape(), Shape({1, 2}));
+  EXPECT_EQ(v.block_tables.data(), h->block_tables.data());
+}
+
 }  // namespace
 }  // namespace tessera

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/upload_buffer.h"
 #include "runtime/core/tensor.h"
 
 // cudaStream_t without the CUDA headers (it is CUstream_st*).
@@ -52,6 +53,18 @@ class Device {
   // Copies `src` (this backend's memory) to host memory at `dst`
   // (src.nbytes() bytes), complete when the call returns.
   virtual absl::Status CopyToHost(const TensorView& src, void* dst) = 0;
+
+  // A buffer of `bytes` in this backend's memory that the host refills every
+  // step through one staging copy (upload_buffer.h): the step inputs'
+  // storage (runtime/executor/step_inputs.h), made once when the rank is
+  // built, at an address a captured graph may read.
+  virtual absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) = 0;
+
+  // Whether this backend's memory is host memory that host code may read and
+  // write directly (the CPU backend): step arrays are then packed in place,
+  // and the shared op checks read their values.
+  virtual bool host_memory() const { return false; }
 
   // Waits for everything enqueued so far (the CPU runs ops synchronously).
   virtual absl::Status Synchronize() { return absl::OkStatus(); }

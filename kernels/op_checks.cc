@@ -54,20 +54,36 @@ absl::string_view CacheDTypeName(DType d) {
 // Table [V, H] and out [T, H] for T ids (both embedding forms).
 absl::Status CheckEmbeddingShapes(const OpSupport& support,
                                   absl::string_view op, const TensorView& table,
-                                  absl::Span<const int32_t> ids,
+                                  const TensorView& ids,
                                   const TensorView& out) {
   RETURN_IF_ERROR(CheckDTypeIn(op, "table", table, support.weights));
   RETURN_IF_ERROR(CheckF32(op, "out", out));
+  RETURN_IF_ERROR(CheckStepArray(op, "ids", ids, DType::kI32));
   if (table.shape().rank() != 2 || out.shape().rank() != 2 ||
-      out.shape()[0] != static_cast<int64_t>(ids.size()) ||
-      out.shape()[1] != table.shape()[1]) {
+      out.shape()[0] != ids.shape()[0] || out.shape()[1] != table.shape()[1]) {
     return ShapeError(op, "table [V, H] and out [T, H] disagree", table.shape(),
                       out.shape());
   }
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Span<const T> Host(const TensorView& t) {
+  return absl::MakeConstSpan(t.data_as<const T>(),
+                             static_cast<size_t>(t.numel()));
+}
+
 }  // namespace
+
+absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
+                            const TensorView& t, DType dtype) {
+  RETURN_IF_ERROR(CheckDType(op, name, t, dtype));
+  if (t.shape().rank() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": ", name, " must be a vector, got ", t.shape().ToString()));
+  }
+  return absl::OkStatus();
+}
 
 std::string DTypeList(absl::Span<const DType> dtypes) {
   return JoinOr(dtypes, "", &DTypeName);
@@ -85,11 +101,14 @@ absl::Status CheckDTypeIn(absl::string_view op, absl::string_view name,
 }
 
 absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
-                            absl::Span<const int32_t> ids,
-                            const TensorView& out) {
-  RETURN_IF_ERROR(CheckEmbeddingShapes(support, "Embedding", table, ids, out));
+                            const TensorView& ids, const TensorView& out) {
+  return CheckEmbeddingShapes(support, "Embedding", table, ids, out);
+}
+
+absl::Status CheckEmbeddingValues(const TensorView& table,
+                                  const TensorView& ids) {
   const int64_t vocab = table.shape()[0];
-  for (int32_t id : ids) {
+  for (int32_t id : Host<int32_t>(ids)) {
     if (id < 0 || id >= vocab) {
       return absl::InvalidArgumentError(
           absl::StrCat("Embedding: token id ", id,
@@ -100,12 +119,13 @@ absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
 }
 
 absl::Status CheckEmbeddingShard(const OpSupport& support,
-                                 const TensorView& table,
-                                 absl::Span<const int32_t> ids,
+                                 const TensorView& table, const TensorView& ids,
                                  const TensorView& out) {
-  RETURN_IF_ERROR(
-      CheckEmbeddingShapes(support, "EmbeddingShard", table, ids, out));
-  for (int32_t id : ids) {
+  return CheckEmbeddingShapes(support, "EmbeddingShard", table, ids, out);
+}
+
+absl::Status CheckEmbeddingShardValues(const TensorView& ids) {
+  for (int32_t id : Host<int32_t>(ids)) {
     if (id < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("EmbeddingShard: negative token id ", id));
@@ -114,18 +134,22 @@ absl::Status CheckEmbeddingShard(const OpSupport& support,
   return absl::OkStatus();
 }
 
-absl::Status CheckGatherRows(const TensorView& src,
-                             absl::Span<const int32_t> rows,
+absl::Status CheckGatherRows(const TensorView& src, const TensorView& rows,
                              const TensorView& dst) {
   RETURN_IF_ERROR(CheckF32("GatherRows", "src", src));
   RETURN_IF_ERROR(CheckF32("GatherRows", "dst", dst));
+  RETURN_IF_ERROR(CheckStepArray("GatherRows", "rows", rows, DType::kI32));
   if (src.shape().rank() != 2 || dst.shape().rank() != 2 ||
-      dst.shape()[0] != static_cast<int64_t>(rows.size()) ||
-      dst.shape()[1] != src.shape()[1]) {
+      dst.shape()[0] != rows.shape()[0] || dst.shape()[1] != src.shape()[1]) {
     return ShapeError("GatherRows", "src [R, N] and dst [rows, N] disagree",
                       src.shape(), dst.shape());
   }
-  for (int32_t r : rows) {
+  return absl::OkStatus();
+}
+
+absl::Status CheckGatherRowsValues(const TensorView& src,
+                                   const TensorView& rows) {
+  for (int32_t r : Host<int32_t>(rows)) {
     if (r < 0 || r >= src.shape()[0]) {
       return absl::InvalidArgumentError(
           absl::StrCat("GatherRows: row ", r, " of ", src.shape()[0]));
@@ -221,12 +245,12 @@ absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
   return absl::OkStatus();
 }
 
-absl::Status CheckRope(const TensorView& x, absl::Span<const int32_t> positions,
+absl::Status CheckRope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckF32("Rope", "x", x));
   RETURN_IF_ERROR(CheckF32("Rope", "inv_freq", inv_freq));
-  if (x.shape().rank() != 3 ||
-      x.shape()[0] != static_cast<int64_t>(positions.size()) ||
+  RETURN_IF_ERROR(CheckStepArray("Rope", "positions", positions, DType::kI32));
+  if (x.shape().rank() != 3 || x.shape()[0] != positions.shape()[0] ||
       x.shape()[2] % 2 != 0 || inv_freq.shape() != Shape({x.shape()[2] / 2})) {
     return ShapeError("Rope",
                       "x [T, heads, D] needs T positions and inv_freq [D/2]",
@@ -299,17 +323,18 @@ absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
 
 absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
                                const TensorView& v,
-                               absl::Span<const int64_t> slot_mapping,
+                               const TensorView& slot_mapping,
                                const KvCacheLayer& cache) {
   constexpr absl::string_view kOp = "StoreKvCache";
   RETURN_IF_ERROR(CheckF32(kOp, "k", k));
   RETURN_IF_ERROR(CheckF32(kOp, "v", v));
+  RETURN_IF_ERROR(
+      CheckStepArray(kOp, "slot_mapping", slot_mapping, DType::kI64));
   RETURN_IF_ERROR(CheckKvCache(support, kOp, cache));
-  const int64_t num_slots = cache.k.shape()[0];
   const int64_t kv_heads = cache.k.shape()[1];
   const int64_t dim = cache.k.shape()[2];
   const int64_t dim_v = cache.v.shape()[2];
-  const int64_t tokens = static_cast<int64_t>(slot_mapping.size());
+  const int64_t tokens = slot_mapping.shape()[0];
   if (k.shape() != Shape({tokens, kv_heads, dim}) ||
       v.shape() != Shape({tokens, kv_heads, dim_v})) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -317,10 +342,17 @@ absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
         " must be [", tokens, ", ", kv_heads, ", ", dim, "] and [", tokens,
         ", ", kv_heads, ", ", dim_v, "]"));
   }
-  for (int64_t t = 0; t < tokens; ++t) {
-    if (slot_mapping[t] < 0 || slot_mapping[t] >= num_slots) {
+  return absl::OkStatus();
+}
+
+absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
+                                     const KvCacheLayer& cache) {
+  const int64_t num_slots = cache.k.shape()[0];
+  const absl::Span<const int64_t> slots = Host<int64_t>(slot_mapping);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < 0 || slots[t] >= num_slots) {
       return absl::InvalidArgumentError(
-          absl::StrCat(kOp, ": slot ", slot_mapping[t], " of token ", t,
+          absl::StrCat("StoreKvCache: slot ", slots[t], " of token ", t,
                        " is outside [0, ", num_slots, ")"));
     }
   }
@@ -376,15 +408,25 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
     return absl::InvalidArgumentError(absl::StrCat(op, ": no metadata"));
   }
   const AttentionMetadata& m = *args.metadata;
-  const size_t num_seqs = m.num_seqs < 0 ? 0 : m.num_seqs;
+  const int64_t n = m.num_seqs;
+  const bool arrays_ok =
+      CheckDType(op, "", m.query_start_loc, DType::kI32).ok() &&
+      CheckDType(op, "", m.context_lens, DType::kI32).ok() &&
+      CheckDType(op, "", m.seq_lens, DType::kI32).ok() &&
+      CheckDType(op, "", m.block_tables, DType::kI32).ok() &&
+      m.query_start_loc.shape() == Shape({n + 1}) &&
+      m.context_lens.shape() == Shape({n}) &&
+      m.seq_lens.shape() == Shape({n}) &&
+      m.block_tables.shape() == Shape({n, int64_t{m.max_blocks_per_seq}});
   if (m.block_size <= 0 || m.num_seqs < 0 || m.max_blocks_per_seq < 0 ||
-      m.query_start_loc.size() != num_seqs + 1 ||
-      m.context_lens.size() != num_seqs || m.seq_lens.size() != num_seqs ||
-      m.block_tables.size() < num_seqs * m.max_blocks_per_seq) {
+      m.num_decode_seqs < 0 || m.num_decode_seqs > m.num_seqs || !arrays_ok) {
     return absl::InvalidArgumentError(absl::StrCat(
         op, ": malformed metadata (block_size ", m.block_size, ", ", m.num_seqs,
-        " sequences, query_start_loc size ", m.query_start_loc.size(),
-        ", block_tables size ", m.block_tables.size(), ")"));
+        " sequences, ", m.num_decode_seqs, " decodes, query_start_loc ",
+        m.query_start_loc.shape().ToString(), " ",
+        DTypeName(m.query_start_loc.dtype()), ", block_tables ",
+        m.block_tables.shape().ToString(), " ",
+        DTypeName(m.block_tables.dtype()), ")"));
   }
   if (args.first_seq < 0 || args.first_seq > args.end_seq ||
       args.end_seq > m.num_seqs) {
@@ -392,10 +434,15 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
         absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
                      ") outside [0, ", m.num_seqs, "]"));
   }
+  if (kind == AttentionKind::kDecode && args.end_seq > m.num_decode_seqs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, ": sequences [", args.first_seq, ", ", args.end_seq,
+                     ") go beyond the ", m.num_decode_seqs,
+                     " leading decodes; the decode kernel needs query_len 1"));
+  }
   RETURN_IF_ERROR(CheckF32(op, "q", args.q));
   RETURN_IF_ERROR(CheckF32(op, "out", args.out));
   RETURN_IF_ERROR(CheckKvCache(support, op, args.cache));
-  const int64_t num_slots = args.cache.k.shape()[0];
   const int64_t kv_heads = args.cache.k.shape()[1];
   const int64_t dim = args.cache.k.shape()[2];
   const int64_t dim_v = args.cache.v.shape()[2];
@@ -422,78 +469,23 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": negative sliding window ", args.sliding_window));
   }
-  const int64_t row_begin = m.query_start_loc[args.first_seq];
-  if (row_begin < 0) {
+  // The values were checked once for the step (PackAttentionMetadata): here
+  // only that they were, against a pool that fits this cache.
+  if (m.num_seqs > 0 && m.num_blocks <= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, ": sequence #", args.first_seq, " starts at row ", row_begin));
+        op,
+        ": the metadata's arrays were not checked (PackAttentionMetadata)"));
   }
-  const int64_t window = args.sliding_window;
-  const int64_t bs = m.block_size;
-  // Block ids below this hold whole blocks inside the cache; as unsigned, a
-  // negative id is above it.
-  const uint32_t block_limit = static_cast<uint32_t>(
-      std::min<int64_t>(num_slots / bs, int64_t{1} << 31));
-  int64_t prev_end = row_begin;
-  for (int32_t s = args.first_seq; s < args.end_seq; ++s) {
-    const int64_t qb = m.query_start_loc[s];
-    const int64_t qe = m.query_start_loc[s + 1];
-    const int64_t ctx = m.context_lens[s];
-    const int64_t seq_len = m.seq_lens[s];
-    if (qb != prev_end || qe < qb || qe > m.num_tokens || ctx < 0 ||
-        seq_len != ctx + (qe - qb)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          op, ": sequence #", s, " has rows [", qb, ", ", qe, ") of ",
-          m.num_tokens, ", context ", ctx, " and length ", seq_len));
-    }
-    prev_end = qe;
-    if (kind == AttentionKind::kDecode && qe - qb != 1) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(op, ": sequence #", s, " has query_len ", qe - qb,
-                       "; the decode kernel needs 1"));
-    }
-    if (qe == qb) continue;
-    const int32_t* table = m.block_table(s);
-    if (kind == AttentionKind::kStatic) {
-      if (m.max_blocks_per_seq < 1 || seq_len > bs || table[0] < 0 ||
-          table[0] * bs + seq_len > num_slots) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " of length ", seq_len,
-                         " does not fit its static block ",
-                         m.max_blocks_per_seq < 1 ? -1 : table[0], " of size ",
-                         bs, " in ", num_slots, " slots"));
-      }
-    } else {
-      // Only the blocks some query reads must be valid (a sliding window
-      // leaves the older ones alone).
-      const int64_t first_read =
-          window > 0 ? std::max<int64_t>(0, ctx - window + 1) : 0;
-      const int64_t num_blocks = (seq_len + bs - 1) / bs;
-      if (num_blocks > m.max_blocks_per_seq) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(op, ": sequence #", s, " needs ", num_blocks,
-                         " blocks, tables have ", m.max_blocks_per_seq));
-      }
-      // Every block read but the last is read whole, so its id must be
-      // below full_blocks: one branch-free pass (it vectorizes; this runs
-      // for every layer of every step), the exact search only on failure.
-      const int64_t last = num_blocks - 1;
-      uint32_t largest = 0;  // As unsigned, a negative id is the largest.
-      for (int64_t b = first_read / bs; b < last; ++b) {
-        largest = std::max(largest, static_cast<uint32_t>(table[b]));
-      }
-      const bool bad =
-          largest >= block_limit || table[last] < 0 ||
-          int64_t{table[last]} * bs + (seq_len - 1) % bs >= num_slots;
-      for (int64_t b = first_read / bs; bad && b < num_blocks; ++b) {
-        const int64_t last_pos = std::min(seq_len - 1, b * bs + bs - 1);
-        if (table[b] < 0 ||
-            int64_t{table[b]} * bs + last_pos % bs >= num_slots) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              op, ": sequence #", s, " block #", b, " is ", table[b],
-              ", outside the cache of ", num_slots, " slots"));
-        }
-      }
-    }
+  const int64_t num_slots = args.cache.k.shape()[0];
+  if (m.num_blocks > num_slots / m.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": block ids were checked against ", m.num_blocks, " blocks of ",
+        m.block_size, ", outside the cache of ", num_slots, " slots"));
+  }
+  if (kind == AttentionKind::kStatic && m.max_seq_len > m.block_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": a sequence of ", m.max_seq_len,
+        " positions does not fit its static block of ", m.block_size));
   }
   return absl::OkStatus();
 }

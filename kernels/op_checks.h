@@ -47,23 +47,34 @@ std::string DTypeList(absl::Span<const DType> dtypes);
 absl::Status CheckDTypeIn(absl::string_view op, absl::string_view name,
                           const TensorView& t, absl::Span<const DType> allowed);
 
+// A step array (ops.h): `dtype`, rank 1, storage when non-empty.
+absl::Status CheckStepArray(absl::string_view op, absl::string_view name,
+                            const TensorView& t, DType dtype);
+
 // The checks every public op of class Ops runs before its Do* (one function
 // an op; `support` is the backend's). Each states what it refuses; the
-// contracts themselves are the ops' comments in ops.h.
+// contracts themselves are the ops' comments in ops.h. Step arrays are
+// checked for dtype and shape; the *Values checks read their contents and
+// run only where the backend's memory is host memory (Device::host_memory).
 
-// Table in a weight dtype [V, H], out f32 [T, H]; every id in [0, V).
+// Table in a weight dtype [V, H], ids kI32 [T], out f32 [T, H].
 absl::Status CheckEmbedding(const OpSupport& support, const TensorView& table,
-                            absl::Span<const int32_t> ids,
-                            const TensorView& out);
-// As Embedding, ids only >= 0.
+                            const TensorView& ids, const TensorView& out);
+// Every id in [0, V).
+absl::Status CheckEmbeddingValues(const TensorView& table,
+                                  const TensorView& ids);
+// As Embedding.
 absl::Status CheckEmbeddingShard(const OpSupport& support,
-                                 const TensorView& table,
-                                 absl::Span<const int32_t> ids,
+                                 const TensorView& table, const TensorView& ids,
                                  const TensorView& out);
-// f32 src [R, N], dst [rows, N], every row in [0, R).
-absl::Status CheckGatherRows(const TensorView& src,
-                             absl::Span<const int32_t> rows,
+// Every id >= 0.
+absl::Status CheckEmbeddingShardValues(const TensorView& ids);
+// f32 src [R, N], rows kI32 [n], dst [n, N].
+absl::Status CheckGatherRows(const TensorView& src, const TensorView& rows,
                              const TensorView& dst);
+// Every row in [0, R).
+absl::Status CheckGatherRowsValues(const TensorView& src,
+                                   const TensorView& rows);
 // f32 gathered [shards * n, Vp] covering out [n, V].
 absl::Status CheckConcatShards(const TensorView& gathered, int64_t shards,
                                const TensorView& out);
@@ -82,8 +93,8 @@ absl::Status CheckAdd(const TensorView& a, const TensorView& b,
 absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
                          const WeightView& weight, const TensorView* bias,
                          const TensorView& out);
-// f32 x [T, heads, D] with D even, T positions, f32 inv_freq [D/2].
-absl::Status CheckRope(const TensorView& x, absl::Span<const int32_t> positions,
+// f32 x [T, heads, D] with D even, positions kI32 [T], f32 inv_freq [D/2].
+absl::Status CheckRope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq);
 // f32 x [T, N], f32 bias [N].
 absl::Status CheckBiasAdd(const TensorView& x, const TensorView& bias);
@@ -95,20 +106,26 @@ absl::Status CheckSiluMul(const TensorView& gate, const TensorView& up,
 // [S, kv_heads] for an int8 cache and absent (empty views) otherwise.
 absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
                           const KvCacheLayer& cache);
-// f32 k [T, kv_heads, D] and v [T, kv_heads, Dv] matching a valid cache, T
-// slots each in [0, S).
+// f32 k [T, kv_heads, D] and v [T, kv_heads, Dv] matching a valid cache,
+// slot_mapping kI64 [T].
 absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
                                const TensorView& v,
-                               absl::Span<const int64_t> slot_mapping,
+                               const TensorView& slot_mapping,
                                const KvCacheLayer& cache);
+// Every slot in [0, S).
+absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
+                                     const KvCacheLayer& cache);
 
 enum class AttentionKind { kPrefill, kDecode, kStatic };
-// Well-formed metadata; sequences [first_seq, end_seq) of it with
-// contiguous rows and seq_len = context + query_len (exactly one query each
-// for decode); f32 q [num_tokens, heads, D] and out [num_tokens, heads, Dv]
-// with heads a multiple of the cache's kv heads; a valid cache; a sliding
-// window >= 0; every block some query reads inside the cache (paged), or
-// each sequence inside its one static block (static).
+// Well-formed metadata (sane scalars; kI32 arrays of the shapes they give)
+// whose values were checked once for the step (num_blocks > 0, see
+// attention_metadata.h) against no more blocks than the cache holds;
+// sequences [first_seq, end_seq) of it, among the leading num_decode_seqs
+// for decode; for static, no sequence longer than its block; f32 q
+// [num_tokens, heads, D] and out [num_tokens, heads, Dv] with heads a
+// multiple of the cache's kv heads; a valid cache; a sliding window >= 0.
+// O(1): it reads no array (they may be device memory, and this runs for
+// every layer).
 absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
                                  const PagedAttentionArgs& args);
 

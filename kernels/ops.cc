@@ -5,24 +5,24 @@
 
 namespace tessera {
 
-absl::Status Ops::Embedding(const TensorView& table,
-                            absl::Span<const int32_t> ids,
+absl::Status Ops::Embedding(const TensorView& table, const TensorView& ids,
                             const TensorView& out) {
   RETURN_IF_ERROR(CheckEmbedding(support_, table, ids, out));
+  if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingValues(table, ids));
   return DoEmbedding(table, ids, out);
 }
 
-absl::Status Ops::EmbeddingShard(const TensorView& table,
-                                 absl::Span<const int32_t> ids,
+absl::Status Ops::EmbeddingShard(const TensorView& table, const TensorView& ids,
                                  int64_t first_id, const TensorView& out) {
   RETURN_IF_ERROR(CheckEmbeddingShard(support_, table, ids, out));
+  if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingShardValues(ids));
   return DoEmbeddingShard(table, ids, first_id, out);
 }
 
-absl::Status Ops::GatherRows(const TensorView& src,
-                             absl::Span<const int32_t> rows,
+absl::Status Ops::GatherRows(const TensorView& src, const TensorView& rows,
                              const TensorView& dst) {
   RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
+  if (host_memory()) RETURN_IF_ERROR(CheckGatherRowsValues(src, rows));
   return DoGatherRows(src, rows, dst);
 }
 
@@ -64,7 +64,7 @@ absl::Status Ops::Linear(const TensorView& x, const WeightView& weight,
   return DoLinear(x, weight, bias, out);
 }
 
-absl::Status Ops::Rope(const TensorView& x, absl::Span<const int32_t> positions,
+absl::Status Ops::Rope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckRope(x, positions, inv_freq));
   return DoRope(x, positions, inv_freq);
@@ -82,9 +82,12 @@ absl::Status Ops::SiluMul(const TensorView& gate, const TensorView& up,
 }
 
 absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
-                               absl::Span<const int64_t> slot_mapping,
+                               const TensorView& slot_mapping,
                                const KvCacheLayer& cache) {
   RETURN_IF_ERROR(CheckStoreKvCache(support_, k, v, slot_mapping, cache));
+  if (host_memory()) {
+    RETURN_IF_ERROR(CheckStoreKvCacheValues(slot_mapping, cache));
+  }
   return DoStoreKvCache(k, v, slot_mapping, cache);
 }
 

@@ -10,11 +10,22 @@
 //  - "T" is the number of tokens in the step, "H" the hidden size, "D" a head
 //    dimension.
 //  - Outputs may alias inputs only where an op says so.
+//  - Step arrays (token ids, logit rows, positions, slots, the attention
+//    metadata's arrays) are TensorViews in the backend's memory too: device
+//    memory on a GPU, written once per step by runtime/executor/step_inputs.h,
+//    which checks their values against the model, the KV pool and the step
+//    before they are copied. The shared checks take their dtypes and shapes
+//    (and the metadata's host scalars); their values are checked again only
+//    where the backend's memory is host memory (Device::host_memory(): the
+//    CPU reference). No op looks up a device copy of host data, so a step's
+//    ops can be captured in a CUDA graph.
 #ifndef TESSERA_KERNELS_OPS_H_
 #define TESSERA_KERNELS_OPS_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -87,6 +98,20 @@ struct SampleRow {
   int32_t top_logprobs = 0;
 };
 
+// The largest step a rank will run, known when the rank is built: a backend
+// sizes its own step scratch (a GEMM input conversion, the split-K decode
+// attention workspace, the sampler's buffers) for it once in
+// ReserveStepScratch, so that no op of a step allocates.
+struct StepLimits {
+  int64_t max_tokens = 0;     // Rows of a step's activations.
+  int64_t max_seqs = 0;       // Sequences in one step (and rows sampled).
+  int64_t max_seq_len = 0;    // Positions of one sequence (the context).
+  int32_t max_heads = 0;      // Query heads of one attention call.
+  int32_t max_head_dim = 0;   // Largest head dimension of q, k or v.
+  int64_t max_linear_in = 0;  // Largest K of a Linear ([T, K] inputs).
+  int64_t vocab_size = 0;     // Columns of the logits sampled.
+};
+
 struct SampleResult {
   int32_t token = 0;
   float logprob = 0.0f;  // Under the unmodified logits.
@@ -135,33 +160,35 @@ class Ops : public Device {
  public:
   ~Ops() override = default;
 
-  // out[t, :] = table[ids[t], :]. table [V, H], out [T, H]; every id must be in
-  // [0, V).
-  absl::Status Embedding(const TensorView& table, absl::Span<const int32_t> ids,
+  // out[t, :] = table[ids[t], :]. table [V, H], ids kI32 [T] (a step array),
+  // out [T, H]; every id must be in [0, V).
+  absl::Status Embedding(const TensorView& table, const TensorView& ids,
                          const TensorView& out);
 
   // The vocabulary-parallel form: `table` [V_local, H] holds ids first_id ..
   // first_id + V_local - 1; rows of out for ids outside that range are zero
   // (another rank has them, and a sum across ranks completes the lookup). Ids
   // must still be >= 0.
-  absl::Status EmbeddingShard(const TensorView& table,
-                              absl::Span<const int32_t> ids, int64_t first_id,
-                              const TensorView& out);
+  absl::Status EmbeddingShard(const TensorView& table, const TensorView& ids,
+                              int64_t first_id, const TensorView& out);
 
   // Upload and CopyToHost: see device.h.
 
-  // Called at the start of every forward step, before its other ops, with
-  // the step's metadata (which stays alive and unchanged until the step's last
-  // op): a device backend uploads positions, slot mapping and block tables
-  // once here instead of once per layer.
-  virtual absl::Status BeginStep(const AttentionMetadata& metadata) {
-    (void)metadata;
+  // Step buffers: see NewUploadBuffer in device.h.
+
+  // Sizes the backend's own step scratch for `limits`, once, when the rank is
+  // built. Afterwards no op allocates: a step that needs more scratch than
+  // reserved fails with FailedPrecondition instead of growing it (a captured
+  // graph would keep reading the old buffer). Before it (unit tests of single
+  // ops) a backend may grow its scratch on first use.
+  virtual absl::Status ReserveStepScratch(const StepLimits& limits) {
+    (void)limits;
     return absl::OkStatus();
   }
 
-  // dst[i, :] = src[rows[i], :]: src [R, N], dst [rows.size(), N], rows in
-  // [0, R).
-  absl::Status GatherRows(const TensorView& src, absl::Span<const int32_t> rows,
+  // dst[i, :] = src[rows[i], :]: src [R, N], rows kI32 [n] (a step array),
+  // dst [n, N], rows in [0, R).
+  absl::Status GatherRows(const TensorView& src, const TensorView& rows,
                           const TensorView& dst);
 
   // out [n, V] = the first V columns of the concatenation, along columns, of
@@ -206,9 +233,9 @@ class Ops : public Device {
 
   // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
   // layout: for each head, element i pairs with i + D/2 and rotates by
-  // positions[t] * inv_freq[i]. x [T, heads, D], positions size T, inv_freq
-  // [D/2].
-  absl::Status Rope(const TensorView& x, absl::Span<const int32_t> positions,
+  // positions[t] * inv_freq[i]. x [T, heads, D], positions kI32 [T] (a step
+  // array), inv_freq [D/2].
+  absl::Status Rope(const TensorView& x, const TensorView& positions,
                     const TensorView& inv_freq);
 
   // x[t, :] += bias for every row: x [T, N], bias [N].
@@ -219,16 +246,17 @@ class Ops : public Device {
                        const TensorView& out);
 
   // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
-  // and v [T, kv_heads, Dv] f32, slot_mapping size T with every slot in
-  // [0, num_slots). An int8 cache quantizes each (token, head) row with scale
-  // max|x| / 127 (0 for an all-zero row) and rounds to nearest.
+  // and v [T, kv_heads, Dv] f32, slot_mapping kI64 [T] (a step array) with
+  // every slot in [0, num_slots). An int8 cache quantizes each (token, head)
+  // row with scale max|x| / 127 (0 for an all-zero row) and rounds to nearest.
   absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
-                            absl::Span<const int64_t> slot_mapping,
+                            const TensorView& slot_mapping,
                             const KvCacheLayer& cache);
 
   // Paged backends. PrefillAttention takes any query lengths (varlen, causal,
   // GQA); DecodeAttention requires query_len == 1 for every chosen sequence
-  // and parallelizes over sequences and heads (InvalidArgument otherwise).
+  // (they must be among the metadata's num_decode_seqs leading decodes) and
+  // parallelizes over sequences and heads (InvalidArgument otherwise).
   absl::Status PrefillAttention(const PagedAttentionArgs& args);
   absl::Status DecodeAttention(const PagedAttentionArgs& args);
 
@@ -249,14 +277,13 @@ class Ops : public Device {
   // The backends' ops, called only with arguments the public op has checked
   // (every contract above holds), so they check nothing of it again.
   virtual absl::Status DoEmbedding(const TensorView& table,
-                                   absl::Span<const int32_t> ids,
+                                   const TensorView& ids,
                                    const TensorView& out) = 0;
   virtual absl::Status DoEmbeddingShard(const TensorView& table,
-                                        absl::Span<const int32_t> ids,
-                                        int64_t first_id,
+                                        const TensorView& ids, int64_t first_id,
                                         const TensorView& out) = 0;
   virtual absl::Status DoGatherRows(const TensorView& src,
-                                    absl::Span<const int32_t> rows,
+                                    const TensorView& rows,
                                     const TensorView& dst) = 0;
   virtual absl::Status DoConcatShards(const TensorView& gathered,
                                       int64_t shards,
@@ -273,15 +300,14 @@ class Ops : public Device {
   virtual absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                                 const TensorView* bias,
                                 const TensorView& out) = 0;
-  virtual absl::Status DoRope(const TensorView& x,
-                              absl::Span<const int32_t> positions,
+  virtual absl::Status DoRope(const TensorView& x, const TensorView& positions,
                               const TensorView& inv_freq) = 0;
   virtual absl::Status DoBiasAdd(const TensorView& x,
                                  const TensorView& bias) = 0;
   virtual absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                                  const TensorView& out) = 0;
   virtual absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
-                                      absl::Span<const int64_t> slot_mapping,
+                                      const TensorView& slot_mapping,
                                       const KvCacheLayer& cache) = 0;
   virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/op_checks.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -17,12 +18,20 @@ namespace {
 constexpr DType kWeights[] = {DType::kF32, DType::kBF16};
 constexpr DType kCache[] = {DType::kF32, DType::kI8};
 
-// Records which Do* ran; computes nothing.
+// Records which Do* ran; computes nothing. `host`: its memory is host
+// memory (the step arrays' values are checked), as on the CPU backend.
 class RecordingOps final : public Ops {
  public:
   explicit RecordingOps(
+      bool host = true,
       int32_t max_top_logprobs = std::numeric_limits<int32_t>::max())
-      : Ops(OpSupport{kWeights, kCache, max_top_logprobs}) {}
+      : Ops(OpSupport{kWeights, kCache, max_top_logprobs}), host_(host) {}
+
+  bool host_memory() const override { return host_; }
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) override {
+    return NewHostUploadBuffer(bytes);
+  }
 
   absl::StatusOr<Tensor> Upload(const TensorView&, DType) override {
     return absl::UnimplementedError("no upload");
@@ -38,15 +47,15 @@ class RecordingOps final : public Ops {
     calls.push_back(op);
     return absl::OkStatus();
   }
-  absl::Status DoEmbedding(const TensorView&, absl::Span<const int32_t>,
+  absl::Status DoEmbedding(const TensorView&, const TensorView&,
                            const TensorView&) override {
     return Record("Embedding");
   }
-  absl::Status DoEmbeddingShard(const TensorView&, absl::Span<const int32_t>,
-                                int64_t, const TensorView&) override {
+  absl::Status DoEmbeddingShard(const TensorView&, const TensorView&, int64_t,
+                                const TensorView&) override {
     return Record("EmbeddingShard");
   }
-  absl::Status DoGatherRows(const TensorView&, absl::Span<const int32_t>,
+  absl::Status DoGatherRows(const TensorView&, const TensorView&,
                             const TensorView&) override {
     return Record("GatherRows");
   }
@@ -66,7 +75,7 @@ class RecordingOps final : public Ops {
                         const TensorView&) override {
     return Record("Linear");
   }
-  absl::Status DoRope(const TensorView&, absl::Span<const int32_t>,
+  absl::Status DoRope(const TensorView&, const TensorView&,
                       const TensorView&) override {
     return Record("Rope");
   }
@@ -78,8 +87,7 @@ class RecordingOps final : public Ops {
     return Record("SiluMul");
   }
   absl::Status DoStoreKvCache(const TensorView&, const TensorView&,
-                              absl::Span<const int64_t>,
-                              const KvCacheLayer&) override {
+                              const TensorView&, const KvCacheLayer&) override {
     return Record("StoreKvCache");
   }
   absl::Status DoPrefillAttention(const PagedAttentionArgs&) override {
@@ -95,6 +103,9 @@ class RecordingOps final : public Ops {
                         std::vector<SampleResult>*) override {
     return Record("Sample");
   }
+
+ private:
+  bool host_;
 };
 
 Tensor F32(Shape shape) {
@@ -125,13 +136,16 @@ TEST(OpsTest, ChecksRunBeforeTheBackendAndOnlyValidCallsReachIt) {
 
   Tensor table = F32({10, 4}), emb = F32({2, 4});
   const std::vector<int32_t> ids = {1, 9}, bad_ids = {1, 10};
-  EXPECT_TRUE(ops.Embedding(table.view(), ids, emb.view()).ok());
-  ExpectInvalid(ops.Embedding(table.view(), bad_ids, emb.view()),
+  EXPECT_TRUE(ops.Embedding(table.view(), StepArray(ids), emb.view()).ok());
+  ExpectInvalid(ops.Embedding(table.view(), StepArray(bad_ids), emb.view()),
                 "token id 10 is outside the vocabulary [0, 10)");
   // The sharded form takes ids past its rows (another rank has them).
-  EXPECT_TRUE(ops.EmbeddingShard(table.view(), bad_ids, 0, emb.view()).ok());
-  ExpectInvalid(ops.EmbeddingShard(table.view(), {-1, 2}, 0, emb.view()),
-                "EmbeddingShard: negative token id -1");
+  EXPECT_TRUE(
+      ops.EmbeddingShard(table.view(), StepArray(bad_ids), 0, emb.view()).ok());
+  ExpectInvalid(
+      ops.EmbeddingShard(table.view(), StepArray(std::vector<int32_t>{-1, 2}),
+                         0, emb.view()),
+      "EmbeddingShard: negative token id -1");
 
   EXPECT_EQ(ops.calls,
             (std::vector<std::string>{"Linear", "Linear", "Add", "Embedding",
@@ -159,12 +173,13 @@ TEST(OpsTest, MessagesListTheBackendsDTypes) {
   ExpectInvalid(ops.Linear(x.view(), w16, nullptr, out.view()),
                 "Linear: weight must be f32 or bf16, got f16");
   Tensor table16 = *Tensor::Zeros(DType::kF16, {10, 4}), emb = F32({1, 4});
-  ExpectInvalid(ops.Embedding(table16.view(), {1}, emb.view()),
+  ExpectInvalid(ops.Embedding(table16.view(),
+                              StepArray(std::vector<int32_t>{1}), emb.view()),
                 "Embedding: table must be f32 or bf16, got f16");
   Tensor kc = *Tensor::Zeros(DType::kBF16, {8, 1, 4});
   Tensor k = F32({1, 1, 4});
   ExpectInvalid(
-      ops.StoreKvCache(k.view(), k.view(), {int64_t{0}},
+      ops.StoreKvCache(k.view(), k.view(), StepArray(std::vector<int64_t>{0}),
                        {kc.view(), kc.view()}),
       "StoreKvCache: cache k and v must both be f32 or both int8, got bf16 and "
       "bf16");
@@ -190,20 +205,13 @@ TEST(OpsTest, AWeightScaleIsRefusedNamingIt) {
 
 TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   RecordingOps ops;
-  // One sequence of two new tokens after a context of one, block size 4.
-  AttentionMetadata m;
-  m.num_seqs = 1;
-  m.num_tokens = 2;
-  m.block_size = 4;
-  m.max_blocks_per_seq = 1;
-  m.query_start_loc = {0, 2};
-  m.context_lens = {1};
-  m.seq_lens = {3};
-  m.block_tables = {1};
-  m.positions = {1, 2};
-  m.slot_mapping = {5, 6};
-  m.max_query_len = 2;
-  m.max_seq_len = 3;
+  // One sequence of two new tokens after a context of one, block size 4,
+  // checked against the two blocks of a cache of 8 slots.
+  const std::vector<int32_t> table = {1};
+  auto h = BuildAttentionMetadata({{1, 2, table}}, 4, 2);
+  ASSERT_TRUE(h.ok()) << h.status();
+  const AttentionMetadata m = h->View();
+  EXPECT_EQ(m.num_blocks, 2);
   Tensor q = F32({2, 2, 4}), o = F32({2, 2, 4});
   Tensor kc = F32({8, 1, 4}), vc = F32({8, 1, 4});
   PagedAttentionArgs args;
@@ -214,34 +222,87 @@ TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   args.first_seq = 0;
   args.end_seq = 1;
   EXPECT_TRUE(ops.PrefillAttention(args).ok());
+  // No leading decodes: the host scalars refuse it.
   ExpectInvalid(ops.DecodeAttention(args),
-                "DecodeAttention: sequence #0 has query_len 2");
+                "DecodeAttention: sequences [0, 1) go beyond the 0 leading "
+                "decodes");
+  // Arrays that do not match the scalars.
+  AttentionMetadata short_tables = m;
+  short_tables.block_tables =
+      TensorView(h->block_tables.data(), DType::kI32, {1});
+  args.metadata = &short_tables;
+  ExpectInvalid(ops.PrefillAttention(args), "malformed metadata");
+  // Metadata whose values nobody checked (its block ids may be anything).
+  AttentionMetadata unchecked = m;
+  unchecked.num_blocks = 0;
+  args.metadata = &unchecked;
+  ExpectInvalid(ops.PrefillAttention(args), "were not checked");
+  // Checked against a pool larger than this cache: 3 blocks of 4 > 8 slots.
+  auto wide = BuildAttentionMetadata({{1, 2, table}}, 4, 3);
+  ASSERT_TRUE(wide.ok()) << wide.status();
+  const AttentionMetadata wide_view = wide->View();
+  args.metadata = &wide_view;
+  ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  args.metadata = &m;
   PagedAttentionArgs aliased = args;
   aliased.out = args.q;
   ExpectInvalid(ops.PrefillAttention(aliased), "out must not alias q");
-  m.block_tables = {2};  // Slots 8..11: outside the cache of 8.
-  ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  // A block outside the pool is refused once, when the step is packed.
+  const std::vector<int32_t> outside = {2};
+  EXPECT_EQ(BuildAttentionMetadata({{1, 2, outside}}, 4, 2).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // Static: three positions do not fit a static block of 2.
+  const std::vector<int32_t> two = {0, 1};
+  auto paged2 = BuildAttentionMetadata({{1, 2, two}}, 2, 4);
+  ASSERT_TRUE(paged2.ok()) << paged2.status();
+  const AttentionMetadata paged2_view = paged2->View();
+  args.metadata = &paged2_view;
+  ExpectInvalid(ops.StaticAttention(args),
+                "does not fit its static block of 2");
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"PrefillAttention"}));
 
-  // Six positions in two blocks: a bad whole (not last) block is found too.
-  m.max_blocks_per_seq = 2;
-  m.context_lens = {4};
-  m.seq_lens = {6};
-  m.max_seq_len = 6;
-  for (const std::vector<int32_t>& table :
-       {std::vector<int32_t>{-1, 0}, std::vector<int32_t>{2, 0},
-        std::vector<int32_t>{1, 2}}) {
-    m.block_tables = table;
-    ExpectInvalid(ops.PrefillAttention(args), "outside the cache of 8 slots");
+  // The checks read no array: a device backend gets the same answers.
+  RecordingOps device(/*host=*/false);
+  args.metadata = &m;
+  EXPECT_TRUE(device.PrefillAttention(args).ok());
+  args.metadata = &unchecked;
+  ExpectInvalid(device.PrefillAttention(args), "were not checked");
+  EXPECT_EQ(device.calls, (std::vector<std::string>{"PrefillAttention"}));
+}
+
+// Step arrays: dtype and shape on every backend, values only where they are
+// host memory.
+TEST(OpsTest, StepArraysAreCheckedForShapeEverywhereForValuesOnTheHost) {
+  RecordingOps host, device(/*host=*/false);
+  Tensor table = F32({10, 4}), emb = F32({2, 4});
+  const std::vector<int32_t> bad_ids = {1, 10};
+  ExpectInvalid(host.Embedding(table.view(), StepArray(bad_ids), emb.view()),
+                "outside the vocabulary");
+  EXPECT_TRUE(
+      device.Embedding(table.view(), StepArray(bad_ids), emb.view()).ok());
+  const std::vector<int64_t> wide = {1, 2};
+  for (RecordingOps* ops : {&host, &device}) {
+    ExpectInvalid(ops->Embedding(table.view(), StepArray(wide), emb.view()),
+                  "Embedding: ids must be i32, got i64");
+    const TensorView matrix(const_cast<int32_t*>(bad_ids.data()), DType::kI32,
+                            {1, 2});
+    ExpectInvalid(ops->Embedding(table.view(), matrix, emb.view()),
+                  "ids must be a vector");
   }
-  m.block_tables = {1, 0};
-  EXPECT_TRUE(ops.PrefillAttention(args).ok());
-  // A sliding window of 1 reads positions 4 and 5 only: block 0 is not read.
-  m.block_tables = {-1, 0};
-  args.sliding_window = 1;
-  EXPECT_TRUE(ops.PrefillAttention(args).ok());
-  EXPECT_EQ(ops.calls,
-            (std::vector<std::string>{"PrefillAttention", "PrefillAttention",
-                                      "PrefillAttention"}));
+  Tensor src = F32({3, 4}), dst = F32({1, 4});
+  const std::vector<int32_t> row = {3};
+  ExpectInvalid(host.GatherRows(src.view(), StepArray(row), dst.view()),
+                "GatherRows: row 3 of 3");
+  EXPECT_TRUE(device.GatherRows(src.view(), StepArray(row), dst.view()).ok());
+  Tensor kc = F32({8, 1, 4}), k = F32({1, 1, 4});
+  const std::vector<int64_t> slot = {8};
+  ExpectInvalid(host.StoreKvCache(k.view(), k.view(), StepArray(slot),
+                                  {kc.view(), kc.view()}),
+                "slot 8 of token 0 is outside [0, 8)");
+  EXPECT_TRUE(device
+                  .StoreKvCache(k.view(), k.view(), StepArray(slot),
+                                {kc.view(), kc.view()})
+                  .ok());
 }
 
 // Sample reaches DoSample only with f32 [rows, V] logits and valid rows; no
@@ -279,7 +340,7 @@ TEST(OpsTest, SampleChecksLogitsAndRowsBeforeTheBackend) {
 // A backend's ranking limit (OpSupport::max_top_logprobs) is checked before
 // it is called.
 TEST(OpsTest, SampleRefusesMoreTopLogprobsThanTheBackendRanks) {
-  RecordingOps ops(/*max_top_logprobs=*/2);
+  RecordingOps ops(/*host=*/true, /*max_top_logprobs=*/2);
   EXPECT_EQ(ops.max_top_logprobs(), 2);
   Tensor logits = F32({1, 5});
   SamplingParams params;

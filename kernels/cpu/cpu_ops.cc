@@ -188,13 +188,15 @@ struct PagedPlan {
   int64_t row_end = 0;
   int64_t max_keys = 0;  // Most keys one query attends.
   int64_t work = 0;      // Multiply-adds.
+  HostArrays meta;       // The metadata's arrays, read in place.
 };
 
 // The plan of a call whose arguments the public op has checked
 // (CheckPagedAttention).
 PagedPlan PlanPagedAttention(const PagedAttentionArgs& args) {
-  const AttentionMetadata& m = *args.metadata;
   PagedPlan plan;
+  plan.meta = ReadHostArrays(*args.metadata);
+  const HostArrays& m = plan.meta;
   plan.cache = DimsOf(args.cache);
   const CacheDims& c = plan.cache;
   plan.num_heads = args.q.shape()[1];
@@ -263,7 +265,7 @@ class SlotCursor {
 template <typename T, bool kStatic>
 void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
                int32_t seq, int64_t row, int64_t h, float* weights) {
-  const AttentionMetadata& m = *args.metadata;
+  const HostArrays& m = plan.meta;
   const CacheDims& c = plan.cache;
   const int64_t dim = c.dim;
   const int64_t dim_v = c.dim_v;
@@ -290,7 +292,7 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const float* v_scale =
       kQuantized ? args.cache.v_scale.data_as<const float>() + kvh : nullptr;
   const int32_t* table = m.block_table(seq);
-  const int64_t block_size = m.block_size;
+  const int64_t block_size = args.metadata->block_size;
   const float scale = args.scale;
 
   // Scores, then softmax with max subtraction.
@@ -377,7 +379,7 @@ constexpr int kAttentionChunk = 4;
 template <typename T, bool kStatic>
 void RunPagedAttention(const PagedAttentionArgs& args, const PagedPlan& plan,
                        bool one_row_per_seq, CpuThreadPool* pool) {
-  const int32_t* starts = args.metadata->query_start_loc.data();
+  const int32_t* starts = plan.meta.query_start_loc.data();
   const int64_t heads = plan.num_heads;
   const int64_t items = (plan.row_end - plan.row_begin) * heads;
   auto attend = [&](int64_t item, float* weights) {
@@ -433,9 +435,22 @@ CpuOps::CpuOps() : CpuOps(&CpuThreadPool::Default()) {}
 CpuOps::CpuOps(CpuThreadPool* pool)
     : Ops(OpSupport{kWeightDTypes, kCacheDTypes}), pool_(pool) {}
 
+// A step array read in place (this backend's memory is host memory).
+template <typename T>
+absl::Span<const T> HostArray(const TensorView& t) {
+  return absl::MakeConstSpan(t.data_as<const T>(),
+                             static_cast<size_t>(t.numel()));
+}
+
+absl::StatusOr<std::unique_ptr<UploadBuffer>> CpuOps::NewUploadBuffer(
+    size_t bytes) {
+  return NewHostUploadBuffer(bytes);
+}
+
 absl::Status CpuOps::DoEmbedding(const TensorView& table,
-                                 absl::Span<const int32_t> ids,
+                                 const TensorView& ids_view,
                                  const TensorView& out) {
+  const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
   const int64_t hidden = table.shape()[1];
   for (size_t t = 0; t < ids.size(); ++t) {
     std::copy_n(table.data_as<const float>() + ids[t] * hidden, hidden,
@@ -445,8 +460,9 @@ absl::Status CpuOps::DoEmbedding(const TensorView& table,
 }
 
 absl::Status CpuOps::DoEmbeddingShard(const TensorView& table,
-                                      absl::Span<const int32_t> ids,
+                                      const TensorView& ids_view,
                                       int64_t first_id, const TensorView& out) {
+  const absl::Span<const int32_t> ids = HostArray<int32_t>(ids_view);
   const int64_t rows = table.shape()[0];
   const int64_t hidden = table.shape()[1];
   for (size_t t = 0; t < ids.size(); ++t) {
@@ -501,8 +517,9 @@ absl::Status CpuOps::DoConcatShards(const TensorView& gathered, int64_t shards,
 }
 
 absl::Status CpuOps::DoGatherRows(const TensorView& src,
-                                  absl::Span<const int32_t> rows,
+                                  const TensorView& rows_view,
                                   const TensorView& dst) {
+  const absl::Span<const int32_t> rows = HostArray<int32_t>(rows_view);
   const int64_t n = src.shape()[1];
   for (size_t i = 0; i < rows.size(); ++i) {
     std::copy_n(src.data_as<const float>() + rows[i] * n, n,
@@ -589,8 +606,10 @@ absl::Status CpuOps::DoLinear(const TensorView& x, const WeightView& w,
 }
 
 absl::Status CpuOps::DoRope(const TensorView& x,
-                            absl::Span<const int32_t> positions,
+                            const TensorView& positions_view,
                             const TensorView& inv_freq) {
+  const absl::Span<const int32_t> positions =
+      HostArray<int32_t>(positions_view);
   const int64_t tokens = x.shape()[0];
   const int64_t heads = x.shape()[1];
   const int64_t dim = x.shape()[2];
@@ -639,8 +658,9 @@ absl::Status CpuOps::DoSiluMul(const TensorView& gate, const TensorView& up,
 }
 
 absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
-                                    absl::Span<const int64_t> slot_mapping,
+                                    const TensorView& slots_view,
                                     const KvCacheLayer& cache) {
+  const absl::Span<const int64_t> slot_mapping = HostArray<int64_t>(slots_view);
   const CacheDims c = DimsOf(cache);
   const int64_t tokens = static_cast<int64_t>(slot_mapping.size());
   const int64_t k_row = c.num_kv_heads * c.dim;

@@ -19,18 +19,20 @@ class CpuOps final : public Ops {
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
+  // Step buffers are host memory: packed in place, never copied.
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) override;
+  bool host_memory() const override { return true; }
 
  protected:
-  absl::Status DoEmbedding(const TensorView& table,
-                           absl::Span<const int32_t> ids,
+  absl::Status DoEmbedding(const TensorView& table, const TensorView& ids,
                            const TensorView& out) override;
-  absl::Status DoEmbeddingShard(const TensorView& table,
-                                absl::Span<const int32_t> ids, int64_t first_id,
+  absl::Status DoEmbeddingShard(const TensorView& table, const TensorView& ids,
+                                int64_t first_id,
                                 const TensorView& out) override;
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
                               const TensorView& out) override;
-  absl::Status DoGatherRows(const TensorView& src,
-                            absl::Span<const int32_t> rows,
+  absl::Status DoGatherRows(const TensorView& src, const TensorView& rows,
                             const TensorView& dst) override;
   absl::Status DoRmsNorm(const TensorView& x, const TensorView& weight,
                          float eps, const TensorView& out) override;
@@ -38,13 +40,13 @@ class CpuOps final : public Ops {
                      const TensorView& out) override;
   absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                         const TensorView* bias, const TensorView& out) override;
-  absl::Status DoRope(const TensorView& x, absl::Span<const int32_t> positions,
+  absl::Status DoRope(const TensorView& x, const TensorView& positions,
                       const TensorView& inv_freq) override;
   absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
   absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                          const TensorView& out) override;
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
-                              absl::Span<const int64_t> slot_mapping,
+                              const TensorView& slot_mapping,
                               const KvCacheLayer& cache) override;
   // All three kernels read an f32 or an int8 cache (scales applied inside the
   // dot products and the value accumulation), run one (token, head) reduction

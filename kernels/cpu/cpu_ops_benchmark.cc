@@ -12,6 +12,7 @@
 #include "benchmark/benchmark.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -68,6 +69,7 @@ class PagedStep {
                                             blocks_per_seq)});
     }
     metadata_ = *BuildAttentionMetadata(slices, kBlockSize, num_blocks);
+    view_ = metadata_.View();
     const int64_t slots = num_blocks * kBlockSize;
     q_ = RandomTensor({metadata_.num_tokens, kHeads, kDim});
     out_ = *Tensor::Empty(DType::kF32, {metadata_.num_tokens, kHeads, kDim});
@@ -87,7 +89,8 @@ class PagedStep {
     std::iota(all_slots.begin(), all_slots.end(), 0);
     Tensor k = RandomTensor({slots, kKvHeads, kDim});
     Tensor v = RandomTensor({slots, kKvHeads, kDim});
-    if (!ops_.StoreKvCache(k.view(), v.view(), all_slots, cache_).ok()) {
+    if (!ops_.StoreKvCache(k.view(), v.view(), StepArray(all_slots), cache_)
+             .ok()) {
       std::abort();
     }
   }
@@ -96,7 +99,7 @@ class PagedStep {
     PagedAttentionArgs args;
     args.q = q_.view();
     args.cache = cache_;
-    args.metadata = &metadata_;
+    args.metadata = &view_;
     args.first_seq = 0;
     args.end_seq = metadata_.num_seqs;
     args.out = out_.view();
@@ -113,7 +116,8 @@ class PagedStep {
 
  private:
   CpuOps ops_;
-  AttentionMetadata metadata_;
+  HostAttentionMetadata metadata_;
+  AttentionMetadata view_;  // Of metadata_.
   Tensor q_, out_, k_, v_, k_scale_, v_scale_;
   KvCacheLayer cache_;
 };

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -194,7 +195,7 @@ TEST_F(CpuOpsTest, RopeRotatesHalvesByPositionTimesFrequency) {
   std::copy_n(x.data_as<float>(), 48, orig.data_as<float>());
   Tensor freq = Random({4});
   std::vector<int32_t> pos = {0, 5, 11};
-  ASSERT_TRUE(ops_.Rope(x.view(), pos, freq.view()).ok());
+  ASSERT_TRUE(ops_.Rope(x.view(), StepArray(pos), freq.view()).ok());
   std::vector<double> want(48);
   for (int t = 0; t < 3; ++t) {
     for (int h = 0; h < 2; ++h) {
@@ -231,10 +232,26 @@ TEST_F(CpuOpsTest, EmbeddingRejectsOutOfRangeIds) {
   Tensor table = Random({10, 4});
   Tensor out = *Tensor::Empty(DType::kF32, {2, 4});
   std::vector<int32_t> ids = {3, 9};
-  ASSERT_TRUE(ops_.Embedding(table.view(), ids, out.view()).ok());
+  ASSERT_TRUE(ops_.Embedding(table.view(), StepArray(ids), out.view()).ok());
   EXPECT_EQ(out.data_as<float>()[4], table.data_as<float>()[36]);
   ids[1] = 10;
-  EXPECT_EQ(ops_.Embedding(table.view(), ids, out.view()).code(),
+  EXPECT_EQ(ops_.Embedding(table.view(), StepArray(ids), out.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+  // Step arrays must be kI32 vectors.
+  const std::vector<int64_t> wide = {3, 9};
+  EXPECT_EQ(ops_.Embedding(table.view(), StepArray(wide), out.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CpuOpsTest, GatherRowsChecksRows) {
+  Tensor src = Random({4, 3});
+  Tensor dst = *Tensor::Empty(DType::kF32, {2, 3});
+  std::vector<int32_t> rows = {3, 0};
+  ASSERT_TRUE(ops_.GatherRows(src.view(), StepArray(rows), dst.view()).ok());
+  EXPECT_EQ(dst.data_as<float>()[0], src.data_as<float>()[9]);
+  EXPECT_EQ(dst.data_as<float>()[3], src.data_as<float>()[0]);
+  rows[0] = 4;
+  EXPECT_EQ(ops_.GatherRows(src.view(), StepArray(rows), dst.view()).code(),
             absl::StatusCode::kInvalidArgument);
 }
 

@@ -21,6 +21,7 @@
 #include "gtest/gtest.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -50,7 +51,8 @@ using Lens = std::vector<std::pair<int64_t, int64_t>>;
 // every position of every sequence, and the cache that holds them.
 struct Problem {
   Config config;
-  AttentionMetadata m;
+  HostAttentionMetadata m;
+  AttentionMetadata view;  // Of m, for the ops.
   int64_t num_slots = 0;
   Tensor q;                              // [T, H, D]
   std::vector<std::vector<float>> k, v;  // Per sequence [seq_len, kv, D(v)].
@@ -128,6 +130,7 @@ class PagedAttentionTest : public ::testing::Test {
     auto m = BuildAttentionMetadata(slices, bs, total_blocks);
     EXPECT_TRUE(m.ok()) << m.status();
     p.m = *std::move(m);
+    p.view = p.m.View();
     p.num_slots = total_blocks * bs;
 
     const Config& c = p.config;
@@ -174,8 +177,8 @@ class PagedAttentionTest : public ::testing::Test {
         slots.push_back(p.m.Slot(s, pos));
       }
     }
-    const absl::Status st =
-        ops_.StoreKvCache(k_all.view(), v_all.view(), slots, p.layer);
+    const absl::Status st = ops_.StoreKvCache(k_all.view(), v_all.view(),
+                                              StepArray(slots), p.layer);
     EXPECT_TRUE(st.ok()) << st;
     return p;
   }
@@ -207,7 +210,7 @@ class PagedAttentionTest : public ::testing::Test {
   // the original f32 inputs are used.
   static std::vector<double> Reference(const Problem& p, bool from_cache) {
     const Config& c = p.config;
-    const AttentionMetadata& m = p.m;
+    const HostAttentionMetadata& m = p.m;
     const int64_t group = c.heads / c.kv_heads;
     std::vector<double> out(m.num_tokens * c.heads * c.dim_v, 0.0);
     for (int32_t s = 0; s < m.num_seqs; ++s) {
@@ -270,7 +273,7 @@ class PagedAttentionTest : public ::testing::Test {
     PagedAttentionArgs args;
     args.q = p.q.view();
     args.cache = p.layer;
-    args.metadata = &p.m;
+    args.metadata = &p.view;
     args.first_seq = first;
     args.end_seq = end;
     args.out = out.view();
@@ -315,7 +318,7 @@ class PagedAttentionTest : public ::testing::Test {
   void CheckPaged(const Config& config, const Lens& lens) {
     SCOPED_TRACE(config.ToString());
     Problem p = Make(config, lens);
-    const AttentionMetadata& m = p.m;
+    const HostAttentionMetadata& m = p.m;
     const std::vector<double> want = Reference(p, /*from_cache=*/true);
     const std::vector<double> want_f32 = Reference(p, /*from_cache=*/false);
     const double tight = 1e-5;
@@ -430,8 +433,9 @@ TEST_F(PagedAttentionTest, DecodeIsBatchInvariant) {
           std::find(table, table + p.m.max_blocks_per_seq, -1) - table;
       SequenceSlice slice{p.m.context_lens[s], 1,
                           absl::MakeConstSpan(table, table_len)};
-      AttentionMetadata alone = *BuildAttentionMetadata(
+      const HostAttentionMetadata alone_host = *BuildAttentionMetadata(
           {slice}, c.block_size, p.num_slots / c.block_size);
+      const AttentionMetadata alone = alone_host.View();
       Tensor q = *Tensor::Empty(DType::kF32, {1, c.heads, c.dim});
       std::copy_n(p.q.data_as<float>() + s * c.heads * c.dim, c.heads * c.dim,
                   q.data_as<float>());
@@ -499,7 +503,7 @@ TEST_F(PagedAttentionTest, StoreKvCacheInt8RoundTrip) {
   std::fill_n(vs.data_as<float>(), vs.numel(), -1.0f);
   const KvCacheLayer layer{kc.view(), vc.view(), ks.view(), vs.view()};
   const std::vector<int64_t> slot_mapping = {7, 0, 19, 3, 12, 8};
-  ASSERT_TRUE(ops_.StoreKvCache(kt, vt, slot_mapping, layer).ok());
+  ASSERT_TRUE(ops_.StoreKvCache(kt, vt, StepArray(slot_mapping), layer).ok());
 
   for (int is_k = 0; is_k < 2; ++is_k) {
     const int64_t d = is_k ? dim : dim_v;
@@ -538,7 +542,8 @@ TEST_F(PagedAttentionTest, StoreKvCacheInt8RoundTrip) {
   const KvCacheLayer layer2{kc2.view(), vc.view(), ks.view(), vs.view()};
   for (int64_t bad : {int64_t{-1}, slots}) {
     std::vector<int64_t> bad_mapping = {1, 2, 3, 4, 5, bad};
-    const absl::Status st = ops_.StoreKvCache(kt, vt, bad_mapping, layer2);
+    const absl::Status st =
+        ops_.StoreKvCache(kt, vt, StepArray(bad_mapping), layer2);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(st.message().find("StoreKvCache"), absl::string_view::npos);
   }
@@ -556,7 +561,7 @@ TEST_F(PagedAttentionTest, StoreKvCacheF32CopiesRows) {
   const std::vector<int64_t> slot_mapping = {4, 0, 2};
   ASSERT_TRUE(ops_.StoreKvCache(TensorView(k.data(), DType::kF32, {3, 2, 8}),
                                 TensorView(v.data(), DType::kF32, {3, 2, 8}),
-                                slot_mapping, {kc.view(), vc.view()})
+                                StepArray(slot_mapping), {kc.view(), vc.view()})
                   .ok());
   for (int64_t t = 0; t < tokens; ++t) {
     for (int64_t i = 0; i < kv * dim; ++i) {
@@ -596,7 +601,8 @@ TEST_F(PagedAttentionTest, RejectsBadInputs) {
   expect_invalid(ops_.StaticAttention(args), "StaticAttention");
   Tensor k_in = *Tensor::Zeros(DType::kF32, {1, 2, 8});
   expect_invalid(
-      ops_.StoreKvCache(k_in.view(), k_in.view(), {int64_t{0}}, args.cache),
+      ops_.StoreKvCache(k_in.view(), k_in.view(),
+                        StepArray(std::vector<int64_t>{0}), args.cache),
       "StoreKvCache");
 
   // f32 cache given scales.
@@ -640,13 +646,17 @@ TEST_F(PagedAttentionTest, RejectsBadInputs) {
   args.q = q_dim.view();
   expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
 
-  // A block id beyond the cache.
-  AttentionMetadata bad_blocks = p.m;
-  bad_blocks.block_tables[0] = static_cast<int32_t>(p.num_slots / 4);
+  // Block ids checked against more blocks than the cache holds (the ids
+  // themselves are checked once per step, when the metadata is packed).
+  AttentionMetadata bad_view = p.view;
+  bad_view.num_blocks = p.num_slots / 4 + 1;
   args = Args(p, out, 0, 3);
-  args.metadata = &bad_blocks;
+  args.metadata = &bad_view;
   expect_invalid(ops_.PrefillAttention(args), "PrefillAttention");
   args.end_seq = 1;
+  expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
+  // Metadata nobody checked.
+  bad_view.num_blocks = 0;
   expect_invalid(ops_.DecodeAttention(args), "DecodeAttention");
 
   // Static layout: a sequence longer than its block.
@@ -655,7 +665,8 @@ TEST_F(PagedAttentionTest, RejectsBadInputs) {
 
   // StoreKvCache: k rows disagree with the slot mapping.
   Tensor k2 = *Tensor::Zeros(DType::kF32, {2, 2, 8});
-  expect_invalid(ops_.StoreKvCache(k2.view(), k2.view(), {int64_t{0}}, p.layer),
+  expect_invalid(ops_.StoreKvCache(k2.view(), k2.view(),
+                                   StepArray(std::vector<int64_t>{0}), p.layer),
                  "StoreKvCache");
 }
 

@@ -5,8 +5,9 @@
 //
 // Semantics match kernels/ops.h and the CPU reference (kernels/cpu):
 //  - Layouts are row-major; every pointer is a device pointer, including the
-//    metadata arrays (the caller uploads them once per step). No kernel reads
-//    host memory and no launcher allocates.
+//    metadata arrays (the step inputs, runtime/executor/step_inputs.h: fixed
+//    buffers filled by one copy per step). No kernel reads host memory and no
+//    launcher allocates.
 //  - Each (query row, head) result depends only on its own sequence (its
 //    metadata, queries and cache): the same sequence gives bitwise the same
 //    output whatever batch it runs in.
@@ -91,7 +92,9 @@ cudaError_t LaunchPrefillAttention(const float* q, int32_t num_heads,
 
 // Bytes of workspace LaunchDecodeAttention needs for up to num_seqs sequences
 // of up to max_seq_len positions (0 when no sequence needs more than one
-// partition of kDecodePartitionSize keys).
+// partition of kDecodePartitionSize keys). CudaOps reserves it once, for the
+// rank's most sequences at the full context (ReserveStepScratch), so decode
+// never grows it.
 size_t DecodeAttentionWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
                                      int32_t head_dim_v, int32_t max_seq_len);
 

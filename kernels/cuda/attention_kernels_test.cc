@@ -26,6 +26,7 @@
 #include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -169,7 +170,7 @@ struct Batch {
   int32_t block_size = 0;
   int64_t num_blocks = 0;
   std::vector<std::vector<int32_t>> tables;
-  AttentionMetadata m;
+  HostAttentionMetadata m;
   int64_t num_slots() const { return num_blocks * block_size; }
 };
 
@@ -202,7 +203,7 @@ Batch MakeBatch(const Lens& lens, int32_t block_size, std::mt19937& rng) {
 
 // The metadata arrays on the device.
 struct DeviceMetadata {
-  explicit DeviceMetadata(const AttentionMetadata& m)
+  explicit DeviceMetadata(const HostAttentionMetadata& m)
       : query_start_loc(m.query_start_loc),
         context_lens(m.context_lens),
         seq_lens(m.seq_lens),
@@ -289,10 +290,11 @@ class Step {
       : config_(c),
         batch_(std::move(batch)),
         caches_(c, batch_.num_slots()),
-        dmeta_(batch_.m) {}
+        dmeta_(batch_.m),
+        host_view_(batch_.m.View()) {}
 
   const Config& config() const { return config_; }
-  const AttentionMetadata& m() const { return batch_.m; }
+  const HostAttentionMetadata& m() const { return batch_.m; }
   const Batch& batch() const { return batch_; }
   const std::vector<float>& q() const { return q_; }
   const DeviceArray<float>& dq() const { return dq_; }
@@ -311,7 +313,7 @@ class Step {
   // Fills both caches and checks the device store against the CPU's.
   void Prepare(std::mt19937& rng) {
     const Config& c = config_;
-    const AttentionMetadata& m = batch_.m;
+    const HostAttentionMetadata& m = batch_.m;
     const int64_t slots = batch_.num_slots();
     const int64_t k_row = int64_t{c.kv_heads} * c.dim;
     const int64_t v_row = int64_t{c.kv_heads} * c.dim_v;
@@ -355,13 +357,13 @@ class Step {
                                                {slots, c.kv_heads, c.dim}),
                                     TensorView(v0c.data(), DType::kF32,
                                                {slots, c.kv_heads, c.dim_v}),
-                                    all_slots, layer)
+                                    StepArray(all_slots), layer)
                       .ok());
       ASSERT_TRUE(
           cpu_.StoreKvCache(
                   TensorView(k1c.data(), DType::kF32, {t, c.kv_heads, c.dim}),
                   TensorView(v1c.data(), DType::kF32, {t, c.kv_heads, c.dim_v}),
-                  m.slot_mapping, layer)
+                  StepArray(m.slot_mapping), layer)
               .ok());
     }
     // Device: the same two stores from the unrounded values.
@@ -457,7 +459,7 @@ class Step {
     PagedAttentionArgs a;
     a.q = TensorView(q_.data(), DType::kF32, {m().num_tokens, c.heads, c.dim});
     a.cache = caches_.Host();
-    a.metadata = &batch_.m;
+    a.metadata = &host_view_;
     a.first_seq = first;
     a.end_seq = end;
     a.out = TensorView(out->data(), DType::kF32,
@@ -485,6 +487,7 @@ class Step {
   Batch batch_;
   Caches caches_;
   DeviceMetadata dmeta_;
+  AttentionMetadata host_view_;  // Of batch_.m, for the CPU.
   std::vector<float> q_;
   DeviceArray<float> dq_;
   std::vector<bool> used_;
@@ -533,7 +536,7 @@ class CudaAttentionTest : public ::testing::Test {
     SCOPED_TRACE(c.ToString());
     Step step(c, MakeBatch(lens, c.block_size, rng_));
     ASSERT_NO_FATAL_FAILURE(step.Prepare(rng_));
-    const AttentionMetadata& m = step.m();
+    const HostAttentionMetadata& m = step.m();
     const int32_t nd = m.num_decode_seqs;
     std::vector<float> want(step.out_count(), 0.0f);
     if (nd > 0) {
@@ -572,7 +575,7 @@ class CudaAttentionTest : public ::testing::Test {
     const int32_t capacity = static_cast<int32_t>(longest + 7);
     Step step(c, MakeBatch(lens, capacity, rng_));
     ASSERT_NO_FATAL_FAILURE(step.Prepare(rng_));
-    const AttentionMetadata& m = step.m();
+    const HostAttentionMetadata& m = step.m();
     std::vector<float> want(step.out_count(), 0.0f);
     ASSERT_TRUE(
         step.cpu().StaticAttention(step.CpuArgs(&want, 0, m.num_seqs)).ok());
@@ -659,7 +662,7 @@ TEST_F(CudaAttentionTest, BatchInvariant) {
       }
       Step step(c, MakeBatch(lens, block_size, rng_));
       ASSERT_NO_FATAL_FAILURE(step.Prepare(rng_));
-      const AttentionMetadata& m = step.m();
+      const HostAttentionMetadata& m = step.m();
       const int32_t nd = m.num_decode_seqs;
       ASSERT_GT(nd, 0);
       const int64_t row_out = int64_t{c.heads} * c.dim_v;

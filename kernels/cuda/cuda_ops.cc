@@ -151,6 +151,12 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> CudaOps::EndCapture() {
 absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {
   Scratch& s = scratch_[which];
   if (s.bytes >= bytes && s.data != nullptr) return s.data;
+  if (s.reserved) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a step needs ", bytes, " bytes of scratch #",
+                     static_cast<int>(which), ", ReserveStepScratch reserved ",
+                     s.bytes, " (the rank's step limits are too small)"));
+  }
   if (s.data != nullptr) {
     // The old buffer may still be read by enqueued work.
     RETURN_IF_ERROR(Synchronize());
@@ -164,15 +170,152 @@ absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {
   return s.data;
 }
 
-absl::StatusOr<void*> CudaOps::Stage(enum Buffer which, const void* host,
-                                     size_t bytes) {
+absl::Status CudaOps::Reserve(enum Buffer which, size_t bytes) {
+  Scratch& s = scratch_[which];
+  if (s.data != nullptr) {
+    RETURN_IF_ERROR(Synchronize());
+    RETURN_IF_ERROR(allocator_->Free(s.data));
+    s = Scratch{};
+  }
+  bytes = std::max<size_t>(bytes, 256);
+  ASSIGN_OR_RETURN(s.data, allocator_->Allocate(bytes));
+  s.bytes = bytes;
+  s.reserved = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaOps::ReserveStepScratch(const StepLimits& l) {
+  if (l.max_tokens < 1 || l.max_seqs < 1 || l.max_seq_len < 1 ||
+      l.max_heads < 1 || l.max_head_dim < 1 || l.max_linear_in < 1 ||
+      l.vocab_size < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ReserveStepScratch: limits of ", l.max_tokens, " tokens, ", l.max_seqs,
+        " sequences of ", l.max_seq_len, " positions, ", l.max_heads,
+        " heads of ", l.max_head_dim, ", Linear K ", l.max_linear_in,
+        ", vocabulary ", l.vocab_size));
+  }
+  const size_t rows = static_cast<size_t>(l.max_seqs);
+  const size_t vocab = static_cast<size_t>(l.vocab_size);
+  // The largest Linear input as bf16 (the head's rows are <= max_seqs, so
+  // max_tokens * max_linear_in covers it when max_seqs <= max_tokens).
+  const size_t gemm_rows =
+      static_cast<size_t>(std::max<int64_t>(l.max_tokens, l.max_seqs));
+  RETURN_IF_ERROR(Reserve(
+      kGemmInput,
+      gemm_rows * static_cast<size_t>(l.max_linear_in) * sizeof(uint16_t)));
+  RETURN_IF_ERROR(Reserve(kGemmWorkspace, kGemmWorkspaceBytes));
+  // Split-K decode: every sequence of a step, all its heads, the partitions
+  // of the longest context.
+  RETURN_IF_ERROR(Reserve(
+      kDecodeWorkspace,
+      cuda::DecodeAttentionWorkspaceBytes(
+          static_cast<int32_t>(std::min<int64_t>(l.max_seqs, INT32_MAX)),
+          l.max_heads, l.max_head_dim,
+          static_cast<int32_t>(std::min<int64_t>(l.max_seq_len, INT32_MAX)))));
+  // The sampler's per-row buffers. The penalty tables and the masked ids
+  // (kSampleCounts, kSampleMask, kSampleMasked) still grow on first use.
+  RETURN_IF_ERROR(
+      Reserve(kSampleParams, rows * sizeof(cuda::DeviceSamplingParams)));
+  RETURN_IF_ERROR(Reserve(kSampleScratch, rows * vocab * sizeof(float)));
+  RETURN_IF_ERROR(Reserve(kSampleTokens, rows * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleIndex, rows * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleChosen, rows * sizeof(float)));
+  RETURN_IF_ERROR(Reserve(kSampleLogZ, rows * sizeof(float)));
+  const size_t top = rows * static_cast<size_t>(cuda::kMaxTopLogprobs);
+  RETURN_IF_ERROR(Reserve(kSampleTopIds, top * sizeof(int32_t)));
+  RETURN_IF_ERROR(Reserve(kSampleTopLogprobs, top * sizeof(float)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<void*> CudaOps::CopySamplingInput(enum Buffer which,
+                                                 const void* host,
+                                                 size_t bytes) {
   ASSIGN_OR_RETURN(void* device, Grow(which, std::max<size_t>(bytes, 1)));
   if (bytes > 0) {
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_),
-        "cudaMemcpyAsync", "copying step data to the GPU"));
+        "cudaMemcpyAsync", "copying sampling parameters to the GPU"));
   }
   return device;
+}
+
+namespace {
+
+// Device step buffers beside page-locked staging (upload_buffer.h).
+class CudaUploadBuffer final : public UploadBuffer {
+ public:
+  CudaUploadBuffer(void* device, size_t bytes, void* host, cudaEvent_t done,
+                   PinnableBlockAllocator* allocator, cudaStream_t stream)
+      : UploadBuffer(device, bytes),
+        host_(host),
+        done_(done),
+        allocator_(allocator),
+        stream_(stream) {}
+  ~CudaUploadBuffer() override {
+    if (pending_) cudaEventSynchronize(done_);
+    cudaEventDestroy(done_);
+    cudaFreeHost(host_);
+    allocator_->Free(device()).IgnoreError();
+  }
+
+  absl::StatusOr<void*> BeginWrite() override {
+    if (pending_) {
+      // The previous step's copy may still be reading the staging.
+      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(done_),
+                                 "cudaEventSynchronize",
+                                 "waiting for the last step's inputs copy"));
+      pending_ = false;
+    }
+    return host_;
+  }
+
+  absl::Status Upload(size_t bytes) override {
+    if (bytes > this->bytes()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "upload of ", bytes, " bytes into a buffer of ", this->bytes()));
+    }
+    if (bytes == 0) return absl::OkStatus();
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(device(), host_, bytes,
+                                               cudaMemcpyHostToDevice, stream_),
+                               "cudaMemcpyAsync",
+                               "copying the step's inputs to the GPU"));
+    RETURN_IF_ERROR(CudaStatus(cudaEventRecord(done_, stream_),
+                               "cudaEventRecord",
+                               "marking the step's inputs copy"));
+    pending_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  void* host_;
+  cudaEvent_t done_;
+  PinnableBlockAllocator* allocator_;
+  cudaStream_t stream_;
+  bool pending_ = false;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<UploadBuffer>> CudaOps::NewUploadBuffer(
+    size_t bytes) {
+  const size_t size = std::max<size_t>(bytes, 1);
+  ASSIGN_OR_RETURN(void* device, allocator_->Allocate(size));
+  void* host = nullptr;
+  absl::Status st =
+      CudaStatus(cudaHostAlloc(&host, size, cudaHostAllocDefault),
+                 "cudaHostAlloc", "allocating page-locked step staging");
+  cudaEvent_t done = nullptr;
+  if (st.ok()) {
+    st = CudaStatus(cudaEventCreateWithFlags(&done, cudaEventDisableTiming),
+                    "cudaEventCreateWithFlags", "creating the staging event");
+  }
+  if (!st.ok()) {
+    if (host != nullptr) cudaFreeHost(host);
+    allocator_->Free(device).IgnoreError();
+    return st;
+  }
+  return std::unique_ptr<UploadBuffer>(
+      new CudaUploadBuffer(device, bytes, host, done, allocator_, stream_));
 }
 
 absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
@@ -231,25 +374,6 @@ absl::StatusOr<Tensor> CudaOps::Upload(const TensorView& host, DType dtype) {
                    "cudaMemcpy", "uploading a converted weight"));
   }
   return t;
-}
-
-absl::Status CudaOps::BeginStep(const AttentionMetadata& m) {
-  step_ = &m;
-  step_blocks_ = 0;
-  ASSIGN_OR_RETURN(void* p, Stage(kPositions, m.positions.data(),
-                                  m.positions.size() * sizeof(int32_t)));
-  (void)p;
-  ASSIGN_OR_RETURN(p, Stage(kSlots, m.slot_mapping.data(),
-                            m.slot_mapping.size() * sizeof(int64_t)));
-  ASSIGN_OR_RETURN(p, Stage(kQueryStarts, m.query_start_loc.data(),
-                            m.query_start_loc.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kContextLens, m.context_lens.data(),
-                            m.context_lens.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kSeqLens, m.seq_lens.data(),
-                            m.seq_lens.size() * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(p, Stage(kBlockTables, m.block_tables.data(),
-                            m.block_tables.size() * sizeof(int32_t)));
-  return absl::OkStatus();
 }
 
 absl::Status CudaOps::DoConcatShards(const TensorView& gathered, int64_t shards,
@@ -313,9 +437,10 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
     penalties = penalties || sp.has_penalties();
     top_n = std::max(top_n, r.top_logprobs);
   }
-  ASSIGN_OR_RETURN(void* d_params,
-                   Stage(kSampleParams, params.data(),
-                         params.size() * sizeof(cuda::DeviceSamplingParams)));
+  ASSIGN_OR_RETURN(
+      void* d_params,
+      CopySamplingInput(kSampleParams, params.data(),
+                        params.size() * sizeof(cuda::DeviceSamplingParams)));
   const int32_t* d_counts = nullptr;
   const uint8_t* d_mask = nullptr;
   if (penalties) {
@@ -330,17 +455,20 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
         if (t >= 0 && t < vocab) sample_mask_[i * vocab + t] = 1;
       }
     }
-    ASSIGN_OR_RETURN(void* c, Stage(kSampleCounts, sample_counts_.data(),
-                                    sample_counts_.size() * sizeof(int32_t)));
     ASSIGN_OR_RETURN(
-        void* m, Stage(kSampleMask, sample_mask_.data(), sample_mask_.size()));
+        void* c, CopySamplingInput(kSampleCounts, sample_counts_.data(),
+                                   sample_counts_.size() * sizeof(int32_t)));
+    ASSIGN_OR_RETURN(void* m,
+                     CopySamplingInput(kSampleMask, sample_mask_.data(),
+                                       sample_mask_.size()));
     d_counts = static_cast<const int32_t*>(c);
     d_mask = static_cast<const uint8_t*>(m);
   }
   const int32_t* d_masked = nullptr;
   if (!sample_masked_.empty()) {
-    ASSIGN_OR_RETURN(void* m, Stage(kSampleMasked, sample_masked_.data(),
-                                    sample_masked_.size() * sizeof(int32_t)));
+    ASSIGN_OR_RETURN(
+        void* m, CopySamplingInput(kSampleMasked, sample_masked_.data(),
+                                   sample_masked_.size() * sizeof(int32_t)));
     d_masked = static_cast<const int32_t*>(m);
   }
   ASSIGN_OR_RETURN(void* scratch,
@@ -379,8 +507,9 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
     }
     sample_index_[i] = static_cast<int32_t>(i * vocab + sample_tokens_[i]);
   }
-  ASSIGN_OR_RETURN(void* d_index, Stage(kSampleIndex, sample_index_.data(),
-                                        n * sizeof(int32_t)));
+  ASSIGN_OR_RETURN(void* d_index,
+                   CopySamplingInput(kSampleIndex, sample_index_.data(),
+                                     n * sizeof(int32_t)));
   ASSIGN_OR_RETURN(void* d_chosen, Grow(kSampleChosen, n * sizeof(float)));
   RETURN_IF_ERROR(
       Launch(cuda::LaunchGatherRows(logits.data_as<const float>(),
@@ -415,40 +544,14 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   return absl::OkStatus();
 }
 
-absl::StatusOr<const int32_t*> CudaOps::DevicePositions(
-    absl::Span<const int32_t> positions) {
-  if (step_ != nullptr && positions.data() == step_->positions.data() &&
-      positions.size() == step_->positions.size()) {
-    return static_cast<const int32_t*>(scratch_[kPositions].data);
-  }
-  // Outside a step (tests): staged through the ids buffer's neighbour.
-  ASSIGN_OR_RETURN(void* p, Stage(kRows, positions.data(),
-                                  positions.size() * sizeof(int32_t)));
-  return static_cast<const int32_t*>(p);
-}
-
-absl::StatusOr<const int64_t*> CudaOps::DeviceSlots(
-    absl::Span<const int64_t> slots) {
-  if (step_ != nullptr && slots.data() == step_->slot_mapping.data() &&
-      slots.size() == step_->slot_mapping.size()) {
-    return static_cast<const int64_t*>(scratch_[kSlots].data);
-  }
-  ASSIGN_OR_RETURN(void* p,
-                   Stage(kRows, slots.data(), slots.size() * sizeof(int64_t)));
-  return static_cast<const int64_t*>(p);
-}
-
 absl::Status CudaOps::DoGatherRows(const TensorView& src,
-                                   absl::Span<const int32_t> rows,
+                                   const TensorView& rows,
                                    const TensorView& dst) {
-  if (rows.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* d_rows,
-                   Stage(kRows, rows.data(), rows.size() * sizeof(int32_t)));
+  if (rows.numel() == 0) return absl::OkStatus();
   return Launch(
       cuda::LaunchGatherRows(src.data_as<const float>(),
-                             static_cast<const int32_t*>(d_rows),
-                             static_cast<int64_t>(rows.size()), src.shape()[1],
-                             dst.data_as<float>(), stream_),
+                             rows.data_as<const int32_t>(), rows.numel(),
+                             src.shape()[1], dst.data_as<float>(), stream_),
       "GatherRows");
 }
 
@@ -461,22 +564,18 @@ absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
 }
 
 absl::Status CudaOps::DoEmbedding(const TensorView& table,
-                                  absl::Span<const int32_t> ids,
+                                  const TensorView& ids,
                                   const TensorView& out) {
   return DoEmbeddingShard(table, ids, 0, out);
 }
 
 absl::Status CudaOps::DoEmbeddingShard(const TensorView& table,
-                                       absl::Span<const int32_t> ids,
-                                       int64_t first_id,
+                                       const TensorView& ids, int64_t first_id,
                                        const TensorView& out) {
-  if (ids.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(void* d_ids,
-                   Stage(kIds, ids.data(), ids.size() * sizeof(int32_t)));
+  if (ids.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchEmbedding(
                     table.data(), table.dtype() == DType::kBF16,
-                    static_cast<const int32_t*>(d_ids),
-                    static_cast<int64_t>(ids.size()), table.shape()[1],
+                    ids.data_as<const int32_t>(), ids.numel(), table.shape()[1],
                     first_id, table.shape()[0], out.data_as<float>(), stream_),
                 "Embedding");
 }
@@ -601,15 +700,14 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
   return absl::OkStatus();
 }
 
-absl::Status CudaOps::DoRope(const TensorView& x,
-                             absl::Span<const int32_t> positions,
+absl::Status CudaOps::DoRope(const TensorView& x, const TensorView& positions,
                              const TensorView& inv_freq) {
   if (x.numel() == 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int32_t* d_positions, DevicePositions(positions));
-  return Launch(cuda::LaunchRope(x.data_as<float>(), d_positions,
-                                 inv_freq.data_as<const float>(), x.shape()[0],
-                                 x.shape()[1], x.shape()[2], stream_),
-                "Rope");
+  return Launch(
+      cuda::LaunchRope(x.data_as<float>(), positions.data_as<const int32_t>(),
+                       inv_freq.data_as<const float>(), x.shape()[0],
+                       x.shape()[1], x.shape()[2], stream_),
+      "Rope");
 }
 
 absl::Status CudaOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
@@ -652,33 +750,30 @@ cuda::DeviceKvLayer DeviceLayer(const KvCacheLayer& cache) {
 }  // namespace
 
 absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
-                                     absl::Span<const int64_t> slot_mapping,
+                                     const TensorView& slot_mapping,
                                      const KvCacheLayer& cache) {
   const cuda::DeviceKvLayer layer = DeviceLayer(cache);
-  if (slot_mapping.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const int64_t* d_slots, DeviceSlots(slot_mapping));
+  // Slots are device values: the kernel skips one outside the cache.
+  if (slot_mapping.numel() == 0) return absl::OkStatus();
   return Launch(cuda::LaunchStoreKvCache(k.data_as<const float>(),
                                          v.data_as<const float>(), k.shape()[0],
-                                         d_slots, layer, stream_),
+                                         slot_mapping.data_as<const int64_t>(),
+                                         layer, stream_),
                 "StoreKvCache");
 }
 
 absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                                 AttentionKind kind) {
   const AttentionMetadata* m = args.metadata;
-  if (m != step_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(AttentionOpName(kind),
-                     ": the metadata must be the current step's (BeginStep)"));
-  }
   if (args.first_seq == args.end_seq) return absl::OkStatus();
   const cuda::DeviceKvLayer layer = DeviceLayer(args.cache);
   const Shape& qs = args.q.shape();
   cuda::DeviceAttentionMetadata dm;
-  dm.query_start_loc = static_cast<const int32_t*>(scratch_[kQueryStarts].data);
-  dm.context_lens = static_cast<const int32_t*>(scratch_[kContextLens].data);
-  dm.seq_lens = static_cast<const int32_t*>(scratch_[kSeqLens].data);
-  dm.block_tables = static_cast<const int32_t*>(scratch_[kBlockTables].data);
+  // The arrays where they are (step inputs in device memory).
+  dm.query_start_loc = m->query_start_loc.data_as<const int32_t>();
+  dm.context_lens = m->context_lens.data_as<const int32_t>();
+  dm.seq_lens = m->seq_lens.data_as<const int32_t>();
+  dm.block_tables = m->block_tables.data_as<const int32_t>();
   dm.max_blocks_per_seq = m->max_blocks_per_seq;
   dm.block_size = m->block_size;
   dm.num_seqs = m->num_seqs;

@@ -5,10 +5,17 @@
 // stream, in order; CopyToHost synchronizes.
 //
 // Memory: weights (Upload), the model's scratch and the KV cache come from the
-// PinnableBlockAllocator given at creation (over a CudaMemorySource). The ops'
-// own scratch (token ids, step metadata, the bf16 copy of a GEMM input, the
-// split-K workspace of decode attention) also comes from it, in buffers that
-// only grow, so a steady decode step allocates nothing.
+// PinnableBlockAllocator given at creation (over a CudaMemorySource), and so
+// do step buffers (NewUploadBuffer: device memory beside a page-locked host
+// staging block, which is the only memory not from the allocator, made at
+// build time). The ops' own scratch (the bf16 copy of a GEMM input, the
+// cuBLASLt workspace, the split-K workspace of decode attention, the
+// sampler's buffers) also comes from it: ReserveStepScratch sizes it once for
+// the rank's largest step, after which those buffers never grow (a step that
+// would need more fails), so no step allocates. Step arrays (ids, rows,
+// positions, slots, the metadata's arrays) are device views read in place;
+// their values are trusted (StepInputs checked them): an id outside the
+// embedding table gives a zero row, a slot outside the cache is skipped.
 #ifndef TESSERA_KERNELS_CUDA_CUDA_OPS_H_
 #define TESSERA_KERNELS_CUDA_CUDA_OPS_H_
 
@@ -50,19 +57,19 @@ class CudaOps final : public Ops {
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
-  absl::Status BeginStep(const AttentionMetadata& metadata) override;
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t bytes) override;
+  absl::Status ReserveStepScratch(const StepLimits& limits) override;
 
  protected:
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
                               const TensorView& out) override;
-  absl::Status DoGatherRows(const TensorView& src,
-                            absl::Span<const int32_t> rows,
+  absl::Status DoGatherRows(const TensorView& src, const TensorView& rows,
                             const TensorView& dst) override;
-  absl::Status DoEmbedding(const TensorView& table,
-                           absl::Span<const int32_t> ids,
+  absl::Status DoEmbedding(const TensorView& table, const TensorView& ids,
                            const TensorView& out) override;
-  absl::Status DoEmbeddingShard(const TensorView& table,
-                                absl::Span<const int32_t> ids, int64_t first_id,
+  absl::Status DoEmbeddingShard(const TensorView& table, const TensorView& ids,
+                                int64_t first_id,
                                 const TensorView& out) override;
   absl::Status DoRmsNorm(const TensorView& x, const TensorView& weight,
                          float eps, const TensorView& out) override;
@@ -73,13 +80,13 @@ class CudaOps final : public Ops {
                             const TensorView& out) override;
   absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                         const TensorView* bias, const TensorView& out) override;
-  absl::Status DoRope(const TensorView& x, absl::Span<const int32_t> positions,
+  absl::Status DoRope(const TensorView& x, const TensorView& positions,
                       const TensorView& inv_freq) override;
   absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
   absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                          const TensorView& out) override;
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
-                              absl::Span<const int64_t> slot_mapping,
+                              const TensorView& slot_mapping,
                               const KvCacheLayer& cache) override;
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
@@ -91,16 +98,9 @@ class CudaOps final : public Ops {
                         std::vector<SampleResult>* out) override;
 
  private:
-  // Grow-only device buffers of the ops themselves.
+  // Device buffers of the ops themselves: grown on first use until
+  // ReserveStepScratch sizes them, fixed afterwards.
   enum Buffer {
-    kIds,
-    kRows,
-    kPositions,
-    kSlots,
-    kQueryStarts,
-    kContextLens,
-    kSeqLens,
-    kBlockTables,
     kGemmInput,
     kDecodeWorkspace,
     kGemmWorkspace,
@@ -120,22 +120,21 @@ class CudaOps final : public Ops {
   struct Scratch {
     void* data = nullptr;
     size_t bytes = 0;
+    bool reserved = false;  // Sized by ReserveStepScratch: never grows.
   };
   struct GemmPlan;  // Cached cuBLASLt descriptors and algorithm per shape.
 
   CudaOps(int device, PinnableBlockAllocator* allocator);
 
-  // A buffer of at least `bytes`, reallocated (contents lost) when smaller.
+  // A buffer of at least `bytes`: reallocated (contents lost) when smaller and
+  // not reserved; FailedPrecondition when smaller and reserved.
   absl::StatusOr<void*> Grow(enum Buffer which, size_t bytes);
-  // Copies host data into a scratch buffer (on the stream, from pageable
-  // memory: the copy is complete when the call returns).
-  absl::StatusOr<void*> Stage(enum Buffer which, const void* host,
-                              size_t bytes);
-  // Device copies of the step's positions and slots when `host` is the
-  // current step's array; otherwise staged now.
-  absl::StatusOr<const int32_t*> DevicePositions(
-      absl::Span<const int32_t> positions);
-  absl::StatusOr<const int64_t*> DeviceSlots(absl::Span<const int64_t> slots);
+  // Allocates `which` at exactly `bytes` (> 0) and fixes it.
+  absl::Status Reserve(enum Buffer which, size_t bytes);
+  // The sampler's per-step parameters to a scratch buffer (on the stream,
+  // from pageable memory: the copy is complete when the call returns).
+  absl::StatusOr<void*> CopySamplingInput(enum Buffer which, const void* host,
+                                          size_t bytes);
   absl::Status Attention(const PagedAttentionArgs& args, AttentionKind kind);
   absl::StatusOr<GemmPlan*> PlanGemm(int64_t t, int64_t n, int64_t k,
                                      DType dtype);
@@ -147,14 +146,11 @@ class CudaOps final : public Ops {
   void* lt_handle_ = nullptr;  // cublasLtHandle_t.
   Scratch scratch_[kNumBuffers];
   absl::flat_hash_map<uint64_t, std::unique_ptr<GemmPlan>> gemm_plans_;
-  // The current step (BeginStep): its host arrays and device copies.
-  const AttentionMetadata* step_ = nullptr;
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,
       sample_top_ids_, sample_masked_;
   std::vector<uint8_t> sample_mask_;
   std::vector<float> sample_chosen_, sample_log_z_, sample_top_logprobs_;
-  int64_t step_blocks_ = 0;
 };
 
 }  // namespace tessera

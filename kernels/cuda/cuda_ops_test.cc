@@ -16,10 +16,19 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/device_array.h"
+#include "kernels/testing/step_arrays.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
+
+using testing_cuda::DeviceArray;
+
+// A device copy of host ids as a step array.
+TensorView View(const DeviceArray<int32_t>& a) {
+  return TensorView(a.get(), DType::kI32, {static_cast<int64_t>(a.size())});
+}
 
 float RoundBf16(float x) {
   uint32_t bits;
@@ -167,17 +176,76 @@ TEST_F(CudaOpsTest, Bf16EmbeddingAndShards) {
     table.data_as<float>()[i] = RoundBf16(table.data_as<float>()[i]);
   const std::vector<int32_t> ids = {0, 99, 5, 5, 42};
   Tensor want = *Tensor::Empty(DType::kF32, {5, 24});
-  ASSERT_TRUE(cpu_.Embedding(table.view(), ids, want.view()).ok());
+  ASSERT_TRUE(cpu_.Embedding(table.view(), StepArray(ids), want.view()).ok());
   Tensor dt = Device(table, DType::kBF16), out = DeviceEmpty({5, 24});
-  ASSERT_TRUE(gpu_->Embedding(dt.view(), ids, out.view()).ok());
+  const DeviceArray<int32_t> d_ids(ids);
+  ASSERT_TRUE(gpu_->Embedding(dt.view(), View(d_ids), out.view()).ok());
   ExpectClose(Host(out.view()), want, 0);
-  ASSERT_TRUE(cpu_.EmbeddingShard(table.view(), ids, 40, want.view()).ok());
-  ASSERT_TRUE(gpu_->EmbeddingShard(dt.view(), ids, 40, out.view()).ok());
+  ASSERT_TRUE(
+      cpu_.EmbeddingShard(table.view(), StepArray(ids), 40, want.view()).ok());
+  ASSERT_TRUE(
+      gpu_->EmbeddingShard(dt.view(), View(d_ids), 40, out.view()).ok());
   ExpectClose(Host(out.view()), want, 0);
-  const std::vector<int32_t> bad = {100};
+  // Ids are device values: their range is checked where they are filled
+  // (StepInputs); a host-typed or wrongly shaped array is refused here.
   Tensor one = DeviceEmpty({1, 24});
-  EXPECT_EQ(gpu_->Embedding(dt.view(), bad, one.view()).code(),
+  EXPECT_EQ(gpu_->Embedding(dt.view(), View(d_ids), one.view()).code(),
             absl::StatusCode::kInvalidArgument);
+  const DeviceArray<int64_t> wide(std::vector<int64_t>{1});
+  EXPECT_EQ(gpu_->Embedding(dt.view(), TensorView(wide.get(), DType::kI64, {1}),
+                            one.view())
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// Step buffers: a fixed device address, one copy per Upload, and a staging
+// block that is safe to rewrite after the next BeginWrite.
+TEST_F(CudaOpsTest, UploadBufferCopiesTheStagingOnce) {
+  auto buffer = gpu_->NewUploadBuffer(64);
+  ASSERT_TRUE(buffer.ok()) << buffer.status();
+  UploadBuffer& b = **buffer;
+  void* const device = b.device();
+  for (int32_t step = 0; step < 3; ++step) {
+    auto host = b.BeginWrite();
+    ASSERT_TRUE(host.ok()) << host.status();
+    for (int32_t i = 0; i < 16; ++i) {
+      static_cast<int32_t*>(*host)[i] = step * 100 + i;
+    }
+    ASSERT_TRUE(b.Upload(16 * sizeof(int32_t)).ok());
+    std::vector<int32_t> back(16);
+    ASSERT_TRUE(
+        gpu_->CopyToHost(TensorView(b.device(), DType::kI32, {16}), back.data())
+            .ok());
+    EXPECT_EQ(back[5], step * 100 + 5);
+    EXPECT_EQ(b.device(), device);
+  }
+  EXPECT_EQ(b.Upload(65).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// After ReserveStepScratch the ops' scratch never grows: a step inside the
+// limits allocates nothing, one beyond them fails instead of reallocating.
+TEST_F(CudaOpsTest, ReservedScratchNeverGrows) {
+  StepLimits limits;
+  limits.max_tokens = 4;
+  limits.max_seqs = 2;
+  limits.max_seq_len = 64;
+  limits.max_heads = 2;
+  limits.max_head_dim = 8;
+  limits.max_linear_in = 32;
+  limits.vocab_size = 16;
+  ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
+  Tensor x = Random({4, 32}), w = Random({8, 32});
+  Tensor dx = Device(x), dw = Device(w, DType::kBF16),
+         out = DeviceEmpty({4, 8});
+  const int64_t before = allocator_->stats().allocations;
+  ASSERT_TRUE(gpu_->Linear(dx.view(), dw.view(), nullptr, out.view()).ok());
+  EXPECT_EQ(allocator_->stats().allocations, before);
+  Tensor x_wide = Random({4, 64}), w_wide = Random({8, 64});
+  Tensor dxw = Device(x_wide), dww = Device(w_wide, DType::kBF16);
+  const int64_t before_wide = allocator_->stats().allocations;
+  EXPECT_EQ(gpu_->Linear(dxw.view(), dww.view(), nullptr, out.view()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(allocator_->stats().allocations, before_wide);
 }
 
 TEST_F(CudaOpsTest, AddRmsNormConcatShardsGatherRows) {
@@ -207,9 +275,11 @@ TEST_F(CudaOpsTest, AddRmsNormConcatShardsGatherRows) {
 
   const std::vector<int32_t> rows = {3, 0, 3};
   Tensor want_rows = *Tensor::Empty(DType::kF32, {3, 19});
-  ASSERT_TRUE(cpu_.GatherRows(want_cat.view(), rows, want_rows.view()).ok());
+  ASSERT_TRUE(
+      cpu_.GatherRows(want_cat.view(), StepArray(rows), want_rows.view()).ok());
   Tensor got_rows = DeviceEmpty({3, 19});
-  ASSERT_TRUE(gpu_->GatherRows(cat.view(), rows, got_rows.view()).ok());
+  const DeviceArray<int32_t> d_rows(rows);
+  ASSERT_TRUE(gpu_->GatherRows(cat.view(), View(d_rows), got_rows.view()).ok());
   ExpectClose(Host(got_rows.view()), want_rows, 0);
 }
 

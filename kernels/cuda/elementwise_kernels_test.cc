@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
@@ -105,7 +106,7 @@ TEST_F(CudaElementwiseTest, EmbeddingMatchesCpu) {
     std::vector<float> want(tokens * hidden);
     ASSERT_TRUE(
         cpu_.Embedding(TensorView(table.data(), DType::kF32, {vocab, hidden}),
-                       ids,
+                       StepArray(ids),
                        TensorView(want.data(), DType::kF32, {tokens, hidden}))
             .ok());
     DeviceBuffer dout(std::vector<float>(tokens * hidden, NAN));
@@ -119,7 +120,7 @@ TEST_F(CudaElementwiseTest, EmbeddingMatchesCpu) {
                              table.begin() + (first_id + rows) * hidden);
     ASSERT_TRUE(cpu_.EmbeddingShard(
                         TensorView(shard.data(), DType::kF32, {rows, hidden}),
-                        ids, first_id,
+                        StepArray(ids), first_id,
                         TensorView(want.data(), DType::kF32, {tokens, hidden}))
                     .ok());
     DeviceBuffer dshard(shard);
@@ -226,7 +227,7 @@ TEST_F(CudaElementwiseTest, RopeMatchesCpu) {
     DeviceArray<int32_t> dpos(positions);
     ASSERT_TRUE(
         cpu_.Rope(TensorView(x.data(), DType::kF32, {s.tokens, s.heads, s.dim}),
-                  positions,
+                  StepArray(positions),
                   TensorView(inv_freq.data(), DType::kF32, {s.dim / 2}))
             .ok());
     ASSERT_EQ(cuda::LaunchRope(dx.get(), dpos.get(), dfreq.get(), s.tokens,

@@ -288,6 +288,8 @@ struct PinnableBlockAllocator::Impl {
     }
     Block& b = blocks[index];
     b.state = State::kInUse;
+    ++stats.allocations;
+    stats.allocated_bytes += b.size;
     stats.in_use_bytes += b.size;
     if (stats.in_use_bytes > stats.peak_in_use_bytes) {
       stats.peak_in_use_bytes = stats.in_use_bytes;
@@ -381,6 +383,7 @@ absl::Status PinnableBlockAllocator::Free(void* ptr) {
   absl::StatusOr<uint32_t> index = impl_->LiveBlock(ptr, "freeing");
   if (!index.ok()) return index.status();
   impl_->stats.in_use_bytes -= impl_->blocks[*index].size;
+  ++impl_->stats.frees;
   impl_->PushFree(*index);
   return absl::OkStatus();
 }
@@ -446,12 +449,13 @@ AllocatorStats PinnableBlockAllocator::stats() const { return impl_->stats; }
 std::string PinnableBlockAllocator::DebugString() const {
   const AllocatorStats& s = impl_->stats;
   return absl::StrCat(
-      impl_->source->name(), ": reserved ", s.reserved_bytes, ", in use ",
-      s.in_use_bytes, " (peak ", s.peak_in_use_bytes, "), pinned ",
-      s.pinned_bytes, ", cached ", s.cached_blocks, " blocks; underlying ",
-      s.underlying_allocations, " allocations (", s.underlying_allocated_bytes,
-      " bytes), ", s.underlying_frees, " frees (", s.underlying_freed_bytes,
-      " bytes)");
+      impl_->source->name(), ": ", s.allocations, " allocations (",
+      s.allocated_bytes, " bytes), ", s.frees, " frees; reserved ",
+      s.reserved_bytes, ", in use ", s.in_use_bytes, " (peak ",
+      s.peak_in_use_bytes, "), pinned ", s.pinned_bytes, ", cached ",
+      s.cached_blocks, " blocks; underlying ", s.underlying_allocations,
+      " allocations (", s.underlying_allocated_bytes, " bytes), ",
+      s.underlying_frees, " frees (", s.underlying_freed_bytes, " bytes)");
 }
 
 }  // namespace tessera

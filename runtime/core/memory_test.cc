@@ -353,6 +353,33 @@ TEST(AllocatorTest, StatsArithmetic) {
   ASSERT_TRUE(a.Free(p).ok());
 }
 
+// allocations counts every handed-out block, cache hits included (a reused
+// block is still an allocation of the code that asked), unlike
+// underlying_allocations; a failed Free counts nothing.
+TEST(AllocatorTest, AllocationCountersIncludeCacheHits) {
+  HostMemorySource source;
+  Allocator a(&source);
+  void* p = MustAllocate(a, 100);  // 512
+  ASSERT_TRUE(a.Free(p).ok());
+  void* q = MustAllocate(a, 300);  // 512 again, from the cache.
+  AllocatorStats s = a.stats();
+  EXPECT_EQ(s.underlying_allocations, 1);
+  EXPECT_EQ(s.allocations, 2);
+  EXPECT_EQ(s.allocated_bytes, 1024);
+  EXPECT_EQ(s.frees, 1);
+  int local = 0;
+  EXPECT_FALSE(a.Free(&local).ok());
+  EXPECT_FALSE(a.Allocate(0).ok());
+  s = a.stats();
+  EXPECT_EQ(s.allocations, 2);
+  EXPECT_EQ(s.frees, 1);
+  EXPECT_NE(a.DebugString().find("2 allocations (1024 bytes), 1 frees"),
+            std::string::npos)
+      << a.DebugString();
+  ASSERT_TRUE(a.Free(q).ok());
+  EXPECT_EQ(a.stats().frees, 2);
+}
+
 TEST(AllocatorTest, DestructorReturnsEverything) {
   HostMemorySource source;
   {

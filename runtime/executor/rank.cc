@@ -191,8 +191,8 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   rank->model_ = model;
   rank->kv_layout_ = layout;
   rank->samples_ = samples;
-  rank->runner_ =
-      std::make_unique<StepRunner>(model, std::move(pool), kv.backend, samples);
+  ASSIGN_OR_RETURN(rank->runner_, StepRunner::Create(model, std::move(pool),
+                                                     kv.backend, samples));
   return rank;
 }
 

@@ -17,12 +17,42 @@ StepRunner::SequenceState::SequenceState(const SamplingParams& p)
                : (static_cast<uint64_t>(std::random_device{}()) << 32) ^
                      std::random_device{}()) {}
 
+absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
+    Model* model, KvPool pool, AttentionBackend backend, bool samples) {
+  const ModelConfig& c = model->config();
+  const ShardSpec& shard = model->shard();
+  StepInputsLimits limits;
+  limits.max_tokens = model->max_step_tokens();
+  limits.max_seqs = static_cast<int32_t>(
+      std::min<int64_t>(model->max_logit_rows(), INT32_MAX));
+  limits.max_logit_rows = limits.max_seqs;
+  limits.max_blocks_per_seq =
+      BlocksPerSequence(c.max_position_embeddings, pool.block_size());
+  limits.vocab_size = c.vocab_size;
+  ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> inputs,
+                   StepInputs::Create(model->ops(), limits));
+  StepLimits scratch;
+  scratch.max_tokens = limits.max_tokens;
+  scratch.max_seqs = limits.max_seqs;
+  scratch.max_seq_len = c.max_position_embeddings;
+  scratch.max_heads = static_cast<int32_t>(shard.local_heads);
+  scratch.max_head_dim = static_cast<int32_t>(c.head_dim);
+  scratch.max_linear_in =
+      std::max<int64_t>({c.hidden_size, shard.local_heads * c.head_dim,
+                         shard.local_intermediate});
+  scratch.vocab_size = c.vocab_size;
+  RETURN_IF_ERROR(model->ops()->ReserveStepScratch(scratch));
+  return std::unique_ptr<StepRunner>(new StepRunner(
+      model, std::move(pool), backend, samples, std::move(inputs)));
+}
+
 StepRunner::StepRunner(Model* model, KvPool pool, AttentionBackend backend,
-                       bool samples)
+                       bool samples, std::unique_ptr<StepInputs> inputs)
     : model_(model),
       pool_(std::move(pool)),
       backend_(backend),
-      samples_(samples) {}
+      samples_(samples),
+      inputs_(std::move(inputs)) {}
 
 absl::Status StepRunner::Run(const proto::StepPlan& plan,
                              proto::StepResult* result) {
@@ -59,15 +89,14 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
       seqs_[step.sequence_id()] = std::move(state);
     }
   }
-  AttentionMetadata& metadata = metadata_;
-  RETURN_IF_ERROR(
-      BuildAttentionMetadata(slices_, static_cast<int32_t>(pool_.block_size()),
-                             pool_.num_blocks(), &metadata));
+  RETURN_IF_ERROR(inputs_->Fill(slices_,
+                                static_cast<int32_t>(pool_.block_size()),
+                                pool_.num_blocks(), tokens_, logit_rows_));
   StepBatch batch;
-  batch.tokens = tokens_;
-  batch.metadata = &metadata;
+  batch.tokens = inputs_->tokens();
+  batch.metadata = &inputs_->metadata();
   batch.backend = backend_;
-  batch.logit_rows = logit_rows_;
+  batch.logit_rows = inputs_->logit_rows();
   // The logits stay where the backend computed them (step_logits()).
   RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_, /*logits=*/nullptr));
   if (!samples_) return absl::OkStatus();

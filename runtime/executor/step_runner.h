@@ -3,7 +3,9 @@
 // and collects the result); it owns the rank's KV pool and, on the sampling
 // rank, the sampling state of every live sequence.
 //
-// Per step: the plan's sequences become one AttentionMetadata (built once,
+// Per step: the plan's sequences, tokens and sampled rows are packed into the
+// rank's StepInputs (fixed-capacity buffers in the backend's memory, sized
+// when the runner is made, filled by one copy; their AttentionMetadata is
 // shared by every layer), the model runs the whole batch, and the sampling
 // rank draws a token for every sequence marked `sample` with one Ops::Sample
 // call over the logits where the backend holds them (every backend, the same
@@ -20,6 +22,7 @@
 #include "absl/status/status.h"
 #include "kernels/ops.h"
 #include "proto/tessera.pb.h"
+#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
 #include "runtime/sampler/sampling_params.h"
@@ -30,8 +33,12 @@ class StepRunner {
  public:
   // `model` must outlive the runner; `pool` must have the model's
   // kv_pool_shape. `samples`: this rank samples (the last pipeline stage's
-  // tp-rank 0; the only rank in one process).
-  StepRunner(Model* model, KvPool pool, AttentionBackend backend, bool samples);
+  // tp-rank 0; the only rank in one process). Sizes the step buffers for the
+  // model's largest step (max_step_tokens, max_logit_rows sequences, the
+  // context in the pool's blocks) and reserves the backend's step scratch
+  // for it (Ops::ReserveStepScratch), so that no step allocates.
+  static absl::StatusOr<std::unique_ptr<StepRunner>> Create(
+      Model* model, KvPool pool, AttentionBackend backend, bool samples);
 
   // Runs one FORWARD plan. On the sampling rank `result` receives one
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
@@ -64,6 +71,9 @@ class StepRunner {
     }
   };
 
+  StepRunner(Model* model, KvPool pool, AttentionBackend backend, bool samples,
+             std::unique_ptr<StepInputs> inputs);
+
   // Draws the next token of every sampled sequence of `plan` from the step's
   // logits (model_->step_logits()), in one Ops::Sample call.
   absl::Status Sample(const proto::StepPlan& plan, proto::StepResult* result);
@@ -73,8 +83,8 @@ class StepRunner {
   AttentionBackend backend_;
   bool samples_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
+  std::unique_ptr<StepInputs> inputs_;
   // Reused between steps.
-  AttentionMetadata metadata_;
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;
   std::vector<int32_t> logit_rows_;

@@ -258,7 +258,7 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
                                       const KvPool& pool, float* logits) {
   const ModelConfig& c = config_;
   const AttentionMetadata* meta = batch.metadata;
-  const int64_t T = static_cast<int64_t>(batch.tokens.size());
+  const int64_t T = batch.tokens.numel();
   if (meta == nullptr || meta->num_tokens != T || T == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ForwardBatch: ", T, " tokens do not match the attention metadata"));
@@ -270,17 +270,11 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
                      "scratch holds ",
                      max_step_tokens_));
   }
-  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  const int64_t rows = batch.logit_rows.numel();
   if (rows > max_logit_rows_) {
     return absl::InvalidArgumentError(absl::StrCat(
         "ForwardBatch: logits for ", rows,
         " sequences, the model's scratch holds ", max_logit_rows_));
-  }
-  for (int32_t r : batch.logit_rows) {
-    if (r < 0 || r >= T) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ForwardBatch: logit row ", r, " of ", T, " tokens"));
-    }
   }
   if (meta->max_seq_len > c.max_position_embeddings) {
     return absl::OutOfRangeError(absl::StrCat(
@@ -297,25 +291,10 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
         "ForwardBatch: the KV pool was built for another model, shard or "
         "block size");
   }
-  for (int64_t slot : meta->slot_mapping) {
-    if (slot < 0 || slot >= pool.num_slots()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ForwardBatch: slot ", slot, " outside the pool's ",
-                       pool.num_slots()));
-    }
-  }
-  RETURN_IF_ERROR(ops_->BeginStep(*meta));
   // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
   // ids it holds, the sum completes every row) or the previous stage's output.
   TensorView hidden = hidden_.Rows(0, T);
   if (shard_.first_stage()) {
-    for (int32_t id : batch.tokens) {
-      if (id < 0 || id >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", id, " is outside the vocabulary [0, ",
-                         c.vocab_size, ")"));
-      }
-    }
     if (shard_.tp_size == 1) {
       RETURN_IF_ERROR(
           ops_->Embedding(embed_tokens_->view(), batch.tokens, hidden));
@@ -339,9 +318,9 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
   return Head(batch.logit_rows, logits);
 }
 
-absl::Status LlamaModel::Head(absl::Span<const int32_t> rows, float* logits) {
+absl::Status LlamaModel::Head(const TensorView& rows, float* logits) {
   const ModelConfig& c = config_;
-  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t n = rows.numel();
   // Only the sampled positions' logits are needed to pick next tokens.
   TensorView last = last_hidden_.Rows(0, n);
   RETURN_IF_ERROR(ops_->GatherRows(hidden_.Rows(0, meta_tokens_), rows, last));

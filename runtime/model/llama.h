@@ -76,7 +76,7 @@ class LlamaModel : public Model {
   absl::Status BindScratch();
   absl::Status Layer(int local_layer, const StepBatch& batch,
                      const KvCacheLayer& cache);
-  absl::Status Head(absl::Span<const int32_t> rows, float* logits);
+  absl::Status Head(const TensorView& rows, float* logits);
 
   // One decoder layer: h += attention(norm(h)); h += mlp(norm(h)).
   struct DecoderLayer {

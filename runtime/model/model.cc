@@ -42,6 +42,15 @@ absl::Status Model::Forward(absl::Span<const int32_t> tokens, KvCache* cache,
   // Long inputs run in chunks of at most max_step_tokens() (chunked prefill):
   // each chunk appends to the cache, and only the last one produces logits.
   const int64_t chunk = max_step_tokens();
+  if (forward_inputs_ == nullptr) {
+    StepInputsLimits limits;
+    limits.max_tokens = chunk;
+    limits.max_seqs = 1;
+    limits.max_logit_rows = 1;
+    limits.max_blocks_per_seq = 1;  // The static layout.
+    limits.vocab_size = config().vocab_size;
+    ASSIGN_OR_RETURN(forward_inputs_, StepInputs::Create(ops(), limits));
+  }
   const int32_t block_table[1] = {0};
   for (int64_t begin = 0; begin < T; begin += chunk) {
     const int64_t end = std::min(T, begin + chunk);
@@ -49,16 +58,17 @@ absl::Status Model::Forward(absl::Span<const int32_t> tokens, KvCache* cache,
     slice.context_len = start + begin;
     slice.query_len = end - begin;
     slice.block_table = block_table;
-    ASSIGN_OR_RETURN(
-        AttentionMetadata metadata,
-        BuildAttentionMetadata(absl::MakeConstSpan(&slice, 1),
-                               static_cast<int32_t>(cache->capacity()), 1));
     const int32_t rows[1] = {static_cast<int32_t>(end - begin - 1)};
+    RETURN_IF_ERROR(forward_inputs_->Fill(
+        absl::MakeConstSpan(&slice, 1), static_cast<int32_t>(cache->capacity()),
+        1, tokens.subspan(begin, end - begin),
+        end == T ? absl::Span<const int32_t>(rows)
+                 : absl::Span<const int32_t>()));
     StepBatch batch;
-    batch.tokens = tokens.subspan(begin, end - begin);
-    batch.metadata = &metadata;
+    batch.tokens = forward_inputs_->tokens();
+    batch.metadata = &forward_inputs_->metadata();
     batch.backend = AttentionBackend::kStatic;
-    if (end == T) batch.logit_rows = rows;
+    batch.logit_rows = forward_inputs_->logit_rows();
     RETURN_IF_ERROR(
         ForwardBatch(batch, cache->pool_, end == T ? logits : nullptr));
     cache->length_ = end + start;

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -21,6 +22,7 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
+#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
@@ -28,14 +30,16 @@
 
 namespace tessera {
 
-// One forward step over a batch of sequences.
+// One forward step over a batch of sequences. Its arrays are step arrays in
+// the backend's memory (kernels/ops.h), checked where they were filled
+// (runtime/executor/step_inputs.h).
 struct StepBatch {
-  absl::Span<const int32_t> tokens;  // [num_tokens], metadata order.
+  TensorView tokens;  // kI32 [num_tokens], metadata order.
   const AttentionMetadata* metadata = nullptr;
   AttentionBackend backend = AttentionBackend::kPaged;
-  // Rows of `tokens` whose next-token logits are wanted (each sampled
-  // sequence's last token), in the order the logits are written.
-  absl::Span<const int32_t> logit_rows;
+  // kI32 [n]: rows of `tokens` whose next-token logits are wanted (each
+  // sampled sequence's last token), in the order the logits are written.
+  TensorView logit_rows;
 };
 
 // The KV cache of one sequence in the static layout: a KvPool of one block
@@ -125,7 +129,8 @@ class Model {
   // stages pass their hidden states on and may give logits = nullptr. Every
   // rank of the job calls it with the same batch. InvalidArgument when the
   // step has more than max_step_tokens() tokens or max_logit_rows() logit
-  // rows, or a position beyond the context.
+  // rows, or a position beyond the context. The arrays' values (token ids,
+  // slots, rows) are not read here: StepInputs::Fill checked them.
   // `logits` may be null: the logits then stay in the backend's memory as
   // step_logits() (a GPU samples them there).
   virtual absl::Status ForwardBatch(const StepBatch& batch, const KvPool& pool,
@@ -145,6 +150,10 @@ class Model {
   // the cache or the context.
   absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
                        float* logits);
+
+ private:
+  // Forward's step buffers (one sequence), made on its first call.
+  std::unique_ptr<StepInputs> forward_inputs_;
 };
 
 }  // namespace tessera
