@@ -145,7 +145,10 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
   const bool samples = spec.pp_stage == spec.pp - 1 && spec.tp_rank == 0;
   RankContext kv_context = context;
   if (kv_context.free_bytes < 0 && backend.is_cuda()) {
-    kv_context.free_bytes = backend.FreeDeviceBytes();
+    const Backend* device = &backend;
+    kv_context.measure_free_bytes = [device] {
+      return device->FreeDeviceBytes();
+    };
   }
   absl::StatusOr<std::unique_ptr<Rank>> rank = AssembleRank(
       *std::move(model), nullptr, kv, spec.max_num_seqs, samples, kv_context);
@@ -170,15 +173,30 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
         "the model samples at most ", model->max_logit_rows(),
         " sequences per step, the scheduler may run ", max_num_seqs));
   }
-  // The pool: sized against this rank's memory, then (in a job) the smallest
-  // count of every rank, so that block ids mean the same everywhere.
+  // The step buffers and the backend's step scratch first, for the layout's
+  // block size (which the memory does not change), then the pool: sized
+  // against the memory left, then (in a job) the smallest count of every
+  // rank, so that block ids mean the same everywhere.
   const KvPoolShape shape = model->kv_pool_shape(kv.dtype);
+  const auto free_bytes = [&context] {
+    if (context.free_bytes >= 0) return context.free_bytes;
+    return context.measure_free_bytes ? context.measure_free_bytes()
+                                      : AvailableHostMemory();
+  };
+  const int64_t context_len = model->config().max_position_embeddings;
+  ASSIGN_OR_RETURN(
+      const KvLayout sizing,
+      ResolveKvLayout(kv, shape, context_len, static_cast<int>(max_num_seqs),
+                      free_bytes()));
+  ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> reserved,
+                   StepRunner::Reserve(model, sizing.block_size));
   ASSIGN_OR_RETURN(
       KvLayout layout,
-      ResolveKvLayout(kv, shape, model->config().max_position_embeddings,
-                      static_cast<int>(max_num_seqs),
-                      context.free_bytes >= 0 ? context.free_bytes
-                                              : AvailableHostMemory()));
+      ResolveKvLayout(kv, shape, context_len, static_cast<int>(max_num_seqs),
+                      free_bytes()));
+  if (layout.block_size != sizing.block_size) {
+    return absl::InternalError("the KV block size changed with free memory");
+  }
   if (context.agree_kv_blocks) {
     ASSIGN_OR_RETURN(layout.num_blocks,
                      context.agree_kv_blocks(layout.num_blocks));
@@ -191,8 +209,9 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   rank->model_ = model;
   rank->kv_layout_ = layout;
   rank->samples_ = samples;
-  ASSIGN_OR_RETURN(rank->runner_, StepRunner::Create(model, std::move(pool),
-                                                     kv.backend, samples));
+  ASSIGN_OR_RETURN(rank->runner_,
+                   StepRunner::Create(model, std::move(pool), kv.backend,
+                                      samples, std::move(reserved)));
   return rank;
 }
 

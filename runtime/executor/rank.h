@@ -104,9 +104,12 @@ struct RankContext {
   // Tests and tools: run on these ops (host memory; not owned, must outlive
   // the rank) instead of a backend made from spec.device ("cpu" only).
   Ops* ops = nullptr;
-  // The memory the KV budget's fraction applies to; -1: the device's free
-  // memory on a GPU, MemAvailable on the CPU.
+  // The memory the KV budget's fraction applies to; -1: measured by
+  // `measure_free_bytes` (BuildRank: the device's free memory on a GPU), or
+  // MemAvailable without it. Measured after the model, the step buffers and
+  // the step scratch exist, so the KV pool takes only what is left.
   int64_t free_bytes = -1;
+  std::function<int64_t()> measure_free_bytes;
 };
 
 class Rank {

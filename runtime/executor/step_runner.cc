@@ -19,6 +19,28 @@ StepRunner::SequenceState::SequenceState(const SamplingParams& p)
 
 absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
     Model* model, KvPool pool, AttentionBackend backend, bool samples) {
+  ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> inputs,
+                   Reserve(model, pool.block_size()));
+  return Create(model, std::move(pool), backend, samples, std::move(inputs));
+}
+
+absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
+    Model* model, KvPool pool, AttentionBackend backend, bool samples,
+    std::unique_ptr<StepInputs> reserved) {
+  if (reserved == nullptr ||
+      reserved->limits().max_blocks_per_seq !=
+          BlocksPerSequence(model->config().max_position_embeddings,
+                            pool.block_size())) {
+    return absl::InvalidArgumentError(
+        "StepRunner: the step buffers were not reserved for this pool's "
+        "block size");
+  }
+  return std::unique_ptr<StepRunner>(new StepRunner(
+      model, std::move(pool), backend, samples, std::move(reserved)));
+}
+
+absl::StatusOr<std::unique_ptr<StepInputs>> StepRunner::Reserve(
+    Model* model, int64_t block_size) {
   const ModelConfig& c = model->config();
   const ShardSpec& shard = model->shard();
   StepInputsLimits limits;
@@ -27,7 +49,7 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
       std::min<int64_t>(model->max_logit_rows(), INT32_MAX));
   limits.max_logit_rows = limits.max_seqs;
   limits.max_blocks_per_seq =
-      BlocksPerSequence(c.max_position_embeddings, pool.block_size());
+      BlocksPerSequence(c.max_position_embeddings, block_size);
   limits.vocab_size = c.vocab_size;
   ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> inputs,
                    StepInputs::Create(model->ops(), limits));
@@ -42,8 +64,7 @@ absl::StatusOr<std::unique_ptr<StepRunner>> StepRunner::Create(
                          shard.local_intermediate});
   scratch.vocab_size = c.vocab_size;
   RETURN_IF_ERROR(model->ops()->ReserveStepScratch(scratch));
-  return std::unique_ptr<StepRunner>(new StepRunner(
-      model, std::move(pool), backend, samples, std::move(inputs)));
+  return inputs;
 }
 
 StepRunner::StepRunner(Model* model, KvPool pool, AttentionBackend backend,

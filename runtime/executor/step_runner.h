@@ -40,6 +40,17 @@ class StepRunner {
   static absl::StatusOr<std::unique_ptr<StepRunner>> Create(
       Model* model, KvPool pool, AttentionBackend backend, bool samples);
 
+  // The two halves of Create, for a rank that sizes its KV pool from the
+  // memory left once everything else exists (DESIGN.md: KV last): Reserve
+  // makes the step buffers for KV blocks of `block_size` positions and
+  // reserves the backend's step scratch; Create then takes them with a pool of
+  // that block size.
+  static absl::StatusOr<std::unique_ptr<StepInputs>> Reserve(
+      Model* model, int64_t block_size);
+  static absl::StatusOr<std::unique_ptr<StepRunner>> Create(
+      Model* model, KvPool pool, AttentionBackend backend, bool samples,
+      std::unique_ptr<StepInputs> reserved);
+
   // Runs one FORWARD plan. On the sampling rank `result` receives one
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
   // empty. InvalidArgument for an inconsistent plan (a block outside the pool,
