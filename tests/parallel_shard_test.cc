@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cpu/cpu_sampling.h"
+#include "runtime/executor/sequence_runner.h"
 #include "runtime/model/registry.h"
 #include "runtime/model/shard.h"
 #include "tests/test_paths.h"
@@ -84,12 +85,13 @@ std::vector<RankResult> RunGrid(const std::string& dir, const json& golden,
     for (const json& c : golden["cases"]) {
       std::vector<int32_t> tokens = c["prompt_ids"];
       const int64_t max_new = c["max_new_tokens"];
+      SequenceRunner runner(model->get());
       auto cache =
-          (*model)->NewKvCache(static_cast<int64_t>(tokens.size()) + max_new);
+          runner.NewKvCache(static_cast<int64_t>(tokens.size()) + max_new);
       if (!cache.ok()) return fail(cache.status());
       std::vector<int32_t> generated;
       for (int64_t step = 0; step < max_new; ++step) {
-        absl::Status s = (*model)->Forward(
+        absl::Status s = runner.Forward(
             tokens, &*cache, shard->last_stage() ? logits.data() : nullptr);
         if (!s.ok()) return fail(s);
         if (picks) {

@@ -4,9 +4,11 @@
 // A Model owns one rank's weights (in the backend's memory) and scratch sized
 // at creation, so a step allocates nothing. It does not own sequences:
 // ForwardBatch runs one step of many sequences over a KvPool (paged or static
-// layout, described by the step's AttentionMetadata); Forward runs one
-// sequence over its own KvCache (tests, tools). Callers never name an
-// architecture: they create models through registry.h and hold a Model.
+// layout, described by the step's AttentionMetadata; the executor fills the
+// step's arrays: runtime/executor/step_runner for the engine,
+// runtime/executor/sequence_runner for one sequence at a time in tests and
+// tools). Callers never name an architecture: they create models through
+// registry.h and hold a Model.
 #ifndef TESSERA_RUNTIME_MODEL_MODEL_H_
 #define TESSERA_RUNTIME_MODEL_MODEL_H_
 
@@ -22,7 +24,6 @@
 #include "runtime/comm/communicator.h"
 #include "runtime/core/memory.h"
 #include "runtime/core/tensor.h"
-#include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
@@ -40,22 +41,6 @@ struct StepBatch {
   // kI32 [n]: rows of `tokens` whose next-token logits are wanted (each
   // sampled sequence's last token), in the order the logits are written.
   TensorView logit_rows;
-};
-
-// The KV cache of one sequence in the static layout: a KvPool of one block
-// whose size is the capacity. For callers that run one sequence at a time.
-// Move-only; must not outlive the model's allocator.
-class KvCache {
- public:
-  int64_t capacity() const { return pool_.block_size(); }
-  // Number of positions already written (the next token's position).
-  int64_t length() const { return length_; }
-  void Reset() { length_ = 0; }
-
- private:
-  friend class Model;
-  KvPool pool_;
-  int64_t length_ = 0;
 };
 
 // Where a model loaded from a folder lives when not in host memory.
@@ -138,22 +123,6 @@ class Model {
   // The last step's logits [logit_rows, V] in the backend's memory (last
   // stage), valid until the next step.
   virtual const TensorView& step_logits() const = 0;
-
-  // A static-layout KV cache of `capacity` positions for this rank.
-  absl::StatusOr<KvCache> NewKvCache(int64_t capacity,
-                                     DType dtype = DType::kF32) const;
-
-  // One sequence: runs `tokens` at positions cache->length() .. + T - 1 (in
-  // chunks of max_step_tokens()) through ForwardBatch and appends their keys
-  // and values to `cache`. On the last stage it writes the next-token logits
-  // of the last position to `logits` [V]. OutOfRange if the tokens do not fit
-  // the cache or the context.
-  absl::Status Forward(absl::Span<const int32_t> tokens, KvCache* cache,
-                       float* logits);
-
- private:
-  // Forward's step buffers (one sequence), made on its first call.
-  std::unique_ptr<StepInputs> forward_inputs_;
 };
 
 }  // namespace tessera

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/dtype.h"
+#include "runtime/executor/sequence_runner.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
 #include "runtime/model/registry.h"
@@ -293,11 +294,12 @@ TEST(CpuLoadTest, Bf16CheckpointMatchesItsF32Rounding) {
   EXPECT_EQ((*a)->weight_bytes(), (*b)->weight_bytes());
   const std::vector<int32_t> tokens = {1, 7, 300, 4000};
   std::vector<float> la(4096), lb(4096);
-  auto ca = (*a)->NewKvCache(8);
-  auto cb = (*b)->NewKvCache(8);
+  SequenceRunner ra(a->get()), rb(b->get());
+  auto ca = ra.NewKvCache(8);
+  auto cb = rb.NewKvCache(8);
   ASSERT_TRUE(ca.ok() && cb.ok());
-  ASSERT_TRUE((*a)->Forward(tokens, &*ca, la.data()).ok());
-  ASSERT_TRUE((*b)->Forward(tokens, &*cb, lb.data()).ok());
+  ASSERT_TRUE(ra.Forward(tokens, &*ca, la.data()).ok());
+  ASSERT_TRUE(rb.Forward(tokens, &*cb, lb.data()).ok());
   EXPECT_EQ(la, lb);
 }
 
