@@ -8,11 +8,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/attention/attention_kernels.h"
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
-#include "kernels/cuda/sampling_kernels.h"
+#include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
 #include "kernels/sampling_math.h"
 #include "runtime/core/status.h"
