@@ -1,10 +1,10 @@
 // Philox4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3",
 // SC'11; Random123's philox4x32 with 10 rounds) and the one uniform per draw
 // that both samplers (kernels/cpu/cpu_sampling.h and the CUDA sampler in
-// kernels/cuda/sampling_kernels.h) take from it. Counter-based: the uniform is
-// a pure function of (seed, step), so a draw does not depend on the batch, on
-// the backend or on any earlier draw. Plain integer C++, compiled for the host
-// and (through nvcc) for the device, so both compute the same bits.
+// kernels/cuda/sampling/sampling_kernels.h) take from it. Counter-based: the
+// uniform is a pure function of (seed, step), so a draw does not depend on the
+// batch, on the backend or on any earlier draw. Plain integer C++, compiled for
+// the host and (through nvcc) for the device, so both compute the same bits.
 #ifndef TESSERA_KERNELS_PHILOX_H_
 #define TESSERA_KERNELS_PHILOX_H_
 

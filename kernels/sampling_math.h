@@ -1,6 +1,6 @@
 // The arithmetic that the CPU sampler (kernels/cpu/cpu_sampling.h) and the
-// CUDA sampler (kernels/cuda/sampling_kernels.h) share bit for bit, so that
-// both keep the same tokens and give them the same weights:
+// CUDA sampler (kernels/cuda/sampling/sampling_kernels.h) share bit for bit, so
+// that both keep the same tokens and give them the same weights:
 //  - every float operation is one IEEE operation rounded to nearest, spelled
 //    so that no compiler fuses two of them (the __f*_rn intrinsics on the
 //    device; on the host, x86-64 without FMA and -ffp-contract=off);

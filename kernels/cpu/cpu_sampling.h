@@ -1,6 +1,6 @@
 // The CPU sampler: one row of Ops::Sample on the host, drawing the same token
-// as the CUDA sampler (kernels/cuda/sampling_kernels.h) from the same logits,
-// SamplingParams and (seed, step).
+// as the CUDA sampler (kernels/cuda/sampling/sampling_kernels.h) from the same
+// logits, SamplingParams and (seed, step).
 //
 // Order, as Hugging Face's generate() and vLLM apply them:
 //  1. Penalties on the row's logits: repetition_penalty divides positive /

@@ -173,9 +173,9 @@ TEST(CpuSamplingTest, DrawsEqualTheReferenceFromPhiloxUniform) {
 }
 
 // --- A literal single-threaded replay of the CUDA SampleKernel
-// (kernels/cuda/sampling_kernels.cu): its threads' strided sums and warp
-// butterflies, its bisections over the float keys, its chunked draw. The CPU
-// sampler finds the same cutoffs by sorting, so this checks, without a GPU,
+// (kernels/cuda/sampling/sampling_kernels.cu): its threads' strided sums and
+// warp butterflies, its bisections over the float keys, its chunked draw. The
+// CPU sampler finds the same cutoffs by sorting, so this checks, without a GPU,
 // that the two searches agree exactly.
 
 constexpr int kThreads = sampling::kSampleThreads;

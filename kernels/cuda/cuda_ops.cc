@@ -1,6 +1,5 @@
 #include "kernels/cuda/cuda_ops.h"
 
-#include <cublasLt.h>
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -8,25 +7,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/attention/attention_kernels.h"
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
-#include "kernels/cuda/sampling_kernels.h"
+#include "kernels/cuda/gemm/gemm_plans.h"
+#include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
 #include "kernels/sampling_math.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
-
-absl::Status LtStatus(cublasStatus_t status, absl::string_view call,
-                      absl::string_view doing) {
-  if (status == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(call, " failed while ", doing, ": ",
-                                          cublasGetStatusString(status), " (",
-                                          static_cast<int>(status), ")"));
-}
 
 absl::Status Launch(cudaError_t error, absl::string_view op) {
   return CudaStatus(error, absl::StrCat(op, " kernel"),
@@ -55,23 +47,6 @@ cuda::KvDType KvDTypeOf(DType dtype) {
   }
 }
 
-constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
-
-}  // namespace
-
-struct CudaOps::GemmPlan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
-  cublasLtMatmulAlgo_t algo;
-  ~GemmPlan() {
-    if (desc) cublasLtMatmulDescDestroy(desc);
-    for (cublasLtMatrixLayout_t l : {a, b, c}) {
-      if (l) cublasLtMatrixLayoutDestroy(l);
-    }
-  }
-};
-
-namespace {
 constexpr DType kWeightDTypes[] = {DType::kF32, DType::kBF16};
 constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
 }  // namespace
@@ -93,10 +68,7 @@ absl::StatusOr<std::unique_ptr<CudaOps>> CudaOps::Create(
   RETURN_IF_ERROR(CudaStatus(
       cudaStreamCreateWithFlags(&ops->stream_, cudaStreamNonBlocking),
       "cudaStreamCreateWithFlags", "creating the compute stream"));
-  cublasLtHandle_t handle;
-  RETURN_IF_ERROR(LtStatus(cublasLtCreate(&handle), "cublasLtCreate",
-                           "creating the cuBLASLt handle"));
-  ops->lt_handle_ = handle;
+  ASSIGN_OR_RETURN(ops->gemm_, cuda::GemmPlans::Create());
   return ops;
 }
 
@@ -112,10 +84,7 @@ CudaOps::~CudaOps() {
     (void)cudaGetLastError();
   }
   if (stream_ != nullptr) cudaStreamSynchronize(stream_);
-  gemm_plans_.clear();
-  if (lt_handle_ != nullptr) {
-    cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_handle_));
-  }
+  gemm_.reset();
   for (Scratch& s : scratch_) {
     if (s.data != nullptr) allocator_->Free(s.data).IgnoreError();
   }
@@ -203,7 +172,7 @@ absl::Status CudaOps::ReserveStepScratch(const StepLimits& l) {
   RETURN_IF_ERROR(Reserve(
       kGemmInput,
       gemm_rows * static_cast<size_t>(l.max_linear_in) * sizeof(uint16_t)));
-  RETURN_IF_ERROR(Reserve(kGemmWorkspace, kGemmWorkspaceBytes));
+  RETURN_IF_ERROR(Reserve(kGemmWorkspace, cuda::GemmPlans::kWorkspaceBytes));
   // Split-K decode: every sequence of a step, all its heads, the partitions
   // of the longest context.
   RETURN_IF_ERROR(Reserve(
@@ -611,67 +580,6 @@ absl::Status CudaOps::DoAddRmsNorm(const TensorView& residual,
                 "AddRmsNorm");
 }
 
-absl::StatusOr<CudaOps::GemmPlan*> CudaOps::PlanGemm(int64_t t, int64_t n,
-                                                     int64_t k, DType dtype) {
-  const uint64_t key = (static_cast<uint64_t>(t) << 42) ^
-                       (static_cast<uint64_t>(n) << 21) ^
-                       static_cast<uint64_t>(k) ^
-                       (dtype == DType::kBF16 ? (uint64_t{1} << 63) : 0);
-  auto it = gemm_plans_.find(key);
-  if (it != gemm_plans_.end()) return it->second.get();
-  auto plan = std::make_unique<GemmPlan>();
-  const cudaDataType_t in_type =
-      dtype == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F;
-  // Row-major out[T, N] = x[T, K] · W[N, K]ᵀ is, column-major,
-  // out[N, T] = W[K, N]ᵀ · x[K, T].
-  RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescCreate(&plan->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F),
-      "cublasLtMatmulDescCreate", "planning a matrix product"));
-  const cublasOperation_t trans_a = CUBLAS_OP_T, trans_b = CUBLAS_OP_N;
-  RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA,
-                                     &trans_a, sizeof(trans_a)),
-      "cublasLtMatmulDescSetAttribute", "planning a matrix product"));
-  RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmulDescSetAttribute(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB,
-                                     &trans_b, sizeof(trans_b)),
-      "cublasLtMatmulDescSetAttribute", "planning a matrix product"));
-  RETURN_IF_ERROR(
-      LtStatus(cublasLtMatrixLayoutCreate(&plan->a, in_type, k, n, k),
-               "cublasLtMatrixLayoutCreate", "describing the weight"));
-  RETURN_IF_ERROR(
-      LtStatus(cublasLtMatrixLayoutCreate(&plan->b, in_type, k, t, k),
-               "cublasLtMatrixLayoutCreate", "describing the input"));
-  RETURN_IF_ERROR(
-      LtStatus(cublasLtMatrixLayoutCreate(&plan->c, CUDA_R_32F, n, t, n),
-               "cublasLtMatrixLayoutCreate", "describing the output"));
-  cublasLtMatmulPreference_t pref;
-  RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref),
-                           "cublasLtMatmulPreferenceCreate",
-                           "planning a matrix product"));
-  const size_t ws = kGemmWorkspaceBytes;
-  cublasLtMatmulPreferenceSetAttribute(
-      pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  cublasLtMatmulHeuristicResult_t result;
-  int found = 0;
-  const cublasStatus_t heuristic = cublasLtMatmulAlgoGetHeuristic(
-      static_cast<cublasLtHandle_t>(lt_handle_), plan->desc, plan->a, plan->b,
-      plan->c, plan->c, pref, 1, &result, &found);
-  cublasLtMatmulPreferenceDestroy(pref);
-  RETURN_IF_ERROR(LtStatus(heuristic, "cublasLtMatmulAlgoGetHeuristic",
-                           absl::StrCat("finding an algorithm for [", t, ", ",
-                                        k, "] x [", n, ", ", k, "]")));
-  if (found == 0) {
-    return absl::InternalError(absl::StrCat("cuBLASLt has no algorithm for [",
-                                            t, ", ", k, "] x [", n, ", ", k,
-                                            "] in ", DTypeName(dtype)));
-  }
-  plan->algo = result.algo;
-  GemmPlan* raw = plan.get();
-  gemm_plans_.emplace(key, std::move(plan));
-  return raw;
-}
-
 absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
                                const TensorView* bias, const TensorView& out) {
   const TensorView& weight = w.data;
@@ -686,16 +594,10 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
                            "CastF32ToBF16"));
     input = converted;
   }
-  ASSIGN_OR_RETURN(GemmPlan * plan, PlanGemm(t, n, k, weight.dtype()));
-  ASSIGN_OR_RETURN(void* workspace, Grow(kGemmWorkspace, kGemmWorkspaceBytes));
-  const float alpha = 1.0f, beta = 0.0f;
-  RETURN_IF_ERROR(LtStatus(
-      cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_handle_), plan->desc,
-                     &alpha, weight.data(), plan->a, input, plan->b, &beta,
-                     out.data(), plan->c, out.data(), plan->c, &plan->algo,
-                     workspace, kGemmWorkspaceBytes, stream_),
-      "cublasLtMatmul",
-      absl::StrCat("multiplying [", t, ", ", k, "] by [", n, ", ", k, "]ᵀ")));
+  ASSIGN_OR_RETURN(void* workspace,
+                   Grow(kGemmWorkspace, cuda::GemmPlans::kWorkspaceBytes));
+  RETURN_IF_ERROR(gemm_->Matmul(t, n, k, weight.dtype(), input, weight.data(),
+                                out.data_as<float>(), workspace, stream_));
   if (bias != nullptr) return DoBiasAdd(out, *bias);
   return absl::OkStatus();
 }

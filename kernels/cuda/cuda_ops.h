@@ -1,8 +1,8 @@
 // CudaOps: the op set on one NVIDIA GPU. Activations are f32 on the device;
 // weight matrices are bf16 (default) or f32 (the golden mode), and matrix
-// products run through cuBLASLt (bf16 inputs, f32 accumulation and output; or
-// f32 throughout, without TF32). Every op is enqueued on the backend's one
-// stream, in order; CopyToHost synchronizes.
+// products run through cuBLASLt (gemm/gemm_plans.h; bf16 inputs, f32
+// accumulation and output; or f32 throughout, without TF32). Every op is
+// enqueued on the backend's one stream, in order; CopyToHost synchronizes.
 //
 // Memory: weights (Upload), the model's scratch and the KV cache come from the
 // PinnableBlockAllocator given at creation (over a CudaMemorySource), and so
@@ -25,8 +25,8 @@
 #include <memory>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "kernels/cuda/gemm/gemm_plans.h"
 #include "kernels/op_checks.h"
 #include "kernels/ops.h"
 #include "runtime/core/memory.h"
@@ -122,7 +122,6 @@ class CudaOps final : public Ops {
     size_t bytes = 0;
     bool reserved = false;  // Sized by ReserveStepScratch: never grows.
   };
-  struct GemmPlan;  // Cached cuBLASLt descriptors and algorithm per shape.
 
   CudaOps(int device, PinnableBlockAllocator* allocator);
 
@@ -136,16 +135,13 @@ class CudaOps final : public Ops {
   absl::StatusOr<void*> CopySamplingInput(enum Buffer which, const void* host,
                                           size_t bytes);
   absl::Status Attention(const PagedAttentionArgs& args, AttentionKind kind);
-  absl::StatusOr<GemmPlan*> PlanGemm(int64_t t, int64_t n, int64_t k,
-                                     DType dtype);
 
   int device_;
   PinnableBlockAllocator* allocator_;
   cudaStream_t stream_ = nullptr;
-  bool capturing_ = false;     // Between BeginCapture and EndCapture.
-  void* lt_handle_ = nullptr;  // cublasLtHandle_t.
+  bool capturing_ = false;  // Between BeginCapture and EndCapture.
+  std::unique_ptr<cuda::GemmPlans> gemm_;  // Linear's products.
   Scratch scratch_[kNumBuffers];
-  absl::flat_hash_map<uint64_t, std::unique_ptr<GemmPlan>> gemm_plans_;
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,
       sample_top_ids_, sample_masked_;

@@ -4,8 +4,8 @@
 // Raw launchers with plain C++ types (device pointers, f32 logits), like
 // elementwise_kernels.h; one thread block per row. CudaOps::DoSample runs
 // them behind Ops::Sample.
-#ifndef TESSERA_KERNELS_CUDA_SAMPLING_KERNELS_H_
-#define TESSERA_KERNELS_CUDA_SAMPLING_KERNELS_H_
+#ifndef TESSERA_KERNELS_CUDA_SAMPLING_SAMPLING_KERNELS_H_
+#define TESSERA_KERNELS_CUDA_SAMPLING_SAMPLING_KERNELS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -99,4 +99,4 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab,
 }  // namespace cuda
 }  // namespace tessera
 
-#endif  // TESSERA_KERNELS_CUDA_SAMPLING_KERNELS_H_
+#endif  // TESSERA_KERNELS_CUDA_SAMPLING_SAMPLING_KERNELS_H_

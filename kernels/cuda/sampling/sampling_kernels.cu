@@ -2,7 +2,7 @@
 #include <climits>
 
 #include "kernels/cuda/common/reduce.cuh"
-#include "kernels/cuda/sampling_kernels.h"
+#include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/philox.h"
 #include "kernels/sampling_math.h"
 

@@ -2,7 +2,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/attention/attention_kernels.h"
 #include "kernels/cuda/common/convert.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"

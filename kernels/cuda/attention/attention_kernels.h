@@ -19,8 +19,8 @@
 //    otherwise they return the launch's error (cudaGetLastError). Metadata
 //    contents (lengths, block tables, slots) are trusted: they live on the
 //    device and are validated where they are built.
-#ifndef TESSERA_KERNELS_CUDA_ATTENTION_KERNELS_H_
-#define TESSERA_KERNELS_CUDA_ATTENTION_KERNELS_H_
+#ifndef TESSERA_KERNELS_CUDA_ATTENTION_ATTENTION_KERNELS_H_
+#define TESSERA_KERNELS_CUDA_ATTENTION_ATTENTION_KERNELS_H_
 
 #include <cuda_runtime_api.h>
 
@@ -128,4 +128,4 @@ cudaError_t LaunchStaticAttention(const float* q, int32_t num_heads,
 }  // namespace cuda
 }  // namespace tessera
 
-#endif  // TESSERA_KERNELS_CUDA_ATTENTION_KERNELS_H_
+#endif  // TESSERA_KERNELS_CUDA_ATTENTION_ATTENTION_KERNELS_H_

@@ -5,7 +5,7 @@
 // are NaN, so a kernel that reads a wrong slot fails loudly. Also: a sequence
 // gives bitwise the same output alone as in a batch, and the launchers reject
 // bad arguments (those tests run without a GPU too).
-#include "kernels/cuda/attention_kernels.h"
+#include "kernels/cuda/attention/attention_kernels.h"
 
 #include <cuda_runtime_api.h>
 

@@ -1,4 +1,4 @@
-#include "kernels/cuda/sampling_kernels.h"
+#include "kernels/cuda/sampling/sampling_kernels.h"
 
 #include <algorithm>
 #include <cmath>
