@@ -359,7 +359,7 @@ absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
   return absl::OkStatus();
 }
 
-absl::Status CheckSample(const TensorView& logits,
+absl::Status CheckSample(const OpSupport& support, const TensorView& logits,
                          absl::Span<const SampleRow> rows,
                          const std::vector<SampleResult>* out) {
   if (out == nullptr) return absl::InvalidArgumentError("Sample: no output");
@@ -384,6 +384,12 @@ absl::Status CheckSample(const TensorView& logits,
     if (r.top_logprobs < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Sample: row ", i, " asks for ", r.top_logprobs, " top logprobs"));
+    }
+    if (r.top_logprobs > support.max_top_logprobs) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Sample: row ", i, " asks for ", r.top_logprobs,
+                       " top logprobs; this backend ranks at most ",
+                       support.max_top_logprobs));
     }
   }
   return absl::OkStatus();

@@ -130,9 +130,9 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
                                  const PagedAttentionArgs& args);
 
 // f32 logits [rows, V] with V > 0 (and storage when rows > 0), every row's
-// params set and valid (SamplingParams::Validate), top_logprobs >= 0, an
-// output.
-absl::Status CheckSample(const TensorView& logits,
+// params set and valid (SamplingParams::Validate), top_logprobs in
+// [0, support.max_top_logprobs], an output.
+absl::Status CheckSample(const OpSupport& support, const TensorView& logits,
                          absl::Span<const SampleRow> rows,
                          const std::vector<SampleResult>* out);
 

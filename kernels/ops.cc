@@ -109,15 +109,7 @@ absl::Status Ops::StaticAttention(const PagedAttentionArgs& args) {
 absl::Status Ops::Sample(const TensorView& logits,
                          absl::Span<const SampleRow> rows,
                          std::vector<SampleResult>* out) {
-  RETURN_IF_ERROR(CheckSample(logits, rows, out));
-  for (size_t i = 0; i < rows.size(); ++i) {
-    if (rows[i].top_logprobs > support_.max_top_logprobs) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Sample: row ", i, " asks for ", rows[i].top_logprobs,
-                       " top logprobs; this backend ranks at most ",
-                       support_.max_top_logprobs));
-    }
-  }
+  RETURN_IF_ERROR(CheckSample(support_, logits, rows, out));
   out->resize(rows.size());
   if (rows.empty()) return absl::OkStatus();
   return DoSample(logits, rows, out);
