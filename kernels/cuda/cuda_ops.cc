@@ -12,6 +12,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
+#include "kernels/cuda/gemm/skinny_gemm.h"
 #include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
 #include "kernels/sampling_math.h"
@@ -586,6 +587,16 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
   const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
   if (t == 0 || n == 0) return absl::OkStatus();
   const void* input = x.data();
+  // A few rows with bf16 weights: one pass over the weights that reads the
+  // f32 activations as they are and adds the bias (skinny_gemm.h says why).
+  if (weight.dtype() == DType::kBF16 &&
+      cuda::SkinnyGemmApplies(t, n, k, input, weight.data())) {
+    return Launch(cuda::LaunchSkinnyGemm(
+                      t, n, k, x.data_as<const float>(), weight.data(),
+                      bias != nullptr ? bias->data_as<const float>() : nullptr,
+                      out.data_as<float>(), stream_),
+                  "SkinnyGemm");
+  }
   if (weight.dtype() == DType::kBF16) {
     ASSIGN_OR_RETURN(void* converted,
                      Grow(kGemmInput, static_cast<size_t>(t * k) * 2));
