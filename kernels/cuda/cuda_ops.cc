@@ -586,17 +586,33 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
   const TensorView& weight = w.data;
   const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
   if (t == 0 || n == 0) return absl::OkStatus();
-  const void* input = x.data();
-  // A few rows with bf16 weights: one pass over the weights that reads the
-  // f32 activations as they are and adds the bias (skinny_gemm.h says why).
   if (weight.dtype() == DType::kBF16 &&
-      cuda::SkinnyGemmApplies(t, n, k, input, weight.data())) {
-    return Launch(cuda::LaunchSkinnyGemm(
-                      t, n, k, x.data_as<const float>(), weight.data(),
-                      bias != nullptr ? bias->data_as<const float>() : nullptr,
-                      out.data_as<float>(), stream_),
-                  "SkinnyGemm");
+      cuda::SkinnyGemmApplies(t, n, k, x.data(), weight.data())) {
+    ASSIGN_OR_RETURN(const LinearPath path,
+                     ChooseLinearPath(x, weight, bias, out));
+    if (path == LinearPath::kSkinny) return SkinnyLinear(x, weight, bias, out);
   }
+  return CublasLtLinear(x, weight, bias, out);
+}
+
+absl::Status CudaOps::SkinnyLinear(const TensorView& x,
+                                   const TensorView& weight,
+                                   const TensorView* bias,
+                                   const TensorView& out) {
+  return Launch(cuda::LaunchSkinnyGemm(
+                    x.shape()[0], weight.shape()[0], x.shape()[1],
+                    x.data_as<const float>(), weight.data(),
+                    bias != nullptr ? bias->data_as<const float>() : nullptr,
+                    out.data_as<float>(), stream_),
+                "SkinnyGemm");
+}
+
+absl::Status CudaOps::CublasLtLinear(const TensorView& x,
+                                     const TensorView& weight,
+                                     const TensorView* bias,
+                                     const TensorView& out) {
+  const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
+  const void* input = x.data();
   if (weight.dtype() == DType::kBF16) {
     ASSIGN_OR_RETURN(void* converted,
                      Grow(kGemmInput, static_cast<size_t>(t * k) * 2));
@@ -611,6 +627,67 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
                                 out.data_as<float>(), workspace, stream_));
   if (bias != nullptr) return DoBiasAdd(out, *bias);
   return absl::OkStatus();
+}
+
+absl::StatusOr<CudaOps::LinearPath> CudaOps::ChooseLinearPath(
+    const TensorView& x, const TensorView& weight, const TensorView* bias,
+    const TensorView& out) {
+  const LinearKey key{x.shape()[0], weight.shape()[0], x.shape()[1],
+                      bias != nullptr};
+  if (auto it = linear_paths_.find(key); it != linear_paths_.end()) {
+    return it->second;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamIsCapturing(stream_, &capture),
+                             "cudaStreamIsCapturing",
+                             "choosing a matrix product's kernel"));
+  // Timing needs a synchronization, which a capture cannot record: a shape
+  // first seen while capturing runs through cuBLASLt, still undecided.
+  if (capture != cudaStreamCaptureStatusNone) return LinearPath::kCublasLt;
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~Events() {
+      if (start != nullptr) cudaEventDestroy(start);
+      if (stop != nullptr) cudaEventDestroy(stop);
+    }
+  } events;
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&events.start), "cudaEventCreate",
+                             "timing a matrix product"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&events.stop), "cudaEventCreate",
+                             "timing a matrix product"));
+  // Each path once untimed (cuBLASLt makes and tunes its plan then), then the
+  // fastest of a few timed runs of each, its own extra kernels (the input
+  // cast, the bias add) included. out is overwritten each time with the
+  // same product.
+  auto time = [&](LinearPath path) -> absl::StatusOr<float> {
+    auto run = [&]() {
+      return path == LinearPath::kSkinny ? SkinnyLinear(x, weight, bias, out)
+                                         : CublasLtLinear(x, weight, bias, out);
+    };
+    RETURN_IF_ERROR(run());
+    float best = -1.0f;
+    for (int rep = 0; rep < 3; ++rep) {
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events.start, stream_),
+                                 "cudaEventRecord", "timing a product"));
+      RETURN_IF_ERROR(run());
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events.stop, stream_),
+                                 "cudaEventRecord", "timing a product"));
+      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events.stop),
+                                 "cudaEventSynchronize", "timing a product"));
+      float ms = 0.0f;
+      RETURN_IF_ERROR(
+          CudaStatus(cudaEventElapsedTime(&ms, events.start, events.stop),
+                     "cudaEventElapsedTime", "timing a product"));
+      if (best < 0.0f || ms < best) best = ms;
+    }
+    return best;
+  };
+  ASSIGN_OR_RETURN(const float skinny_ms, time(LinearPath::kSkinny));
+  ASSIGN_OR_RETURN(const float cublaslt_ms, time(LinearPath::kCublasLt));
+  const LinearPath path =
+      skinny_ms < cublaslt_ms ? LinearPath::kSkinny : LinearPath::kCublasLt;
+  linear_paths_.emplace(key, path);
+  return path;
 }
 
 absl::Status CudaOps::DoRope(const TensorView& x, const TensorView& positions,
