@@ -8,8 +8,10 @@
 // product plus a separate bias add, and at one row its heuristic picks tiles
 // built for larger products. This kernel reads the f32 activations as they
 // are, streams every weight row once with 16-byte loads (each lane keeps its
-// slice of x in registers across the rows of its block), reduces across the
-// block in shared memory, and adds the bias in the same pass.
+// slice of x in registers across the rows of its warp), reduces across the
+// warp with shuffles, and adds the bias in the same pass. It also starts
+// streaming its weights before the kernel ahead of it has finished
+// (programmatic dependent launch: the weights never depend on that kernel).
 //
 // Results: f32 accumulation in a fixed order (the same inputs give bitwise
 // the same outputs, whatever else runs), not the same rounding as cuBLASLt.
