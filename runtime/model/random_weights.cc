@@ -118,12 +118,12 @@ absl::Status CheckRandomWeightConfig(const ModelConfig& config) {
 
 absl::Status CheckRandomWeights(const ModelConfig& config,
                                 const WeightTable& table, DType matrix_dtype,
-                                int64_t available_bytes) {
+                                int64_t available_bytes, int64_t extra_bytes) {
   RETURN_IF_ERROR(CheckRandomWeightConfig(config));
   // Every dimension is below 2^24 and a table's tensors have rank <= 3 (the
   // layer count is bounded by the config), so each element count fits; the
   // sum is kept in double.
-  double bytes = 0;
+  double bytes = static_cast<double>(extra_bytes);
   for (const WeightSpec& spec : table) {
     bytes += static_cast<double>(spec.local_shape().numel()) *
              static_cast<double>(DTypeSize(StoredDType(spec, matrix_dtype)));
@@ -195,15 +195,15 @@ absl::StatusOr<WeightSet> MakeRandomWeightSet(const ModelConfig& config,
     return absl::InvalidArgumentError("MakeRandomWeightSet: no backend");
   }
   ASSIGN_OR_RETURN(const DType dtype, RandomWeightDType(config));
-  // The staging buffer (the largest slice, in `dtype`) is host memory too.
   int64_t largest = 0;
   for (const WeightSpec& spec : table) {
     largest = std::max(largest, SliceBytes(spec, dtype));
   }
-  RETURN_IF_ERROR(CheckRandomWeights(
-      config, table, options.matrix_dtype,
-      available_bytes < 0 ? -1
-                          : std::max<int64_t>(0, available_bytes - largest)));
+  // The staging buffer (the largest slice, in `dtype`) is host memory: it
+  // counts where the weights are host memory too (the CPU backend).
+  const bool host = options.device == nullptr || options.device->host_memory();
+  RETURN_IF_ERROR(CheckRandomWeights(config, table, options.matrix_dtype,
+                                     available_bytes, host ? largest : 0));
   const UploadFn upload =
       options.upload ? options.upload : UploadTo(options.device);
   if (threads <= 0) {

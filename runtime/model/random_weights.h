@@ -55,11 +55,13 @@ absl::Status CheckRandomWeightConfig(const ModelConfig& config);
 
 // The checks made before any tensor exists: the config's, the dimensions, and
 // the bytes `table` takes stored with matrices as `matrix_dtype` (norms and
-// biases f32) against `available_bytes` (< 0: not checked).
+// biases f32), plus `extra_bytes` (host staging where the weights are host
+// memory), against `available_bytes` (< 0: not checked).
 // ResourceExhausted says how much is needed and available.
 absl::Status CheckRandomWeights(const ModelConfig& config,
                                 const WeightTable& table, DType matrix_dtype,
-                                int64_t available_bytes);
+                                int64_t available_bytes,
+                                int64_t extra_bytes = 0);
 
 // Writes elements [first, first + count) of `spec`'s local slice, generated as
 // the header says, to `out` (count elements of `dtype`). The unit the loader
