@@ -6,7 +6,8 @@
 #  - its JSON has the per-step latency and TTFT percentiles and the memory breakdown
 #    (weights, workspace, graphs, KV) that adds up;
 #  - --random-weights on a golden config's shape (no safetensors) runs generate and bench,
-#    gives the same tokens twice and at --tp 2 / --pp 2 under mpirun as in one process;
+#    gives the same tokens twice and at --tp 2 / --pp 2 under mpirun as in one process, and
+#    serves a completion;
 #  - an absurd shape (10^12 parameters) and an unknown torch_dtype are one clear error, at once.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -139,6 +140,35 @@ else
     cat "$TMP/local.err"
   }
 fi
+
+# serve over random weights: a completion of token ids (the golden shape's vocabulary is tiny).
+"$TESSERA" serve --model "$RW" --random-weights --tokenizer "$RUNFILES/shared/tokenizers/qwen3" --served-model-name m --port 0 >"$TMP/serve.out" 2>"$TMP/serve.err" &
+serve_pid=$!
+port=""
+for _ in $(seq 1 100); do
+  port=$(grep -o 'on http://127.0.0.1:[0-9]*' "$TMP/serve.err" | sed 's/.*://')
+  [ -n "$port" ] && break
+  sleep 0.1
+done
+if [ -n "$port" ] && python3 - "$port" <<'EOF'; then
+import json, sys, urllib.request
+req = urllib.request.Request(
+    f"http://127.0.0.1:{sys.argv[1]}/v1/completions",
+    data=json.dumps({"model": "m", "prompt": [1, 2, 3], "max_tokens": 4,
+                     "temperature": 0}).encode(),
+    headers={"content-type": "application/json"})
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+r = json.load(opener.open(req, timeout=30))
+print(json.dumps(r))
+sys.exit(0 if r["usage"]["completion_tokens"] == 4 else 1)
+EOF
+  pass "--random-weights serve"
+else
+  fail "--random-weights serve"
+  cat "$TMP/serve.err"
+fi
+kill "$serve_pid" 2>/dev/null
+wait "$serve_pid" 2>/dev/null
 
 # --- Hostile shapes: refused before anything is allocated, in a moment. ---
 hostile() {  # name, python edit of the config dict c, expected stderr regex
