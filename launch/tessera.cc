@@ -9,7 +9,8 @@
 //                    rank0|local]
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size B --input-len I --output-len O
-//   [--json]
+//   [--iterations N] [--json]  (fresh prompts, no prefix cache; decode-step
+//   and TTFT p50/p99, the memory breakdown)
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
 //   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
@@ -358,7 +359,8 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("input-len", &o.input_len, "prompt tokens (random ids)");
   flags.Add("output-len", &o.output_len, "generated tokens (EOS ignored)");
   flags.Add("iterations", &o.iterations,
-            "timed repetitions; the median is reported");
+            "timed repetitions after one warm-up, each with new prompts (the "
+            "prefix cache is off in bench); the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
   AddEngineFlags(flags, &o.engine);
   parallel_flags.Add(flags);
