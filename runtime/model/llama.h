@@ -61,6 +61,9 @@ class LlamaModel : public Model {
   const ShardSpec& shard() const override { return shard_; }
   Ops* ops() const override { return ops_; }
   int64_t weight_bytes() const override;
+  int64_t workspace_bytes() const override {
+    return static_cast<int64_t>(workspace_.total_bytes());
+  }
   int64_t max_step_tokens() const override { return max_step_tokens_; }
   int64_t max_logit_rows() const override { return max_logit_rows_; }
   PinnableBlockAllocator* allocator() const override { return allocator_; }

@@ -190,6 +190,11 @@ struct WeightLoadOptions {
   // host memory as f32 (the CPU backend), so loading first refuses, before
   // reading any tensor, a checkpoint that cannot fit (CheckHostMemoryForF32).
   std::string check_host_memory_for;
+  // The memory the weights may take, when the caller knows it (the device's
+  // free memory on a GPU, MemAvailable on the CPU); -1: unknown. Sources that
+  // make their tensors (random weights) refuse a table that cannot fit
+  // before making any.
+  int64_t available_bytes = -1;
 };
 
 // Reads every tensor of `table` from `checkpoint` and stores it through
