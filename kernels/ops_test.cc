@@ -90,6 +90,13 @@ class RecordingOps final : public Ops {
                               const TensorView&, const KvCacheLayer&) override {
     return Record("StoreKvCache");
   }
+  absl::Status DoGatedActivation(GatedActivationKind, const TensorView&,
+                                 const TensorView&) override {
+    return Record("GatedActivation");
+  }
+  absl::Status DoQkvRopeStore(const QkvRopeStoreArgs&) override {
+    return Record("QkvRopeStore");
+  }
   absl::Status DoPrefillAttention(const PagedAttentionArgs&) override {
     return Record("PrefillAttention");
   }
