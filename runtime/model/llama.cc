@@ -117,8 +117,9 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
   // matrix (or bias) a fused GEMM reads (ConcatRows); the parts are freed as
   // soon as the stack exists, so loading holds one layer's parts twice at
   // most.
+  HostStaging staging;  // One host buffer for every stack (non-host memory).
   auto stack =
-      [this, &set](
+      [this, &set, &staging](
           std::initializer_list<std::string> names) -> absl::StatusOr<Tensor> {
     std::vector<Tensor> parts;
     std::vector<const Tensor*> ptrs;
@@ -127,7 +128,7 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
       parts.push_back(std::move(t));
     }
     for (const Tensor& t : parts) ptrs.push_back(&t);
-    return ConcatRows(ops_, ptrs);
+    return ConcatRows(ops_, ptrs, &staging);
   };
   // Biases: all of them or none (the table lists them together).
   auto stack_optional = [&set, &stack](std::initializer_list<std::string> names)

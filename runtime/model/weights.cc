@@ -323,7 +323,8 @@ int64_t WeightSet::bytes() const {
 }
 
 absl::StatusOr<Tensor> ConcatRows(Device* device,
-                                  absl::Span<const Tensor* const> parts) {
+                                  absl::Span<const Tensor* const> parts,
+                                  HostStaging* staging) {
   if (device == nullptr || parts.empty() || parts[0] == nullptr ||
       parts[0]->shape().rank() < 1) {
     return absl::InvalidArgumentError("ConcatRows: no parts to stack");
@@ -356,18 +357,15 @@ absl::StatusOr<Tensor> ConcatRows(Device* device,
     }
     return out;
   }
-  std::unique_ptr<char[]> host(
-      new (std::nothrow) char[std::max<size_t>(bytes, 1)]);
-  if (host == nullptr) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "ConcatRows: cannot allocate ", bytes, " bytes of host staging"));
-  }
-  char* dst = host.get();
+  HostStaging own;
+  ASSIGN_OR_RETURN(void* host, (staging != nullptr ? staging : &own)
+                                   ->Reserve(std::max<size_t>(bytes, 1)));
+  char* dst = static_cast<char*>(host);
   for (const Tensor* part : parts) {
     RETURN_IF_ERROR(device->CopyToHost(part->view(), dst));
     dst += part->nbytes();
   }
-  return device->Upload(TensorView(host.get(), dtype, shape), dtype);
+  return device->Upload(TensorView(host, dtype, shape), dtype);
 }
 
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,

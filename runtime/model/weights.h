@@ -207,10 +207,13 @@ absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
 // rank's q/k/v (or gate/up) slices into one projection after loading, so the
 // checkpoint, the weight table and the weight transfer keep the published
 // tensors. A host-memory backend copies in place; any other goes through one
-// host buffer of the result's size (Device has no device-to-device copy).
-// InvalidArgument for no parts or parts that do not stack.
+// host buffer of the result's size (Device has no device-to-device copy):
+// `staging` when given (reused across calls, so binding a model's layers
+// allocates it once), else a buffer of its own. InvalidArgument for no parts
+// or parts that do not stack.
 absl::StatusOr<Tensor> ConcatRows(Device* device,
-                                  absl::Span<const Tensor* const> parts);
+                                  absl::Span<const Tensor* const> parts,
+                                  HostStaging* staging = nullptr);
 
 // The CPU backend holds every weight as f32: ResourceExhausted ("DIR needs
 // N GiB for its weights as f32 on the CPU, but only M GiB of memory is

@@ -464,7 +464,8 @@ TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
     OpaqueDevice opaque;
     for (Device* device :
          {static_cast<Device*>(&cpu), static_cast<Device*>(&opaque)}) {
-      absl::StatusOr<Tensor> out = ConcatRows(device, {&a, &b, &c});
+      HostStaging staging;
+      absl::StatusOr<Tensor> out = ConcatRows(device, {&a, &b, &c}, &staging);
       ASSERT_TRUE(out.ok()) << out.status();
       EXPECT_EQ(out->shape(), Shape({7, 3}));
       EXPECT_EQ(out->dtype(), dtype);
