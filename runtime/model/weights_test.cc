@@ -499,5 +499,45 @@ TEST(ConcatRowsTest, RefusesPartsThatDoNotStack) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// The model stacks q/k/v and gate/up at bind: the stacked matrices have the
+// parts' rows (weight_bytes counts them once), and a weight set with some but
+// not all of a stack's biases is refused by name.
+TEST(LlamaBindTest, StacksProjectionsAndRefusesPartialBiases) {
+  auto config = ParseModelConfig(kConfig);
+  ASSERT_TRUE(config.ok());
+  const ShardSpec shard = FullModel(*config);
+  CpuOps ops;
+  ModelContext context;
+  context.ops = &ops;
+  context.max_step_tokens = 8;
+  auto filled = [](WeightTable table) {
+    WeightSet set(std::move(table));
+    for (size_t i = 0; i < set.size(); ++i) {
+      EXPECT_TRUE(
+          set.Put(i, *Tensor::Zeros(DType::kF32, set.table()[i].local_shape()))
+              .ok());
+    }
+    return set;
+  };
+  const WeightTable table = LlamaWeightTable(*config, shard);
+  int64_t table_bytes = 0;
+  for (const WeightSpec& spec : table)
+    table_bytes += SliceBytes(spec, DType::kF32);
+  auto model = LlamaModel::Create(*config, shard, filled(table), context);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->weight_bytes(), table_bytes);
+
+  WeightTable partial = table;
+  partial.push_back(
+      RowSplit("model.layers.0.self_attn.k_proj.bias", {128}, 0, 128, 1));
+  auto refused = LlamaModel::Create(*config, shard, filled(partial), context);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "some but not all of the biases stacked with "
+                "model.layers.0.self_attn.q_proj.bias"),
+            std::string::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace tessera
