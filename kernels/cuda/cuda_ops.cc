@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/fused_kernels.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
 #include "kernels/cuda/gemm/skinny_gemm.h"
 #include "kernels/cuda/sampling/sampling_kernels.h"
@@ -750,6 +751,40 @@ absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
                                          slot_mapping.data_as<const int64_t>(),
                                          layer, stream_),
                 "StoreKvCache");
+}
+
+absl::Status CudaOps::DoGatedActivation(GatedActivationKind kind,
+                                        const TensorView& gate_up,
+                                        const TensorView& out) {
+  (void)kind;  // kSilu is the only kind.
+  if (out.numel() == 0) return absl::OkStatus();
+  return Launch(
+      cuda::LaunchGatedSilu(gate_up.data_as<const float>(), out.shape()[0],
+                            out.shape()[1], out.data_as<float>(), stream_),
+      "GatedActivation");
+}
+
+absl::Status CudaOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
+  const cuda::DeviceKvLayer layer = DeviceLayer(a.cache);
+  const int64_t tokens = a.q_out.shape()[0];
+  if (tokens == 0) return absl::OkStatus();
+  if (layer.head_dim > cuda::kMaxFusedHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QkvRopeStore: head_dim ", layer.head_dim,
+                     " is above the CUDA kernel's ", cuda::kMaxFusedHeadDim));
+  }
+  // Slots are device values: the kernel skips one outside the cache (-1).
+  return Launch(
+      cuda::LaunchQkvRopeStore(
+          a.qkv.data_as<const float>(),
+          static_cast<int32_t>(a.q_out.shape()[1]),
+          a.q_norm != nullptr ? a.q_norm->data_as<const float>() : nullptr,
+          a.k_norm != nullptr ? a.k_norm->data_as<const float>() : nullptr,
+          a.eps, a.positions.data_as<const int32_t>(),
+          a.inv_freq.data_as<const float>(),
+          a.slot_mapping.data_as<const int64_t>(), tokens, layer,
+          a.q_out.data_as<float>(), stream_),
+      "QkvRopeStore");
 }
 
 absl::Status CudaOps::Attention(const PagedAttentionArgs& args,

@@ -90,6 +90,12 @@ class CudaOps final : public Ops {
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
                               const TensorView& slot_mapping,
                               const KvCacheLayer& cache) override;
+  // One kernel each (fused_kernels.h); QkvRopeStore takes head_dim <=
+  // cuda::kMaxFusedHeadDim (InvalidArgument above it).
+  absl::Status DoGatedActivation(GatedActivationKind kind,
+                                 const TensorView& gate_up,
+                                 const TensorView& out) override;
+  absl::Status DoQkvRopeStore(const QkvRopeStoreArgs& args) override;
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;

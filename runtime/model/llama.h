@@ -10,6 +10,14 @@
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
+// As run: q/k/v is one GEMM over their stacked rows (and gate/up another),
+// the q/k norms, RoPE and the cache write one QkvRopeStore, the activation
+// one GatedActivation, and every residual add is fused with the norm that
+// follows it (AddRmsNorm: the post-attention norm, the next layer's input
+// norm, the final norm; a stage that is not the last adds the pending MLP
+// output before sending). The weight table keeps the checkpoint's separate
+// tensors; Bind stacks them.
+//
 // LlamaModel implements Model (model.h); callers create it through the
 // registry (registry.h) and hold a Model. Its weights are the tensors of
 // LlamaWeightTable, bound by name from a WeightSet (weights.h).
