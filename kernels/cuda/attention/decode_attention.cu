@@ -83,43 +83,73 @@ struct Vec<float> {
   }
 };
 
-// Read-once data: no L1 allocation.
-__device__ __forceinline__ uint4 LoadStreaming(const void* ptr) {
-  uint4 r;
-  asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-      : "l"(ptr));
-  return r;
+// cp.async: 16 bytes global -> shared, bypassing L1 (read-once data).
+__device__ __forceinline__ void CopyAsync16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s),
+               "l"(gmem));
+}
+__device__ __forceinline__ void CommitAsync() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int kPending>
+__device__ __forceinline__ void WaitAsync() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Pipeline shape: kStages stages of kU keys per sub-warp (K and V chunks of
+// 16 bytes per thread per key), in a per-thread ring in shared memory: each
+// thread copies exactly the chunks it later reads, so the ring needs no
+// barrier, only cp.async.wait_group. kStages - 1 stages are in flight while
+// one is computed.
+#ifndef TESSERA_DECODE_STAGES  // Tuning builds only (the bench's variants).
+#define TESSERA_DECODE_STAGES 4
+#endif
+#ifndef TESSERA_DECODE_KEYS_PER_STAGE
+#define TESSERA_DECODE_KEYS_PER_STAGE 2
+#endif
+constexpr int kStages = TESSERA_DECODE_STAGES;
+constexpr int kU = TESSERA_DECODE_KEYS_PER_STAGE;  // Keys per sub-warp.
+static_assert(kStages >= 2, "a pipeline needs two stages");
+constexpr int kStageBytes = 2 * kU * 16 * kThreads;
+constexpr int kRingBytes = kStages * kStageBytes;  // 32 KB: no opt-in.
+
+// The splits of one CTA, in order, cut into steps of kStep keys.
+struct StepIter {
+  int32_t split, base, end;
+};
+
 // One CTA per (split slot, kv head, sequence); it runs splits blockIdx.x,
-// blockIdx.x + gridDim.x, ... of its sequence. The CTA's threads form kSub
-// sub-warps of kLanes lanes; a sub-warp reads one key row per load (lane c
-// holds dims [c * kN, c * kN + kN)), keeps its own online-softmax state for
-// the kG query heads of the group, and the sub-warps' states are merged in
-// shared memory, in sub-warp order, at the end of each split.
+// blockIdx.x + gridDim.x, ... of its sequence, as one pipelined stream of
+// steps. The CTA's threads form kSub sub-warps of kLanes lanes; a sub-warp
+// reads one key row per chunk (lane c holds dims [c * kN, c * kN + kN)),
+// keeps its own online-softmax state for the kG query heads of the group,
+// and at the end of each split the sub-warps' states are merged in shared
+// memory (through the ring stage just consumed), in sub-warp order.
 template <typename T, int kD, int kG>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
     SplitDecodeKernel(const SplitParams p) {
   constexpr int kN = Vec<T>::kN;
   constexpr int kLanes = kD / kN;
   static_assert(kLanes <= kWarpSize && kWarpSize % kLanes == 0,
                 "a key row must fit one warp");
   constexpr int kSub = kWarps * (kWarpSize / kLanes);
-  constexpr int kU = kG <= 4 ? 4 : 2;  // Keys per sub-warp per iteration.
-  constexpr int kStep = kSub * kU;     // Keys per CTA per iteration.
+  constexpr int kStep = kSub * kU;  // Keys per CTA per step.
+  // Heads merged per pass through one ring stage.
+  constexpr int kHeadBytes = kSub * kD * static_cast<int>(sizeof(float));
+  constexpr int kHP =
+      kStageBytes / kHeadBytes < kG ? kStageBytes / kHeadBytes : kG;
+  static_assert(kHP >= 1 && kG % kHP == 0, "merge passes");
+  __shared__ __align__(16) uint4 ring[kRingBytes / 16];
   __shared__ float s_m[kSub][kG];
   __shared__ float s_l[kSub][kG];
-  __shared__ __align__(16) float s_acc[kSub][kG][kD];
-  __shared__ float s_w[kSub][kG];  // Merge weights.
-  __shared__ float s_inv[kG];      // 1 / sum (one split) or the sum.
-  __shared__ float s_max[kG];
 
   const int32_t lseq = blockIdx.z;
   const int32_t seq = p.first_seq + lseq;
   const int32_t kvh = blockIdx.y;
-  const int lane = threadIdx.x % kWarpSize;
-  const int sub = threadIdx.x / kLanes;
+  const int tid = threadIdx.x;
+  const int lane = tid % kWarpSize;
+  const int sub = tid / kLanes;
   const int c = lane % kLanes;
   const int32_t group = p.group;
   const int32_t num_heads = p.num_heads;
@@ -130,13 +160,63 @@ __global__ void __launch_bounds__(kThreads)
   if (splits == 0) {  // A padded sequence: zeros, no cache read.
     if (blockIdx.x == 0) {
       float* o = p.out + (row * num_heads + kvh * group) * kD;
-      for (int i = threadIdx.x; i < group * kD; i += kThreads) o[i] = 0.0f;
+      for (int i = tid; i < group * kD; i += kThreads) o[i] = 0.0f;
     }
     return;
   }
   if (static_cast<int32_t>(blockIdx.x) >= splits) return;
   const int32_t chunk = static_cast<int32_t>(DecodeSplitKeys(num_keys));
   const int32_t end_all = lo + num_keys;
+  const int32_t* table =
+      p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
+  const char* kc = static_cast<const char*>(p.k);
+  const char* vc = static_cast<const char*>(p.v);
+  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * kD;
+  const int64_t head_off = static_cast<int64_t>(kvh) * kD + c * kN;
+
+  auto first_step = [&](int32_t split) {
+    const int32_t b = lo + split * chunk;
+    return StepIter{split, b, min(end_all, b + chunk)};
+  };
+  auto advance = [&](StepIter* it) {
+    it->base += kStep;
+    if (it->base >= it->end) *it = first_step(it->split + gridDim.x);
+  };
+  // This thread's chunk j of stage `st`: K for j < kU, V for j >= kU.
+  auto chunk_ptr = [&](int st, int j) {
+    return &ring[(st * 2 * kU + j) * kThreads + tid];
+  };
+  auto produce = [&](const StepIter& it, int st) {
+    if (it.split < splits) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+        const int32_t pos = it.base + u * kSub + sub;
+        if (pos < it.end) {
+          int32_t bi, bo;
+          if (p.block_shift >= 0) {
+            bi = pos >> p.block_shift;
+            bo = pos & (p.block_size - 1);
+          } else {
+            bi = pos / p.block_size;
+            bo = pos - bi * p.block_size;
+          }
+          const int64_t slot =
+              static_cast<int64_t>(__ldg(table + bi)) * p.block_size + bo;
+          const int64_t off = (slot * slot_stride + head_off) * sizeof(T);
+          CopyAsync16(chunk_ptr(st, u), kc + off);
+          CopyAsync16(chunk_ptr(st, kU + u), vc + off);
+        }
+      }
+    }
+    CommitAsync();  // One group per step, empty or not.
+  };
+
+  StepIter pit = first_step(blockIdx.x);
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) {
+    produce(pit, st);
+    advance(&pit);
+  }
 
   float q[kG][kN];
 #pragma unroll
@@ -157,151 +237,144 @@ __global__ void __launch_bounds__(kThreads)
       for (int i = 0; i < kN; ++i) q[g][i] = 0.0f;
     }
   }
-  const int32_t* table =
-      p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
-  const char* kc = static_cast<const char*>(p.k);
-  const char* vc = static_cast<const char*>(p.v);
-  const int64_t slot_stride = static_cast<int64_t>(p.num_kv_heads) * kD;
-  const int64_t head_off = static_cast<int64_t>(kvh) * kD + c * kN;
 
-  for (int32_t split = blockIdx.x; split < splits; split += gridDim.x) {
-    const int32_t begin = lo + split * chunk;
-    const int32_t end = min(end_all, begin + chunk);
-    float m[kG], l[kG], acc[kG][kN];
+  float m[kG], l[kG], acc[kG][kN];
+#pragma unroll
+  for (int g = 0; g < kG; ++g) {
+    m[g] = kNegInit;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kN; ++i) acc[g][i] = 0.0f;
+  }
+
+  int st = 0;
+  for (StepIter it = first_step(blockIdx.x); it.split < splits;) {
+    WaitAsync<kStages - 2>();  // This thread's copies of stage st are done.
+    produce(pit, (st + kStages - 1) % kStages);
+    advance(&pit);
+
+    bool valid[kU];
+    float s[kU][kG];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      valid[u] = it.base + u * kSub + sub < it.end;
+      const uint4 kr = valid[u] ? *chunk_ptr(st, u) : make_uint4(0, 0, 0, 0);
+      float kf[kN];
+      Vec<T>::Widen(kr, kf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        float dot = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) dot = fmaf(q[g][i], kf[i], dot);
+        s[u][g] = dot;
+      }
+    }
+    // The sub-warp's butterfly: every lane of it gets the same sums.
+#pragma unroll
+    for (int o = kLanes / 2; o > 0; o >>= 1) {
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g)
+          s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+      }
+    }
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
-      m[g] = kNegInit;
-      l[g] = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kN; ++i) acc[g][i] = 0.0f;
-    }
-    for (int32_t base = begin; base < end; base += kStep) {
-      int64_t off[kU];
-      bool valid[kU];
+      float mx = m[g];
 #pragma unroll
       for (int u = 0; u < kU; ++u) {
-        const int32_t pos = base + u * kSub + sub;
-        valid[u] = pos < end;
-        off[u] = 0;
-        if (valid[u]) {
-          int32_t bi, bo;
-          if (p.block_shift >= 0) {
-            bi = pos >> p.block_shift;
-            bo = pos & (p.block_size - 1);
-          } else {
-            bi = pos / p.block_size;
-            bo = pos - bi * p.block_size;
-          }
-          const int64_t slot =
-              static_cast<int64_t>(__ldg(table + bi)) * p.block_size + bo;
-          off[u] = (slot * slot_stride + head_off) * sizeof(T);
-        }
+        if (!valid[u]) s[u][g] = -INFINITY;
+        mx = fmaxf(mx, s[u][g]);
       }
-      uint4 kr[kU], vr[kU];
+      const float alpha = exp2f(m[g] - mx);
+      m[g] = mx;
+      l[g] *= alpha;
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
-        kr[u] = valid[u] ? LoadStreaming(kc + off[u]) : make_uint4(0, 0, 0, 0);
+      for (int i = 0; i < kN; ++i) acc[g][i] *= alpha;
+    }
 #pragma unroll
-      for (int u = 0; u < kU; ++u)
-        vr[u] = valid[u] ? LoadStreaming(vc + off[u]) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < kU; ++u) {
+      const uint4 vr =
+          valid[u] ? *chunk_ptr(st, kU + u) : make_uint4(0, 0, 0, 0);
+      float vf[kN];
+      Vec<T>::Widen(vr, vf);
+#pragma unroll
+      for (int g = 0; g < kG; ++g) {
+        const float pr = exp2f(s[u][g] - m[g]);  // 0 for a masked key.
+        l[g] += pr;
+#pragma unroll
+        for (int i = 0; i < kN; ++i) acc[g][i] = fmaf(pr, vf[i], acc[g][i]);
+      }
+    }
 
-      float s[kU][kG];
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        float kf[kN];
-        Vec<T>::Widen(kr[u], kf);
+    const int32_t split = it.split;
+    const bool last = it.base + kStep >= it.end;
+    advance(&it);
+    if (last) {
+      // Merge the sub-warps of this split through stage st (consumed by
+      // every thread once all pass the first barrier; refilled only after
+      // the last one).
+      float* buf = reinterpret_cast<float*>(chunk_ptr(st, 0) - tid);
+      __syncthreads();  // Every thread has read its chunks of stage st.
+      if (c == 0) {
 #pragma unroll
         for (int g = 0; g < kG; ++g) {
-          float dot = 0.0f;
-#pragma unroll
-          for (int i = 0; i < kN; ++i) dot = fmaf(q[g][i], kf[i], dot);
-          s[u][g] = dot;
+          s_m[sub][g] = m[g];
+          s_l[sub][g] = l[g];
         }
       }
-      // The sub-warp's butterfly: every lane of it gets the same sums.
 #pragma unroll
-      for (int o = kLanes / 2; o > 0; o >>= 1) {
+      for (int g0 = 0; g0 < kG; g0 += kHP) {
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
+        for (int gg = 0; gg < kHP; ++gg) {
+          float4* dst =
+              reinterpret_cast<float4*>(buf + (sub * kHP + gg) * kD + c * kN);
 #pragma unroll
-          for (int g = 0; g < kG; ++g)
-            s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
+          for (int i = 0; i < kN / 4; ++i) {
+            dst[i] =
+                make_float4(acc[g0 + gg][4 * i], acc[g0 + gg][4 * i + 1],
+                            acc[g0 + gg][4 * i + 2], acc[g0 + gg][4 * i + 3]);
+          }
         }
+        __syncthreads();
+        for (int idx = tid; idx < kHP * kD; idx += kThreads) {
+          const int gg = idx / kD;
+          const int d = idx % kD;
+          const int g = g0 + gg;
+          if (g >= group) continue;
+          float mx = s_m[0][g];
+          for (int w = 1; w < kSub; ++w) mx = fmaxf(mx, s_m[w][g]);
+          float o = 0.0f, sum = 0.0f;
+          for (int w = 0; w < kSub; ++w) {
+            const float wt = exp2f(s_m[w][g] - mx);
+            sum = fmaf(wt, s_l[w][g], sum);
+            o = fmaf(wt, buf[(w * kHP + gg) * kD + d], o);
+          }
+          const int32_t h = kvh * group + g;
+          if (splits == 1) {
+            p.out[(row * num_heads + h) * kD + d] = sum > 0.0f ? o / sum : 0.0f;
+          } else {
+            const int64_t e =
+                (static_cast<int64_t>(lseq) * num_heads + h) * p.max_splits +
+                split;
+            p.parts[e * kD + d] = o;
+            if (d == 0) p.stats[e] = make_float2(mx, sum);
+          }
+        }
+        __syncthreads();
       }
 #pragma unroll
       for (int g = 0; g < kG; ++g) {
-        float mx = m[g];
+        m[g] = kNegInit;
+        l[g] = 0.0f;
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-          if (!valid[u]) s[u][g] = -INFINITY;
-          mx = fmaxf(mx, s[u][g]);
-        }
-        const float alpha = exp2f(m[g] - mx);
-        m[g] = mx;
-        l[g] *= alpha;
-#pragma unroll
-        for (int i = 0; i < kN; ++i) acc[g][i] *= alpha;
-      }
-#pragma unroll
-      for (int u = 0; u < kU; ++u) {
-        float vf[kN];
-        Vec<T>::Widen(vr[u], vf);
-#pragma unroll
-        for (int g = 0; g < kG; ++g) {
-          const float pr = exp2f(s[u][g] - m[g]);  // 0 for a masked key.
-          l[g] += pr;
-#pragma unroll
-          for (int i = 0; i < kN; ++i) acc[g][i] = fmaf(pr, vf[i], acc[g][i]);
-        }
+        for (int i = 0; i < kN; ++i) acc[g][i] = 0.0f;
       }
     }
-
-    // Merge the sub-warps (fixed order).
-#pragma unroll
-    for (int g = 0; g < kG; ++g) {
-      if (c == 0) {
-        s_m[sub][g] = m[g];
-        s_l[sub][g] = l[g];
-      }
-      float4* dst = reinterpret_cast<float4*>(&s_acc[sub][g][c * kN]);
-#pragma unroll
-      for (int i = 0; i < kN / 4; ++i) {
-        dst[i] = make_float4(acc[g][4 * i], acc[g][4 * i + 1],
-                             acc[g][4 * i + 2], acc[g][4 * i + 3]);
-      }
-    }
-    __syncthreads();
-    if (threadIdx.x < kG) {
-      const int g = threadIdx.x;
-      float mx = s_m[0][g];
-      for (int w = 1; w < kSub; ++w) mx = fmaxf(mx, s_m[w][g]);
-      float sum = 0.0f;
-      for (int w = 0; w < kSub; ++w) {
-        const float wt = exp2f(s_m[w][g] - mx);
-        s_w[w][g] = wt;
-        sum = fmaf(wt, s_l[w][g], sum);
-      }
-      s_max[g] = mx;
-      s_inv[g] = splits == 1 ? (sum > 0.0f ? 1.0f / sum : 0.0f) : sum;
-    }
-    __syncthreads();
-    for (int idx = threadIdx.x; idx < group * kD; idx += kThreads) {
-      const int g = idx / kD;
-      const int d = idx % kD;
-      float o = 0.0f;
-      for (int w = 0; w < kSub; ++w) o = fmaf(s_w[w][g], s_acc[w][g][d], o);
-      const int32_t h = kvh * group + g;
-      if (splits == 1) {
-        p.out[(row * num_heads + h) * kD + d] = o * s_inv[g];
-      } else {
-        const int64_t e =
-            (static_cast<int64_t>(lseq) * num_heads + h) * p.max_splits + split;
-        p.parts[e * kD + d] = o;
-        if (d == 0) p.stats[e] = make_float2(s_max[g], s_inv[g]);
-      }
-    }
-    __syncthreads();  // s_* are rewritten by the next split.
+    st = (st + 1) % kStages;
   }
+  WaitAsync<0>();  // Nothing in flight when the CTA exits.
 }
 
 // out = Σ w_i o_i / Σ w_i l_i over the splits of one (sequence, head), with
