@@ -86,15 +86,17 @@ struct Vec<float> {
 // cp.async: 16 bytes global -> shared, bypassing L1 (read-once data).
 __device__ __forceinline__ void CopyAsync16(void* smem, const void* gmem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s),
-               "l"(gmem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem)
+               : "memory");
 }
 __device__ __forceinline__ void CommitAsync() {
-  asm volatile("cp.async.commit_group;\n" ::);
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
 template <int kPending>
 __device__ __forceinline__ void WaitAsync() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+  // The clobber keeps the compiler from moving the ring's plain loads
+  // above the wait (no barrier follows it).
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
 }
 
 // Pipeline shape: kStages stages of kU keys per sub-warp (K and V chunks of
