@@ -6,8 +6,10 @@
 // unused slots are NaN, so a read of a wrong slot fails loudly. Padded
 // sequences (seq_len 0, block table -1: SPLIT-16 contract 2) must come out as
 // zeros. Graph safety: the same launch with a larger grid_max_seq_len, and each
-// sequence in a smaller batch, give bitwise the same output. The dispatch rule
-// and the launcher's argument checks run without a GPU too.
+// sequence in a smaller batch, give bitwise the same output. Through CudaOps:
+// the dispatch (split decode for bf16 D 128, the old kernel for f32 D 96)
+// against the CPU after ReserveStepScratch, at a graph's grid bound. The
+// dispatch rule and the launcher's argument checks run without a GPU too.
 #include "kernels/cuda/attention/decode_attention.h"
 
 #include <cuda_runtime_api.h>
@@ -28,8 +30,11 @@
 #include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention/attention_kernels.h"
+#include "kernels/cuda/cuda_memory_source.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "runtime/core/memory.h"
 
 namespace tessera {
 namespace {
@@ -53,6 +58,8 @@ uint16_t ToBf16Bits(float x) {  // Round to nearest even; NaN stays NaN.
   u += 0x7fffu + ((u >> 16) & 1u);
   return static_cast<uint16_t>(u >> 16);
 }
+float Bf16ToFloat(uint16_t bits);
+float RoundToBf16(float x) { return Bf16ToFloat(ToBf16Bits(x)); }
 float Bf16ToFloat(uint16_t bits) {
   const uint32_t u = static_cast<uint32_t>(bits) << 16;
   float x;
@@ -358,6 +365,127 @@ TEST_F(DecodeAttentionTest, OnlyPaddedSequences) {
   for (int64_t i = rf; i < int64_t{step.total()} * rf; ++i)
     bad += !SameBits(got[i], 0.0f);
   EXPECT_EQ(bad, 0);
+}
+
+// Through CudaOps::DecodeAttention (the dispatch rule): a bf16 cache of D 128
+// takes the split decode, an f32 cache of D 96 the old kernel; both against
+// CpuOps, after ReserveStepScratch sized the decode workspace for the rank's
+// limits and with a graph's grid bound (the limits' context), so a step at
+// the bound needs no workspace growth.
+class CudaOpsDecodeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    source_ = std::make_unique<CudaMemorySource>(0);
+    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
+    auto ops = CudaOps::Create(0, allocator_.get());
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    gpu_ = *std::move(ops);
+  }
+  void TearDown() override {
+    gpu_.reset();
+    allocator_.reset();
+  }
+  std::unique_ptr<CudaMemorySource> source_;
+  std::unique_ptr<PinnableBlockAllocator> allocator_;
+  std::unique_ptr<CudaOps> gpu_;
+  std::mt19937 rng_{77};
+};
+
+TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
+  constexpr int32_t kHeads = 16, kKvHeads = 4, kBlock = 16, kLimit = 8192;
+  StepLimits limits;
+  limits.max_tokens = 8;
+  limits.max_seqs = 8;
+  limits.max_seq_len = kLimit;
+  limits.max_heads = kHeads;
+  limits.max_head_dim = 128;
+  limits.max_linear_in = 64;
+  limits.vocab_size = 64;
+  ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
+  for (auto [dim, dtype] : std::vector<std::pair<int32_t, DType>>{
+           {128, DType::kBF16}, {96, DType::kF32}}) {
+    SCOPED_TRACE(absl::StrCat("D=", dim, " cache=", DTypeName(dtype)));
+    const std::vector<int64_t> contexts = {3000, 17, 900, 0, 5000};
+    int64_t blocks = 0;
+    std::vector<std::vector<int32_t>> tables;
+    for (int64_t ctx : contexts) {
+      const int64_t n = ctx / kBlock + 1;
+      std::vector<int32_t> t(n);
+      std::iota(t.begin(), t.end(), static_cast<int32_t>(blocks));
+      std::shuffle(t.begin(), t.end(), rng_);
+      blocks += n;
+      tables.push_back(std::move(t));
+    }
+    std::vector<SequenceSlice> slices;
+    for (size_t s = 0; s < contexts.size(); ++s)
+      slices.push_back({contexts[s], 1, tables[s]});
+    auto built = BuildAttentionMetadata(slices, kBlock, blocks);
+    ASSERT_TRUE(built.ok()) << built.status();
+    const HostAttentionMetadata& m = *built;
+    const AttentionMetadata host_view = m.View();
+    const int64_t slots = blocks * kBlock;
+    const int64_t t = m.num_tokens;
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> k(slots * kKvHeads * dim), v(k.size()),
+        q(t * kHeads * dim);
+    for (float& x : k)
+      x = dtype == DType::kBF16 ? RoundToBf16(normal(rng_)) : normal(rng_);
+    for (float& x : v)
+      x = dtype == DType::kBF16 ? RoundToBf16(normal(rng_)) : normal(rng_);
+    for (float& x : q) x = normal(rng_);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+
+    std::vector<float> want(q.size(), kNaN);
+    PagedAttentionArgs a;
+    a.q = TensorView(q.data(), DType::kF32, {t, kHeads, dim});
+    a.cache.k = TensorView(k.data(), DType::kF32, {slots, kKvHeads, dim});
+    a.cache.v = TensorView(v.data(), DType::kF32, {slots, kKvHeads, dim});
+    a.metadata = &host_view;
+    a.end_seq = m.num_seqs;
+    a.out = TensorView(want.data(), DType::kF32, {t, kHeads, dim});
+    a.scale = scale;
+    ASSERT_TRUE(CpuOps().DecodeAttention(a).ok());
+
+    auto dk = gpu_->Upload(a.cache.k, dtype);
+    auto dv = gpu_->Upload(a.cache.v, dtype);
+    auto dq = gpu_->Upload(a.q, DType::kF32);
+    std::vector<float> nan(q.size(), kNaN);
+    auto dout = gpu_->Upload(  // NaN: every row must be written.
+        TensorView(nan.data(), DType::kF32, {t, kHeads, dim}), DType::kF32);
+    ASSERT_TRUE(dk.ok() && dv.ok() && dq.ok() && dout.ok());
+    DeviceArray<int32_t> qsl(m.query_start_loc), ctx(m.context_lens),
+        lens(m.seq_lens), pos(m.positions), bt(m.block_tables);
+    DeviceArray<int64_t> slot_mapping(m.slot_mapping);
+    AttentionMetadata dm = host_view;
+    auto dev = [](const TensorView& like, void* p) {
+      return TensorView(p, like.dtype(), like.shape());
+    };
+    dm.query_start_loc = dev(host_view.query_start_loc, qsl.get());
+    dm.context_lens = dev(host_view.context_lens, ctx.get());
+    dm.seq_lens = dev(host_view.seq_lens, lens.get());
+    dm.positions = dev(host_view.positions, pos.get());
+    dm.slot_mapping = dev(host_view.slot_mapping, slot_mapping.get());
+    dm.block_tables = dev(host_view.block_tables, bt.get());
+    dm.grid_max_seq_len = kLimit;  // A graph's bound.
+    PagedAttentionArgs g = a;
+    g.q = dq->view();
+    g.cache.k = dk->view();
+    g.cache.v = dv->view();
+    g.metadata = &dm;
+    g.out = dout->view();
+    const absl::Status st = gpu_->DecodeAttention(g);
+    ASSERT_TRUE(st.ok()) << st;
+    std::vector<float> got(q.size());
+    ASSERT_TRUE(gpu_->CopyToHost(g.out, got.data()).ok());
+    int64_t bad = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float err = std::fabs(got[i] - want[i]);
+      if (!(err <= 2e-4f * std::max(1.0f, std::fabs(want[i]))) && ++bad <= 5)
+        ADD_FAILURE() << "out[" << i << "] = " << got[i] << ", CPU " << want[i];
+    }
+    EXPECT_EQ(bad, 0);
+  }
 }
 
 // Without a GPU too.
