@@ -47,6 +47,11 @@ struct AttentionMetadata {
   int32_t num_decode_seqs = 0;
   int32_t max_query_len = 0;  // Exact maxima over this batch.
   int32_t max_seq_len = 0;
+  // An upper bound on every seq_len of the step that the launch grids are
+  // sized for (== max_seq_len for an eager step, == the rank's max context
+  // when a graph is captured); 0 means "use max_seq_len". Kernels read the
+  // actual lengths from the arrays.
+  int32_t grid_max_seq_len = 0;
   // The row stride of block_tables (>= the blocks any sequence of the step
   // needs; a fixed capacity for step inputs, so kernels see one stride).
   int32_t max_blocks_per_seq = 0;

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/attention_kernels.h"
+#include "kernels/cuda/attention/decode_attention.h"
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
@@ -175,14 +176,19 @@ absl::Status CudaOps::ReserveStepScratch(const StepLimits& l) {
       kGemmInput,
       gemm_rows * static_cast<size_t>(l.max_linear_in) * sizeof(uint16_t)));
   RETURN_IF_ERROR(Reserve(kGemmWorkspace, cuda::GemmPlans::kWorkspaceBytes));
-  // Split-K decode: every sequence of a step, all its heads, the partitions
-  // of the longest context.
+  // Split-K decode: every sequence of a step, all its heads, the splits of
+  // the longest context, for whichever decode kernel needs more (the split
+  // decode of decode_attention.h, or the old kernel for the cases it leaves).
+  const int32_t decode_seqs =
+      static_cast<int32_t>(std::min<int64_t>(l.max_seqs, INT32_MAX));
+  const int32_t decode_len =
+      static_cast<int32_t>(std::min<int64_t>(l.max_seq_len, INT32_MAX));
   RETURN_IF_ERROR(Reserve(
       kDecodeWorkspace,
-      cuda::DecodeAttentionWorkspaceBytes(
-          static_cast<int32_t>(std::min<int64_t>(l.max_seqs, INT32_MAX)),
-          l.max_heads, l.max_head_dim,
-          static_cast<int32_t>(std::min<int64_t>(l.max_seq_len, INT32_MAX)))));
+      std::max(cuda::DecodeAttentionWorkspaceBytes(decode_seqs, l.max_heads,
+                                                   l.max_head_dim, decode_len),
+               cuda::DecodeSplitWorkspaceBytes(decode_seqs, l.max_heads,
+                                               l.max_head_dim, decode_len))));
   // The sampler's per-row buffers. The penalty tables and the masked ids
   // (kSampleCounts, kSampleMask, kSampleMasked) still grow on first use.
   RETURN_IF_ERROR(
@@ -805,6 +811,7 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
   dm.num_tokens = m->num_tokens;
   dm.max_query_len = m->max_query_len;
   dm.max_seq_len = m->max_seq_len;
+  dm.grid_max_seq_len = m->grid_max_seq_len;
   const int32_t heads = static_cast<int32_t>(qs[1]);
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
@@ -816,6 +823,25 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                         args.sliding_window, args.scale, out, stream_),
                     op);
     case AttentionKind::kDecode: {
+      // The dispatch rule of decode_attention.h: f32/bf16 caches, D == Dv in
+      // {64, 128}, GQA groups <= 8 take the split decode; the rest the old
+      // kernel.
+      if (cuda::DecodeAttentionSupported(layer, heads)) {
+        int64_t max_keys =
+            m->grid_max_seq_len > 0 ? m->grid_max_seq_len : m->max_seq_len;
+        if (args.sliding_window > 0 && args.sliding_window < max_keys) {
+          max_keys = args.sliding_window;
+        }
+        const size_t bytes = cuda::DecodeSplitWorkspaceBytes(
+            args.end_seq - args.first_seq, heads, layer.head_dim_v, max_keys);
+        ASSIGN_OR_RETURN(void* workspace,
+                         Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
+        return Launch(cuda::LaunchSplitDecodeAttention(
+                          q, heads, layer, dm, args.first_seq, args.end_seq,
+                          args.sliding_window, args.scale, out, workspace,
+                          scratch_[kDecodeWorkspace].bytes, stream_),
+                      op);
+      }
       const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
           m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
       ASSIGN_OR_RETURN(void* workspace,

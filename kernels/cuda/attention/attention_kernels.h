@@ -56,14 +56,17 @@ struct DeviceKvLayer {
 struct DeviceAttentionMetadata {
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* context_lens = nullptr;     // [num_seqs]
-  const int32_t* seq_lens = nullptr;         // [num_seqs] (not read so far)
-  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
+  const int32_t* seq_lens = nullptr;  // [num_seqs] (read by the split decode)
+  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   int32_t block_size = 0;
   int32_t num_seqs = 0;
   int64_t num_tokens = 0;
   int32_t max_query_len = 0;  // Exact maxima over the batch (an upper bound
   int32_t max_seq_len = 0;    // over [first_seq, end_seq) is enough).
+  // AttentionMetadata::grid_max_seq_len: the bound on every seq_len that the
+  // grids are sized for; 0 means max_seq_len.
+  int32_t grid_max_seq_len = 0;
 };
 
 // Writes the keys and values of num_tokens tokens to their slots: k [T,

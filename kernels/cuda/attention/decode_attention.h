@@ -1,0 +1,131 @@
+// Decode attention at memory bandwidth: split-K ("flash-decoding"), GQA-aware,
+// graph-safe. Plain C++ types only (nvcc compiles the .cu side).
+//
+// What it computes is LaunchDecodeAttention's contract (attention_kernels.h):
+// every sequence in [first_seq, end_seq) has query_len 1 (trusted); its query
+// (row query_start_loc[s]) sits at position seq_lens[s] - 1 and sees the keys
+// at positions max(0, seq_lens[s] - window) .. seq_lens[s] - 1 of its own
+// sequence. q [num_tokens, num_heads, D] f32, out [num_tokens, num_heads, D]
+// f32, accumulation f32. A sequence with seq_lens[s] == 0 (a padded sequence
+// of a graph bucket: SPLIT-16 contract 2) gets zeros in its output row and
+// reads no block of the cache.
+//
+// Which kernel takes which case (CudaOps::DoDecodeAttention dispatches on
+// DecodeAttentionSupported, and the rule is tested):
+//  - this kernel: an f32 or bf16 cache, head_dim == head_dim_v in {64, 128},
+//    num_heads / num_kv_heads (the GQA group) <= 8;
+//  - everything else (int8 caches, other head dims, D != Dv, groups > 8) stays
+//    on the old LaunchDecodeAttention (attention_kernels.h).
+//
+// How: one CTA per (split slot, kv head, sequence) computes all the group's
+// query heads, so each K/V element is read from memory once. Each thread
+// copies 16 bytes of a key row and of the value row (cp.async, a row read by
+// D*sizeof(T)/16 neighbouring lanes: coalesced) into its own 4-stage ring in
+// shared memory, so three stages are in flight while one is computed. Online
+// softmax in f32 (base 2); the sub-warps' partial results are merged in
+// shared memory in a fixed order.
+//
+// Measured on one H200 (decode_attention_bench; copy 4252 GB/s read+write):
+// batch 64 x 4096, 32/8 heads, D 128, bf16, block 16: 365 us = 2939 GB/s of
+// KV, 69.1% of copy (the old kernel: 1010 us, 25.0%); the same with a grid
+// bound of 32768: 365 us. f32 cache 91.4%; D 64 81.1%; group 8 36.6% and
+// bf16 D 128 are bound by instructions (ncu: SM 77%, DRAM 63%), not bytes.
+// TESSERA_DECODE_FAST (the .cu) is a candidate that trims the loop.
+//
+// Graph safety (SPLIT-16 contract 1): the launch configuration depends only
+// on host values fixed for a batch bucket: the number of sequences, the head
+// counts and dims, and the key bound max_keys = m.grid_max_seq_len (or
+// m.max_seq_len when it is 0), min'd with the window. The actual lengths are
+// read on the device. The key range of a sequence is cut into splits whose
+// size depends on that sequence's key count alone (DecodeSplitKeys), so the
+// result of a sequence is bitwise the same whatever the batch, the padding or
+// the grid bound: a graph captured with a large grid_max_seq_len replays the
+// eager result exactly. A CTA loops over the splits of its sequence with the
+// grid's stride, so a large bound costs few idle CTAs.
+//
+// Workspace: splits' (max, sum, unnormalized output) for sequences with more
+// than one split; a combine kernel merges them. Its size depends only on host
+// values (DecodeSplitWorkspaceBytes), reserved once by
+// CudaOps::ReserveStepScratch for the rank's most sequences at its full
+// context, so no step allocates.
+#ifndef TESSERA_KERNELS_CUDA_ATTENTION_DECODE_ATTENTION_H_
+#define TESSERA_KERNELS_CUDA_ATTENTION_DECODE_ATTENTION_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/attention/attention_kernels.h"
+
+// Host and device (nvcc) both compute the split sizes.
+#if defined(__CUDACC__)
+#define TESSERA_DECODE_HD __host__ __device__
+#else
+#define TESSERA_DECODE_HD
+#endif
+
+namespace tessera {
+namespace cuda {
+
+// Split sizes: a sequence of n keys runs in splits of
+// DecodeSplitKeys(n) = max(kDecodeMinSplitKeys, ceil(n / kDecodeMaxSplits)
+// rounded up to kDecodeMinSplitKeys) keys, so at most kDecodeMaxSplits.
+inline constexpr int32_t kDecodeMinSplitKeys = 256;
+inline constexpr int32_t kDecodeMaxSplits = 32;
+// The largest GQA group the kernel takes.
+inline constexpr int32_t kDecodeMaxGroup = 8;
+
+// Keys per split of a sequence with `num_keys` keys (host and device agree).
+TESSERA_DECODE_HD inline int64_t DecodeSplitKeys(int64_t num_keys) {
+  const int64_t per = (num_keys + kDecodeMaxSplits - 1) / kDecodeMaxSplits;
+  const int64_t rounded = (per + kDecodeMinSplitKeys - 1) /
+                          kDecodeMinSplitKeys * kDecodeMinSplitKeys;
+  return rounded > kDecodeMinSplitKeys ? rounded : kDecodeMinSplitKeys;
+}
+// Splits of a sequence with `num_keys` keys (0 for none).
+TESSERA_DECODE_HD inline int32_t DecodeNumSplits(int64_t num_keys) {
+  if (num_keys <= 0) return 0;
+  const int64_t c = DecodeSplitKeys(num_keys);
+  return static_cast<int32_t>((num_keys + c - 1) / c);
+}
+
+// The most splits any sequence of at most `max_keys` keys has: the
+// workspace's stride (DecodeNumSplits is not monotone past
+// kDecodeMaxSplits * kDecodeMinSplitKeys keys; this bounds it).
+TESSERA_DECODE_HD inline int32_t DecodeMaxSplits(int64_t max_keys) {
+  if (max_keys <= 0) return 0;
+  const int64_t s = (max_keys + kDecodeMinSplitKeys - 1) / kDecodeMinSplitKeys;
+  return static_cast<int32_t>(s < kDecodeMaxSplits ? s : kDecodeMaxSplits);
+}
+
+// Whether this kernel takes the case (the dispatch rule above).
+bool DecodeAttentionSupported(const DeviceKvLayer& cache, int32_t num_heads);
+
+// Bytes of workspace LaunchSplitDecodeAttention needs for up to num_seqs
+// sequences of num_heads heads of head_dim_v, with at most max_keys keys each
+// (the grid bound, min'd with the window). 0 when no sequence can need more
+// than one split.
+size_t DecodeSplitWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
+                                 int32_t head_dim_v, int64_t max_keys);
+
+// Decode attention of sequences [first_seq, end_seq) (the contract above).
+// cudaErrorInvalidValue for an unsupported case (DecodeAttentionSupported),
+// bad host arguments (null pointers, head counts, grid limits), a workspace
+// smaller than DecodeSplitWorkspaceBytes(end_seq - first_seq, num_heads, D,
+// max_keys) or not 8-byte aligned, and q or out not 16-byte aligned.
+// m.seq_lens, m.query_start_loc and m.block_tables are read on the device;
+// every seq_len must be <= the grid bound (trusted: keys past it are not read,
+// never out of bounds).
+cudaError_t LaunchSplitDecodeAttention(
+    const float* q, int32_t num_heads, const DeviceKvLayer& cache,
+    const DeviceAttentionMetadata& m, int32_t first_seq, int32_t end_seq,
+    int64_t sliding_window, float scale, float* out, void* workspace,
+    size_t workspace_bytes, cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace tessera
+
+#undef TESSERA_DECODE_HD
+
+#endif  // TESSERA_KERNELS_CUDA_ATTENTION_DECODE_ATTENTION_H_
