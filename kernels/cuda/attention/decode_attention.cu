@@ -113,12 +113,13 @@ __device__ __forceinline__ void WaitAsync() {
 constexpr int kStages = TESSERA_DECODE_STAGES;
 constexpr int kU = TESSERA_DECODE_KEYS_PER_STAGE;  // Keys per sub-warp.
 static_assert(kStages >= 2, "a pipeline needs two stages");
-// Off by default (the measured, tested kernel). On: the running max's
-// rescale is skipped when the max did not grow (alpha would be 2^0 = 1) and
-// exponentials flush denormals (ex2.approx.ftz): fewer instructions in the
-// loop, which bounds the bf16 D 128 case. A candidate until measured.
+// On (the default): the running max's rescale is skipped when the max did
+// not grow (alpha would be 2^0 = 1) and exponentials flush denormals
+// (ex2.approx.ftz): fewer instructions in the loop, which bounds the bf16
+// D 128 case. -DTESSERA_DECODE_FAST=0 builds the plain form (exp2f, a
+// rescale every step), kept for comparison in decode_attention_bench.
 #ifndef TESSERA_DECODE_FAST
-#define TESSERA_DECODE_FAST 0
+#define TESSERA_DECODE_FAST 1
 #endif
 
 __device__ __forceinline__ float Exp2(float x) {
