@@ -30,8 +30,11 @@
 #include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/attention/attention_kernels.h"
+#include "kernels/cuda/cuda_memory_source.h"
+#include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "runtime/core/memory.h"
 
 namespace tessera {
 namespace {
@@ -411,6 +414,99 @@ TEST(FlashPrefillDispatchTest, RejectsWhatItDoesNotCover) {
   EXPECT_EQ(launch(c, 8, 1, 0, 0), cudaErrorInvalidValue);
   EXPECT_EQ(launch(c, 8, 0, 1, -1), cudaErrorInvalidValue);
   EXPECT_EQ(launch(c, 8, 1, 1, 0), cudaSuccess);  // Nothing to do.
+}
+
+// CudaOps dispatch: a bf16 cache at D 128 runs the tensor-core kernel (its
+// exact bits, which differ from the older kernel's), D 96 the older kernel
+// (its exact bits); both within tolerance of the CPU.
+class CudaOpsDispatchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    source_ = std::make_unique<CudaMemorySource>(0);
+    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
+    auto ops = CudaOps::Create(0, allocator_.get());
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    gpu_ = *std::move(ops);
+  }
+  void TearDown() override {
+    gpu_.reset();
+    allocator_.reset();
+  }
+
+  // CudaOps' output, and the two launchers' outputs, for one step.
+  void Run(const Config& c, bool want_flash) {
+    SCOPED_TRACE(c.ToString());
+    Step step(c, RandomLens(3, rng_), rng_);
+    const std::vector<float> want = step.Reference();
+    const int64_t t = step.m.num_tokens;
+    AttentionMetadata md = step.m.View();
+    md.query_start_loc = TensorView(step.dqsl->get(), DType::kI32,
+                                    {int64_t{step.m.num_seqs} + 1});
+    md.context_lens =
+        TensorView(step.dctx->get(), DType::kI32, {int64_t{step.m.num_seqs}});
+    md.seq_lens =
+        TensorView(step.dseq->get(), DType::kI32, {int64_t{step.m.num_seqs}});
+    md.block_tables =
+        TensorView(step.dtables->get(), DType::kI32,
+                   {int64_t{step.m.num_seqs}, step.m.max_blocks_per_seq});
+    DeviceArray<int32_t> dpos(step.m.positions);
+    DeviceArray<int64_t> dslots(step.m.slot_mapping);
+    md.positions = TensorView(dpos.get(), DType::kI32, {t});
+    md.slot_mapping = TensorView(dslots.get(), DType::kI64, {t});
+    DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
+    PagedAttentionArgs a;
+    a.q = TensorView(step.dq->get(), DType::kF32, {t, c.heads, c.dim});
+    a.cache.k = TensorView(step.dk->get(), DType::kBF16,
+                           {step.num_slots, c.kv_heads, c.dim});
+    a.cache.v = TensorView(step.dv->get(), DType::kBF16,
+                           {step.num_slots, c.kv_heads, c.dim});
+    a.metadata = &md;
+    a.first_seq = 0;
+    a.end_seq = step.m.num_seqs;
+    a.out = TensorView(out.get(), DType::kF32, {t, c.heads, c.dim});
+    a.sliding_window = c.window;
+    a.scale = step.scale();
+    const absl::Status st = gpu_->PrefillAttention(a);
+    ASSERT_TRUE(st.ok()) << st;
+    const std::vector<float> got = out.Download();
+
+    DeviceArray<float> flash(std::vector<float>(step.out_count(), kNaN));
+    DeviceArray<float> older(std::vector<float>(step.out_count(), kNaN));
+    if (want_flash) {
+      ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
+          step.dq->get(), c.heads, step.cache, step.dm, 0, step.m.num_seqs,
+          c.window, step.scale(), flash.get(), nullptr));
+    }
+    ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(
+        step.dq->get(), c.heads, step.cache, step.dm, 0, step.m.num_seqs,
+        c.window, step.scale(), older.get(), nullptr));
+    const std::vector<float> f = flash.Download();
+    const std::vector<float> o = older.Download();
+    const std::vector<float>& expected = want_flash ? f : o;
+    ASSERT_EQ(std::memcmp(got.data(), expected.data(), got.size() * 4), 0)
+        << "CudaOps did not run the " << (want_flash ? "tensor-core" : "older")
+        << " kernel";
+    if (want_flash) {
+      EXPECT_NE(std::memcmp(got.data(), o.data(), got.size() * 4), 0);
+      ExpectClose(got, want, "CudaOps");
+    }
+  }
+
+  std::mt19937 rng_{99};
+  std::unique_ptr<CudaMemorySource> source_;
+  std::unique_ptr<PinnableBlockAllocator> allocator_;
+  std::unique_ptr<CudaOps> gpu_;
+};
+
+TEST_F(CudaOpsDispatchTest, Bf16Dim128TakesTensorCores) {
+  Run(Make(8, 2, 128, 16, 0), /*want_flash=*/true);
+}
+TEST_F(CudaOpsDispatchTest, Bf16Dim64WindowTakesTensorCores) {
+  Run(Make(4, 1, 64, 32, 50), /*want_flash=*/true);
+}
+TEST_F(CudaOpsDispatchTest, Bf16Dim96TakesTheOlderKernel) {
+  Run(Make(4, 2, 96, 16, 0), /*want_flash=*/false);
 }
 
 // ---------------------------------------------------------------------------
