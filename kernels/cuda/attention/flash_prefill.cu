@@ -103,28 +103,32 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 }
 
 // ---------------------------------------------------------------------------
-// The kernel. kWarps warps, each owning 16 query rows of the tile.
+// The kernel. kWarps warps, each owning kMTiles * 16 query rows of the tile.
+// With one m tile a warp keeps its q fragments in registers; with two it
+// reloads them from shared memory at each k step, and every k / v fragment
+// it loads feeds two mma (half the shared-memory traffic per mma).
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMTiles>
 struct FlashTile {
   static constexpr int kThreads = kWarps * 32;
-  static constexpr int kBlockM = kWarps * 16;
+  static constexpr int kBlockM = kWarps * 16 * kMTiles;
   static constexpr int kChunks = kD / 8;  // 16-byte chunks a row.
   // q [kBlockM][kD], then k and v [2][kBlockN][kD] each (bf16).
   static constexpr size_t kSharedBytes =
       (static_cast<size_t>(kBlockM) * kD + 4 * kBlockN * kD) * 2;
 };
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMTiles>
 __global__ void __launch_bounds__(kWarps * 32)
     FlashPrefillKernel(const FlashParams p) {
-  using Tile = FlashTile<kD, kWarps>;
+  using Tile = FlashTile<kD, kWarps, kMTiles>;
   constexpr int kThreads = Tile::kThreads;
   constexpr int kBlockM = Tile::kBlockM;
   constexpr int kChunks = Tile::kChunks;
   constexpr int kDSteps = kD / 16;       // k16 steps of q·kᵀ.
   constexpr int kNBlocks = kBlockN / 8;  // n8 blocks of S.
   constexpr int kOBlocks = kD / 8;       // n8 blocks of O.
+  constexpr bool kQInRegisters = kMTiles == 1;
   static_assert((kBlockN * kChunks) % kThreads == 0, "k/v tile split");
   static_assert(kThreads % kChunks == 0, "one chunk column per thread");
 
@@ -210,27 +214,35 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   __syncthreads();
 
-  // This warp's q rows as mma A fragments, for all of D.
-  uint32_t qf[kDSteps][4];
+  // This warp's rows start at warp_row0; m tile mt is rows warp_row0 +
+  // 16 mt .. + 15. The q A fragment of (m tile, k step) is loaded by:
+  const int warp_row0 = warp * 16 * kMTiles;
+  auto load_q = [&](uint32_t(&f)[4], int mt, int kk) {
+    LdMatrixX4(f, sq + Swizzle<kD>(warp_row0 + mt * 16 + (lane & 15),
+                                   kk * 2 + (lane >> 4)));
+  };
+  uint32_t qf[kQInRegisters ? kDSteps : 1][4];
+  if constexpr (kQInRegisters) {
 #pragma unroll
-  for (int kk = 0; kk < kDSteps; ++kk) {
-    LdMatrixX4(qf[kk],
-               sq + Swizzle<kD>(warp * 16 + (lane & 15), kk * 2 + (lane >> 4)));
+    for (int kk = 0; kk < kDSteps; ++kk) load_q(qf[kk], 0, kk);
   }
 
-  // Thread state: rows g = lane / 4 and g + 8 of the warp's 16, columns
+  // Thread state: per m tile, rows g = lane / 4 and g + 8, columns
   // 2 (lane % 4) and + 1 of every n8 block.
-  const int row_in_tile0 = warp * 16 + (lane >> 2);
-  const int32_t qpos[2] = {first_pos + row_in_tile0,
-                           first_pos + row_in_tile0 + 8};
-  float o[kOBlocks][4];
+  const int row_in_tile0 = warp_row0 + (lane >> 2);
+  float o[kMTiles][kOBlocks][4];
+  float row_max[kMTiles][2];
+  float row_sum[kMTiles][2];  // This thread's columns only.
 #pragma unroll
-  for (int b = 0; b < kOBlocks; ++b) {
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) o[b][e] = 0.0f;
+    for (int b = 0; b < kOBlocks; ++b) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[mt][b][e] = 0.0f;
+    }
+    row_max[mt][0] = row_max[mt][1] = -INFINITY;
+    row_sum[mt][0] = row_sum[mt][1] = 0.0f;
   }
-  float row_max[2] = {-INFINITY, -INFINITY};
-  float row_sum[2] = {0.0f, 0.0f};  // This thread's columns only.
 
   for (int32_t t = 0; t < num_tiles; ++t) {
     const int32_t tile = key_lo + t * kBlockN;
@@ -241,15 +253,28 @@ __global__ void __launch_bounds__(kWarps * 32)
     const __nv_bfloat16* ck = sk + (t & 1) * kBlockN * kD;
     const __nv_bfloat16* cv = sv + (t & 1) * kBlockN * kD;
 
-    // S = q · kᵀ for this warp's 16 rows and the tile's keys.
-    float s[kNBlocks][4];
+    // S = q · kᵀ for this warp's rows and the tile's keys.
+    float s[kMTiles][kNBlocks][4];
 #pragma unroll
-    for (int b = 0; b < kNBlocks; ++b) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) s[b][e] = 0.0f;
+      for (int b = 0; b < kNBlocks; ++b) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) s[mt][b][e] = 0.0f;
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk) {
+      uint32_t qa[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        if constexpr (kQInRegisters) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) qa[mt][e] = qf[kk][e];
+        } else {
+          load_q(qa[mt], mt, kk);
+        }
+      }
 #pragma unroll
       for (int nb = 0; nb < kNBlocks / 2; ++nb) {
         // Matrices: keys nb*16 + 0..7 at dims kk*16 + 0..7 / 8..15, then
@@ -258,8 +283,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         LdMatrixX4(b,
                    ck + Swizzle<kD>(nb * 16 + (lane & 7) + ((lane >> 4) << 3),
                                     kk * 2 + ((lane >> 3) & 1)));
-        Mma(s[2 * nb], qf[kk], b[0], b[1]);
-        Mma(s[2 * nb + 1], qf[kk], b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma(s[mt][2 * nb], qa[mt], b[0], b[1]);
+          Mma(s[mt][2 * nb + 1], qa[mt], b[2], b[3]);
+        }
       }
     }
 
@@ -269,47 +297,54 @@ __global__ void __launch_bounds__(kWarps * 32)
         tile + kBlockN - 1 > first_pos ||
         (p.window > 0 && tile <= first_pos + kBlockM - 1 - p.window);
 #pragma unroll
-    for (int b = 0; b < kNBlocks; ++b) {
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        float x = s[b][e] * p.scale_log2;
-        if (need_mask) {
-          const int32_t key = tile + b * 8 + 2 * (lane & 3) + (e & 1);
-          const int32_t qp = qpos[e >> 1];
-          const bool visible = key <= qp && key <= key_hi &&
-                               (p.window <= 0 || key > qp - p.window);
-          if (!visible) x = -INFINITY;
+      for (int b = 0; b < kNBlocks; ++b) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float x = s[mt][b][e] * p.scale_log2;
+          if (need_mask) {
+            const int32_t key = tile + b * 8 + 2 * (lane & 3) + (e & 1);
+            const int32_t qp =
+                first_pos + row_in_tile0 + mt * 16 + (e >> 1) * 8;
+            const bool visible = key <= qp && key <= key_hi &&
+                                 (p.window <= 0 || key > qp - p.window);
+            if (!visible) x = -INFINITY;
+          }
+          s[mt][b][e] = x;
         }
-        s[b][e] = x;
       }
     }
 
     // Online softmax (rows are shared by the 4 lanes of a quad).
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      float mx = row_max[i];
+    for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-      for (int b = 0; b < kNBlocks; ++b)
-        mx = fmaxf(mx, fmaxf(s[b][2 * i], s[b][2 * i + 1]));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-      mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-      const float base = mx == -INFINITY ? 0.0f : mx;
-      const float alpha = Exp2(row_max[i] - base);  // 0 when it was -inf.
-      row_max[i] = mx;
-      float sum = 0.0f;
+      for (int i = 0; i < 2; ++i) {
+        float mx = row_max[mt][i];
 #pragma unroll
-      for (int b = 0; b < kNBlocks; ++b) {
-        const float p0 = Exp2(s[b][2 * i] - base);
-        const float p1 = Exp2(s[b][2 * i + 1] - base);
-        s[b][2 * i] = p0;
-        s[b][2 * i + 1] = p1;
-        sum += p0 + p1;
-      }
-      row_sum[i] = row_sum[i] * alpha + sum;
+        for (int b = 0; b < kNBlocks; ++b)
+          mx = fmaxf(mx, fmaxf(s[mt][b][2 * i], s[mt][b][2 * i + 1]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        const float base = mx == -INFINITY ? 0.0f : mx;
+        const float alpha = Exp2(row_max[mt][i] - base);  // 0 if it was -inf.
+        row_max[mt][i] = mx;
+        float sum = 0.0f;
 #pragma unroll
-      for (int b = 0; b < kOBlocks; ++b) {
-        o[b][2 * i] *= alpha;
-        o[b][2 * i + 1] *= alpha;
+        for (int b = 0; b < kNBlocks; ++b) {
+          const float p0 = Exp2(s[mt][b][2 * i] - base);
+          const float p1 = Exp2(s[mt][b][2 * i + 1] - base);
+          s[mt][b][2 * i] = p0;
+          s[mt][b][2 * i + 1] = p1;
+          sum += p0 + p1;
+        }
+        row_sum[mt][i] = row_sum[mt][i] * alpha + sum;
+#pragma unroll
+        for (int b = 0; b < kOBlocks; ++b) {
+          o[mt][b][2 * i] *= alpha;
+          o[mt][b][2 * i + 1] *= alpha;
+        }
       }
     }
 
@@ -317,10 +352,14 @@ __global__ void __launch_bounds__(kWarps * 32)
     // fragment of keys kk*16 .. kk*16 + 15.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t a[4] = {PackBf16(s[2 * kk][0], s[2 * kk][1]),
-                             PackBf16(s[2 * kk][2], s[2 * kk][3]),
-                             PackBf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             PackBf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      uint32_t a[kMTiles][4];
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
+        a[mt][0] = PackBf16(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = PackBf16(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = PackBf16(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = PackBf16(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int db = 0; db < kD / 16; ++db) {
         // Transposed matrices: keys kk*16 + 0..7 / 8..15 at dims db*16 +
@@ -329,8 +368,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         LdMatrixX4Trans(
             b, cv + Swizzle<kD>(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3),
                                 db * 2 + (lane >> 4)));
-        Mma(o[2 * db], a, b[0], b[1]);
-        Mma(o[2 * db + 1], a, b[2], b[3]);
+#pragma unroll
+        for (int mt = 0; mt < kMTiles; ++mt) {
+          Mma(o[mt][2 * db], a[mt], b[0], b[1]);
+          Mma(o[mt][2 * db + 1], a[mt], b[2], b[3]);
+        }
       }
     }
     __syncthreads();  // Buffer t & 1 is free for tile t + 2.
@@ -338,28 +380,31 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   // Normalize and write this thread's rows.
 #pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    float sum = row_sum[i];
-    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-    const int r = row_in_tile0 + 8 * i;
-    if (r >= rows) continue;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const int64_t row = static_cast<int64_t>(row_begin) + q0 + r;
-    float* dst = p.out + (row * p.num_heads + h) * kD + 2 * (lane & 3);
+  for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
-    for (int b = 0; b < kOBlocks; ++b) {
-      *reinterpret_cast<float2*>(dst + b * 8) =
-          make_float2(o[b][2 * i] * inv, o[b][2 * i + 1] * inv);
+    for (int i = 0; i < 2; ++i) {
+      float sum = row_sum[mt][i];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const int r = row_in_tile0 + mt * 16 + 8 * i;
+      if (r >= rows) continue;
+      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const int64_t row = static_cast<int64_t>(row_begin) + q0 + r;
+      float* dst = p.out + (row * p.num_heads + h) * kD + 2 * (lane & 3);
+#pragma unroll
+      for (int b = 0; b < kOBlocks; ++b) {
+        *reinterpret_cast<float2*>(dst + b * 8) =
+            make_float2(o[mt][b][2 * i] * inv, o[mt][b][2 * i + 1] * inv);
+      }
     }
   }
 }
 
-template <int kD, int kWarps>
+template <int kD, int kWarps, int kMTiles>
 cudaError_t Run(const FlashParams& p, int32_t num_seqs, int32_t max_query_len,
                 cudaStream_t stream) {
-  using Tile = FlashTile<kD, kWarps>;
-  auto* kernel = &FlashPrefillKernel<kD, kWarps>;
+  using Tile = FlashTile<kD, kWarps, kMTiles>;
+  auto* kernel = &FlashPrefillKernel<kD, kWarps, kMTiles>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(Tile::kSharedBytes));
@@ -426,13 +471,20 @@ cudaError_t LaunchFlashPrefillAttention(const float* q, int32_t num_heads,
   p.window =
       sliding_window > INT32_MAX / 2 ? 0 : static_cast<int32_t>(sliding_window);
   p.scale_log2 = scale * 1.4426950408889634f;
-  const bool wide = tiles == FlashPrefillTiles::kM128;
-  if (cache.head_dim == 64) {
-    return wide ? Run<64, 8>(p, num_seqs, m.max_query_len, stream)
-                : Run<64, 4>(p, num_seqs, m.max_query_len, stream);
+  const int32_t n = num_seqs, len = m.max_query_len;
+  switch (tiles) {
+    case FlashPrefillTiles::kM64:
+      return cache.head_dim == 64 ? Run<64, 4, 1>(p, n, len, stream)
+                                  : Run<128, 4, 1>(p, n, len, stream);
+    case FlashPrefillTiles::kM128:
+      return cache.head_dim == 64 ? Run<64, 8, 1>(p, n, len, stream)
+                                  : Run<128, 8, 1>(p, n, len, stream);
+    case FlashPrefillTiles::kDefault:
+    case FlashPrefillTiles::kM128x2:
+      break;
   }
-  return wide ? Run<128, 8>(p, num_seqs, m.max_query_len, stream)
-              : Run<128, 4>(p, num_seqs, m.max_query_len, stream);
+  return cache.head_dim == 64 ? Run<64, 4, 2>(p, n, len, stream)
+                              : Run<128, 4, 2>(p, n, len, stream);
 }
 
 }  // namespace cuda

@@ -10,7 +10,7 @@
 // the chosen sequences' rows are written; out must not alias q). A sequence
 // whose seq_len is 0 (a padded one, when seq_lens is given) gets zeros.
 //
-// How: one block of 4 warps per (tile of 64 query rows, head, sequence), the
+// How: one block of 4 warps per (tile of 128 query rows, head, sequence), the
 // heaviest causal tiles first. q is rounded to bf16 when it is staged in
 // shared memory; keys and values are gathered row by row through the block
 // table (any block_size) into shared memory with cp.async, double buffered;
@@ -55,8 +55,9 @@ bool FlashPrefillSupports(const DeviceKvLayer& cache, const float* q,
 // Tile shapes, for tuning runs; kDefault is what CudaOps uses.
 enum class FlashPrefillTiles : int {
   kDefault = 0,
-  kM64 = 1,   // 64 query rows, 4 warps.
-  kM128 = 2,  // 128 query rows, 8 warps.
+  kM64 = 1,     // 64 query rows, 4 warps of 16 rows.
+  kM128 = 2,    // 128 query rows, 8 warps of 16 rows.
+  kM128x2 = 3,  // 128 query rows, 4 warps of 32 rows.
 };
 
 // The contract above. Checks host arguments as LaunchPrefillAttention does

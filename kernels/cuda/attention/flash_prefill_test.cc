@@ -251,7 +251,8 @@ class FlashPrefillTest : public ::testing::Test {
       Step step(c, RandomLens(4, rng_), rng_);
       const std::vector<float> want = step.Reference();
       for (FlashPrefillTiles tiles :
-           {FlashPrefillTiles::kM64, FlashPrefillTiles::kM128}) {
+           {FlashPrefillTiles::kM64, FlashPrefillTiles::kM128,
+            FlashPrefillTiles::kM128x2}) {
         ASSERT_TRUE(cuda::FlashPrefillSupports(step.cache, step.dq->get(),
                                                step.dq->get()));
         DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
@@ -592,7 +593,8 @@ TEST(FlashPrefillTiming, Causal8x4096Gqa4Dim128) {
     return ms / iters;
   };
   for (FlashPrefillTiles tiles :
-       {FlashPrefillTiles::kM64, FlashPrefillTiles::kM128}) {
+       {FlashPrefillTiles::kM64, FlashPrefillTiles::kM128,
+        FlashPrefillTiles::kM128x2}) {
     const float ms = time_ms(
         [&] {
           return cuda::LaunchFlashPrefillAttention(dq.get(), kHeads, cache, dm,
