@@ -10,8 +10,6 @@ namespace tessera {
 namespace cuda {
 namespace {
 
-// Keys per K/V tile.
-constexpr int kBlockN = 64;
 constexpr int kMaxGrid = static_cast<int>(kMaxGridDim);
 
 struct FlashParams {
@@ -108,7 +106,7 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // reloads them from shared memory at each k step, and every k / v fragment
 // it loads feeds two mma (half the shared-memory traffic per mma).
 
-template <int kD, int kWarps, int kMTiles>
+template <int kD, int kWarps, int kMTiles, int kBlockN>
 struct FlashTile {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockM = kWarps * 16 * kMTiles;
@@ -118,10 +116,10 @@ struct FlashTile {
       (static_cast<size_t>(kBlockM) * kD + 4 * kBlockN * kD) * 2;
 };
 
-template <int kD, int kWarps, int kMTiles>
+template <int kD, int kWarps, int kMTiles, int kBlockN>
 __global__ void __launch_bounds__(kWarps * 32)
     FlashPrefillKernel(const FlashParams p) {
-  using Tile = FlashTile<kD, kWarps, kMTiles>;
+  using Tile = FlashTile<kD, kWarps, kMTiles, kBlockN>;
   constexpr int kThreads = Tile::kThreads;
   constexpr int kBlockM = Tile::kBlockM;
   constexpr int kChunks = Tile::kChunks;
@@ -317,6 +315,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     }
 
     // Online softmax (rows are shared by the 4 lanes of a quad).
+    float alphas[kMTiles][2];
 #pragma unroll
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
@@ -340,10 +339,21 @@ __global__ void __launch_bounds__(kWarps * 32)
           sum += p0 + p1;
         }
         row_sum[mt][i] = row_sum[mt][i] * alpha + sum;
+        alphas[mt][i] = alpha;
+      }
+    }
+    // Rescale O unless no row's max moved (skipping x1 is exact).
+    bool moved = false;
+#pragma unroll
+    for (int mt = 0; mt < kMTiles; ++mt)
+      moved |= alphas[mt][0] != 1.0f || alphas[mt][1] != 1.0f;
+    if (__any_sync(0xffffffffu, moved)) {
+#pragma unroll
+      for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
         for (int b = 0; b < kOBlocks; ++b) {
-          o[mt][b][2 * i] *= alpha;
-          o[mt][b][2 * i + 1] *= alpha;
+#pragma unroll
+          for (int e = 0; e < 4; ++e) o[mt][b][e] *= alphas[mt][e >> 1];
         }
       }
     }
@@ -400,11 +410,11 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-template <int kD, int kWarps, int kMTiles>
+template <int kD, int kWarps, int kMTiles, int kBlockN>
 cudaError_t Run(const FlashParams& p, int32_t num_seqs, int32_t max_query_len,
                 cudaStream_t stream) {
-  using Tile = FlashTile<kD, kWarps, kMTiles>;
-  auto* kernel = &FlashPrefillKernel<kD, kWarps, kMTiles>;
+  using Tile = FlashTile<kD, kWarps, kMTiles, kBlockN>;
+  auto* kernel = &FlashPrefillKernel<kD, kWarps, kMTiles, kBlockN>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(Tile::kSharedBytes));
@@ -472,19 +482,26 @@ cudaError_t LaunchFlashPrefillAttention(const float* q, int32_t num_heads,
       sliding_window > INT32_MAX / 2 ? 0 : static_cast<int32_t>(sliding_window);
   p.scale_log2 = scale * 1.4426950408889634f;
   const int32_t n = num_seqs, len = m.max_query_len;
+  const bool d64 = cache.head_dim == 64;
   switch (tiles) {
     case FlashPrefillTiles::kM64:
-      return cache.head_dim == 64 ? Run<64, 4, 1>(p, n, len, stream)
-                                  : Run<128, 4, 1>(p, n, len, stream);
+      return d64 ? Run<64, 4, 1, 64>(p, n, len, stream)
+                 : Run<128, 4, 1, 64>(p, n, len, stream);
     case FlashPrefillTiles::kM128:
-      return cache.head_dim == 64 ? Run<64, 8, 1>(p, n, len, stream)
-                                  : Run<128, 8, 1>(p, n, len, stream);
+      return d64 ? Run<64, 8, 1, 64>(p, n, len, stream)
+                 : Run<128, 8, 1, 64>(p, n, len, stream);
+    case FlashPrefillTiles::kM128x2N32:
+      return d64 ? Run<64, 4, 2, 32>(p, n, len, stream)
+                 : Run<128, 4, 2, 32>(p, n, len, stream);
+    case FlashPrefillTiles::kM256x2:
+      return d64 ? Run<64, 8, 2, 64>(p, n, len, stream)
+                 : Run<128, 8, 2, 64>(p, n, len, stream);
     case FlashPrefillTiles::kDefault:
     case FlashPrefillTiles::kM128x2:
       break;
   }
-  return cache.head_dim == 64 ? Run<64, 4, 2>(p, n, len, stream)
-                              : Run<128, 4, 2>(p, n, len, stream);
+  return d64 ? Run<64, 4, 2, 64>(p, n, len, stream)
+             : Run<128, 4, 2, 64>(p, n, len, stream);
 }
 
 }  // namespace cuda

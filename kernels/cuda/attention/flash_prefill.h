@@ -55,9 +55,11 @@ bool FlashPrefillSupports(const DeviceKvLayer& cache, const float* q,
 // Tile shapes, for tuning runs; kDefault is what CudaOps uses.
 enum class FlashPrefillTiles : int {
   kDefault = 0,
-  kM64 = 1,     // 64 query rows, 4 warps of 16 rows.
-  kM128 = 2,    // 128 query rows, 8 warps of 16 rows.
-  kM128x2 = 3,  // 128 query rows, 4 warps of 32 rows.
+  kM64 = 1,        // 64 query rows, 4 warps of 16 rows.
+  kM128 = 2,       // 128 query rows, 8 warps of 16 rows.
+  kM128x2 = 3,     // 128 query rows, 4 warps of 32 rows.
+  kM128x2N32 = 4,  // The same with tiles of 32 keys (not 64).
+  kM256x2 = 5,     // 256 query rows, 8 warps of 32 rows.
 };
 
 // The contract above. Checks host arguments as LaunchPrefillAttention does
