@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/attention/attention_kernels.h"
 #include "kernels/cuda/attention/decode_attention.h"
+#include "kernels/cuda/attention/flash_prefill.h"
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
@@ -816,6 +817,16 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
   const absl::string_view op = AttentionOpName(kind);
+  // Prefill and static attention: the tensor-core kernel for a bf16 cache at
+  // head_dim 64/128 (the dispatch rule of flash_prefill.h), the older kernel
+  // for everything else.
+  if (kind != AttentionKind::kDecode &&
+      cuda::FlashPrefillSupports(layer, q, out)) {
+    return Launch(cuda::LaunchFlashPrefillAttention(
+                      q, heads, layer, dm, args.first_seq, args.end_seq,
+                      args.sliding_window, args.scale, out, stream_),
+                  op);
+  }
   switch (kind) {
     case AttentionKind::kPrefill:
       return Launch(cuda::LaunchPrefillAttention(
