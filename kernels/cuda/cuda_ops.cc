@@ -682,6 +682,7 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
   dm.num_tokens = m->num_tokens;
   dm.max_query_len = m->max_query_len;
   dm.max_seq_len = m->max_seq_len;
+  dm.grid_max_seq_len = m->grid_max_seq_len;
   const int32_t heads = static_cast<int32_t>(qs[1]);
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
@@ -693,8 +694,10 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                         args.sliding_window, args.scale, out, stream_),
                     op);
     case AttentionKind::kDecode: {
+      // Sized for the grid's bound (graph-safe launches, attention_kernels.h).
       const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
-          m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
+          m->num_seqs, heads, layer.head_dim_v,
+          m->grid_max_seq_len > 0 ? m->grid_max_seq_len : m->max_seq_len);
       ASSIGN_OR_RETURN(void* workspace,
                        Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
       return Launch(cuda::LaunchDecodeAttention(
