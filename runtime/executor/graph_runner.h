@@ -116,7 +116,11 @@ class GraphRunner {
   TensorView logits(int32_t bucket) const;
 
   // Device memory the graphs hold: free device memory lost over the capture
-  // (when measured) plus what the allocator reserved during it.
+  // (when measured) or, if more, what the allocator reserved during it. Free
+  // memory moves in the driver's pages (2 MiB on an H200: the demo model's
+  // five graphs read 2 MiB), and a capture may reuse what destroyed graphs
+  // gave back without it moving at all (0) — which is why a Rank reports the
+  // measurement of its first (probe) capture.
   int64_t graph_bytes() const { return graph_bytes_; }
   // Replays so far (tests).
   int64_t replays() const { return replays_; }
