@@ -5,7 +5,8 @@
 // padded step run eagerly (every row, the padding's included), and the real
 // rows agree with the unpadded eager step (a different GEMM shape: close,
 // and the same greedy token). Neither replays nor eager steps allocate. Also
-// prints decode ms/step with and without graphs. Skips without a GPU.
+// prints decode ms/step with and without graphs. Skips without a GPU, but for
+// the CPU's refusal of graphs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -20,8 +21,11 @@
 
 #include "gtest/gtest.h"
 #include "kernels/backend/backend.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "proto/tessera.pb.h"
 #include "runtime/core/status.h"
 #include "runtime/executor/graph_runner.h"
+#include "runtime/executor/rank.h"
 #include "runtime/executor/step_inputs.h"
 #include "runtime/executor/step_runner.h"
 #include "runtime/kv/kv_pool.h"
@@ -277,6 +281,44 @@ TEST_F(DecodeGraphsTest, Timing) {
         "graph %.3f ms/step (Fill + forward + sync, no sampling)\n",
         n, bucket, ms[0], ms[1]);
   }
+}
+
+// The CPU backend has no graphs: asking for them is an error before anything
+// runs (no silent fallback), and the runner stays eager and correct.
+TEST(DecodeGraphsCpuTest, TheCpuRefusesGraphs) {
+  CpuOps ops;
+  auto model = LoadModel(DemoModelDir(), &ops, /*max_step_tokens=*/64,
+                         /*max_logit_rows=*/4);
+  ASSERT_TRUE(model.ok()) << model.status();
+  KvCacheOptions kv;
+  kv.num_blocks = 16;
+  RankContext context;
+  context.decode_graphs = true;
+  auto rank = AssembleRank(nullptr, model->get(), kv, /*max_num_seqs=*/4,
+                           /*samples=*/true, context);
+  EXPECT_EQ(rank.status().code(), absl::StatusCode::kUnimplemented)
+      << rank.status();
+  context.decode_graphs = false;
+  rank = AssembleRank(nullptr, model->get(), kv, 4, true, context);
+  ASSERT_TRUE(rank.ok()) << rank.status();
+  StepRunner& runner = (*rank)->runner();
+  EXPECT_EQ(runner.CaptureGraphs(DecodeGraphBuckets(4)).code(),
+            absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(runner.graphs(), nullptr);
+  EXPECT_EQ((*rank)->graph_bytes(), 0);
+  EXPECT_FALSE((*model)->allocator()->capturing());
+  proto::StepPlan plan;
+  proto::SequenceStep* step = plan.add_seqs();
+  step->set_sequence_id(1);
+  step->set_start(true);
+  step->set_sample(true);
+  step->mutable_sampling()->set_temperature(0.0f);
+  step->mutable_sampling()->set_top_p(1.0f);
+  step->add_tokens(1);
+  step->add_block_table(0);
+  proto::StepResult result;
+  ASSERT_TRUE(runner.Run(plan, &result).ok());
+  EXPECT_EQ(result.tokens_size(), 1);
 }
 
 }  // namespace

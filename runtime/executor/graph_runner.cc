@@ -90,6 +90,12 @@ absl::StatusOr<std::unique_ptr<GraphRunner>> GraphRunner::Capture(
     return absl::InvalidArgumentError(
         "GraphRunner: decode graphs need paged attention");
   }
+  // Checked before anything runs: the warm-up's padded rows are for kernels
+  // that honour contract 2 (the CPU's attention would read a -1 block).
+  if (model->ops()->host_memory()) {
+    return absl::UnimplementedError(
+        "decode graphs need a backend that captures graphs (a GPU)");
+  }
   const StepInputsLimits& l = inputs->limits();
   for (size_t i = 0; i < buckets.size(); ++i) {
     const int32_t b = buckets[i];

@@ -85,7 +85,7 @@ class GraphRunner {
   // Captures one graph per bucket of `buckets` (ascending, each in [1,
   // inputs' sequence, token and logit-row limits]) over `model`, `pool` and
   // `inputs` (all must outlive the runner), largest first. The model's ops
-  // must capture (Unimplemented on the CPU backend). `free_device_bytes`, if
+  // must capture (Unimplemented on the CPU backend, before anything runs). `free_device_bytes`, if
   // set, measures the device's free memory before and after (graph_bytes());
   // the allocator's growth is counted either way. On error nothing is left
   // captured.

@@ -68,7 +68,8 @@ class StepRunner {
 
   // Captures the decode graphs of `buckets` over this runner's pool and step
   // inputs (GraphRunner::Capture; `free_device_bytes` measures what they
-  // take). Replaces graphs captured before. Errors leave the runner eager.
+  // take). Replaces graphs captured before. Errors (Unimplemented on the
+  // CPU) leave the runner eager.
   absl::Status CaptureGraphs(
       absl::Span<const int32_t> buckets,
       const std::function<int64_t()>& free_device_bytes = nullptr);
