@@ -359,6 +359,98 @@ absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
   return absl::OkStatus();
 }
 
+namespace {
+
+// Whether two views' bytes overlap (empty views overlap nothing).
+bool Overlap(const TensorView& a, const TensorView& b) {
+  if (a.numel() == 0 || b.numel() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.data());
+  const char* b0 = static_cast<const char*>(b.data());
+  return a0 < b0 + b.nbytes() && b0 < a0 + a.nbytes();
+}
+
+}  // namespace
+
+absl::Status CheckGatedActivation(const TensorView& gate_up,
+                                  const TensorView& out) {
+  constexpr absl::string_view kOp = "GatedActivation";
+  RETURN_IF_ERROR(CheckF32(kOp, "gate_up", gate_up));
+  RETURN_IF_ERROR(CheckF32(kOp, "out", out));
+  const Shape& g = gate_up.shape();
+  const Shape& o = out.shape();
+  if (g.rank() != 2 || o.rank() != 2 || g[0] != o[0] || g[1] != 2 * o[1]) {
+    return ShapeError(kOp, "gate_up [T, 2I] and out [T, I] disagree", g, o);
+  }
+  if (Overlap(gate_up, out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": out overlaps gate_up"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckQkvRopeStore(const OpSupport& support,
+                               const QkvRopeStoreArgs& a) {
+  constexpr absl::string_view kOp = "QkvRopeStore";
+  RETURN_IF_ERROR(CheckF32(kOp, "qkv", a.qkv));
+  RETURN_IF_ERROR(CheckF32(kOp, "q_out", a.q_out));
+  RETURN_IF_ERROR(CheckF32(kOp, "inv_freq", a.inv_freq));
+  RETURN_IF_ERROR(CheckStepArray(kOp, "positions", a.positions, DType::kI32));
+  RETURN_IF_ERROR(
+      CheckStepArray(kOp, "slot_mapping", a.slot_mapping, DType::kI64));
+  RETURN_IF_ERROR(CheckKvCache(support, kOp, a.cache));
+  const int64_t kv_heads = a.cache.k.shape()[1];
+  const int64_t dim = a.cache.k.shape()[2];
+  if (a.cache.v.shape()[2] != dim || dim % 2 != 0) {
+    return ShapeError(kOp, "the cache's k and v head dims must be one even D",
+                      a.cache.k.shape(), a.cache.v.shape());
+  }
+  const Shape& qs = a.q_out.shape();
+  if (qs.rank() != 3 || qs[2] != dim || qs[1] <= 0) {
+    return ShapeError(kOp, "q_out must be [T, H, D] with the cache's D", qs,
+                      a.cache.k.shape());
+  }
+  const int64_t tokens = qs[0];
+  const int64_t heads = qs[1];
+  if (a.qkv.shape() != Shape({tokens, (heads + 2 * kv_heads) * dim})) {
+    return ShapeError(kOp, "qkv must be [T, (H + 2 Hkv) * D] for q_out",
+                      a.qkv.shape(), qs);
+  }
+  if (a.positions.shape()[0] != tokens || a.slot_mapping.shape()[0] != tokens) {
+    return ShapeError(kOp, "positions and slot_mapping need T entries",
+                      a.positions.shape(), a.slot_mapping.shape());
+  }
+  if (a.inv_freq.shape() != Shape({dim / 2})) {
+    return ShapeError(kOp, "inv_freq must be [D/2]", a.inv_freq.shape(), qs);
+  }
+  for (const TensorView* norm : {a.q_norm, a.k_norm}) {
+    if (norm == nullptr) continue;
+    RETURN_IF_ERROR(
+        CheckF32(kOp, norm == a.q_norm ? "q_norm" : "k_norm", *norm));
+    if (norm->shape() != Shape({dim})) {
+      return ShapeError(kOp, "a q/k norm weight must be [D]", norm->shape(),
+                        qs);
+    }
+  }
+  if (Overlap(a.qkv, a.q_out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": q_out overlaps qkv"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckQkvRopeStoreValues(const QkvRopeStoreArgs& a) {
+  const int64_t num_slots = a.cache.k.shape()[0];
+  const absl::Span<const int64_t> slots = Host<int64_t>(a.slot_mapping);
+  for (size_t t = 0; t < slots.size(); ++t) {
+    if (slots[t] < -1 || slots[t] >= num_slots) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("QkvRopeStore: slot ", slots[t], " of token ", t,
+                       " is neither -1 nor in [0, ", num_slots, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckSample(const OpSupport& support, const TensorView& logits,
                          absl::Span<const SampleRow> rows,
                          const std::vector<SampleResult>* out) {

@@ -116,6 +116,18 @@ absl::Status CheckStoreKvCache(const OpSupport& support, const TensorView& k,
 absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
                                      const KvCacheLayer& cache);
 
+// f32 gate_up [T, 2I] and out [T, I] that do not overlap.
+absl::Status CheckGatedActivation(const TensorView& gate_up,
+                                  const TensorView& out);
+// QkvRopeStoreArgs' contract (ops.h): f32 qkv [T, (H + 2 Hkv) D] with Hkv and
+// D (even, == Dv) the valid cache's, q_out [T, H, D] not overlapping qkv,
+// norms f32 [D] when given, inv_freq f32 [D/2], positions kI32 [T],
+// slot_mapping kI64 [T].
+absl::Status CheckQkvRopeStore(const OpSupport& support,
+                               const QkvRopeStoreArgs& args);
+// Every slot in [0, S) or -1.
+absl::Status CheckQkvRopeStoreValues(const QkvRopeStoreArgs& args);
+
 enum class AttentionKind { kPrefill, kDecode, kStatic };
 // Well-formed metadata (sane scalars; kI32 arrays of the shapes they give)
 // whose values were checked once for the step (num_blocks > 0, see

@@ -91,6 +91,19 @@ absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
   return DoStoreKvCache(k, v, slot_mapping, cache);
 }
 
+absl::Status Ops::GatedActivation(GatedActivationKind kind,
+                                  const TensorView& gate_up,
+                                  const TensorView& out) {
+  RETURN_IF_ERROR(CheckGatedActivation(gate_up, out));
+  return DoGatedActivation(kind, gate_up, out);
+}
+
+absl::Status Ops::QkvRopeStore(const QkvRopeStoreArgs& args) {
+  RETURN_IF_ERROR(CheckQkvRopeStore(support_, args));
+  if (host_memory()) RETURN_IF_ERROR(CheckQkvRopeStoreValues(args));
+  return DoQkvRopeStore(args);
+}
+
 absl::Status Ops::PrefillAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kPrefill, args));
   return DoPrefillAttention(args);

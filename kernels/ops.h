@@ -78,6 +78,37 @@ struct PagedAttentionArgs {
   float scale = 1.0f;  // Usually 1 / sqrt(D).
 };
 
+// The attention block's fused prologue (Ops::QkvRopeStore): the output of
+// the one q/k/v projection split into heads, normed (Qwen3), rotated, q kept
+// and k, v written to the cache.
+//
+//  qkv:       f32 [T, (H + 2 Hkv) * D], each row q's H heads, then k's Hkv,
+//             then v's Hkv (the concatenated projection's output).
+//  q_norm, k_norm: f32 [D] per-head RMSNorm weights, or null (none).
+//  positions: kI32 [T] (a step array); inv_freq f32 [D/2] (D even).
+//  slot_mapping: kI64 [T] (a step array): every slot in [0, num_slots) or -1
+//             (a padded token: its k and v are not written).
+//  cache:     Hkv kv heads, D = the cache's k and v head dims.
+//  q_out:     f32 [T, H, D], dense; must not overlap qkv.
+// Per head the order is the unfused one's: RmsNorm (when its weight is
+// given), then Rope ("rotate half"), then for k and v StoreKvCache's write
+// (an int8 cache quantizes each (token, head) row exactly as StoreKvCache).
+struct QkvRopeStoreArgs {
+  TensorView qkv;
+  const TensorView* q_norm = nullptr;
+  const TensorView* k_norm = nullptr;
+  float eps = 1e-6f;
+  TensorView positions;
+  TensorView inv_freq;
+  TensorView slot_mapping;
+  KvCacheLayer cache;
+  TensorView q_out;
+};
+
+// The activation of a gated MLP (Ops::GatedActivation): out = act(gate) * up.
+// SiLU (SwiGLU) today; GeGLU's GELU joins as another kind.
+enum class GatedActivationKind { kSilu };
+
 // One row of Ops::Sample: the sequence's SamplingParams (the one struct; not
 // owned, must outlive the call) and the state of this draw.
 struct SampleRow {
@@ -245,6 +276,19 @@ class Ops : public Device {
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out);
 
+  // The gated MLP's activation over the one gate/up projection's output:
+  // gate_up f32 [T, 2I] (each row the I gate columns, then the I up columns),
+  // out f32 [T, I] = act(gate) * up, as SiluMul computes it element by
+  // element. out must not overlap gate_up.
+  absl::Status GatedActivation(GatedActivationKind kind,
+                               const TensorView& gate_up,
+                               const TensorView& out);
+
+  // RmsNorm (optional) + Rope + StoreKvCache of a fused q/k/v projection's
+  // output in one op: see QkvRopeStoreArgs. On the CPU it is the unfused ops
+  // in sequence (bit for bit their results); on CUDA one kernel.
+  absl::Status QkvRopeStore(const QkvRopeStoreArgs& args);
+
   // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
   // and v [T, kv_heads, Dv] f32, slot_mapping kI64 [T] (a step array) with
   // every slot in [0, num_slots). An int8 cache quantizes each (token, head)
@@ -309,6 +353,10 @@ class Ops : public Device {
   virtual absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
                                       const TensorView& slot_mapping,
                                       const KvCacheLayer& cache) = 0;
+  virtual absl::Status DoGatedActivation(GatedActivationKind kind,
+                                         const TensorView& gate_up,
+                                         const TensorView& out) = 0;
+  virtual absl::Status DoQkvRopeStore(const QkvRopeStoreArgs& args) = 0;
   virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoStaticAttention(const PagedAttentionArgs& args) = 0;

@@ -90,6 +90,13 @@ class RecordingOps final : public Ops {
                               const TensorView&, const KvCacheLayer&) override {
     return Record("StoreKvCache");
   }
+  absl::Status DoGatedActivation(GatedActivationKind, const TensorView&,
+                                 const TensorView&) override {
+    return Record("GatedActivation");
+  }
+  absl::Status DoQkvRopeStore(const QkvRopeStoreArgs&) override {
+    return Record("QkvRopeStore");
+  }
   absl::Status DoPrefillAttention(const PagedAttentionArgs&) override {
     return Record("PrefillAttention");
   }
@@ -164,6 +171,60 @@ TEST(OpsTest, AddRmsNormRefusesOutAliasingResidualAndRunsAddThenNorm) {
       ops.AddRmsNorm(residual.view(), x.view(), w.view(), 1e-5f, x.view())
           .ok());
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"Add", "RmsNorm"}));
+}
+
+TEST(OpsTest, FusedOpsCheckShapesAndOverlapBeforeTheBackend) {
+  RecordingOps ops;
+  Tensor gate_up = F32({3, 8}), out = F32({3, 4}), odd = F32({3, 5});
+  EXPECT_TRUE(ops.GatedActivation(GatedActivationKind::kSilu, gate_up.view(),
+                                  out.view())
+                  .ok());
+  ExpectInvalid(ops.GatedActivation(GatedActivationKind::kSilu, gate_up.view(),
+                                    odd.view()),
+                "gate_up [T, 2I] and out [T, I] disagree");
+  const TensorView in_place(gate_up.data(), DType::kF32, {3, 4});
+  ExpectInvalid(
+      ops.GatedActivation(GatedActivationKind::kSilu, gate_up.view(), in_place),
+      "out overlaps gate_up");
+
+  // H = 2, Hkv = 1, D = 4: qkv rows of (2 + 2) * 4.
+  Tensor qkv = F32({2, 16}), q = F32({2, 2, 4}), freq = F32({2});
+  Tensor kc = F32({8, 1, 4}), vc = F32({8, 1, 4}), norm = F32({4});
+  const std::vector<int32_t> positions = {0, 1};
+  const std::vector<int64_t> slots = {3, -1};
+  const TensorView norm_view = norm.view();
+  QkvRopeStoreArgs args;
+  args.qkv = qkv.view();
+  args.q_norm = &norm_view;
+  args.k_norm = &norm_view;
+  args.positions = StepArray(positions);
+  args.inv_freq = freq.view();
+  args.slot_mapping = StepArray(slots);
+  args.cache = {kc.view(), vc.view()};
+  args.q_out = q.view();
+  EXPECT_TRUE(ops.QkvRopeStore(args).ok());
+  QkvRopeStoreArgs bad = args;
+  Tensor q3 = F32({2, 3, 4});
+  bad.q_out = q3.view();
+  ExpectInvalid(ops.QkvRopeStore(bad), "qkv must be [T, (H + 2 Hkv) * D]");
+  bad = args;
+  bad.q_out = TensorView(qkv.data(), DType::kF32, {2, 2, 4});
+  ExpectInvalid(ops.QkvRopeStore(bad), "q_out overlaps qkv");
+  bad = args;
+  Tensor norm8 = F32({8});
+  const TensorView norm8_view = norm8.view();
+  bad.k_norm = &norm8_view;
+  ExpectInvalid(ops.QkvRopeStore(bad), "a q/k norm weight must be [D]");
+  bad = args;
+  Tensor vc8 = F32({8, 1, 8});
+  bad.cache = {kc.view(), vc8.view()};
+  ExpectInvalid(ops.QkvRopeStore(bad), "k and v head dims must be one even D");
+  bad = args;
+  const std::vector<int64_t> far = {3, 8};
+  bad.slot_mapping = StepArray(far);
+  ExpectInvalid(ops.QkvRopeStore(bad), "slot 8 of token 1");
+  EXPECT_EQ(ops.calls,
+            (std::vector<std::string>{"GatedActivation", "QkvRopeStore"}));
 }
 
 TEST(OpsTest, MessagesListTheBackendsDTypes) {

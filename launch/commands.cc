@@ -328,6 +328,7 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   rank->weight_dtype = f.dtype;
   rank->max_model_len = f.max_model_len;
   rank->cuda_graphs = !f.no_graphs;
+  rank->random_weights = f.random_weights;
   // --device, --dtype, --kv-dtype, --attention: checked by the rank's rules.
   return CheckRankSpec(*rank);
 }
@@ -618,6 +619,24 @@ absl::Status RunGenerate(const GenerateOptions& options,
   return absl::OkStatus();
 }
 
+namespace {
+
+// The p-th percentile (0..100) of `v` by the nearest-rank rule; 0 when empty.
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(p / 100.0 * static_cast<double>(v.size()));
+  const size_t i = static_cast<size_t>(std::max(1.0, rank)) - 1;
+  return v[std::min(i, v.size() - 1)];
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
 absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
                       std::ostream& out) {
   if (o.batch_size < 1 || o.input_len < 1 || o.output_len < 1 ||
@@ -626,9 +645,19 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         "--batch-size, --input-len, --output-len and --iterations must be >= "
         "1");
   }
+  if (o.batch_size > (1 << 20) || o.input_len > (int64_t{1} << 24) ||
+      o.output_len > (int64_t{1} << 24) || o.iterations > 100000) {
+    return absl::InvalidArgumentError(
+        "--batch-size must be at most 2^20, --input-len and --output-len at "
+        "most 2^24, --iterations at most 100000");
+  }
   EngineFlags flags = o.engine;
   // Every sequence of the batch runs together.
   flags.max_num_seqs = std::max(flags.max_num_seqs, o.batch_size);
+  // Nothing an iteration leaves behind may serve a later one: every
+  // iteration's prompts are fresh, and the prefix cache is off (a parallel
+  // job's engine runs here, on rank 0, so this holds for it too).
+  flags.no_prefix_cache = true;
   // Greedy with EOS ignored: the model's sampling defaults do not apply.
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
                    LoadModel(o.model_dir, flags, false, executor,
@@ -642,64 +671,95 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(
       0, static_cast<int32_t>(config.vocab_size) - 1);
-  // Distinct random prompts, so the prefix cache has nothing to share.
-  std::vector<GenerationRequest> requests(o.batch_size);
-  for (GenerationRequest& request : requests) {
-    for (int64_t i = 0; i < o.input_len; ++i)
-      request.prompt_ids.push_back(token(rng));
-    request.max_tokens = o.output_len;
-    request.sampling.temperature = 0.0f;
-    request.ignore_eos = true;
-  }
 
   Engine& engine = *loaded->engine;
   using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
   std::vector<double> prefill, decode, total;
+  // Over the timed iterations: each decode step's wall time (every sequence
+  // of the batch has its first token and gets one more), and each request's
+  // time to its first token.
+  std::vector<double> step_latency, ttft;
+  int64_t cached_tokens = 0;
   for (int64_t it = 0; it <= o.iterations; ++it) {
+    // Distinct random prompts, new every iteration: the warm-up's KV is of
+    // no use to the timed runs.
+    std::vector<GenerationRequest> requests(o.batch_size);
+    for (GenerationRequest& request : requests) {
+      request.prompt_ids.reserve(o.input_len);
+      for (int64_t i = 0; i < o.input_len; ++i)
+        request.prompt_ids.push_back(token(rng));
+      request.max_tokens = o.output_len;
+      request.sampling.temperature = 0.0f;
+      request.ignore_eos = true;
+    }
     const auto t0 = Clock::now();
+    std::vector<std::optional<Clock::time_point>> first(requests.size());
     int64_t first_tokens = 0;
     Clock::time_point prefilled = t0;
-    auto on_token = [&](const TokenEvent&) {};
     std::vector<int64_t> ids;
-    for (const GenerationRequest& request : requests) {
-      ASSIGN_OR_RETURN(const int64_t id, engine.Submit(request, on_token));
+    for (size_t i = 0; i < requests.size(); ++i) {
+      auto on_token = [&, i](const TokenEvent&) {
+        if (!first[i]) {
+          first[i] = Clock::now();
+          ++first_tokens;
+        }
+      };
+      ASSIGN_OR_RETURN(const int64_t id, engine.Submit(requests[i], on_token));
       ids.push_back(id);
     }
-    std::vector<bool> started(ids.size(), false);
+    std::vector<double> steps;
     while (engine.HasWork()) {
+      const auto step_start = Clock::now();
+      const bool decoding = first_tokens == o.batch_size;
       RETURN_IF_ERROR(engine.Step());
-      if (first_tokens == o.batch_size) continue;
-      // Prefill ends when every request has its first token.
-      first_tokens = 0;
-      for (size_t i = 0; i < ids.size(); ++i) {
-        if (!started[i]) {
-          started[i] = engine.NumGenerated(ids[i]) > 0;
-        }
-        first_tokens += started[i];
+      const auto step_end = Clock::now();
+      if (decoding) {
+        steps.push_back(seconds(step_start, step_end));
+      } else if (first_tokens == o.batch_size) {
+        prefilled = step_end;  // Prefill ends when every request has a token.
       }
-      if (first_tokens == o.batch_size) prefilled = Clock::now();
     }
     const auto t1 = Clock::now();
-    for (int64_t id : ids) RETURN_IF_ERROR(engine.TakeResult(id).status());
+    for (int64_t id : ids) {
+      ASSIGN_OR_RETURN(const GenerationResult r, engine.TakeResult(id));
+      if (it > 0) cached_tokens += r.cached_prompt_tokens;
+    }
     if (it == 0) continue;  // Warm-up: first touches of weights and scratch.
-    prefill.push_back(std::chrono::duration<double>(prefilled - t0).count());
-    decode.push_back(std::chrono::duration<double>(t1 - prefilled).count());
-    total.push_back(std::chrono::duration<double>(t1 - t0).count());
+    prefill.push_back(seconds(t0, prefilled));
+    decode.push_back(seconds(prefilled, t1));
+    total.push_back(seconds(t0, t1));
+    step_latency.insert(step_latency.end(), steps.begin(), steps.end());
+    for (const auto& f : first) {
+      if (f) ttft.push_back(seconds(t0, *f));
+    }
   }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  const double prefill_s = median(prefill);
-  const double decode_s = median(decode);
-  const double total_s = median(total);
+  // The point of fresh prompts: a timed prefill that the cache served would
+  // print a rate the model never ran at.
+  if (cached_tokens > 0) {
+    return absl::InternalError(absl::StrCat(
+        "bench: ", cached_tokens,
+        " prompt tokens came from the prefix cache; the prefill rate would "
+        "be wrong"));
+  }
+  const double prefill_s = Median(prefill);
+  const double decode_s = Median(decode);
+  const double total_s = Median(total);
   const double prefill_tps = o.batch_size * o.input_len / prefill_s;
   const double decode_tps =
       o.output_len > 1 ? o.batch_size * (o.output_len - 1) / decode_s : 0.0;
   const double output_tps = o.batch_size * o.output_len / total_s;
+  const double step_p50 = Percentile(step_latency, 50);
+  const double step_p99 = Percentile(step_latency, 99);
+  const double ttft_p50 = Percentile(ttft, 50);
+  const double ttft_p99 = Percentile(ttft, 99);
+  const MemoryBreakdown mem = loaded->executor->memory_breakdown();
   if (o.json) {
     json j = {{"model", o.model_dir},
               {"device", o.engine.device},
+              {"random_weights", o.engine.random_weights},
               {"batch_size", o.batch_size},
               {"input_len", o.input_len},
               {"output_len", o.output_len},
@@ -709,18 +769,40 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
               {"total_seconds", total_s},
               {"prefill_tokens_per_s", prefill_tps},
               {"decode_tokens_per_s", decode_tps},
-              {"output_tokens_per_s", output_tps}};
+              {"output_tokens_per_s", output_tps},
+              {"decode_steps", step_latency.size()},
+              {"decode_step_ms_p50", step_p50 * 1e3},
+              {"decode_step_ms_p99", step_p99 * 1e3},
+              {"ttft_ms_p50", ttft_p50 * 1e3},
+              {"ttft_ms_p99", ttft_p99 * 1e3},
+              {"cached_prompt_tokens", cached_tokens},
+              {"memory",
+               {{"weights_bytes", mem.weights_bytes},
+                {"workspace_bytes", mem.workspace_bytes},
+                {"graphs_bytes", mem.graphs_bytes},
+                {"kv_bytes", mem.kv_bytes},
+                {"total_bytes", mem.total_bytes()}}}};
     out << j.dump() << "\n";
   } else {
+    constexpr double kMiB = 1024.0 * 1024.0;
     out << absl::StrFormat(
-        "model %s, %s, batch %d, input %d, output %d (median of %d)\n"
-        "prefill: %.3f ms, %.1f tokens/s\n"
-        "decode:  %.3f ms/step, %.1f tokens/s\n"
-        "total:   %.3f ms, %.1f output tokens/s\n",
-        o.model_dir, o.engine.device, o.batch_size, o.input_len, o.output_len,
-        o.iterations, prefill_s * 1e3, prefill_tps,
+        "model %s, %s%s, batch %d, input %d, output %d (median of %d; fresh "
+        "prompts, no prefix cache)\n"
+        "prefill: %.3f ms, %.1f tokens/s; TTFT p50 %.3f ms, p99 %.3f ms\n"
+        "decode:  %.3f ms/step, %.1f tokens/s; step p50 %.3f ms, p99 %.3f ms "
+        "(%d steps)\n"
+        "total:   %.3f ms, %.1f output tokens/s\n"
+        "memory:  weights %.1f MiB, workspace %.1f MiB, graphs %.1f MiB, KV "
+        "%.1f MiB (total %.1f MiB)\n",
+        o.model_dir, o.engine.device,
+        o.engine.random_weights ? " (random weights)" : "", o.batch_size,
+        o.input_len, o.output_len, o.iterations, prefill_s * 1e3, prefill_tps,
+        ttft_p50 * 1e3, ttft_p99 * 1e3,
         o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
-        decode_tps, total_s * 1e3, output_tps);
+        decode_tps, step_p50 * 1e3, step_p99 * 1e3, step_latency.size(),
+        total_s * 1e3, output_tps, mem.weights_bytes / kMiB,
+        mem.workspace_bytes / kMiB, mem.graphs_bytes / kMiB,
+        mem.kv_bytes / kMiB, mem.total_bytes() / kMiB);
   }
   return absl::OkStatus();
 }

@@ -53,6 +53,10 @@ struct EngineFlags {
   // Tokenizer files (and chat template) from this folder instead of the
   // model's (vLLM's --tokenizer).
   std::string tokenizer_dir;
+  // Make every weight up from the model folder's config.json (deterministic,
+  // Hugging Face's init scales, the config's torch_dtype;
+  // runtime/model/random_weights.h): no safetensors needed, at any TP/PP.
+  bool random_weights = false;
 };
 
 // Checks the flags and turns them into the engine's options and the rank's
@@ -134,9 +138,19 @@ struct BenchOptions {
 
 // Times batch_size requests of random prompt ids submitted together (greedy,
 // EOS ignored): prefill (until every request has its first token) and decode
-// (the rest), the median over `iterations` runs after one warm-up.
-// `executor` runs the steps (a parallel job on rank 0); null loads the model
-// into this process.
+// (the rest), the median over `iterations` runs after one warm-up. Every
+// iteration (the warm-up too) draws new prompts and the prefix cache is off
+// whatever the flags say, so no iteration reuses another's KV; a timed
+// prompt token served from the cache anyway is an error, never a rate.
+// Also reported: every decode step's latency (p50/p99 over the timed
+// iterations' steps in which each sequence has its first token), each
+// request's time to first token (p50/p99), and the executor's
+// MemoryBreakdown (weights, workspace, graphs, KV). Text: a few lines; json:
+// one object with prefill/decode/total seconds and tokens/s,
+// decode_step_ms_p50/p99, ttft_ms_p50/p99, cached_prompt_tokens (0) and
+// "memory": {weights_bytes, workspace_bytes, graphs_bytes, kv_bytes,
+// total_bytes}. `executor` runs the steps (a parallel job on rank 0); null
+// loads the model into this process.
 absl::Status RunBench(const BenchOptions& options, StepExecutor* executor,
                       std::ostream& out);
 

@@ -9,12 +9,13 @@
 //                    rank0|local]
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size B --input-len I --output-len O
-//   [--json]
+//   [--iterations N] [--json]  (fresh prompts, no prefix cache; decode-step
+//   and TTFT p50/p99, the memory breakdown)
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
 //   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
 //   --attention paged|static --no-prefix-cache --no-graphs --max-model-len N
-//   --generation-config auto|vllm|none|DIR
+//   --generation-config auto|vllm|none|DIR --random-weights
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
@@ -79,6 +80,9 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
   flags.Add("max-model-len", &e->max_model_len,
             "the context to serve, at most the model's max_position_embeddings "
             "(0: that)");
+  flags.Add("random-weights", &e->random_weights,
+            "make every weight up from config.json (deterministic, HF init "
+            "scales, the config's dtype): no safetensors read");
   flags.Add("generation-config", &e->generation_config,
             "sampling defaults for unset fields: auto (the model folder's "
             "generation_config.json), vllm or none (off), or a folder");
@@ -153,11 +157,13 @@ void PrintStartupLog(const tessera::Coordinator& job,
     std::cerr << absl::StrFormat(
         "[tessera]   rank %d on %s (node %d, local rank %d of %d%s): tp %d, "
         "stage %d, layers %d-%d, %d heads, %d KV heads, vocab rows %d-%d; "
-        "weights %.1f MiB, KV cache %.1f MiB\n",
+        "weights %.1f MiB, workspace %.1f MiB, graphs %.1f MiB, KV cache "
+        "%.1f MiB\n",
         l.rank(), r.host, r.node, r.local_rank, r.local_size, gpu, l.tp_rank(),
         l.pp_stage(), l.first_layer(), l.end_layer() - 1, l.local_heads(),
         l.local_kv_heads(), l.first_vocab_id(),
         l.first_vocab_id() + l.vocab_rows() - 1, r.weight_bytes / kMiB,
+        r.memory.workspace_bytes / kMiB, r.memory.graphs_bytes / kMiB,
         r.kv_cache_bytes / kMiB);
   }
   for (const std::string& warning : job.PlacementWarnings()) {
@@ -229,6 +235,11 @@ struct ParallelFlags {
     if (weights != "rank0" && weights != "local") {
       return absl::InvalidArgumentError(absl::StrCat(
           "--weights must be rank0 or local, got \"", weights, "\""));
+    }
+    if (engine.random_weights && weights == "local") {
+      return absl::InvalidArgumentError(
+          "--random-weights: every rank makes its own weights; drop "
+          "--weights local");
     }
     tessera::RankSpec p;
     p.model_dir = model_dir;
@@ -350,7 +361,8 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("input-len", &o.input_len, "prompt tokens (random ids)");
   flags.Add("output-len", &o.output_len, "generated tokens (EOS ignored)");
   flags.Add("iterations", &o.iterations,
-            "timed repetitions; the median is reported");
+            "timed repetitions after one warm-up, each with new prompts (the "
+            "prefix cache is off in bench); the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
   AddEngineFlags(flags, &o.engine);
   parallel_flags.Add(flags);

@@ -85,8 +85,9 @@ proto::ModelManifest MakeManifest(const RankSpec& given, int world_size) {
   e->set_max_model_len(spec.max_model_len);
   e->set_weight_dtype(spec.weight_dtype);
   e->set_attention(spec.attention);
-  manifest.set_weights(spec.weights_local
-                           ? proto::ModelManifest::WEIGHTS_LOCAL
+  manifest.set_weights(
+      spec.random_weights  ? proto::ModelManifest::WEIGHTS_RANDOM
+      : spec.weights_local ? proto::ModelManifest::WEIGHTS_LOCAL
                            : proto::ModelManifest::WEIGHTS_FROM_RANK0);
   absl::StatusOr<std::string> config =
       ReadText(spec.model_dir + "/config.json", true);

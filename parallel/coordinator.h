@@ -46,6 +46,10 @@ class Coordinator final : public StepExecutor {
 
   const ModelConfig& config() const override { return rank().config(); }
   AllocatorStats memory_stats() const override { return rank().memory_stats(); }
+  // Rank 0's (rank_reports() has every rank's).
+  MemoryBreakdown memory_breakdown() const override {
+    return rank().memory_breakdown();
+  }
   int64_t max_step_tokens() const override { return rank().max_step_tokens(); }
   int64_t max_step_seqs() const override { return rank().max_step_seqs(); }
   // Rank 0's backend is the sampling rank's kind (one device per job).

@@ -45,6 +45,7 @@ RankSpec SpecFromManifest(const proto::ModelManifest& m, int rank) {
   }
   spec.pp_layers.assign(m.pp_layers().begin(), m.pp_layers().end());
   spec.weights_local = m.weights() == proto::ModelManifest::WEIGHTS_LOCAL;
+  spec.random_weights = m.weights() == proto::ModelManifest::WEIGHTS_RANDOM;
   const proto::EngineSettings& e = m.engine();
   spec.device = e.device().empty() ? "cpu" : e.device();
   spec.gpus_per_node = e.gpus_per_node();
@@ -114,7 +115,10 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
   // sends them, its own when each rank reads its own.
   std::unique_ptr<WeightSource> own;
   WeightSource* weights = nullptr;
-  if (spec.weights_local) {
+  if (spec.random_weights) {
+    own = RandomWeights();
+    weights = own.get();
+  } else if (spec.weights_local) {
     own = CheckpointWeights(spec.model_dir, "loading weights (rank 0's shard)");
     weights = own.get();
   } else if (world.rank() == ProcessGrid::kCoordinatorRank) {
@@ -161,6 +165,7 @@ absl::Status Worker::GatherReports(const MpiWorld& world) {
     char host[MPI_MAX_PROCESSOR_NAME];
     int32_t node_leader, local_rank, local_size, gpu;
     int64_t weight_bytes, kv_cache_bytes;
+    int64_t workspace_bytes, graphs_bytes;
   };
   Wire mine = {};
   world.host_name().copy(mine.host, sizeof(mine.host) - 1);
@@ -170,6 +175,8 @@ absl::Status Worker::GatherReports(const MpiWorld& world) {
   mine.gpu = rank_->gpu();
   mine.weight_bytes = rank_->weight_bytes();
   mine.kv_cache_bytes = rank_->kv_cache_bytes();
+  mine.workspace_bytes = rank_->memory_breakdown().workspace_bytes;
+  mine.graphs_bytes = rank_->memory_breakdown().graphs_bytes;
   const bool root = world_rank_ == ProcessGrid::kCoordinatorRank;
   std::vector<Wire> all(root ? world.size() : 0);
   const int rc =
@@ -192,6 +199,8 @@ absl::Status Worker::GatherReports(const MpiWorld& world) {
     report.gpu = w.gpu;
     report.weight_bytes = w.weight_bytes;
     report.kv_cache_bytes = w.kv_cache_bytes;
+    report.memory = {w.weight_bytes, w.workspace_bytes, w.graphs_bytes,
+                     w.kv_cache_bytes};
     reports_.push_back(std::move(report));
   }
   return absl::OkStatus();

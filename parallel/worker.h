@@ -2,8 +2,9 @@
 // included. From the ModelManifest rank 0 broadcast it builds the rank
 // (runtime/executor/rank.h, BuildRank) with what parallel/ provides — the TP
 // and PP communicators (tensor_comms), the weights (received from rank 0,
-// sent by rank 0's own WeightSource, or read from the rank's own slice with
-// --weights local), the KV block count every rank agrees on (the smallest,
+// sent by rank 0's own WeightSource, read from the rank's own slice with
+// --weights local, or made up from the config by every rank itself with
+// --random-weights), the KV block count every rank agrees on (the smallest,
 // MPI_MIN) — gathers each rank's placement on rank 0, and runs its stage of
 // each step. On every rank but 0, ServeSteps() is the loop until SHUTDOWN.
 //
@@ -48,6 +49,7 @@ struct RankReport {
   int gpu = -1;        // Its CUDA device, or -1 on the CPU.
   int64_t weight_bytes = 0;
   int64_t kv_cache_bytes = 0;
+  MemoryBreakdown memory;  // Rank::memory_breakdown().
 };
 
 // The RankSpec the manifest describes, for world rank `rank` (its place in

@@ -1675,5 +1675,105 @@ TEST(ErrorChannel, AFailedStepEndsServeMarkedRankLocal) {
   EXPECT_TRUE(Contains(served, "lost its GPU")) << served;
 }
 
+// Counts what a bench actually computes: every token the plans run and each
+// new sequence's first prompt chunk.
+class CountingExecutor final : public DelegatingExecutor {
+ public:
+  explicit CountingExecutor(StepExecutor* inner) : DelegatingExecutor(inner) {}
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    for (const proto::SequenceStep& s : plan.seqs()) {
+      tokens_run += s.tokens_size();
+      if (s.context_len() == 0) {
+        prompts.emplace_back(s.tokens().begin(), s.tokens().end());
+      }
+    }
+    return inner()->Execute(plan, result);
+  }
+  int64_t tokens_run = 0;
+  // The first chunk of each sequence's prompt.
+  std::vector<std::vector<int32_t>> prompts;
+};
+
+// Every iteration of bench (the warm-up too) prefills its whole prompts,
+// fresh ones each time, even with the prefix cache left on by the flags:
+// nothing one iteration leaves behind serves another.
+TEST(Bench, EveryIterationPrefillsFreshPrompts) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  CountingExecutor executor(local.get());
+  BenchOptions o;
+  o.model_dir = DemoModelDir();
+  o.batch_size = 2;
+  o.input_len = 40;  // Two full 16-token blocks the cache could share.
+  o.output_len = 3;
+  o.iterations = 2;
+  o.json = true;
+  o.engine.max_num_seqs = 4;
+  o.engine.num_kv_blocks = 64;
+  std::ostringstream out;
+  ASSERT_TRUE(RunBench(o, &executor, out).ok());
+  // 3 runs (warm-up + 2) x 2 requests x (40 prompt + 2 decode tokens).
+  EXPECT_EQ(executor.tokens_run, 3 * 2 * (40 + 2));
+  ASSERT_EQ(executor.prompts.size(), 6u);
+  std::sort(executor.prompts.begin(), executor.prompts.end());
+  EXPECT_EQ(std::unique(executor.prompts.begin(), executor.prompts.end()),
+            executor.prompts.end());  // No prompt is sent twice.
+  const json j = json::parse(out.str(), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out.str();
+  EXPECT_EQ(j["cached_prompt_tokens"], 0);
+  EXPECT_EQ(j["decode_steps"], 2 * 2);  // 2 timed iterations x (3 - 1).
+  EXPECT_GT(j["decode_step_ms_p50"].get<double>(), 0.0);
+  EXPECT_GE(j["decode_step_ms_p99"].get<double>(),
+            j["decode_step_ms_p50"].get<double>());
+  EXPECT_GE(j["ttft_ms_p99"].get<double>(), j["ttft_ms_p50"].get<double>());
+  const MemoryBreakdown m = local->memory_breakdown();
+  EXPECT_EQ(j["memory"]["weights_bytes"], m.weights_bytes);
+  EXPECT_EQ(j["memory"]["workspace_bytes"], m.workspace_bytes);
+  EXPECT_EQ(j["memory"]["kv_bytes"], m.kv_bytes);
+  EXPECT_EQ(j["memory"]["graphs_bytes"], 0);
+}
+
+// The breakdown is the rank's: its weights, its KV pool, and a workspace of
+// the model's activation scratch plus the step buffers.
+TEST(Bench, MemoryBreakdownIsTheRanks) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  const MemoryBreakdown m = local->memory_breakdown();
+  const Rank& rank = local->rank();
+  EXPECT_EQ(m.weights_bytes, rank.weight_bytes());
+  EXPECT_GT(m.weights_bytes, 0);
+  EXPECT_EQ(m.kv_bytes, rank.kv_cache_bytes());
+  EXPECT_GT(m.kv_bytes, 0);
+  EXPECT_GT(m.workspace_bytes, rank.model().workspace_bytes());
+  EXPECT_GT(rank.model().workspace_bytes(), 0);
+  EXPECT_EQ(m.graphs_bytes, 0);  // No graphs on the CPU.
+  EXPECT_EQ(m.total_bytes(),
+            m.weights_bytes + m.workspace_bytes + m.graphs_bytes + m.kv_bytes);
+}
+
+// --random-weights in one process: the model from config.json alone, the
+// same tokens twice.
+TEST(RandomWeights, GenerateFromAConfigAlone) {
+  const std::string dir = testing::TempDir() + "/random_weights_config_only";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::filesystem::copy_file(GoldenDir() + "/llama/config.json",
+                             dir + "/config.json");
+  GenerateOptions o = Greedy(dir);
+  o.prompt_ids = "1,2,3";
+  o.max_tokens = 6;
+  o.output = "json";
+  o.engine.random_weights = true;
+  std::ostringstream a, b;
+  ASSERT_TRUE(RunGenerate(o, nullptr, a).ok());
+  ASSERT_TRUE(RunGenerate(o, nullptr, b).ok());
+  EXPECT_EQ(a.str(), b.str());
+  EXPECT_NE(a.str().find("\"output_ids\":["), std::string::npos) << a.str();
+  o.engine.random_weights = false;  // No safetensors there.
+  std::ostringstream c;
+  EXPECT_FALSE(RunGenerate(o, nullptr, c).ok());
+}
+
 }  // namespace
 }  // namespace tessera

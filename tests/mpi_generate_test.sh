@@ -180,7 +180,7 @@ timeout 120 mpirun -np 4 --bind-to none "$TESSERA" generate --model "$DEMO" --pr
   --max-tokens 2 --tp 2 --pp 2 >"$TMP/out" 2>"$TMP/err"
 rc=$?
 if [ "$rc" -eq 0 ] && [ "$(grep -c '^\[tessera\] grid: tp 2 x pp 2 = 4 ranks on 1 node, cpu; loaded in' "$TMP/err")" -eq 1 ] &&
-  grep -Eq '^\[tessera\]   rank 3 on [^ ]+ \(node 0, local rank 3 of 4\): tp 1, stage 1, layers 3-4, 4 heads, 2 KV heads, vocab rows 256-511; weights 0\.[0-9] MiB, KV cache [0-9.]+ MiB$' "$TMP/err" &&
+  grep -Eq '^\[tessera\]   rank 3 on [^ ]+ \(node 0, local rank 3 of 4\): tp 1, stage 1, layers 3-4, 4 heads, 2 KV heads, vocab rows 256-511; weights 0\.[0-9] MiB, workspace [0-9.]+ MiB, graphs 0\.0 MiB, KV cache [0-9.]+ MiB$' "$TMP/err" &&
   [ "$(grep -c '^\[tessera\]   rank [0-3] on ' "$TMP/err")" -eq 4 ] &&
   [ "$(grep -c '^\[tessera\] loading weights: ' "$TMP/err")" -eq 5 ] &&
   grep -q '^\[tessera\] loading weights: 100% (14/14)' "$TMP/err" &&

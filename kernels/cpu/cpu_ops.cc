@@ -657,18 +657,21 @@ absl::Status CpuOps::DoSiluMul(const TensorView& gate, const TensorView& up,
   return absl::OkStatus();
 }
 
-absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
-                                    const TensorView& slots_view,
-                                    const KvCacheLayer& cache) {
-  const absl::Span<const int64_t> slot_mapping = HostArray<int64_t>(slots_view);
+namespace {
+
+// Writes token t's k and v rows (k_row = kv_heads * D, v_row = kv_heads * Dv
+// floats each) to slot_mapping[t], quantizing for an int8 cache; a negative
+// slot (a padded token) is skipped.
+void StoreRows(const float* kin, const float* vin,
+               absl::Span<const int64_t> slot_mapping,
+               const KvCacheLayer& cache) {
   const CacheDims c = DimsOf(cache);
   const int64_t tokens = static_cast<int64_t>(slot_mapping.size());
   const int64_t k_row = c.num_kv_heads * c.dim;
   const int64_t v_row = c.num_kv_heads * c.dim_v;
-  const float* kin = k.data_as<const float>();
-  const float* vin = v.data_as<const float>();
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = slot_mapping[t];
+    if (slot < 0) continue;
     if (!c.quantized) {
       std::copy_n(kin + t * k_row, k_row,
                   cache.k.data_as<float>() + slot * k_row);
@@ -686,6 +689,67 @@ absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
                   cache.v_scale.data_as<float>() + scale_index);
     }
   }
+}
+
+}  // namespace
+
+absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
+                                    const TensorView& slots_view,
+                                    const KvCacheLayer& cache) {
+  StoreRows(k.data_as<const float>(), v.data_as<const float>(),
+            HostArray<int64_t>(slots_view), cache);
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoGatedActivation(GatedActivationKind kind,
+                                       const TensorView& gate_up,
+                                       const TensorView& out) {
+  (void)kind;  // kSilu is the only kind.
+  const int64_t rows = out.shape()[0];
+  const int64_t inter = out.shape()[1];
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gate_up.data_as<const float>() + r * 2 * inter;
+    const float* u = g + inter;
+    float* o = out.data_as<float>() + r * inter;
+    // SiluMul's expression, so the fused MLP computes the same bits.
+    for (int64_t i = 0; i < inter; ++i) {
+      o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
+  // The unfused ops in sequence over dense copies of the q, k and v columns:
+  // the same bits as projecting q, k, v separately.
+  const int64_t tokens = a.q_out.shape()[0];
+  const int64_t heads = a.q_out.shape()[1];
+  const int64_t dim = a.q_out.shape()[2];
+  const int64_t kv_heads = a.cache.k.shape()[1];
+  const int64_t q_row = heads * dim, kv_row = kv_heads * dim;
+  const int64_t row = q_row + 2 * kv_row;
+  thread_local std::vector<float> kv_scratch;
+  const size_t need = static_cast<size_t>(2 * tokens * kv_row);
+  if (kv_scratch.size() < need) kv_scratch.resize(need);
+  float* k = kv_scratch.data();
+  float* v = k + tokens * kv_row;
+  const float* in = a.qkv.data_as<const float>();
+  float* q = a.q_out.data_as<float>();
+  for (int64_t t = 0; t < tokens; ++t) {
+    std::copy_n(in + t * row, q_row, q + t * q_row);
+    std::copy_n(in + t * row + q_row, kv_row, k + t * kv_row);
+    std::copy_n(in + t * row + q_row + kv_row, kv_row, v + t * kv_row);
+  }
+  const TensorView k_view(k, DType::kF32, {tokens, kv_heads, dim});
+  if (a.q_norm != nullptr) {
+    RETURN_IF_ERROR(DoRmsNorm(a.q_out, *a.q_norm, a.eps, a.q_out));
+  }
+  if (a.k_norm != nullptr) {
+    RETURN_IF_ERROR(DoRmsNorm(k_view, *a.k_norm, a.eps, k_view));
+  }
+  RETURN_IF_ERROR(DoRope(a.q_out, a.positions, a.inv_freq));
+  RETURN_IF_ERROR(DoRope(k_view, a.positions, a.inv_freq));
+  StoreRows(k, v, HostArray<int64_t>(a.slot_mapping), a.cache);
   return absl::OkStatus();
 }
 

@@ -48,6 +48,12 @@ class CpuOps final : public Ops {
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
                               const TensorView& slot_mapping,
                               const KvCacheLayer& cache) override;
+  absl::Status DoGatedActivation(GatedActivationKind kind,
+                                 const TensorView& gate_up,
+                                 const TensorView& out) override;
+  // The unfused ops in sequence (RmsNorm, Rope, the StoreKvCache write) over
+  // copies of qkv's k and v columns in a per-thread buffer; slot -1 skipped.
+  absl::Status DoQkvRopeStore(const QkvRopeStoreArgs& args) override;
   // All three kernels read an f32 or an int8 cache (scales applied inside the
   // dot products and the value accumulation), run one (token, head) reduction
   // on one thread in a fixed order (so a sequence's result does not depend on

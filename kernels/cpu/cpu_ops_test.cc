@@ -255,6 +255,172 @@ TEST_F(CpuOpsTest, GatherRowsChecksRows) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// One layer's cache of `slots` slots, every byte a sentinel, so a write
+// where none belongs shows.
+struct TestCache {
+  Tensor k, v, k_scale, v_scale;
+  KvCacheLayer layer() const {
+    KvCacheLayer l{k.view(), v.view(), TensorView(), TensorView()};
+    if (k.dtype() == DType::kI8) {
+      l.k_scale = k_scale.view();
+      l.v_scale = v_scale.view();
+    }
+    return l;
+  }
+};
+
+TestCache MakeCache(DType dtype, int64_t slots, int64_t kv_heads, int64_t dim) {
+  TestCache c;
+  c.k = *Tensor::Empty(dtype, {slots, kv_heads, dim});
+  c.v = *Tensor::Empty(dtype, {slots, kv_heads, dim});
+  std::memset(c.k.data(), 0x5a, c.k.nbytes());
+  std::memset(c.v.data(), 0x5a, c.v.nbytes());
+  if (dtype == DType::kI8) {
+    c.k_scale = *Tensor::Empty(DType::kF32, {slots, kv_heads});
+    c.v_scale = *Tensor::Empty(DType::kF32, {slots, kv_heads});
+    std::memset(c.k_scale.data(), 0x5a, c.k_scale.nbytes());
+    std::memset(c.v_scale.data(), 0x5a, c.v_scale.nbytes());
+  }
+  return c;
+}
+
+bool SameBytes(const Tensor& a, const Tensor& b) {
+  return a.nbytes() == b.nbytes() &&
+         (a.nbytes() == 0 || std::memcmp(a.data(), b.data(), a.nbytes()) == 0);
+}
+
+// The fused prologue is the unfused ops in sequence: the same bits in q and
+// in the cache (values and int8 scales), for every cache dtype, with and
+// without q/k norms, GQA and MQA, and a padded token (slot -1) that writes
+// nothing.
+TEST_F(CpuOpsTest, QkvRopeStoreIsTheUnfusedOpsBitForBit) {
+  struct Case {
+    int64_t heads, kv_heads, dim;
+    bool norm;
+    DType cache;
+  };
+  const Case cases[] = {
+      {4, 2, 8, false, DType::kF32}, {4, 2, 8, true, DType::kF32},
+      {6, 1, 16, true, DType::kI8},  {2, 2, 32, false, DType::kI8},
+      {8, 2, 64, true, DType::kF32},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << c.heads << "/" << c.kv_heads << " D " << c.dim << " norm "
+                 << c.norm << " " << DTypeName(c.cache));
+    const int64_t T = 5, S = 16, H = c.heads, Hkv = c.kv_heads, D = c.dim;
+    Tensor qkv = Random({T, (H + 2 * Hkv) * D});
+    Tensor q_norm = Random({D}), k_norm = Random({D});
+    Tensor freq = Random({D / 2}, 0.1f);
+    const std::vector<int32_t> positions = {0, 3, 7, 100, 2};
+    const std::vector<int64_t> slots = {4, -1, 9, 0, 15};
+    const TensorView qn = q_norm.view(), kn = k_norm.view();
+
+    TestCache fused = MakeCache(c.cache, S, Hkv, D);
+    Tensor q = *Tensor::Empty(DType::kF32, {T, H, D});
+    QkvRopeStoreArgs args;
+    args.qkv = qkv.view();
+    args.q_norm = c.norm ? &qn : nullptr;
+    args.k_norm = c.norm ? &kn : nullptr;
+    args.eps = 1e-6f;
+    args.positions = StepArray(positions);
+    args.inv_freq = freq.view();
+    args.slot_mapping = StepArray(slots);
+    args.cache = fused.layer();
+    args.q_out = q.view();
+    ASSERT_TRUE(ops_.QkvRopeStore(args).ok());
+
+    // The unfused path: split, norm, rope, store the tokens that have slots.
+    Tensor q_ref = *Tensor::Empty(DType::kF32, {T, H, D});
+    Tensor k_ref = *Tensor::Empty(DType::kF32, {T, Hkv, D});
+    Tensor v_ref = *Tensor::Empty(DType::kF32, {T, Hkv, D});
+    const float* in = qkv.data_as<float>();
+    for (int64_t t = 0; t < T; ++t) {
+      const float* row = in + t * (H + 2 * Hkv) * D;
+      std::copy_n(row, H * D, q_ref.data_as<float>() + t * H * D);
+      std::copy_n(row + H * D, Hkv * D, k_ref.data_as<float>() + t * Hkv * D);
+      std::copy_n(row + (H + Hkv) * D, Hkv * D,
+                  v_ref.data_as<float>() + t * Hkv * D);
+    }
+    if (c.norm) {
+      ASSERT_TRUE(ops_.RmsNorm(q_ref.view(), qn, 1e-6f, q_ref.view()).ok());
+      ASSERT_TRUE(ops_.RmsNorm(k_ref.view(), kn, 1e-6f, k_ref.view()).ok());
+    }
+    ASSERT_TRUE(
+        ops_.Rope(q_ref.view(), StepArray(positions), freq.view()).ok());
+    ASSERT_TRUE(
+        ops_.Rope(k_ref.view(), StepArray(positions), freq.view()).ok());
+    TestCache unfused = MakeCache(c.cache, S, Hkv, D);
+    std::vector<int64_t> kept_slots;
+    Tensor k_kept = *Tensor::Empty(DType::kF32, {T - 1, Hkv, D});
+    Tensor v_kept = *Tensor::Empty(DType::kF32, {T - 1, Hkv, D});
+    for (int64_t t = 0; t < T; ++t) {
+      if (slots[t] < 0) continue;
+      const int64_t i = static_cast<int64_t>(kept_slots.size());
+      kept_slots.push_back(slots[t]);
+      std::copy_n(k_ref.data_as<float>() + t * Hkv * D, Hkv * D,
+                  k_kept.data_as<float>() + i * Hkv * D);
+      std::copy_n(v_ref.data_as<float>() + t * Hkv * D, Hkv * D,
+                  v_kept.data_as<float>() + i * Hkv * D);
+    }
+    ASSERT_TRUE(ops_.StoreKvCache(k_kept.view(), v_kept.view(),
+                                  StepArray(kept_slots), unfused.layer())
+                    .ok());
+    EXPECT_TRUE(SameBytes(q, q_ref));
+    EXPECT_TRUE(SameBytes(fused.k, unfused.k));
+    EXPECT_TRUE(SameBytes(fused.v, unfused.v));
+    if (c.cache == DType::kI8) {
+      EXPECT_TRUE(SameBytes(fused.k_scale, unfused.k_scale));
+      EXPECT_TRUE(SameBytes(fused.v_scale, unfused.v_scale));
+    }
+  }
+}
+
+TEST_F(CpuOpsTest, QkvRopeStoreRefusesSlotsOutsideTheCacheOtherThanMinusOne) {
+  const int64_t H = 2, Hkv = 1, D = 4;
+  Tensor qkv = Random({2, (H + 2 * Hkv) * D});
+  Tensor q = *Tensor::Empty(DType::kF32, {2, H, D});
+  Tensor freq = Random({D / 2});
+  TestCache cache = MakeCache(DType::kF32, 8, Hkv, D);
+  const std::vector<int32_t> positions = {0, 1};
+  for (int64_t bad : {int64_t{-2}, int64_t{8}}) {
+    const std::vector<int64_t> slots = {0, bad};
+    QkvRopeStoreArgs args;
+    args.qkv = qkv.view();
+    args.positions = StepArray(positions);
+    args.inv_freq = freq.view();
+    args.slot_mapping = StepArray(slots);
+    args.cache = cache.layer();
+    args.q_out = q.view();
+    const absl::Status st = ops_.QkvRopeStore(args);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+    EXPECT_NE(st.message().find("is neither -1 nor in [0, 8)"),
+              std::string::npos)
+        << st;
+  }
+}
+
+// The gated activation over the stacked gate/up output is SiluMul over its
+// halves, bit for bit.
+TEST_F(CpuOpsTest, GatedActivationIsSiluMulOverTheHalves) {
+  const int64_t T = 3, I = 11;
+  Tensor gate_up = Random({T, 2 * I}, 3.0f);
+  Tensor out = *Tensor::Empty(DType::kF32, {T, I});
+  ASSERT_TRUE(ops_.GatedActivation(GatedActivationKind::kSilu, gate_up.view(),
+                                   out.view())
+                  .ok());
+  Tensor gate = *Tensor::Empty(DType::kF32, {T, I});
+  Tensor up = *Tensor::Empty(DType::kF32, {T, I});
+  for (int64_t t = 0; t < T; ++t) {
+    std::copy_n(gate_up.data_as<float>() + t * 2 * I, I,
+                gate.data_as<float>() + t * I);
+    std::copy_n(gate_up.data_as<float>() + t * 2 * I + I, I,
+                up.data_as<float>() + t * I);
+  }
+  ASSERT_TRUE(ops_.SiluMul(gate.view(), up.view(), gate.view()).ok());
+  EXPECT_TRUE(SameBytes(out, gate));
+}
+
 // Attention kernels: paged_attention_test.cc.
 
 }  // namespace

@@ -11,7 +11,9 @@
 #include "kernels/cuda/cuda_graph.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise_kernels.h"
+#include "kernels/cuda/fused_kernels.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
+#include "kernels/cuda/gemm/skinny_gemm.h"
 #include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
 #include "kernels/sampling_math.h"
@@ -585,6 +587,32 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
   const TensorView& weight = w.data;
   const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
   if (t == 0 || n == 0) return absl::OkStatus();
+  if (weight.dtype() == DType::kBF16 &&
+      cuda::SkinnyGemmApplies(t, n, k, x.data(), weight.data())) {
+    ASSIGN_OR_RETURN(const LinearPath path,
+                     ChooseLinearPath(x, weight, bias, out));
+    if (path == LinearPath::kSkinny) return SkinnyLinear(x, weight, bias, out);
+  }
+  return CublasLtLinear(x, weight, bias, out);
+}
+
+absl::Status CudaOps::SkinnyLinear(const TensorView& x,
+                                   const TensorView& weight,
+                                   const TensorView* bias,
+                                   const TensorView& out) {
+  return Launch(cuda::LaunchSkinnyGemm(
+                    x.shape()[0], weight.shape()[0], x.shape()[1],
+                    x.data_as<const float>(), weight.data(),
+                    bias != nullptr ? bias->data_as<const float>() : nullptr,
+                    out.data_as<float>(), stream_),
+                "SkinnyGemm");
+}
+
+absl::Status CudaOps::CublasLtLinear(const TensorView& x,
+                                     const TensorView& weight,
+                                     const TensorView* bias,
+                                     const TensorView& out) {
+  const int64_t t = x.shape()[0], k = x.shape()[1], n = weight.shape()[0];
   const void* input = x.data();
   if (weight.dtype() == DType::kBF16) {
     ASSIGN_OR_RETURN(void* converted,
@@ -600,6 +628,67 @@ absl::Status CudaOps::DoLinear(const TensorView& x, const WeightView& w,
                                 out.data_as<float>(), workspace, stream_));
   if (bias != nullptr) return DoBiasAdd(out, *bias);
   return absl::OkStatus();
+}
+
+absl::StatusOr<CudaOps::LinearPath> CudaOps::ChooseLinearPath(
+    const TensorView& x, const TensorView& weight, const TensorView* bias,
+    const TensorView& out) {
+  const LinearKey key{x.shape()[0], weight.shape()[0], x.shape()[1],
+                      bias != nullptr};
+  if (auto it = linear_paths_.find(key); it != linear_paths_.end()) {
+    return it->second;
+  }
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  RETURN_IF_ERROR(CudaStatus(cudaStreamIsCapturing(stream_, &capture),
+                             "cudaStreamIsCapturing",
+                             "choosing a matrix product's kernel"));
+  // Timing needs a synchronization, which a capture cannot record: a shape
+  // first seen while capturing runs through cuBLASLt, still undecided.
+  if (capture != cudaStreamCaptureStatusNone) return LinearPath::kCublasLt;
+  struct Events {
+    cudaEvent_t start = nullptr, stop = nullptr;
+    ~Events() {
+      if (start != nullptr) cudaEventDestroy(start);
+      if (stop != nullptr) cudaEventDestroy(stop);
+    }
+  } events;
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&events.start), "cudaEventCreate",
+                             "timing a matrix product"));
+  RETURN_IF_ERROR(CudaStatus(cudaEventCreate(&events.stop), "cudaEventCreate",
+                             "timing a matrix product"));
+  // Each path once untimed (cuBLASLt makes and tunes its plan then), then the
+  // fastest of a few timed runs of each, its own extra kernels (the input
+  // cast, the bias add) included. out is overwritten each time with the
+  // same product.
+  auto time = [&](LinearPath path) -> absl::StatusOr<float> {
+    auto run = [&]() {
+      return path == LinearPath::kSkinny ? SkinnyLinear(x, weight, bias, out)
+                                         : CublasLtLinear(x, weight, bias, out);
+    };
+    RETURN_IF_ERROR(run());
+    float best = -1.0f;
+    for (int rep = 0; rep < 3; ++rep) {
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events.start, stream_),
+                                 "cudaEventRecord", "timing a product"));
+      RETURN_IF_ERROR(run());
+      RETURN_IF_ERROR(CudaStatus(cudaEventRecord(events.stop, stream_),
+                                 "cudaEventRecord", "timing a product"));
+      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events.stop),
+                                 "cudaEventSynchronize", "timing a product"));
+      float ms = 0.0f;
+      RETURN_IF_ERROR(
+          CudaStatus(cudaEventElapsedTime(&ms, events.start, events.stop),
+                     "cudaEventElapsedTime", "timing a product"));
+      if (best < 0.0f || ms < best) best = ms;
+    }
+    return best;
+  };
+  ASSIGN_OR_RETURN(const float skinny_ms, time(LinearPath::kSkinny));
+  ASSIGN_OR_RETURN(const float cublaslt_ms, time(LinearPath::kCublasLt));
+  const LinearPath path =
+      skinny_ms < cublaslt_ms ? LinearPath::kSkinny : LinearPath::kCublasLt;
+  linear_paths_.emplace(key, path);
+  return path;
 }
 
 absl::Status CudaOps::DoRope(const TensorView& x, const TensorView& positions,
@@ -662,6 +751,40 @@ absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
                                          slot_mapping.data_as<const int64_t>(),
                                          layer, stream_),
                 "StoreKvCache");
+}
+
+absl::Status CudaOps::DoGatedActivation(GatedActivationKind kind,
+                                        const TensorView& gate_up,
+                                        const TensorView& out) {
+  (void)kind;  // kSilu is the only kind.
+  if (out.numel() == 0) return absl::OkStatus();
+  return Launch(
+      cuda::LaunchGatedSilu(gate_up.data_as<const float>(), out.shape()[0],
+                            out.shape()[1], out.data_as<float>(), stream_),
+      "GatedActivation");
+}
+
+absl::Status CudaOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
+  const cuda::DeviceKvLayer layer = DeviceLayer(a.cache);
+  const int64_t tokens = a.q_out.shape()[0];
+  if (tokens == 0) return absl::OkStatus();
+  if (layer.head_dim > cuda::kMaxFusedHeadDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QkvRopeStore: head_dim ", layer.head_dim,
+                     " is above the CUDA kernel's ", cuda::kMaxFusedHeadDim));
+  }
+  // Slots are device values: the kernel skips one outside the cache (-1).
+  return Launch(
+      cuda::LaunchQkvRopeStore(
+          a.qkv.data_as<const float>(),
+          static_cast<int32_t>(a.q_out.shape()[1]),
+          a.q_norm != nullptr ? a.q_norm->data_as<const float>() : nullptr,
+          a.k_norm != nullptr ? a.k_norm->data_as<const float>() : nullptr,
+          a.eps, a.positions.data_as<const int32_t>(),
+          a.inv_freq.data_as<const float>(),
+          a.slot_mapping.data_as<const int64_t>(), tokens, layer,
+          a.q_out.data_as<float>(), stream_),
+      "QkvRopeStore");
 }
 
 absl::Status CudaOps::Attention(const PagedAttentionArgs& args,

@@ -23,8 +23,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
 #include "kernels/op_checks.h"
@@ -88,6 +90,12 @@ class CudaOps final : public Ops {
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
                               const TensorView& slot_mapping,
                               const KvCacheLayer& cache) override;
+  // One kernel each (fused_kernels.h); QkvRopeStore takes head_dim <=
+  // cuda::kMaxFusedHeadDim (InvalidArgument above it).
+  absl::Status DoGatedActivation(GatedActivationKind kind,
+                                 const TensorView& gate_up,
+                                 const TensorView& out) override;
+  absl::Status DoQkvRopeStore(const QkvRopeStoreArgs& args) override;
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
@@ -125,6 +133,34 @@ class CudaOps final : public Ops {
 
   CudaOps(int device, PinnableBlockAllocator* allocator);
 
+  // Linear's two ways to a bf16 product: the skinny kernel
+  // (gemm/skinny_gemm.h: a few rows, f32 input read directly, bias fused) and
+  // cuBLASLt (input cast to bf16, bias added after). Where the skinny kernel
+  // applies, the faster of the two on that shape (t, n, k, bias) is chosen by
+  // timing both on the first product of the shape — the rank's warm-up, so
+  // at load — and kept; a shape first seen while a graph is captured runs
+  // through cuBLASLt and is decided on its next eager product.
+  enum class LinearPath { kSkinny, kCublasLt };
+  struct LinearKey {
+    int64_t t, n, k;
+    bool bias;
+    bool operator==(const LinearKey& o) const {
+      return t == o.t && n == o.n && k == o.k && bias == o.bias;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const LinearKey& key) {
+      return H::combine(std::move(h), key.t, key.n, key.k, key.bias);
+    }
+  };
+  absl::StatusOr<LinearPath> ChooseLinearPath(const TensorView& x,
+                                              const TensorView& weight,
+                                              const TensorView* bias,
+                                              const TensorView& out);
+  absl::Status SkinnyLinear(const TensorView& x, const TensorView& weight,
+                            const TensorView* bias, const TensorView& out);
+  absl::Status CublasLtLinear(const TensorView& x, const TensorView& weight,
+                              const TensorView* bias, const TensorView& out);
+
   // A buffer of at least `bytes`: reallocated (contents lost) when smaller and
   // not reserved; FailedPrecondition when smaller and reserved.
   absl::StatusOr<void*> Grow(enum Buffer which, size_t bytes);
@@ -141,6 +177,7 @@ class CudaOps final : public Ops {
   cudaStream_t stream_ = nullptr;
   bool capturing_ = false;  // Between BeginCapture and EndCapture.
   std::unique_ptr<cuda::GemmPlans> gemm_;  // Linear's products.
+  absl::flat_hash_map<LinearKey, LinearPath> linear_paths_;
   Scratch scratch_[kNumBuffers];
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,

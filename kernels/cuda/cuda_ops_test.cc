@@ -134,6 +134,7 @@ TEST_F(CudaOpsTest, UploadKeepsOrConvertsHostDtypes) {
 
 TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
   for (auto [t, n, k] : {std::tuple<int64_t, int64_t, int64_t>{1, 512, 64},
+                         {3, 1000, 4096},
                          {7, 300, 96},
                          {64, 1024, 256},
                          {130, 129, 513}}) {
@@ -153,9 +154,10 @@ TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
       xr.data_as<float>()[i] = RoundBf16(xr.data_as<float>()[i]);
     for (int64_t i = 0; i < wr.numel(); ++i)
       wr.data_as<float>()[i] = RoundBf16(wr.data_as<float>()[i]);
-    ASSERT_TRUE(cpu_.Linear(xr.view(), wr.view(), nullptr, want.view()).ok());
+    // With the bias: at few rows the skinny kernel may take it (fused).
+    ASSERT_TRUE(cpu_.Linear(xr.view(), wr.view(), &bias, want.view()).ok());
     Tensor dxr = Device(xr), dwr = Device(wr, DType::kBF16);
-    ASSERT_TRUE(gpu_->Linear(dxr.view(), dwr.view(), nullptr, out.view()).ok());
+    ASSERT_TRUE(gpu_->Linear(dxr.view(), dwr.view(), &dbias, out.view()).ok());
     ExpectClose(Host(out.view()), want, 1e-4);
   }
 }
@@ -226,7 +228,7 @@ TEST_F(CudaOpsTest, UploadBufferCopiesTheStagingOnce) {
 // limits allocates nothing, one beyond them fails instead of reallocating.
 TEST_F(CudaOpsTest, ReservedScratchNeverGrows) {
   StepLimits limits;
-  limits.max_tokens = 4;
+  limits.max_tokens = 8;
   limits.max_seqs = 2;
   limits.max_seq_len = 64;
   limits.max_heads = 2;
@@ -234,13 +236,15 @@ TEST_F(CudaOpsTest, ReservedScratchNeverGrows) {
   limits.max_linear_in = 32;
   limits.vocab_size = 16;
   ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
-  Tensor x = Random({4, 32}), w = Random({8, 32});
+  // 8 rows: more than the skinny kernel takes, so every product needs the
+  // reserved cuBLASLt input buffer.
+  Tensor x = Random({8, 32}), w = Random({8, 32});
   Tensor dx = Device(x), dw = Device(w, DType::kBF16),
-         out = DeviceEmpty({4, 8});
+         out = DeviceEmpty({8, 8});
   const int64_t before = allocator_->stats().allocations;
   ASSERT_TRUE(gpu_->Linear(dx.view(), dw.view(), nullptr, out.view()).ok());
   EXPECT_EQ(allocator_->stats().allocations, before);
-  Tensor x_wide = Random({4, 64}), w_wide = Random({8, 64});
+  Tensor x_wide = Random({8, 64}), w_wide = Random({8, 64});
   Tensor dxw = Device(x_wide), dww = Device(w_wide, DType::kBF16);
   const int64_t before_wide = allocator_->stats().allocations;
   EXPECT_EQ(gpu_->Linear(dxw.view(), dww.view(), nullptr, out.view()).code(),

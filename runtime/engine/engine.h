@@ -43,6 +43,7 @@
 #include "runtime/core/ids.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/scheduler.h"
+#include "runtime/executor/memory_breakdown.h"
 #include "runtime/kv/block_manager.h"
 #include "runtime/kv/kv_layout.h"
 #include "runtime/model/config.h"
@@ -57,6 +58,9 @@ class StepExecutor {
   virtual ~StepExecutor() = default;
   virtual const ModelConfig& config() const = 0;
   virtual AllocatorStats memory_stats() const = 0;
+  // Where this process's rank's memory goes (a parallel job: rank 0's; every
+  // rank's is in the coordinator's rank reports).
+  virtual MemoryBreakdown memory_breakdown() const = 0;
   virtual KvLayout kv_layout() const = 0;
   // The most tokens and sampled sequences one step may hold (the model's
   // scratch is sized for them on every rank).

@@ -24,7 +24,7 @@ void SetKv(const KvCacheOptions& kv, RankSpec* spec) {
 
 absl::StatusOr<std::unique_ptr<LocalExecutor>> LocalExecutor::Build(
     const RankSpec& spec, const RankContext& context) {
-  std::unique_ptr<WeightSource> weights = CheckpointWeights(spec.model_dir);
+  std::unique_ptr<WeightSource> weights = SpecWeights(spec);
   ASSIGN_OR_RETURN(std::unique_ptr<Rank> rank,
                    BuildRank(spec, *weights, context));
   return std::make_unique<LocalExecutor>(std::move(rank));

@@ -15,7 +15,8 @@ namespace tessera {
 class LocalExecutor final : public StepExecutor {
  public:
   // Builds the rank the spec describes (BuildRank over the spec's
-  // checkpoint, one process). Errors as BuildRank's.
+  // checkpoint, or random weights with spec.random_weights; one process).
+  // Errors as BuildRank's.
   static absl::StatusOr<std::unique_ptr<LocalExecutor>> Build(
       const RankSpec& spec, const RankContext& context = {});
 
@@ -33,6 +34,9 @@ class LocalExecutor final : public StepExecutor {
 
   const ModelConfig& config() const override { return rank_->config(); }
   AllocatorStats memory_stats() const override { return rank_->memory_stats(); }
+  MemoryBreakdown memory_breakdown() const override {
+    return rank_->memory_breakdown();
+  }
   int64_t max_step_tokens() const override { return rank_->max_step_tokens(); }
   int64_t max_step_seqs() const override { return rank_->max_step_seqs(); }
   int32_t max_top_logprobs() const override {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
+#include "runtime/model/random_weights.h"
 #include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
 
@@ -46,6 +47,21 @@ class CheckpointSource final : public WeightSource {
   std::string label_;
 };
 
+class RandomSource final : public WeightSource {
+ public:
+  std::string ProgressLabel() const override { return "making random weights"; }
+
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
+    // Before the table: its shapes come from these dimensions.
+    RETURN_IF_ERROR(CheckRandomWeightConfig(config));
+    ASSIGN_OR_RETURN(WeightTable table, ModelWeightTable(config, shard));
+    return MakeRandomWeightSet(config, std::move(table), options,
+                               options.available_bytes);
+  }
+};
+
 // The rank's model: its weights from `source` (stored in the backend as
 // `matrices`), scratch for the spec's sizing. Every error is this rank's.
 absl::StatusOr<std::unique_ptr<Model>> MakeModel(
@@ -65,10 +81,17 @@ absl::StatusOr<std::unique_ptr<Model>> MakeModel(
   if (backend.allocator == nullptr && context.connect == nullptr) {
     options.check_host_memory_for = spec.model_dir;
   }
+  options.available_bytes = backend.is_cuda()    ? backend.FreeDeviceBytes()
+                            : ops->host_memory() ? AvailableHostMemory()
+                                                 : -1;
   absl::StatusOr<WeightSet> weights = source.Load(config, shard, options);
   if (!weights.ok()) {
-    return Annotate(weights.status(),
-                    absl::StrCat("loading weights from ", spec.model_dir));
+    return Annotate(
+        weights.status(),
+        spec.random_weights
+            ? absl::StrCat("making random weights for ", spec.model_dir,
+                           "/config.json")
+            : absl::StrCat("loading weights from ", spec.model_dir));
   }
   ModelContext model_context;
   model_context.ops = ops;
@@ -96,6 +119,15 @@ std::unique_ptr<WeightSource> CheckpointWeights(std::string model_dir,
                                                 std::string progress_label) {
   return std::make_unique<CheckpointSource>(std::move(model_dir),
                                             std::move(progress_label));
+}
+
+std::unique_ptr<WeightSource> RandomWeights() {
+  return std::make_unique<RandomSource>();
+}
+
+std::unique_ptr<WeightSource> SpecWeights(const RankSpec& spec) {
+  if (spec.random_weights) return RandomWeights();
+  return CheckpointWeights(spec.model_dir);
 }
 
 absl::StatusOr<ModelConfig> RankConfig(const RankSpec& spec) {
@@ -194,8 +226,17 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
       const KvLayout sizing,
       ResolveKvLayout(kv, shape, context_len, static_cast<int>(max_num_seqs),
                       free_bytes()));
+  // The step buffers and the step scratch as the allocator counts them (on
+  // the CPU the step buffers are host memory outside it: their own bytes).
+  const int64_t in_use_before_step = model->memory_stats().in_use_bytes;
   ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> reserved,
                    StepRunner::Reserve(model, sizing.block_size));
+  MemoryBreakdown memory;
+  memory.weights_bytes = model->weight_bytes();
+  memory.workspace_bytes =
+      model->workspace_bytes() +
+      std::max<int64_t>(model->memory_stats().in_use_bytes - in_use_before_step,
+                        static_cast<int64_t>(reserved->buffer_bytes()));
   // Graph memory counted by construction: graphs of every bucket exist (over
   // a probe pool of one block) while the pool is sized. Declared in this
   // order so that the probe graphs go before the probe pool.
@@ -235,6 +276,7 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   rank->model_ = model;
   rank->kv_layout_ = layout;
   rank->samples_ = samples;
+  memory.kv_bytes = pool.bytes();
   ASSIGN_OR_RETURN(rank->runner_,
                    StepRunner::Create(model, std::move(pool), kv.backend,
                                       samples, std::move(reserved)));
@@ -246,8 +288,9 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
         rank->runner_->CaptureGraphs(buckets, context.measure_free_bytes));
     // The recapture may reuse what the probe's graphs gave back without the
     // free memory moving: the probe's clean measurement is the honest one.
-    rank->graph_bytes_ = std::max(probe_bytes, rank->runner_->graph_bytes());
+    memory.graphs_bytes = std::max(probe_bytes, rank->runner_->graph_bytes());
   }
+  rank->memory_ = memory;
   return rank;
 }
 

@@ -30,6 +30,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/backend/backend.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/executor/memory_breakdown.h"
 #include "runtime/executor/rank_spec.h"
 #include "runtime/executor/step_runner.h"
 #include "runtime/kv/kv_layout.h"
@@ -85,6 +86,15 @@ class WeightSource {
 std::unique_ptr<WeightSource> CheckpointWeights(
     std::string model_dir, std::string progress_label = "loading weights");
 
+// Makes this rank's weights up from the config (runtime/model/
+// random_weights.h: deterministic, the same tensors at any TP/PP split), no
+// checkpoint read; refuses a shape that cannot fit before making any.
+std::unique_ptr<WeightSource> RandomWeights();
+
+// The spec's source in one process: RandomWeights() with
+// spec.random_weights, else CheckpointWeights(spec.model_dir).
+std::unique_ptr<WeightSource> SpecWeights(const RankSpec& spec);
+
 // The rank's TP and PP communicators (see runtime/comm/communicator.h).
 struct RankComms {
   std::unique_ptr<Communicator> tp;
@@ -135,11 +145,13 @@ class Rank {
   int gpu() const { return backend_.gpu; }
   int64_t weight_bytes() const { return model_->weight_bytes(); }
   int64_t kv_cache_bytes() const { return runner_->pool().bytes(); }
-  // Device memory the decode CUDA graphs hold (0 without graphs). Counted
-  // by construction: the KV pool was sized while graphs of the same buckets
-  // existed (see AssembleRank).
-  int64_t graph_bytes() const { return graph_bytes_; }
+  // Device memory the decode CUDA graphs hold (0 without graphs; also
+  // memory_breakdown().graphs_bytes). Counted by construction: the KV pool
+  // was sized while graphs of the same buckets existed (see AssembleRank).
+  int64_t graph_bytes() const { return memory_.graphs_bytes; }
   AllocatorStats memory_stats() const { return model_->memory_stats(); }
+  // Where the rank's memory went when it was built (memory_breakdown.h).
+  MemoryBreakdown memory_breakdown() const { return memory_; }
   // The most tokens and sampled sequences one step may hold.
   int64_t max_step_tokens() const { return model_->max_step_tokens(); }
   int64_t max_step_seqs() const { return model_->max_logit_rows(); }
@@ -163,8 +175,8 @@ class Rank {
   Model* model_ = nullptr;
   KvLayout kv_layout_;
   bool samples_ = true;
+  MemoryBreakdown memory_;
   std::unique_ptr<StepRunner> runner_;
-  int64_t graph_bytes_ = 0;
 };
 
 // THE assembly: checks the spec, computes the config and the shard, makes the

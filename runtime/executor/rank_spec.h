@@ -38,6 +38,9 @@ struct RankSpec {
   // A job's ranks each read their own slices (--weights local) instead of
   // receiving them from rank 0 (parallel/ picks the WeightSource by it).
   bool weights_local = false;
+  // Every rank makes its weights up from the config (runtime/model/
+  // random_weights.h; --random-weights): no safetensors are read or sent.
+  bool random_weights = false;
 
   // Engine sizing: every rank's scratch is sized for these.
   int64_t max_num_seqs = 256;

@@ -457,6 +457,8 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
   }
   ASSIGN_OR_RETURN(config.rms_norm_eps,
                    OptionalPositiveDouble(root, "rms_norm_eps", 1e-6));
+  ASSIGN_OR_RETURN(config.initializer_range,
+                   OptionalPositiveDouble(root, "initializer_range", 0.02));
 
   ASSIGN_OR_RETURN(const std::optional<std::string> act,
                    OptionalString(root, "hidden_act"));

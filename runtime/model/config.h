@@ -70,6 +70,9 @@ struct ModelConfig {
   int64_t head_dim = 0;      // head_dim; defaults to hidden_size / num_heads.
   int64_t max_position_embeddings = 0;
   double rms_norm_eps = 1e-6;
+  // The standard deviation Hugging Face initializes matrices with (only
+  // --random-weights reads it).
+  double initializer_range = 0.02;
   RopeConfig rope;
 
   bool tie_word_embeddings = false;

@@ -31,16 +31,13 @@ absl::Status FinishRowParallel(Ops* ops, Communicator* tp,
 }  // namespace
 
 int64_t AttentionWeights::bytes() const {
-  return static_cast<int64_t>(q_proj.nbytes() + k_proj.nbytes() +
-                              v_proj.nbytes() + o_proj.nbytes()) +
-         Bytes(q_bias) + Bytes(k_bias) + Bytes(v_bias) + Bytes(o_bias) +
-         Bytes(q_norm) + Bytes(k_norm);
+  return static_cast<int64_t>(qkv_proj.nbytes() + o_proj.nbytes()) +
+         Bytes(qkv_bias) + Bytes(o_bias) + Bytes(q_norm) + Bytes(k_norm);
 }
 
 int64_t GatedMlpWeights::bytes() const {
-  return static_cast<int64_t>(gate_proj.nbytes() + up_proj.nbytes() +
-                              down_proj.nbytes()) +
-         Bytes(gate_bias) + Bytes(up_bias) + Bytes(down_bias);
+  return static_cast<int64_t>(gate_up_proj.nbytes() + down_proj.nbytes()) +
+         Bytes(gate_up_bias) + Bytes(down_bias);
 }
 
 absl::Status AttentionBlock::Forward(
@@ -51,30 +48,24 @@ absl::Status AttentionBlock::Forward(
   const AttentionWeights& w = weights;
   const int64_t T = meta.num_tokens;
   const int64_t D = head_dim;
+  TensorView qkv = scratch.qkv.Rows(0, T);
   TensorView q = scratch.q.Rows(0, T);
-  TensorView k = scratch.k.Rows(0, T);
-  TensorView v = scratch.v.Rows(0, T);
   TensorView attn = scratch.attn.Rows(0, T);
-  TensorView bias_storage[3];
-  ASSIGN_OR_RETURN(TensorView q2d, q.Reshape({T, local_heads * D}));
-  ASSIGN_OR_RETURN(TensorView k2d, k.Reshape({T, local_kv_heads * D}));
-  ASSIGN_OR_RETURN(TensorView v2d, v.Reshape({T, local_kv_heads * D}));
-  RETURN_IF_ERROR(ops->Linear(x, w.q_proj.view(),
-                              OptionalView(w.q_bias, &bias_storage[0]), q2d));
-  RETURN_IF_ERROR(ops->Linear(x, w.k_proj.view(),
-                              OptionalView(w.k_bias, &bias_storage[1]), k2d));
-  RETURN_IF_ERROR(ops->Linear(x, w.v_proj.view(),
-                              OptionalView(w.v_bias, &bias_storage[2]), v2d));
-  if (w.q_norm.has_value()) {
-    RETURN_IF_ERROR(ops->RmsNorm(q, w.q_norm->view(), rms_norm_eps, q));
-  }
-  if (w.k_norm.has_value()) {
-    RETURN_IF_ERROR(ops->RmsNorm(k, w.k_norm->view(), rms_norm_eps, k));
-  }
-  RETURN_IF_ERROR(ops->Rope(q, meta.positions, inv_freq));
-  RETURN_IF_ERROR(ops->Rope(k, meta.positions, inv_freq));
+  TensorView storage[3];
+  RETURN_IF_ERROR(ops->Linear(x, w.qkv_proj.view(),
+                              OptionalView(w.qkv_bias, &storage[0]), qkv));
   // Every new key and value is in the cache before any sequence attends.
-  RETURN_IF_ERROR(ops->StoreKvCache(k, v, meta.slot_mapping, cache));
+  QkvRopeStoreArgs prologue;
+  prologue.qkv = qkv;
+  prologue.q_norm = OptionalView(w.q_norm, &storage[1]);
+  prologue.k_norm = OptionalView(w.k_norm, &storage[2]);
+  prologue.eps = rms_norm_eps;
+  prologue.positions = meta.positions;
+  prologue.inv_freq = inv_freq;
+  prologue.slot_mapping = meta.slot_mapping;
+  prologue.cache = cache;
+  prologue.q_out = q;
+  RETURN_IF_ERROR(ops->QkvRopeStore(prologue));
   PagedAttentionArgs args;
   args.q = q;
   args.cache = cache;
@@ -109,16 +100,15 @@ absl::Status GatedMlp::Forward(Ops* ops, Communicator* tp, const TensorView& x,
                                const TensorView& out) const {
   const GatedMlpWeights& w = weights;
   const int64_t T = x.shape()[0];
-  TensorView gate = scratch.gate.Rows(0, T);
-  TensorView up = scratch.up.Rows(0, T);
-  TensorView bias_storage[2];
-  RETURN_IF_ERROR(ops->Linear(x, w.gate_proj.view(),
-                              OptionalView(w.gate_bias, &bias_storage[0]),
-                              gate));
-  RETURN_IF_ERROR(ops->Linear(x, w.up_proj.view(),
-                              OptionalView(w.up_bias, &bias_storage[1]), up));
-  RETURN_IF_ERROR(ops->SiluMul(gate, up, gate));
-  RETURN_IF_ERROR(ops->Linear(gate, w.down_proj.view(), nullptr, out));
+  TensorView gate_up = scratch.gate_up.Rows(0, T);
+  TensorView act = scratch.act.Rows(0, T);
+  TensorView bias_storage;
+  RETURN_IF_ERROR(ops->Linear(x, w.gate_up_proj.view(),
+                              OptionalView(w.gate_up_bias, &bias_storage),
+                              gate_up));
+  RETURN_IF_ERROR(
+      ops->GatedActivation(GatedActivationKind::kSilu, gate_up, act));
+  RETURN_IF_ERROR(ops->Linear(act, w.down_proj.view(), nullptr, out));
   return FinishRowParallel(ops, tp, w.down_bias, out);
 }
 

@@ -26,26 +26,28 @@
 
 namespace tessera {
 
-// Weights of one attention block; shapes are this rank's.
+// Weights of one attention block; shapes are this rank's. The q, k and v
+// projections are one matrix (and one bias), their rows concatenated when the
+// model binds the checkpoint's separate tensors (weights.h ConcatRows), so
+// one GEMM computes all three; at TP each rank stacks its own slices.
 struct AttentionWeights {
-  Tensor q_proj;                                 // [local_heads * D, H]
-  Tensor k_proj;                                 // [local_kv_heads * D, H]
-  Tensor v_proj;                                 // [local_kv_heads * D, H]
-  Tensor o_proj;                                 // [H, local_heads * D]
-  std::optional<Tensor> q_bias, k_bias, v_bias;  // Local rows.
-  std::optional<Tensor> o_bias;                  // [H], whole.
-  std::optional<Tensor> q_norm, k_norm;          // [D]: per-head RMSNorm.
+  // [(local_heads + 2 * local_kv_heads) * D, H]: q rows, then k, then v.
+  Tensor qkv_proj;
+  Tensor o_proj;                   // [H, local_heads * D]
+  std::optional<Tensor> qkv_bias;  // [(local_heads + 2 local_kv_heads) * D].
+  std::optional<Tensor> o_bias;    // [H], whole.
+  std::optional<Tensor> q_norm, k_norm;  // [D]: per-head RMSNorm.
 
   int64_t bytes() const;
 };
 
-// Weights of a gated (SwiGLU) MLP: down(silu(gate(x)) * up(x)).
+// Weights of a gated (SwiGLU) MLP: down(silu(gate(x)) * up(x)), gate and up
+// as one matrix (and one bias) of stacked rows, like q/k/v above.
 struct GatedMlpWeights {
-  Tensor gate_proj;                          // [local_I, H]
-  Tensor up_proj;                            // [local_I, H]
-  Tensor down_proj;                          // [H, local_I]
-  std::optional<Tensor> gate_bias, up_bias;  // Local rows.
-  std::optional<Tensor> down_bias;           // [H], whole.
+  Tensor gate_up_proj;                 // [2 * local_I, H]: gate rows, then up.
+  Tensor down_proj;                    // [H, local_I]
+  std::optional<Tensor> gate_up_bias;  // [2 * local_I].
+  std::optional<Tensor> down_bias;     // [H], whole.
 
   int64_t bytes() const;
 };
@@ -53,19 +55,19 @@ struct GatedMlpWeights {
 // Scratch the blocks work in, bound once by the model (views of at least the
 // step's T rows).
 struct AttentionScratch {
+  TensorView qkv;   // [T, (local_heads + 2 local_kv_heads) * D]
   TensorView q;     // [T, local_heads, D]
-  TensorView k;     // [T, local_kv_heads, D]
-  TensorView v;     // [T, local_kv_heads, D]
   TensorView attn;  // [T, local_heads, D]
 };
 struct GatedMlpScratch {
-  TensorView gate;  // [T, local_I]
-  TensorView up;    // [T, local_I]
+  TensorView gate_up;  // [T, 2 * local_I]
+  TensorView act;      // [T, local_I]
 };
 
-// One layer's attention: q, k, v projections (+ biases), optional per-head
-// q/k norms, RoPE, the new keys and values into `cache`, attention over it
-// (causal, GQA, an optional sliding window), the output projection.
+// One layer's attention: the q/k/v projection (+ bias) as one Linear, then
+// one QkvRopeStore (optional per-head q/k norms, RoPE, the new keys and
+// values into `cache`), attention over the cache (causal, GQA, an optional
+// sliding window), the output projection.
 struct AttentionBlock {
   AttentionWeights weights;
   int64_t local_heads = 0;
@@ -89,7 +91,8 @@ struct AttentionBlock {
 struct GatedMlp {
   GatedMlpWeights weights;
 
-  // out [T, H] = down(silu(gate(x)) * up(x)) (+ biases) for x [T, H].
+  // out [T, H] = down(silu(gate(x)) * up(x)) (+ biases) for x [T, H]: one
+  // Linear for gate and up, one GatedActivation, the down Linear.
   absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
                        const GatedMlpScratch& scratch,
                        const TensorView& out) const;

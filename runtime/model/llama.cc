@@ -1,8 +1,10 @@
 #include "runtime/model/llama.h"
 
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
@@ -111,6 +113,37 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
     ASSIGN_OR_RETURN(Tensor t, set.Take(name));
     return std::optional<Tensor>(std::move(t));
   };
+  // The checkpoint's separate projections of one layer, stacked into the one
+  // matrix (or bias) a fused GEMM reads (ConcatRows); the parts are freed as
+  // soon as the stack exists, so loading holds one layer's parts twice at
+  // most.
+  HostStaging staging;  // One host buffer for every stack (non-host memory).
+  auto stack =
+      [this, &set, &staging](
+          std::initializer_list<std::string> names) -> absl::StatusOr<Tensor> {
+    std::vector<Tensor> parts;
+    std::vector<const Tensor*> ptrs;
+    for (const std::string& name : names) {
+      ASSIGN_OR_RETURN(Tensor t, set.Take(name));
+      parts.push_back(std::move(t));
+    }
+    for (const Tensor& t : parts) ptrs.push_back(&t);
+    return ConcatRows(ops_, ptrs, &staging);
+  };
+  // Biases: all of them or none (the table lists them together).
+  auto stack_optional = [&set, &stack](std::initializer_list<std::string> names)
+      -> absl::StatusOr<std::optional<Tensor>> {
+    size_t present = 0;
+    for (const std::string& name : names) present += set.Has(name) ? 1 : 0;
+    if (present == 0) return std::optional<Tensor>();
+    if (present != names.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the weight set has some but not all of the biases stacked with ",
+          *names.begin()));
+    }
+    ASSIGN_OR_RETURN(Tensor t, stack(names));
+    return std::optional<Tensor>(std::move(t));
+  };
   if (shard_.first_stage()) {
     ASSIGN_OR_RETURN(embed_tokens_, opt("model.embed_tokens.weight"));
   }
@@ -122,13 +155,14 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
                      set.Take(p + "post_attention_layernorm.weight"));
     AttentionBlock& a = layer.attention;
     AttentionWeights& aw = a.weights;
-    ASSIGN_OR_RETURN(aw.q_proj, set.Take(p + "self_attn.q_proj.weight"));
-    ASSIGN_OR_RETURN(aw.k_proj, set.Take(p + "self_attn.k_proj.weight"));
-    ASSIGN_OR_RETURN(aw.v_proj, set.Take(p + "self_attn.v_proj.weight"));
+    ASSIGN_OR_RETURN(aw.qkv_proj, stack({p + "self_attn.q_proj.weight",
+                                         p + "self_attn.k_proj.weight",
+                                         p + "self_attn.v_proj.weight"}));
     ASSIGN_OR_RETURN(aw.o_proj, set.Take(p + "self_attn.o_proj.weight"));
-    ASSIGN_OR_RETURN(aw.q_bias, opt(p + "self_attn.q_proj.bias"));
-    ASSIGN_OR_RETURN(aw.k_bias, opt(p + "self_attn.k_proj.bias"));
-    ASSIGN_OR_RETURN(aw.v_bias, opt(p + "self_attn.v_proj.bias"));
+    ASSIGN_OR_RETURN(aw.qkv_bias,
+                     stack_optional({p + "self_attn.q_proj.bias",
+                                     p + "self_attn.k_proj.bias",
+                                     p + "self_attn.v_proj.bias"}));
     ASSIGN_OR_RETURN(aw.o_bias, opt(p + "self_attn.o_proj.bias"));
     ASSIGN_OR_RETURN(aw.q_norm, opt(p + "self_attn.q_norm.weight"));
     ASSIGN_OR_RETURN(aw.k_norm, opt(p + "self_attn.k_norm.weight"));
@@ -140,11 +174,11 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
                            ? 0
                            : config_.sliding_window_per_layer[l];
     GatedMlpWeights& m = layer.mlp.weights;
-    ASSIGN_OR_RETURN(m.gate_proj, set.Take(p + "mlp.gate_proj.weight"));
-    ASSIGN_OR_RETURN(m.up_proj, set.Take(p + "mlp.up_proj.weight"));
+    ASSIGN_OR_RETURN(m.gate_up_proj, stack({p + "mlp.gate_proj.weight",
+                                            p + "mlp.up_proj.weight"}));
     ASSIGN_OR_RETURN(m.down_proj, set.Take(p + "mlp.down_proj.weight"));
-    ASSIGN_OR_RETURN(m.gate_bias, opt(p + "mlp.gate_proj.bias"));
-    ASSIGN_OR_RETURN(m.up_bias, opt(p + "mlp.up_proj.bias"));
+    ASSIGN_OR_RETURN(m.gate_up_bias, stack_optional({p + "mlp.gate_proj.bias",
+                                                     p + "mlp.up_proj.bias"}));
     ASSIGN_OR_RETURN(m.down_bias, opt(p + "mlp.down_proj.bias"));
     layers_.push_back(std::move(layer));
   }
@@ -190,6 +224,9 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
                                                    std::move(inv_freq), ops,
                                                    context.tp, context.pp));
   RETURN_IF_ERROR(model->Bind(weights));
+  // Binding freed the separate q/k/v and gate/up parts; give their blocks
+  // back, so the KV cache, sized from the free memory, can have them.
+  if (context.allocator != nullptr) context.allocator->Trim();
   if (context.max_step_tokens > 0) {
     model->max_step_tokens_ = context.max_step_tokens;
   }
@@ -226,13 +263,14 @@ absl::Status LlamaModel::BindScratch() {
   const Spec specs[] = {
       {"hidden", &hidden_, {T, c.hidden_size}},
       {"normed", &normed_, {T, c.hidden_size}},
+      {"qkv",
+       &attention_scratch_.qkv,
+       {T, (s.local_heads + 2 * s.local_kv_heads) * D}},
       {"q", &attention_scratch_.q, {T, s.local_heads, D}},
-      {"k", &attention_scratch_.k, {T, s.local_kv_heads, D}},
-      {"v", &attention_scratch_.v, {T, s.local_kv_heads, D}},
       {"attn", &attention_scratch_.attn, {T, s.local_heads, D}},
       {"proj", &proj_, {T, c.hidden_size}},
-      {"gate", &mlp_scratch_.gate, {T, s.local_intermediate}},
-      {"up", &mlp_scratch_.up, {T, s.local_intermediate}},
+      {"gate_up", &mlp_scratch_.gate_up, {T, 2 * s.local_intermediate}},
+      {"act", &mlp_scratch_.act, {T, s.local_intermediate}},
       {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
       {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
       {"gathered_logits",
@@ -306,26 +344,41 @@ absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
   } else {
     RETURN_IF_ERROR(pp_->Recv(hidden, shard_.pp_stage - 1));
   }
+  // Each layer leaves its MLP output in proj_ with the residual add pending:
+  // it fuses with the next norm (the next layer's input norm, or the final
+  // norm), so every layer boundary is one AddRmsNorm.
   for (int64_t l = 0; l < local_layers; ++l) {
     RETURN_IF_ERROR(Layer(static_cast<int>(l), batch, pool.layer(l)));
   }
-  if (!shard_.last_stage()) return pp_->Send(hidden, shard_.pp_stage + 1);
+  TensorView proj = proj_.Rows(0, T);
+  if (!shard_.last_stage()) {
+    if (local_layers > 0) RETURN_IF_ERROR(ops_->Add(hidden, proj, hidden));
+    return pp_->Send(hidden, shard_.pp_stage + 1);
+  }
   if (rows == 0) {  // An earlier prefill chunk: no logits this step.
     step_logits_ = TensorView();
     return absl::OkStatus();
+  }
+  // The final norm over every row (fused with the last residual add), then
+  // the sampled rows' logits.
+  TensorView normed = normed_.Rows(0, T);
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  if (local_layers > 0) {
+    RETURN_IF_ERROR(
+        ops_->AddRmsNorm(hidden, proj, final_norm_->view(), eps, normed));
+  } else {
+    RETURN_IF_ERROR(ops_->RmsNorm(hidden, final_norm_->view(), eps, normed));
   }
   meta_tokens_ = T;
   return Head(batch.logit_rows, logits);
 }
 
 absl::Status LlamaModel::Head(const TensorView& rows, float* logits) {
-  const ModelConfig& c = config_;
   const int64_t n = rows.numel();
-  // Only the sampled positions' logits are needed to pick next tokens.
+  // Only the sampled positions' logits are needed to pick next tokens; their
+  // rows of the final norm's output (normed_).
   TensorView last = last_hidden_.Rows(0, n);
-  RETURN_IF_ERROR(ops_->GatherRows(hidden_.Rows(0, meta_tokens_), rows, last));
-  RETURN_IF_ERROR(
-      ops_->RmsNorm(last, final_norm_->view(), c.rms_norm_eps, last));
+  RETURN_IF_ERROR(ops_->GatherRows(normed_.Rows(0, meta_tokens_), rows, last));
   const Tensor& lm_head = lm_head_.has_value() ? *lm_head_ : *embed_tokens_;
   TensorView local = local_logits_.Rows(0, n);
   RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
@@ -353,15 +406,23 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
   TensorView hidden = hidden_.Rows(0, T);
   TensorView normed = normed_.Rows(0, T);
   TensorView proj = proj_.Rows(0, T);
-  RETURN_IF_ERROR(ops_->RmsNorm(hidden, layer.input_norm.view(), eps, normed));
+  if (l == 0) {
+    RETURN_IF_ERROR(
+        ops_->RmsNorm(hidden, layer.input_norm.view(), eps, normed));
+  } else {
+    // hidden += the previous layer's MLP output; normed = this input norm.
+    RETURN_IF_ERROR(
+        ops_->AddRmsNorm(hidden, proj, layer.input_norm.view(), eps, normed));
+  }
   RETURN_IF_ERROR(
       layer.attention.Forward(ops_, tp_, normed, meta, batch.backend, cache,
                               inv_freq_.view(), attention_scratch_, proj));
   // hidden += attention output; normed = the MLP's input norm (fused).
   RETURN_IF_ERROR(ops_->AddRmsNorm(
       hidden, proj, layer.post_attention_norm.view(), eps, normed));
-  RETURN_IF_ERROR(layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj));
-  return ops_->Add(hidden, proj, hidden);
+  // The MLP output stays in proj: its residual add fuses with the next norm
+  // (see ForwardBatch).
+  return layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj);
 }
 
 }  // namespace tessera

@@ -10,6 +10,14 @@
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
+// As run: q/k/v is one GEMM over their stacked rows (and gate/up another),
+// the q/k norms, RoPE and the cache write one QkvRopeStore, the activation
+// one GatedActivation, and every residual add is fused with the norm that
+// follows it (AddRmsNorm: the post-attention norm, the next layer's input
+// norm, the final norm; a stage that is not the last adds the pending MLP
+// output before sending). The weight table keeps the checkpoint's separate
+// tensors; Bind stacks them.
+//
 // LlamaModel implements Model (model.h); callers create it through the
 // registry (registry.h) and hold a Model. Its weights are the tensors of
 // LlamaWeightTable, bound by name from a WeightSet (weights.h).
@@ -61,6 +69,9 @@ class LlamaModel : public Model {
   const ShardSpec& shard() const override { return shard_; }
   Ops* ops() const override { return ops_; }
   int64_t weight_bytes() const override;
+  int64_t workspace_bytes() const override {
+    return static_cast<int64_t>(workspace_.total_bytes());
+  }
   int64_t max_step_tokens() const override { return max_step_tokens_; }
   int64_t max_logit_rows() const override { return max_logit_rows_; }
   PinnableBlockAllocator* allocator() const override { return allocator_; }

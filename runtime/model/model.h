@@ -92,6 +92,9 @@ class Model {
 
   // Bytes of weights this rank holds.
   virtual int64_t weight_bytes() const = 0;
+  // Bytes of the activation scratch the model took from its allocator when
+  // it was built (its Workspace), for the memory breakdown.
+  virtual int64_t workspace_bytes() const = 0;
 
   // The most tokens one forward step computes at once: longer inputs
   // (prompts) are run in chunks of this size; the scratch is sized for it.

@@ -1,5 +1,6 @@
 #include "runtime/model/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <new>
@@ -319,6 +320,52 @@ int64_t WeightSet::bytes() const {
     if (t.has_value()) bytes += static_cast<int64_t>(t->nbytes());
   }
   return bytes;
+}
+
+absl::StatusOr<Tensor> ConcatRows(Device* device,
+                                  absl::Span<const Tensor* const> parts,
+                                  HostStaging* staging) {
+  if (device == nullptr || parts.empty() || parts[0] == nullptr ||
+      parts[0]->shape().rank() < 1) {
+    return absl::InvalidArgumentError("ConcatRows: no parts to stack");
+  }
+  const DType dtype = parts[0]->dtype();
+  const Shape& first = parts[0]->shape();
+  absl::InlinedVector<int64_t, 4> dims(first.dims().begin(),
+                                       first.dims().end());
+  dims[0] = 0;
+  for (const Tensor* part : parts) {
+    const Shape& s = part == nullptr ? first : part->shape();
+    bool stacks =
+        part != nullptr && part->dtype() == dtype && s.rank() == first.rank();
+    for (int i = 1; stacks && i < s.rank(); ++i) stacks = s[i] == first[i];
+    if (!stacks) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ConcatRows: ", part == nullptr ? "a null part" : s.ToString(),
+          " does not stack on ", first.ToString(), " ", DTypeName(dtype)));
+    }
+    dims[0] += s[0];
+  }
+  const Shape shape(absl::MakeConstSpan(dims));
+  const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
+  if (device->host_memory()) {
+    ASSIGN_OR_RETURN(Tensor out, Tensor::Empty(dtype, shape));
+    char* dst = static_cast<char*>(out.data());
+    for (const Tensor* part : parts) {
+      if (part->nbytes() > 0) std::memcpy(dst, part->data(), part->nbytes());
+      dst += part->nbytes();
+    }
+    return out;
+  }
+  HostStaging own;
+  ASSIGN_OR_RETURN(void* host, (staging != nullptr ? staging : &own)
+                                   ->Reserve(std::max<size_t>(bytes, 1)));
+  char* dst = static_cast<char*>(host);
+  for (const Tensor* part : parts) {
+    RETURN_IF_ERROR(device->CopyToHost(part->view(), dst));
+    dst += part->nbytes();
+  }
+  return device->Upload(TensorView(host, dtype, shape), dtype);
 }
 
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/types/span.h"
 #include "kernels/device.h"
 #include "runtime/core/dtype.h"
 #include "runtime/core/shape.h"
@@ -190,6 +191,11 @@ struct WeightLoadOptions {
   // host memory as f32 (the CPU backend), so loading first refuses, before
   // reading any tensor, a checkpoint that cannot fit (CheckHostMemoryForF32).
   std::string check_host_memory_for;
+  // The memory the weights may take, when the caller knows it (the device's
+  // free memory on a GPU, MemAvailable on the CPU); -1: unknown. Sources that
+  // make their tensors (random weights) refuse a table that cannot fit
+  // before making any.
+  int64_t available_bytes = -1;
 };
 
 // Reads every tensor of `table` from `checkpoint` and stores it through
@@ -199,6 +205,20 @@ struct WeightLoadOptions {
 absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
                                         WeightTable table,
                                         const WeightLoadOptions& options);
+
+// The concatenation along dim 0 of `parts` (tensors in `device`'s memory of
+// one dtype and equal trailing dims; a vector's dim 0 is its length), as a
+// new tensor in `device`'s memory with that dtype: how a model fuses this
+// rank's q/k/v (or gate/up) slices into one projection after loading, so the
+// checkpoint, the weight table and the weight transfer keep the published
+// tensors. A host-memory backend copies in place; any other goes through one
+// host buffer of the result's size (Device has no device-to-device copy):
+// `staging` when given (reused across calls, so binding a model's layers
+// allocates it once), else a buffer of its own. InvalidArgument for no parts
+// or parts that do not stack.
+absl::StatusOr<Tensor> ConcatRows(Device* device,
+                                  absl::Span<const Tensor* const> parts,
+                                  HostStaging* staging = nullptr);
 
 // The CPU backend holds every weight as f32: ResourceExhausted ("DIR needs
 // N GiB for its weights as f32 on the CPU, but only M GiB of memory is

@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/dtype.h"
+#include "runtime/core/status.h"
 #include "runtime/executor/sequence_runner.h"
 #include "runtime/model/config.h"
 #include "runtime/model/llama.h"
@@ -413,6 +414,129 @@ TEST(LlamaWeightTableTest, TensorParallelSlicesFollowTheShard) {
     ASSERT_TRUE(s.ok());
     EXPECT_EQ(*ModelWeightParts(*config, *s), 2);  // One layer + embed/head.
   }
+}
+
+// A backend whose memory the host may not touch (host_memory() false), as
+// a GPU's: it keeps bf16 as bf16 and counts the copies, so ConcatRows must
+// go through CopyToHost and Upload.
+class OpaqueDevice final : public Device {
+ public:
+  absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override {
+    ++uploads;
+    if (host.dtype() != dtype) return absl::InvalidArgumentError("dtype");
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(dtype, host.shape()));
+    if (host.nbytes() > 0) std::memcpy(t.data(), host.data(), host.nbytes());
+    return t;
+  }
+  absl::Status CopyToHost(const TensorView& src, void* dst) override {
+    ++copies;
+    if (src.nbytes() > 0) std::memcpy(dst, src.data(), src.nbytes());
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t) override {
+    return absl::UnimplementedError("none");
+  }
+  int uploads = 0, copies = 0;
+};
+
+Tensor Filled(DType dtype, Shape shape, uint8_t first) {
+  Tensor t = *Tensor::Empty(dtype, std::move(shape));
+  for (size_t i = 0; i < t.nbytes(); ++i) {
+    static_cast<uint8_t*>(t.data())[i] = static_cast<uint8_t>(first + i);
+  }
+  return t;
+}
+
+// The fused projections' rows are the parts' rows in order, byte for byte,
+// on a host-memory backend (in place) and on one that is not (one round
+// trip: a copy per part, one upload).
+TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Tensor a = Filled(dtype, {2, 3}, 1), b = Filled(dtype, {1, 3}, 50),
+           c = Filled(dtype, {4, 3}, 100);
+    std::vector<uint8_t> want;
+    for (const Tensor* t : {&a, &b, &c}) {
+      const uint8_t* p = static_cast<const uint8_t*>(t->data());
+      want.insert(want.end(), p, p + t->nbytes());
+    }
+    CpuOps cpu;
+    OpaqueDevice opaque;
+    for (Device* device :
+         {static_cast<Device*>(&cpu), static_cast<Device*>(&opaque)}) {
+      HostStaging staging;
+      absl::StatusOr<Tensor> out = ConcatRows(device, {&a, &b, &c}, &staging);
+      ASSERT_TRUE(out.ok()) << out.status();
+      EXPECT_EQ(out->shape(), Shape({7, 3}));
+      EXPECT_EQ(out->dtype(), dtype);
+      ASSERT_EQ(out->nbytes(), want.size());
+      EXPECT_EQ(std::memcmp(out->data(), want.data(), want.size()), 0);
+    }
+    EXPECT_EQ(opaque.copies, 3);
+    EXPECT_EQ(opaque.uploads, 1);
+  }
+  // Vectors (biases) stack along their length.
+  Tensor u = Filled(DType::kF32, {4}, 0), v = Filled(DType::kF32, {2}, 9);
+  CpuOps cpu;
+  absl::StatusOr<Tensor> bias = ConcatRows(&cpu, {&u, &v});
+  ASSERT_TRUE(bias.ok()) << bias.status();
+  EXPECT_EQ(bias->shape(), Shape({6}));
+}
+
+TEST(ConcatRowsTest, RefusesPartsThatDoNotStack) {
+  CpuOps cpu;
+  Tensor a = Filled(DType::kF32, {2, 3}, 0),
+         wide = Filled(DType::kF32, {2, 4}, 0);
+  Tensor half = Filled(DType::kBF16, {2, 3}, 0);
+  EXPECT_EQ(ConcatRows(&cpu, {}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  absl::Status st = ConcatRows(&cpu, {&a, &wide}).status();
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("[2, 4] does not stack on [2, 3]"),
+            std::string::npos)
+      << st;
+  EXPECT_EQ(ConcatRows(&cpu, {&a, &half}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// The model stacks q/k/v and gate/up at bind: the stacked matrices have the
+// parts' rows (weight_bytes counts them once), and a weight set with some but
+// not all of a stack's biases is refused by name.
+TEST(LlamaBindTest, StacksProjectionsAndRefusesPartialBiases) {
+  auto config = ParseModelConfig(kConfig);
+  ASSERT_TRUE(config.ok());
+  const ShardSpec shard = FullModel(*config);
+  CpuOps ops;
+  ModelContext context;
+  context.ops = &ops;
+  context.max_step_tokens = 8;
+  auto filled = [](WeightTable table) {
+    WeightSet set(std::move(table));
+    for (size_t i = 0; i < set.size(); ++i) {
+      EXPECT_TRUE(
+          set.Put(i, *Tensor::Zeros(DType::kF32, set.table()[i].local_shape()))
+              .ok());
+    }
+    return set;
+  };
+  const WeightTable table = LlamaWeightTable(*config, shard);
+  int64_t table_bytes = 0;
+  for (const WeightSpec& spec : table)
+    table_bytes += SliceBytes(spec, DType::kF32);
+  auto model = LlamaModel::Create(*config, shard, filled(table), context);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ((*model)->weight_bytes(), table_bytes);
+
+  WeightTable partial = table;
+  partial.push_back(
+      RowSplit("model.layers.0.self_attn.k_proj.bias", {128}, 0, 128, 1));
+  auto refused = LlamaModel::Create(*config, shard, filled(partial), context);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find(
+                "some but not all of the biases stacked with "
+                "model.layers.0.self_attn.q_proj.bias"),
+            std::string::npos)
+      << refused.status();
 }
 
 }  // namespace

@@ -15,6 +15,9 @@ class DelegatingExecutor : public StepExecutor {
   AllocatorStats memory_stats() const override {
     return inner_->memory_stats();
   }
+  MemoryBreakdown memory_breakdown() const override {
+    return inner_->memory_breakdown();
+  }
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
   int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
   int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }

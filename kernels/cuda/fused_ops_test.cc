@@ -1,0 +1,314 @@
+// CudaOps' fused ops against the CPU reference (CpuOps) on fresh random
+// inputs: QkvRopeStore (f32, bf16 and int8 caches, q/k norms on and off,
+// GQA and MQA, head dims 64/128 and a small one, padded tokens with slot -1
+// that must leave their slots untouched) and GatedActivation. Prints the
+// fused prologue's time beside the unfused ops' at a decode shape. Skips
+// without a GPU.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "kernels/cuda/cuda_memory_source.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/device_array.h"
+#include "kernels/testing/step_arrays.h"
+
+namespace tessera {
+namespace {
+
+using testing_cuda::DeviceArray;
+
+float Bf16ToFloat(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+float RoundBf16(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  bits &= 0xffff0000u;
+  float y;
+  std::memcpy(&y, &bits, 4);
+  return y;
+}
+
+class FusedOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    source_ = std::make_unique<CudaMemorySource>(0);
+    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
+    auto ops = CudaOps::Create(0, allocator_.get());
+    ASSERT_TRUE(ops.ok()) << ops.status();
+    gpu_ = *std::move(ops);
+  }
+  void TearDown() override {
+    gpu_.reset();
+    allocator_.reset();
+  }
+  std::vector<float> Random(size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> dist(0.0f, scale);
+    std::vector<float> v(n);
+    for (float& x : v) x = dist(rng_);
+    return v;
+  }
+  static TensorView View(const std::vector<float>& v, Shape shape) {
+    return TensorView(const_cast<float*>(v.data()), DType::kF32,
+                      std::move(shape));
+  }
+  template <typename T>
+  static TensorView DView(const DeviceArray<T>& a, DType dtype, Shape shape) {
+    return TensorView(a.get(), dtype, std::move(shape));
+  }
+
+  std::mt19937 rng_{std::random_device{}()};
+  std::unique_ptr<CudaMemorySource> source_;
+  std::unique_ptr<PinnableBlockAllocator> allocator_;
+  std::unique_ptr<CudaOps> gpu_;
+  CpuOps cpu_;
+};
+
+struct QkvCase {
+  int64_t heads, kv_heads, dim;
+  bool norm;
+  DType cache;
+};
+
+constexpr uint8_t kSentinel = 0x5a;
+
+TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
+  const QkvCase cases[] = {
+      {32, 8, 128, false, DType::kF32}, {32, 8, 128, true, DType::kBF16},
+      {32, 8, 128, true, DType::kI8},   {8, 8, 64, true, DType::kF32},
+      {8, 1, 64, false, DType::kBF16},  {16, 2, 64, false, DType::kI8},
+      {4, 2, 8, true, DType::kI8},      {16, 8, 128, false, DType::kBF16},
+  };
+  for (const QkvCase& c : cases) {
+    SCOPED_TRACE(testing::Message()
+                 << c.heads << "/" << c.kv_heads << " D " << c.dim << " norm "
+                 << c.norm << " " << DTypeName(c.cache));
+    const int64_t T = 37, S = 96, H = c.heads, Hkv = c.kv_heads, D = c.dim;
+    const int64_t row = (H + 2 * Hkv) * D;
+    const std::vector<float> qkv = Random(static_cast<size_t>(T * row), 2.0f);
+    std::vector<float> q_norm = Random(D), k_norm = Random(D);
+    std::vector<float> inv_freq(D / 2);
+    for (int64_t i = 0; i < D / 2; ++i) {
+      inv_freq[i] = std::pow(10000.0f, -2.0f * i / D);
+    }
+    std::vector<int32_t> positions(T);
+    std::uniform_int_distribution<int32_t> pos_dist(0, 5000);
+    for (int32_t& p : positions) p = pos_dist(rng_);
+    // Distinct slots; every fifth token is padding (-1).
+    std::vector<int64_t> order(S);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng_);
+    std::vector<int64_t> slots(T);
+    for (int64_t t = 0; t < T; ++t) slots[t] = t % 5 == 3 ? -1 : order[t];
+
+    // CPU: an f32 cache stands in for bf16 (rounded when compared).
+    const bool int8 = c.cache == DType::kI8;
+    const DType cpu_dtype = int8 ? DType::kI8 : DType::kF32;
+    Tensor ck = *Tensor::Zeros(cpu_dtype, {S, Hkv, D});
+    Tensor cv = *Tensor::Zeros(cpu_dtype, {S, Hkv, D});
+    Tensor cks = *Tensor::Zeros(DType::kF32, {S, Hkv});
+    Tensor cvs = *Tensor::Zeros(DType::kF32, {S, Hkv});
+    std::vector<float> cq(static_cast<size_t>(T * H * D));
+    const TensorView qn = View(q_norm, {D}), kn = View(k_norm, {D});
+    QkvRopeStoreArgs a;
+    a.qkv = View(qkv, {T, row});
+    a.q_norm = c.norm ? &qn : nullptr;
+    a.k_norm = c.norm ? &kn : nullptr;
+    a.eps = 1e-6f;
+    a.positions = StepArray(positions);
+    a.inv_freq = View(inv_freq, {D / 2});
+    a.slot_mapping = StepArray(slots);
+    a.cache = {ck.view(), cv.view(), int8 ? cks.view() : TensorView(),
+               int8 ? cvs.view() : TensorView()};
+    a.q_out = View(cq, {T, H, D});
+    ASSERT_TRUE(cpu_.QkvRopeStore(a).ok());
+
+    // GPU.
+    const size_t elems = static_cast<size_t>(S * Hkv * D);
+    const size_t elem_bytes = DTypeSize(c.cache);
+    DeviceArray<uint8_t> gk(
+        std::vector<uint8_t>(elems * elem_bytes, kSentinel));
+    DeviceArray<uint8_t> gv(
+        std::vector<uint8_t>(elems * elem_bytes, kSentinel));
+    DeviceArray<float> gks(static_cast<size_t>(S * Hkv));
+    DeviceArray<float> gvs(static_cast<size_t>(S * Hkv));
+    DeviceArray<float> g_qkv(qkv), g_qn(q_norm), g_kn(k_norm), g_freq(inv_freq);
+    DeviceArray<int32_t> g_pos(positions);
+    DeviceArray<int64_t> g_slots(slots);
+    DeviceArray<float> g_q(static_cast<size_t>(T * H * D));
+    const TensorView gqn = DView(g_qn, DType::kF32, {D});
+    const TensorView gkn = DView(g_kn, DType::kF32, {D});
+    QkvRopeStoreArgs g = a;
+    g.qkv = DView(g_qkv, DType::kF32, {T, row});
+    g.q_norm = c.norm ? &gqn : nullptr;
+    g.k_norm = c.norm ? &gkn : nullptr;
+    g.positions = DView(g_pos, DType::kI32, {T});
+    g.inv_freq = DView(g_freq, DType::kF32, {D / 2});
+    g.slot_mapping = DView(g_slots, DType::kI64, {T});
+    g.cache = {DView(gk, c.cache, {S, Hkv, D}), DView(gv, c.cache, {S, Hkv, D}),
+               int8 ? DView(gks, DType::kF32, {S, Hkv}) : TensorView(),
+               int8 ? DView(gvs, DType::kF32, {S, Hkv}) : TensorView()};
+    g.q_out = DView(g_q, DType::kF32, {T, H, D});
+    ASSERT_TRUE(gpu_->QkvRopeStore(g).ok());
+
+    // q: f32 on both sides (f32 norm sums on the GPU, double on the CPU).
+    const std::vector<float> got_q = g_q.Download();
+    for (size_t i = 0; i < cq.size(); ++i) {
+      ASSERT_NEAR(got_q[i], cq[i], 2e-5 * (1.0 + std::fabs(cq[i])))
+          << "q " << i;
+    }
+    // The cache: each written slot against the CPU's, each padded token's
+    // slot never touched.
+    const std::vector<uint8_t> hk = gk.Download(), hv = gv.Download();
+    const std::vector<float> hks = gks.Download(), hvs = gvs.Download();
+    std::vector<bool> written(S, false);
+    for (int64_t t = 0; t < T; ++t) {
+      if (slots[t] >= 0) written[slots[t]] = true;
+    }
+    for (int64_t s = 0; s < S; ++s) {
+      for (int64_t e = 0; e < Hkv * D; ++e) {
+        const size_t i = static_cast<size_t>(s * Hkv * D + e);
+        for (int side = 0; side < 2; ++side) {
+          const std::vector<uint8_t>& h = side == 0 ? hk : hv;
+          const Tensor& ref = side == 0 ? ck : cv;
+          if (!written[s]) {
+            for (size_t b = 0; b < elem_bytes; ++b) {
+              ASSERT_EQ(h[i * elem_bytes + b], kSentinel)
+                  << "slot " << s << " was written";
+            }
+            continue;
+          }
+          if (c.cache == DType::kF32) {
+            float got;
+            std::memcpy(&got, &h[i * 4], 4);
+            const float want = ref.data_as<float>()[i];
+            ASSERT_NEAR(got, want, 2e-5 * (1.0 + std::fabs(want)))
+                << side << " slot " << s << " elem " << e;
+          } else if (c.cache == DType::kBF16) {
+            uint16_t bits;
+            std::memcpy(&bits, &h[i * 2], 2);
+            const float want = RoundBf16(ref.data_as<float>()[i]);
+            ASSERT_NEAR(Bf16ToFloat(bits), want, std::fabs(want) / 128 + 1e-6)
+                << side << " slot " << s << " elem " << e;
+          } else {
+            const int64_t head = e / D;
+            const float got_scale = (side == 0 ? hks : hvs)[s * Hkv + head];
+            const float want_scale =
+                (side == 0 ? cks : cvs).data_as<float>()[s * Hkv + head];
+            ASSERT_NEAR(got_scale, want_scale, 2e-5 * want_scale + 1e-12);
+            const float got = static_cast<int8_t>(h[i]) * got_scale;
+            const float want = ref.data_as<int8_t>()[i] * want_scale;
+            // One quantization step apart at most (the pre-rounding values
+            // differ in their last bits).
+            ASSERT_NEAR(got, want, 1.01f * want_scale + 1e-6)
+                << side << " slot " << s << " elem " << e;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(FusedOpsTest, GatedActivationMatchesTheCpu) {
+  for (const auto& [T, I] : std::vector<std::pair<int64_t, int64_t>>{
+           {1, 7}, {64, 1536}, {300, 2816}}) {
+    const std::vector<float> gate_up = Random(T * 2 * I, 3.0f);
+    std::vector<float> want(T * I);
+    ASSERT_TRUE(cpu_.GatedActivation(GatedActivationKind::kSilu,
+                                     View(gate_up, {T, 2 * I}),
+                                     View(want, {T, I}))
+                    .ok());
+    DeviceArray<float> g_in(gate_up);
+    DeviceArray<float> g_out(static_cast<size_t>(T * I));
+    ASSERT_TRUE(gpu_->GatedActivation(GatedActivationKind::kSilu,
+                                      DView(g_in, DType::kF32, {T, 2 * I}),
+                                      DView(g_out, DType::kF32, {T, I}))
+                    .ok());
+    const std::vector<float> got = g_out.Download();
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// Not a check: the fused prologue's time beside Rope x2 + StoreKvCache at a
+// decode step of 64 sequences, Llama-3-8B heads, bf16 cache.
+TEST_F(FusedOpsTest, PrintsThePrologueTime) {
+  const int64_t T = 64, H = 32, Hkv = 8, D = 128, S = 4096;
+  const int64_t row = (H + 2 * Hkv) * D;
+  DeviceArray<float> qkv(Random(T * row));
+  DeviceArray<float> q(static_cast<size_t>(T * H * D));
+  DeviceArray<float> k(static_cast<size_t>(T * Hkv * D));
+  DeviceArray<float> v(static_cast<size_t>(T * Hkv * D));
+  std::vector<float> freq_host(D / 2, 0.01f);
+  DeviceArray<float> freq(freq_host);
+  std::vector<int32_t> pos_host(T, 100);
+  DeviceArray<int32_t> pos(pos_host);
+  std::vector<int64_t> slot_host(T);
+  std::iota(slot_host.begin(), slot_host.end(), 0);
+  DeviceArray<int64_t> slots(slot_host);
+  DeviceArray<uint16_t> ck(static_cast<size_t>(S * Hkv * D));
+  DeviceArray<uint16_t> cv(static_cast<size_t>(S * Hkv * D));
+  const KvCacheLayer cache{DView(ck, DType::kBF16, {S, Hkv, D}),
+                           DView(cv, DType::kBF16, {S, Hkv, D}), TensorView(),
+                           TensorView()};
+  QkvRopeStoreArgs a;
+  a.qkv = DView(qkv, DType::kF32, {T, row});
+  a.positions = DView(pos, DType::kI32, {T});
+  a.inv_freq = DView(freq, DType::kF32, {D / 2});
+  a.slot_mapping = DView(slots, DType::kI64, {T});
+  a.cache = cache;
+  a.q_out = DView(q, DType::kF32, {T, H, D});
+  const TensorView qv = DView(q, DType::kF32, {T, H, D});
+  const TensorView kv = DView(k, DType::kF32, {T, Hkv, D});
+  const TensorView vv = DView(v, DType::kF32, {T, Hkv, D});
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  auto time = [&](auto&& body) {
+    for (int i = 0; i < 10; ++i) body();
+    cudaEventRecord(start, gpu_->stream());
+    constexpr int kIters = 200;
+    for (int i = 0; i < kIters; ++i) body();
+    cudaEventRecord(stop, gpu_->stream());
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    return ms * 1000.0f / kIters;
+  };
+  const float fused = time([&] { ASSERT_TRUE(gpu_->QkvRopeStore(a).ok()); });
+  // The unfused ops (without the copies a separate q/k/v GEMM would make
+  // unnecessary): Rope on q and k, then StoreKvCache.
+  const float unfused = time([&] {
+    ASSERT_TRUE(gpu_->Rope(qv, a.positions, a.inv_freq).ok());
+    ASSERT_TRUE(gpu_->Rope(kv, a.positions, a.inv_freq).ok());
+    ASSERT_TRUE(gpu_->StoreKvCache(kv, vv, a.slot_mapping, cache).ok());
+  });
+  std::printf(
+      "QkvRopeStore T=%lld H=%lld Hkv=%lld D=%lld bf16: fused %.2f us, "
+      "unfused (Rope x2 + StoreKvCache) %.2f us\n",
+      static_cast<long long>(T), static_cast<long long>(H),
+      static_cast<long long>(Hkv), static_cast<long long>(D), fused, unfused);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+}  // namespace
+}  // namespace tessera

@@ -1,0 +1,49 @@
+// Skinny matrix products for decode steps: out[t, n] = x[t, k] · w[n, k]ᵀ
+// (+ bias[n]) for a few rows t, bf16 weights, f32 activations and output.
+//
+// Why by hand: at a handful of rows the product is a pass over the weights
+// (2 bytes per weight, ~1 FLOP per byte), so its time is the weights' bytes
+// over the memory bandwidth. cuBLASLt needs its input in the weights' dtype
+// (a cast kernel and a scratch buffer per product), launches one kernel per
+// product plus a separate bias add, and at one row its heuristic picks tiles
+// built for larger products. This kernel reads the f32 activations as they
+// are, streams every weight row once with 16-byte loads (each lane keeps its
+// slice of x in registers across the rows of its warp), reduces across the
+// warp with shuffles, and adds the bias in the same pass. It also starts
+// streaming its weights before the kernel ahead of it has finished
+// (programmatic dependent launch: the weights never depend on that kernel).
+//
+// Results: f32 accumulation in a fixed order (the same inputs give bitwise
+// the same outputs, whatever else runs), not the same rounding as cuBLASLt.
+// Each output row t depends only on x row t (no mixing across rows).
+#ifndef TESSERA_KERNELS_CUDA_GEMM_SKINNY_GEMM_H_
+#define TESSERA_KERNELS_CUDA_GEMM_SKINNY_GEMM_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace tessera {
+namespace cuda {
+
+// The most rows (t) the skinny kernel takes.
+inline constexpr int64_t kMaxSkinnyRows = 4;
+
+// Whether LaunchSkinnyGemm takes this product: 1 <= t <= kMaxSkinnyRows,
+// n >= 1, k a positive multiple of 8 (each lane reads 8 weights at a time),
+// x and w 16-byte aligned (and so every row of each, given k). CudaOps::Linear
+// sends exactly these products here and every other one to cuBLASLt.
+bool SkinnyGemmApplies(int64_t t, int64_t n, int64_t k, const void* x,
+                       const void* w);
+
+// out [t, n] = x [t, k] (f32) · w [n, k]ᵀ (bf16) + bias [n] (f32, or null).
+// cudaErrorInvalidValue unless SkinnyGemmApplies(t, n, k, x, w) and out is
+// non-null; otherwise the launch's error.
+cudaError_t LaunchSkinnyGemm(int64_t t, int64_t n, int64_t k, const float* x,
+                             const void* w, const float* bias, float* out,
+                             cudaStream_t stream);
+
+}  // namespace cuda
+}  // namespace tessera
+
+#endif  // TESSERA_KERNELS_CUDA_GEMM_SKINNY_GEMM_H_

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# The roofline rows of docs/PERFORMANCE.md, on the GPU machine (carry .carry/gpu, made by
+# tools/gpu_build.sh): `tessera bench --random-weights` on the Llama-3-8B and Qwen3-0.6B shapes
+# of ../shared/bench/hf_baseline.py (the same configs, written here as config.json alone), the
+# card's copy bandwidth and the decode-shaped products (gemm_bench), the kernel benchmarks, and,
+# with LLAMACPP=DIR (a copy of ../shared/bench/llamacpp), llama.cpp on the same card; with
+# HF=FILE (a copy of ../shared/bench/hf_baseline.py), transformers too. One JSON line per row in
+# $OUT/roof.jsonl; logs beside it.
+set -uo pipefail
+[ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
+export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
+BIN=.carry/gpu/bin
+OUT=${OUT:-/tmp/gpu_roof}
+mkdir -p "$OUT"
+ROWS=$OUT/roof.jsonl
+: >"$ROWS"
+W=$(mktemp -d)
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,driver_version --format=csv,noheader
+
+mkdir -p "$W/llama-8b" "$W/qwen3-0.6b"
+cat >"$W/llama-8b/config.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
+ "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
+ "rope_theta": 500000.0, "rms_norm_eps": 1e-05, "tie_word_embeddings": false,
+ "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
+ "bos_token_id": 128000, "eos_token_id": 128001}
+JSON
+cat >"$W/qwen3-0.6b/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+ "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": true,
+ "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+ "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
+ "bos_token_id": 151643, "eos_token_id": 151645}
+JSON
+
+if [ -x "$BIN/gemm_bench" ]; then
+  timeout 120 "$BIN/gemm_bench" --benchmark_min_time=0.1 --benchmark_format=json \
+    >"$OUT/gemm_bench.json" 2>"$OUT/gemm_bench.err" || echo "gemm_bench failed"
+fi
+for b in decode_attention_bench flash_prefill_bench; do
+  [ -x "$BIN/$b" ] && timeout 120 "$BIN/$b" >"$OUT/$b.txt" 2>&1
+done
+
+row() {  # label, model, max context, bench flags...
+  local label="$1" model="$2" ctx="$3"
+  shift 3
+  local t0=$(date +%s.%N)
+  if timeout 240 "$BIN/tessera" bench --model "$W/$model" --random-weights --device cuda \
+    --max-model-len "$ctx" --json "$@" >"$W/row.json" 2>"$W/row.err"; then
+    python3 - "$label" "$model" "$W/row.json" "$t0" "$*" >>"$ROWS" <<'PY'
+import json, sys, time
+r = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])
+r.update(label=sys.argv[1], shape=sys.argv[2], flags=sys.argv[5], wall_s=round(time.time() - float(sys.argv[4]), 1))
+print(json.dumps(r))
+PY
+    tail -1 "$ROWS"
+  else
+    echo "FAIL: $label"; tail -5 "$W/row.err"
+    echo "{\"label\": \"$label\", \"error\": $(tail -3 "$W/row.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$ROWS"
+  fi
+}
+ROWS_SET=${ROWS_SET:-all}
+row b1-8b llama-8b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3
+row b1-8b-nographs llama-8b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --no-graphs
+row b1-qwen3 qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3
+row b1-qwen3-nographs qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --no-graphs
+row b64-512-8b llama-8b 1024 --batch-size 64 --input-len 512 --output-len 256 --iterations 2
+row prefill-8x4096-8b llama-8b 4160 --batch-size 8 --input-len 4096 --output-len 1 --iterations 2
+if [ "$ROWS_SET" = all ]; then
+  row p01-8b llama-8b 4352 --batch-size 64 --input-len 4096 --output-len 256 --iterations 1
+fi
+
+if [ -n "${LLAMACPP:-}" ] && [ -d "$LLAMACPP" ]; then
+  OUT=$OUT/llamacpp LLAMACPP_DTYPES=bf16 LLAMACPP_NPL=1,64 LLAMACPP_REPS=2 timeout 200 \
+    bash "$LLAMACPP/run_h200.sh" >"$OUT/llamacpp.log" 2>&1
+  cat "$OUT/llamacpp/summary.md" 2>/dev/null | head -30
+fi
+if [ -n "${HF:-}" ] && [ -f "$HF" ]; then
+  PYTHONUNBUFFERED=1 timeout "${HF_TIMEOUT:-300}" python3 "$HF" ${HF_MODELS:-llama-8b} \
+    >"$OUT/hf.jsonl" 2>"$OUT/hf.err"
+  cat "$OUT/hf.jsonl"
+fi
+rm -rf "$W"
