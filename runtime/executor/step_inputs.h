@@ -75,9 +75,9 @@ class StepInputs {
   // first). The scalars count the padding (num_seqs = num_tokens =
   // num_decode_seqs = pad_to), max_seq_len stays the real sequences' maximum,
   // and grid_max_seq_len is limits.max_seq_len (the rank's context), the same
-  // for every padded step, so a captured launch fits every one. pad_to == 0
-  // (or == seqs.size() with no logit rows to add) is an eager step:
-  // grid_max_seq_len = max_seq_len.
+  // for every padded step, so a captured launch fits every one (pad_to ==
+  // seqs.size() adds no sequence but is such a step). pad_to == 0 is an
+  // eager step: grid_max_seq_len = max_seq_len.
   absl::Status Fill(absl::Span<const SequenceSlice> seqs, int32_t block_size,
                     int64_t num_blocks, absl::Span<const int32_t> tokens,
                     absl::Span<const int32_t> logit_rows, int32_t pad_to = 0);
