@@ -99,6 +99,7 @@ absl::Status PackAttentionMetadata(absl::Span<const SequenceSlice> seqs,
     m.max_seq_len = std::max(m.max_seq_len, static_cast<int32_t>(seq_len));
   }
   m.num_tokens = tokens;
+  m.grid_max_seq_len = m.max_seq_len;
   m.num_blocks = num_blocks;
   return absl::OkStatus();
 }
@@ -129,6 +130,7 @@ AttentionMetadata HostAttentionMetadata::View() const {
   m.num_decode_seqs = num_decode_seqs;
   m.max_query_len = max_query_len;
   m.max_seq_len = max_seq_len;
+  m.grid_max_seq_len = grid_max_seq_len;
   m.max_blocks_per_seq = max_blocks_per_seq;
   m.num_blocks = num_blocks;
   auto view = [](const auto& v, DType dtype, Shape shape) {
@@ -180,6 +182,7 @@ absl::StatusOr<HostAttentionMetadata> BuildAttentionMetadata(
   h.num_decode_seqs = m.num_decode_seqs;
   h.max_query_len = m.max_query_len;
   h.max_seq_len = m.max_seq_len;
+  h.grid_max_seq_len = m.grid_max_seq_len;
   h.max_blocks_per_seq = m.max_blocks_per_seq;
   h.num_blocks = m.num_blocks;
   return h;

@@ -47,10 +47,12 @@ struct AttentionMetadata {
   int32_t num_decode_seqs = 0;
   int32_t max_query_len = 0;  // Exact maxima over this batch.
   int32_t max_seq_len = 0;
-  // An upper bound on every seq_len of the step that the launch grids are
-  // sized for (== max_seq_len for an eager step, == the rank's max context
-  // when a graph is captured); 0 means "use max_seq_len". Kernels read the
-  // actual lengths from the arrays.
+  // An upper bound on every seq_len of the step that launch grids are sized
+  // for (graph-safe launches: a kernel reads the actual lengths from the
+  // device arrays and its blocks beyond a sequence's length exit). ==
+  // max_seq_len for an eager step; == the rank's context for a step that a
+  // CUDA graph replays (runtime/executor/graph_runner.h), so one captured
+  // launch serves every length. 0 means "use max_seq_len".
   int32_t grid_max_seq_len = 0;
   // The row stride of block_tables (>= the blocks any sequence of the step
   // needs; a fixed capacity for step inputs, so kernels see one stride).
@@ -93,7 +95,8 @@ struct AttentionArrays {
 };
 
 // Packs the metadata of one step into `arrays` (sequence s's table at row s,
-// padded with -1 to the stride) and sets the scalars of `*scalars` (its views
+// padded with -1 to the stride) and sets the scalars of `*scalars`
+// (grid_max_seq_len = max_seq_len: an eager step; its views
 // are left alone: they belong to whoever owns the memory; num_blocks records
 // the bound the block ids were checked against). InvalidArgument
 // (naming the sequence) for a non-positive query length, a block table too
@@ -117,6 +120,7 @@ struct HostAttentionMetadata {
   int32_t num_decode_seqs = 0;
   int32_t max_query_len = 0;
   int32_t max_seq_len = 0;
+  int32_t grid_max_seq_len = 0;  // As AttentionMetadata's.
   int32_t max_blocks_per_seq = 0;
   int64_t num_blocks = 0;  // As AttentionMetadata's.
   std::vector<int32_t> query_start_loc;

@@ -327,6 +327,7 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   rank->attention = f.attention;
   rank->weight_dtype = f.dtype;
   rank->max_model_len = f.max_model_len;
+  rank->cuda_graphs = !f.no_graphs;
   rank->random_weights = f.random_weights;
   // --device, --dtype, --kv-dtype, --attention: checked by the rank's rules.
   return CheckRankSpec(*rank);

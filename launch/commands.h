@@ -38,6 +38,9 @@ struct EngineFlags {
   std::string kv_dtype = "auto";
   std::string attention = "paged";  // paged or static.
   bool no_prefix_cache = false;
+  // Decode steps run eagerly instead of replaying CUDA graphs (a GPU only;
+  // runtime/executor/graph_runner.h).
+  bool no_graphs = false;
   // > 0: the context the engine serves (request validation, KV sizing, the
   // most tokens a request may make); at most config.json's
   // max_position_embeddings. 0: that (vLLM's --max-model-len).

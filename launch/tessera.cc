@@ -14,7 +14,7 @@
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
 //   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
-//   --attention paged|static --no-prefix-cache --max-model-len N
+//   --attention paged|static --no-prefix-cache --no-graphs --max-model-len N
 //   --generation-config auto|vllm|none|DIR --random-weights
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
@@ -75,6 +75,8 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "paged, or static (contiguous per sequence)");
   flags.Add("no-prefix-cache", &e->no_prefix_cache,
             "do not reuse the KV of shared prompt prefixes");
+  flags.Add("no-graphs", &e->no_graphs,
+            "run decode steps eagerly, without CUDA graphs (GPU)");
   flags.Add("max-model-len", &e->max_model_len,
             "the context to serve, at most the model's max_position_embeddings "
             "(0: that)");

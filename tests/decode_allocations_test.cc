@@ -6,6 +6,8 @@
 // the first step to the last. The demo checkpoint is given a context of 1,100
 // positions, so that the split-K decode kernel goes from one partition of 512
 // keys to three on the way (the workspace it needs grows with the sequence).
+// On CUDA the same runs with decode graphs (every step a replay of the bucket
+// of one sequence), and the graphs' tokens and logits follow the CPU's.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -19,6 +21,7 @@
 #include "kernels/backend/backend.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/status.h"
+#include "runtime/executor/graph_runner.h"
 #include "runtime/executor/step_runner.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
@@ -58,7 +61,8 @@ std::string LongContextModel() {
 // One rank on `device` running a single sequence, one decode step at a time.
 class GrowingSequence {
  public:
-  void Build(const std::string& device, DType matrix_dtype) {
+  void Build(const std::string& device, DType matrix_dtype,
+             bool graphs = false) {
     auto backend = CreateBackend(device, 0);
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
@@ -81,6 +85,12 @@ class GrowingSequence {
                                      /*samples=*/true);
     ASSERT_TRUE(runner.ok()) << runner.status();
     runner_ = *std::move(runner);
+    if (graphs) {
+      const absl::Status captured =
+          runner_->CaptureGraphs(DecodeGraphBuckets(4));
+      ASSERT_TRUE(captured.ok()) << captured;
+      ASSERT_NE(runner_->graphs(), nullptr);
+    }
     step_ = plan_.add_seqs();
     step_->set_sequence_id(7);
     step_->set_sample(true);
@@ -110,6 +120,7 @@ class GrowingSequence {
   }
 
   PinnableBlockAllocator* allocator() const { return model_->allocator(); }
+  const StepRunner& runner() const { return *runner_; }
   const proto::SampledToken& sampled() const { return result_.tokens(0); }
 
  private:
@@ -126,12 +137,13 @@ bool Skip(const std::string& device) {
   return device == "cuda" && VisibleCudaDevices() == 0;
 }
 
-TEST(DecodeAllocationsTest, GrowingSequenceAllocatesNothing) {
+void GrowWithoutAllocating(bool graphs) {
   const std::string device = Device();
+  if (graphs && device != "cuda") GTEST_SKIP() << "graphs need a GPU";
   if (Skip(device)) GTEST_SKIP() << "no CUDA device";
   GrowingSequence seq;
   // bf16 matrices on a GPU: Linear converts its input in reserved scratch.
-  ASSERT_NO_FATAL_FAILURE(seq.Build(device, DType::kBF16));
+  ASSERT_NO_FATAL_FAILURE(seq.Build(device, DType::kBF16, graphs));
   const AllocatorStats built = seq.allocator()->stats();
   int32_t token = 1;
   for (int64_t pos = 0; pos < kContext; ++pos) {
@@ -144,18 +156,30 @@ TEST(DecodeAllocationsTest, GrowingSequenceAllocatesNothing) {
         << " allocated: " << seq.allocator()->DebugString();
     ASSERT_EQ(now.frees, built.frees) << "position " << pos;
   }
+  if (graphs) {
+    // Every step was a decode of one sequence: a replay, none eager.
+    EXPECT_EQ(seq.runner().graphs()->replays(), kContext);
+  }
+}
+
+TEST(DecodeAllocationsTest, GrowingSequenceAllocatesNothing) {
+  GrowWithoutAllocating(/*graphs=*/false);
+}
+
+TEST(DecodeAllocationsTest, GrowingSequenceWithGraphsAllocatesNothing) {
+  GrowWithoutAllocating(/*graphs=*/true);
 }
 
 // The device-resident step inputs (positions, slots, block tables, query
 // starts) give the CPU reference's logits at every length, across the
 // split-K boundaries: f32 weights on both, the CPU's greedy tokens fed to both.
-TEST(DecodeAllocationsTest, CudaFollowsTheCpuAsTheSequenceGrows) {
+void FollowTheCpu(bool graphs) {
   const std::string device = Device();
   if (device != "cuda") GTEST_SKIP() << "the CUDA twin compares backends";
   if (Skip(device)) GTEST_SKIP() << "no CUDA device";
   GrowingSequence cpu, gpu;
   ASSERT_NO_FATAL_FAILURE(cpu.Build("cpu", DType::kF32));
-  ASSERT_NO_FATAL_FAILURE(gpu.Build("cuda", DType::kF32));
+  ASSERT_NO_FATAL_FAILURE(gpu.Build("cuda", DType::kF32, graphs));
   int32_t token = 1;
   for (int64_t pos = 0; pos < kContext; ++pos) {
     const bool compare = pos % 50 == 0 || pos == 511 || pos == 512 ||
@@ -176,6 +200,15 @@ TEST(DecodeAllocationsTest, CudaFollowsTheCpuAsTheSequenceGrows) {
     }
     token = *want;
   }
+  if (graphs) EXPECT_EQ(gpu.runner().graphs()->replays(), kContext);
+}
+
+TEST(DecodeAllocationsTest, CudaFollowsTheCpuAsTheSequenceGrows) {
+  FollowTheCpu(/*graphs=*/false);
+}
+
+TEST(DecodeAllocationsTest, CudaGraphsFollowTheCpuAsTheSequenceGrows) {
+  FollowTheCpu(/*graphs=*/true);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
   //kernels/cuda:sampling_kernels_test //kernels/cuda:attention_kernels_test
   //kernels/cuda:cuda_memory_source_test //kernels/cuda:cuda_ops_test
   //kernels/cuda:sample_parity_test //kernels/cuda:gemm_plans_test //kernels/cuda:fused_ops_test
-  //tests:decode_allocations_cuda_test)
+  //tests:decode_allocations_cuda_test //tests:decode_graphs_cuda_test)
 bazel build -c opt "${TARGETS[@]}"
 rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
 for t in "${TARGETS[@]}"; do

@@ -2,7 +2,8 @@
 # Runs on the GPU machine (carry .carry/gpu, made by tools/gpu_build.sh): the CUDA kernel
 # tests against the CPU reference, then `tessera generate --device cuda` on every golden
 # fixture and the demo checkpoint against transformers' greedy tokens (f32 golden mode:
-# exact; bf16: agreement reported), paged and static attention, and a decode benchmark.
+# exact; bf16: agreement reported), paged attention with decode CUDA graphs (the default) and
+# with --no-graphs, static attention, and a decode benchmark with and without graphs.
 # With two GPUs it also runs TP2 and PP2 under mpirun (NCCL).
 set -uo pipefail
 [ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
@@ -23,7 +24,8 @@ GPUS=$(nvidia-smi -L | wc -l)
 mkdir -p "$TMP/runfiles/shared/models"
 ln -s "$PWD/$DEMO" "$TMP/runfiles/shared/models/stories260K"
 for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test sample_parity_test \
-  decode_allocations_cuda_test attention_kernels_test gemm_plans_test cuda_ops_test fused_ops_test; do
+  decode_allocations_cuda_test decode_graphs_cuda_test attention_kernels_test gemm_plans_test \
+  cuda_ops_test fused_ops_test; do
   cases=$((cases + 1))
   if TEST_SRCDIR="$TMP/runfiles" TEST_TMPDIR="$TMP" TESSERA_TEST_DEVICE=cuda \
     timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then
@@ -75,7 +77,8 @@ PY
 for dir in tests/fixtures/golden/*/; do
   name=$(basename "$dir")
   extract "$dir"
-  run_case "$name cuda f32 paged" "$dir" 20 --dtype float32
+  run_case "$name cuda f32 paged (graphs)" "$dir" 20 --dtype float32
+  run_case "$name cuda f32 paged --no-graphs" "$dir" 20 --dtype float32 --no-graphs
   run_case "$name cuda f32 static" "$dir" 20 --dtype float32 --attention static
   run_case "$name cuda f32 tiny pool" "$dir" 20 --dtype float32 --num-kv-blocks 24 \
     --block-size 4 --max-num-batched-tokens 8 --max-num-seqs 4
@@ -89,7 +92,8 @@ grep -o '"prompt_ids": *\[[0-9, ]*\]' tests/fixtures/stories260K_golden.json | t
   sed 's/^/{/; s/$/}/' | head -n 1 >"$TMP/prompts.jsonl"
 grep -o '"output_ids": *\[[0-9, ]*\]' tests/fixtures/stories260K_golden.json | tr -d ' ' |
   head -n 1 >"$TMP/want"
-run_case "stories260K cuda f32" "$DEMO" 200 --dtype float32
+run_case "stories260K cuda f32 (graphs)" "$DEMO" 200 --dtype float32
+run_case "stories260K cuda f32 --no-graphs" "$DEMO" 200 --dtype float32 --no-graphs
 run_case "stories260K cuda f32 static" "$DEMO" 200 --dtype float32 --attention static
 "$T" generate --model "$DEMO" --prompt "Once upon a time" --max-tokens 60 --temperature 0 \
   --device cuda 2>&1 | tail -2
@@ -161,5 +165,10 @@ fi
   --iterations 3 2>&1 | tail -4
 "$T" bench --model "$DEMO" --device cuda --batch-size 64 --input-len 128 --output-len 128 \
   --iterations 3 2>&1 | tail -4
+for batch in 1 64; do
+  echo "bench --no-graphs, batch $batch:"
+  "$T" bench --model "$DEMO" --device cuda --batch-size "$batch" --input-len 128 --output-len 128 \
+    --iterations 3 --no-graphs 2>&1 | tail -4
+done
 echo "$((cases - failures)) of $cases cases passed"
 [ "$failures" -eq 0 ]

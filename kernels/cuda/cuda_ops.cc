@@ -853,8 +853,10 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                           scratch_[kDecodeWorkspace].bytes, stream_),
                       op);
       }
+      // Sized for the grid's bound (graph-safe launches, attention_kernels.h).
       const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
-          m->num_seqs, heads, layer.head_dim_v, m->max_seq_len);
+          m->num_seqs, heads, layer.head_dim_v,
+          m->grid_max_seq_len > 0 ? m->grid_max_seq_len : m->max_seq_len);
       ASSIGN_OR_RETURN(void* workspace,
                        Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
       return Launch(cuda::LaunchDecodeAttention(

@@ -17,8 +17,10 @@ struct MemoryBreakdown {
   // GEMM casts, attention partials, the sampler's buffers).
   int64_t workspace_bytes = 0;
   // What captured decode graphs hold beyond the workspace (their own
-  // nodes' memory). 0 while the rank captures no graphs (the CPU backend,
-  // --no-graphs, and until the decode graph runner fills it in).
+  // nodes' memory): the free device memory their capture took
+  // (runtime/executor/graph_runner.h; the driver's 2 MiB pages, so a small
+  // model's graphs read 0 or 2 MiB). 0 while the rank captures no graphs
+  // (the CPU backend, --no-graphs, parallel ranks for now).
   int64_t graphs_bytes = 0;
   // The KV pool (KvPool::bytes), sized last from what is left.
   int64_t kv_bytes = 0;

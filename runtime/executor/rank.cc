@@ -177,6 +177,11 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
   if (!model.ok()) return RankLocal(model.status());
   const bool samples = spec.pp_stage == spec.pp - 1 && spec.tp_rank == 0;
   RankContext kv_context = context;
+  // Decode graphs on a GPU in one process. A job's ranks would capture their
+  // collectives too (graph_runner.h) but that waits for its validation on
+  // two GPUs: until then parallel ranks run eagerly.
+  kv_context.decode_graphs =
+      spec.cuda_graphs && backend.is_cuda() && spec.tp * spec.pp == 1;
   if (kv_context.free_bytes < 0 && backend.is_cuda()) {
     const Backend* device = &backend;
     kv_context.measure_free_bytes = [device] {
@@ -232,6 +237,26 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
       model->workspace_bytes() +
       std::max<int64_t>(model->memory_stats().in_use_bytes - in_use_before_step,
                         static_cast<int64_t>(reserved->buffer_bytes()));
+  // Graph memory counted by construction: graphs of every bucket exist (over
+  // a probe pool of one block) while the pool is sized. Declared in this
+  // order so that the probe graphs go before the probe pool.
+  const bool graphs =
+      context.decode_graphs && kv.backend == AttentionBackend::kPaged;
+  const std::vector<int32_t> buckets =
+      graphs ? DecodeGraphBuckets(
+                   std::min<int64_t>({max_num_seqs, model->max_step_tokens(),
+                                      model->max_logit_rows()}))
+             : std::vector<int32_t>();
+  KvPool probe_pool;
+  std::unique_ptr<GraphRunner> probe_graphs;
+  if (!buckets.empty()) {
+    ASSIGN_OR_RETURN(probe_pool, KvPool::Create(shape, 1, sizing.block_size,
+                                                model->allocator()));
+    ASSIGN_OR_RETURN(
+        probe_graphs,
+        GraphRunner::Capture(model, probe_pool, kv.backend, reserved.get(),
+                             buckets, context.measure_free_bytes));
+  }
   ASSIGN_OR_RETURN(
       KvLayout layout,
       ResolveKvLayout(kv, shape, context_len, static_cast<int>(max_num_seqs),
@@ -255,6 +280,16 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   ASSIGN_OR_RETURN(rank->runner_,
                    StepRunner::Create(model, std::move(pool), kv.backend,
                                       samples, std::move(reserved)));
+  if (!buckets.empty()) {
+    const int64_t probe_bytes = probe_graphs->graph_bytes();
+    probe_graphs.reset();
+    probe_pool = KvPool();
+    RETURN_IF_ERROR(
+        rank->runner_->CaptureGraphs(buckets, context.measure_free_bytes));
+    // The recapture may reuse what the probe's graphs gave back without the
+    // free memory moving: the probe's clean measurement is the honest one.
+    memory.graphs_bytes = std::max(probe_bytes, rank->runner_->graph_bytes());
+  }
   rank->memory_ = memory;
   return rank;
 }

@@ -120,6 +120,10 @@ struct RankContext {
   // the step scratch exist, so the KV pool takes only what is left.
   int64_t free_bytes = -1;
   std::function<int64_t()> measure_free_bytes;
+  // Capture decode CUDA graphs (runtime/executor/graph_runner.h) for buckets
+  // up to max_num_seqs. BuildRank sets it for a CUDA rank unless
+  // spec.cuda_graphs is off; the ops must capture (not the CPU's).
+  bool decode_graphs = false;
 };
 
 class Rank {
@@ -141,6 +145,10 @@ class Rank {
   int gpu() const { return backend_.gpu; }
   int64_t weight_bytes() const { return model_->weight_bytes(); }
   int64_t kv_cache_bytes() const { return runner_->pool().bytes(); }
+  // Device memory the decode CUDA graphs hold (0 without graphs; also
+  // memory_breakdown().graphs_bytes). Counted by construction: the KV pool
+  // was sized while graphs of the same buckets existed (see AssembleRank).
+  int64_t graph_bytes() const { return memory_.graphs_bytes; }
   AllocatorStats memory_stats() const { return model_->memory_stats(); }
   // Where the rank's memory went when it was built (memory_breakdown.h).
   MemoryBreakdown memory_breakdown() const { return memory_; }
@@ -183,7 +191,12 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(
 
 // The tail of the assembly over a model built elsewhere (tests that edit a
 // config or weights, LocalExecutor over a caller's model): the KV layout and
-// pool, and the StepRunner. Exactly one of `owned` and `borrowed` is set
+// pool, and the StepRunner. With context.decode_graphs, the KV pool is sized
+// after every decode graph exists, so that graph memory is counted by
+// construction: the graphs are first captured over a one-block probe pool,
+// the pool is sized from the memory then left, and the graphs are captured
+// again over the real pool (the probe's are destroyed just before: the same
+// buckets take the same memory). Exactly one of `owned` and `borrowed` is set
 // (`borrowed` must outlive the rank). The model must sample at least
 // `max_num_seqs` sequences per step (InvalidArgument otherwise).
 absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(

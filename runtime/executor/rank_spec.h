@@ -62,6 +62,11 @@ struct RankSpec {
   // > 0: the context the rank serves (at most max_position_embeddings, which
   // it lowers to this); 0: the config's.
   int64_t max_model_len = 0;
+  // Decode CUDA graphs (runtime/executor/graph_runner.h) on a GPU rank
+  // (--no-graphs turns them off; the CPU never has them). Parallel ranks run
+  // eagerly until multi-GPU capture is validated (rank.cc); the manifest does
+  // not carry this field yet for the same reason.
+  bool cuda_graphs = true;
   // Draw a progress bar on stderr while the weights are read (redrawn in
   // place on a terminal, a few log lines otherwise).
   bool show_progress = false;

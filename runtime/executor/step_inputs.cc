@@ -95,7 +95,8 @@ TensorView StepInputs::DeviceArray(size_t offset, DType dtype,
 absl::Status StepInputs::Fill(absl::Span<const SequenceSlice> seqs,
                               int32_t block_size, int64_t num_blocks,
                               absl::Span<const int32_t> tokens,
-                              absl::Span<const int32_t> logit_rows) {
+                              absl::Span<const int32_t> logit_rows,
+                              int32_t pad_to) {
   tokens_ = TensorView();
   logit_rows_ = TensorView();
   metadata_ = AttentionMetadata();
@@ -110,6 +111,26 @@ absl::Status StepInputs::Fill(absl::Span<const SequenceSlice> seqs,
     return absl::InvalidArgumentError(
         absl::StrCat("step inputs: ", seqs.size(),
                      " sequences in one step, at most ", l.max_seqs));
+  }
+  const bool padded = pad_to > 0;
+  const int64_t num_real = static_cast<int64_t>(seqs.size());
+  const int64_t num_pad = padded ? pad_to - num_real : 0;
+  if (padded) {
+    if (num_pad < 0 || pad_to > l.max_seqs || t + num_pad > l.max_tokens ||
+        static_cast<int64_t>(logit_rows.size()) + num_pad > l.max_logit_rows) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step inputs: ", num_real, " sequences padded to ", pad_to,
+          " (at most ", l.max_seqs, " sequences, ", l.max_tokens, " tokens, ",
+          l.max_logit_rows, " logit rows)"));
+    }
+    for (const SequenceSlice& seq : seqs) {
+      if (seq.query_len != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "step inputs: only a decode step (one token per sequence) is "
+            "padded, a sequence runs ",
+            seq.query_len));
+      }
+    }
   }
   if (static_cast<int64_t>(logit_rows.size()) > l.max_logit_rows) {
     return absl::InvalidArgumentError(
@@ -157,24 +178,65 @@ absl::Status StepInputs::Fill(absl::Span<const SequenceSlice> seqs,
     std::memcpy(base + layout_.logit_rows, logit_rows.data(),
                 logit_rows.size() * 4);
   }
+  const int64_t rows = static_cast<int64_t>(logit_rows.size()) + num_pad;
+  if (padded) {
+    // Contract 2: the padding after the real sequences (all decodes).
+    const size_t stride = static_cast<size_t>(l.max_blocks_per_seq);
+    int32_t* starts = arrays.query_start_loc.data();
+    int32_t* token_ids = reinterpret_cast<int32_t*>(base + layout_.tokens);
+    int32_t* row_ids = reinterpret_cast<int32_t*>(base + layout_.logit_rows);
+    for (int64_t i = 0; i < num_pad; ++i) {
+      const size_t s_i = static_cast<size_t>(num_real + i);
+      const int64_t tok = t + i;
+      starts[s_i + 1] = static_cast<int32_t>(tok + 1);
+      arrays.context_lens[s_i] = 0;
+      arrays.seq_lens[s_i] = 0;
+      arrays.positions[tok] = 0;
+      arrays.slot_mapping[tok] = -1;
+      std::fill_n(arrays.block_tables.data() + s_i * stride, stride, -1);
+      token_ids[tok] = 0;
+      row_ids[logit_rows.size() + i] = static_cast<int32_t>(tok);
+    }
+    m.num_seqs = pad_to;
+    m.num_tokens = t + num_pad;
+    m.num_decode_seqs = pad_to;
+    m.max_query_len = 1;
+    m.grid_max_seq_len = padded_grid_max_seq_len(block_size);
+    // A real sequence longer than the grid's bound cannot be replayed.
+    if (m.max_seq_len > m.grid_max_seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step inputs: a padded step's sequence reaches ", m.max_seq_len,
+          " positions, beyond the grid's ", m.grid_max_seq_len));
+    }
+  }
+  const int64_t seqs_total = m.num_seqs;
+  const int64_t t_total = m.num_tokens;
   const size_t upload =
-      layout_.block_tables +
-      seqs.size() * static_cast<size_t>(l.max_blocks_per_seq) * sizeof(int32_t);
+      layout_.block_tables + static_cast<size_t>(seqs_total) *
+                                 static_cast<size_t>(l.max_blocks_per_seq) *
+                                 sizeof(int32_t);
   RETURN_IF_ERROR(buffer_->Upload(upload));
   last_upload_bytes_ = upload;
   const int64_t n = m.num_seqs;
   m.query_start_loc = DeviceArray(layout_.query_starts, DType::kI32, {n + 1});
   m.context_lens = DeviceArray(layout_.context_lens, DType::kI32, {n});
   m.seq_lens = DeviceArray(layout_.seq_lens, DType::kI32, {n});
-  m.positions = DeviceArray(layout_.positions, DType::kI32, {t});
-  m.slot_mapping = DeviceArray(layout_.slots, DType::kI64, {t});
+  m.positions = DeviceArray(layout_.positions, DType::kI32, {t_total});
+  m.slot_mapping = DeviceArray(layout_.slots, DType::kI64, {t_total});
   m.block_tables = DeviceArray(layout_.block_tables, DType::kI32,
                                {n, int64_t{l.max_blocks_per_seq}});
   metadata_ = m;
-  tokens_ = DeviceArray(layout_.tokens, DType::kI32, {t});
-  logit_rows_ = DeviceArray(layout_.logit_rows, DType::kI32,
-                            {static_cast<int64_t>(logit_rows.size())});
+  tokens_ = DeviceArray(layout_.tokens, DType::kI32, {t_total});
+  logit_rows_ = DeviceArray(layout_.logit_rows, DType::kI32, {rows});
   return absl::OkStatus();
+}
+
+int32_t StepInputs::padded_grid_max_seq_len(int32_t block_size) const {
+  const int64_t bound =
+      limits_.max_seq_len > 0
+          ? limits_.max_seq_len
+          : int64_t{limits_.max_blocks_per_seq} * std::max(block_size, 1);
+  return static_cast<int32_t>(std::min<int64_t>(bound, INT32_MAX));
 }
 
 }  // namespace tessera

@@ -42,6 +42,9 @@ struct StepInputsLimits {
   int32_t max_logit_rows = 0;      // Rows whose logits a step wants (>= 0).
   int32_t max_blocks_per_seq = 0;  // Block table stride (>= 1).
   int64_t vocab_size = 0;          // Token ids must be in [0, vocab_size).
+  // The rank's context: the grid_max_seq_len of a padded (graph) step. 0:
+  // max_blocks_per_seq * the step's block size.
+  int64_t max_seq_len = 0;
 };
 
 // The block table stride for `context` positions in blocks of `block_size`.
@@ -61,9 +64,25 @@ class StepInputs {
   // rows of `tokens` whose logits are wanted. InvalidArgument (nothing is
   // copied) when a value is out of range or the step exceeds the limits; the
   // views are empty then (the buffer may hold part of the rejected step).
+  //
+  // pad_to > 0 pads a decode step up to a CUDA graph's batch bucket
+  // (runtime/executor/graph_runner.h; contract 2 of the graph-safe step):
+  // every real sequence must run one token (InvalidArgument otherwise), and
+  // sequences seqs.size() .. pad_to - 1 are padding — query_len 1,
+  // context_len 0, seq_len 0, slot -1 (the cache write skips it), a block
+  // table row of -1, token id 0, position 0 — whose one row each is appended
+  // to logit_rows (so the step's logits have pad_to rows, the real ones
+  // first). The scalars count the padding (num_seqs = num_tokens =
+  // num_decode_seqs = pad_to), max_seq_len stays the real sequences' maximum,
+  // and grid_max_seq_len is limits.max_seq_len (the rank's context), the same
+  // for every padded step, so a captured launch fits every one (pad_to ==
+  // seqs.size() adds no sequence but is such a step). pad_to == 0 is an
+  // eager step: grid_max_seq_len = max_seq_len.
   absl::Status Fill(absl::Span<const SequenceSlice> seqs, int32_t block_size,
                     int64_t num_blocks, absl::Span<const int32_t> tokens,
-                    absl::Span<const int32_t> logit_rows);
+                    absl::Span<const int32_t> logit_rows, int32_t pad_to = 0);
+  // The grid_max_seq_len of a padded step with blocks of `block_size`.
+  int32_t padded_grid_max_seq_len(int32_t block_size) const;
 
   // The last Fill's arrays in the backend's memory.
   const TensorView& tokens() const { return tokens_; }          // kI32 [T]

@@ -51,6 +51,7 @@ absl::StatusOr<std::unique_ptr<StepInputs>> StepRunner::Reserve(
   limits.max_blocks_per_seq =
       BlocksPerSequence(c.max_position_embeddings, block_size);
   limits.vocab_size = c.vocab_size;
+  limits.max_seq_len = c.max_position_embeddings;
   ASSIGN_OR_RETURN(std::unique_ptr<StepInputs> inputs,
                    StepInputs::Create(model->ops(), limits));
   StepLimits scratch;
@@ -110,21 +111,49 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
       seqs_[step.sequence_id()] = std::move(state);
     }
   }
-  RETURN_IF_ERROR(inputs_->Fill(slices_,
-                                static_cast<int32_t>(pool_.block_size()),
-                                pool_.num_blocks(), tokens_, logit_rows_));
-  StepBatch batch;
-  batch.tokens = inputs_->tokens();
-  batch.metadata = &inputs_->metadata();
-  batch.backend = backend_;
-  batch.logit_rows = inputs_->logit_rows();
-  // The logits stay where the backend computed them (step_logits()).
-  RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_, /*logits=*/nullptr));
+  const int32_t bucket = GraphBucket(plan);
+  RETURN_IF_ERROR(inputs_->Fill(
+      slices_, static_cast<int32_t>(pool_.block_size()), pool_.num_blocks(),
+      tokens_, logit_rows_, /*pad_to=*/bucket));
+  TensorView logits;
+  if (bucket > 0) {
+    // The padded rows follow the real ones; only those are sampled.
+    RETURN_IF_ERROR(graphs_->Replay(bucket));
+    logits = graphs_->logits(bucket);
+  } else {
+    StepBatch batch;
+    batch.tokens = inputs_->tokens();
+    batch.metadata = &inputs_->metadata();
+    batch.backend = backend_;
+    batch.logit_rows = inputs_->logit_rows();
+    // The logits stay where the backend computed them (step_logits()).
+    RETURN_IF_ERROR(model_->ForwardBatch(batch, pool_, /*logits=*/nullptr));
+    logits = model_->step_logits();
+  }
   if (!samples_) return absl::OkStatus();
-  return Sample(plan, result);
+  return Sample(plan, logits, result);
+}
+
+int32_t StepRunner::GraphBucket(const proto::StepPlan& plan) const {
+  if (graphs_ == nullptr) return 0;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (step.tokens_size() != 1 || !step.sample()) return 0;
+  }
+  return graphs_->BucketFor(plan.seqs_size());
+}
+
+absl::Status StepRunner::CaptureGraphs(
+    absl::Span<const int32_t> buckets,
+    const std::function<int64_t()>& free_device_bytes) {
+  graphs_.reset();
+  ASSIGN_OR_RETURN(graphs_,
+                   GraphRunner::Capture(model_, pool_, backend_, inputs_.get(),
+                                        buckets, free_device_bytes));
+  return absl::OkStatus();
 }
 
 absl::Status StepRunner::Sample(const proto::StepPlan& plan,
+                                const TensorView& logits,
                                 proto::StepResult* result) {
   sample_rows_.clear();
   for (const proto::SequenceStep& step : plan.seqs()) {
@@ -148,8 +177,14 @@ absl::Status StepRunner::Sample(const proto::StepPlan& plan,
   }
   // A step of prefill chunks only samples nothing.
   if (sample_rows_.empty()) return absl::OkStatus();
-  const TensorView& logits = model_->step_logits();
-  RETURN_IF_ERROR(model_->ops()->Sample(logits, sample_rows_, &samples_out_));
+  const int64_t n = static_cast<int64_t>(sample_rows_.size());
+  if (logits.shape().rank() != 2 || logits.shape()[0] < n) {
+    return absl::InternalError(absl::StrCat("the step left logits ",
+                                            logits.shape().ToString(), " for ",
+                                            n, " sampled sequences"));
+  }
+  RETURN_IF_ERROR(
+      model_->ops()->Sample(logits.Rows(0, n), sample_rows_, &samples_out_));
   int64_t row = 0;
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;

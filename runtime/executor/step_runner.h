@@ -11,10 +11,18 @@
 // call over the logits where the backend holds them (every backend, the same
 // tokens). Each draw is a function of the sequence's (seed, step), so a seeded
 // request draws the same tokens whatever else is in the batch.
+//
+// Decode graphs (CaptureGraphs, graph_runner.h): once captured, a step whose
+// every sequence runs one token and samples, with at most the largest
+// bucket's sequences, is padded to its bucket and replayed; every other step
+// runs eagerly. The tokens are the same either way (the graph runs the same
+// ops on the same buffers). The choice depends only on the plan, so every
+// rank of a job makes the same one.
 #ifndef TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 #define TESSERA_RUNTIME_EXECUTOR_STEP_RUNNER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -22,6 +30,7 @@
 #include "absl/status/status.h"
 #include "kernels/ops.h"
 #include "proto/tessera.pb.h"
+#include "runtime/executor/graph_runner.h"
 #include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
@@ -57,6 +66,22 @@ class StepRunner {
   // a sampled sequence the runner has no sampler for, ...).
   absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
 
+  // Captures the decode graphs of `buckets` over this runner's pool and step
+  // inputs (GraphRunner::Capture; `free_device_bytes` measures what they
+  // take). Replaces graphs captured before. Errors (Unimplemented on the
+  // CPU) leave the runner eager.
+  absl::Status CaptureGraphs(
+      absl::Span<const int32_t> buckets,
+      const std::function<int64_t()>& free_device_bytes = nullptr);
+  // The decode graphs, or null (eager only: the CPU, --no-graphs).
+  const GraphRunner* graphs() const { return graphs_.get(); }
+  // Device memory the decode graphs hold (0 without graphs).
+  int64_t graph_bytes() const {
+    return graphs_ != nullptr ? graphs_->graph_bytes() : 0;
+  }
+  // Bytes of the step buffers (the step inputs' device buffer).
+  size_t step_buffer_bytes() const { return inputs_->buffer_bytes(); }
+
   const KvPool& pool() const { return pool_; }
   Model* model() const { return model_; }
   // Sequences with live sampler state (tests).
@@ -86,8 +111,12 @@ class StepRunner {
              std::unique_ptr<StepInputs> inputs);
 
   // Draws the next token of every sampled sequence of `plan` from the step's
-  // logits (model_->step_logits()), in one Ops::Sample call.
-  absl::Status Sample(const proto::StepPlan& plan, proto::StepResult* result);
+  // `logits` (one row per sampled sequence, in plan order; more rows may
+  // follow: a padded graph step's), in one Ops::Sample call.
+  absl::Status Sample(const proto::StepPlan& plan, const TensorView& logits,
+                      proto::StepResult* result);
+  // The bucket a pure-decode `plan` replays, or 0 (eager).
+  int32_t GraphBucket(const proto::StepPlan& plan) const;
 
   Model* model_;
   KvPool pool_;
@@ -95,6 +124,8 @@ class StepRunner {
   bool samples_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
   std::unique_ptr<StepInputs> inputs_;
+  // After inputs_ and pool_: destroyed before them.
+  std::unique_ptr<GraphRunner> graphs_;
   // Reused between steps.
   std::vector<SequenceSlice> slices_;
   std::vector<int32_t> tokens_;

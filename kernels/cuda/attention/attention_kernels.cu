@@ -165,6 +165,7 @@ struct AttentionParams {
   const float* v_scale;
   const int32_t* query_start_loc;
   const int32_t* context_lens;
+  const int32_t* seq_lens;  // Decode only: 0 marks a padded sequence.
   const int32_t* block_tables;
   int32_t max_blocks_per_seq;
   int32_t block_size;
@@ -379,7 +380,9 @@ __global__ void __launch_bounds__(kThreads)
 // accumulates p · v (warps over keys, lanes over Dv) and sums the warps in a
 // fixed order. One partition: the output is written directly; more: (max,
 // sum, unnormalized output) go to the workspace and DecodeReduceKernel
-// combines them.
+// combines them. The grid covers the partitions of grid_max_seq_len keys
+// (graph-safe: host values only); blocks beyond their sequence's partitions
+// exit, and a sequence with seq_len 0 (padding) gets zeros from block 0.
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(kThreads)
@@ -397,6 +400,16 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t h = blockIdx.y;
   const int32_t part = blockIdx.x;
   const int32_t kvh = h / p.group;
+  if (p.seq_lens[seq] == 0) {  // Padding: no keys, a zero output.
+    if (part == 0) {
+      float* o =
+          p.out +
+          (static_cast<int64_t>(p.query_start_loc[seq]) * p.num_heads + h) *
+              p.head_dim_v;
+      for (int d = threadIdx.x; d < p.head_dim_v; d += kThreads) o[d] = 0.0f;
+    }
+    return;
+  }
   const int64_t pos = p.context_lens[seq];
   const int64_t lo = FirstVisible(pos, p.window);
   const int64_t num_keys = pos - lo + 1;
@@ -507,6 +520,7 @@ __global__ void __launch_bounds__(kThreads)
   const int32_t local_seq = blockIdx.y;
   const int32_t seq = p.first_seq + local_seq;
   const int32_t h = blockIdx.x;
+  if (p.seq_lens[seq] == 0) return;  // Padding: zeros from DecodeKernel.
   const int64_t pos = p.context_lens[seq];
   const int64_t num_keys = pos - FirstVisible(pos, p.window) + 1;
   const int32_t num_parts =
@@ -592,6 +606,7 @@ cudaError_t PrepareAttention(const float* q, int32_t num_heads,
   p->v_scale = cache.dtype == KvDType::kI8 ? cache.v_scale : nullptr;
   p->query_start_loc = m.query_start_loc;
   p->context_lens = m.context_lens;
+  p->seq_lens = m.seq_lens;
   p->block_tables = m.block_tables;
   p->max_blocks_per_seq = m.max_blocks_per_seq;
   p->block_size = m.block_size;
@@ -777,10 +792,16 @@ cudaError_t LaunchDecodeAttention(const float* q, int32_t num_heads,
   if (e != cudaSuccess) return e;
   const int32_t num_seqs = end_seq - first_seq;
   if (num_seqs == 0) return cudaSuccess;
-  if (m.max_seq_len <= 0) return cudaErrorInvalidValue;
-  const int64_t max_keys = sliding_window > 0 && sliding_window < m.max_seq_len
+  // The grid's bound (contract: >= every seq_len of the step), not the
+  // step's exact maximum: under a graph it is the rank's context.
+  const int64_t grid_len =
+      m.grid_max_seq_len > 0 ? m.grid_max_seq_len : m.max_seq_len;
+  if (grid_len <= 0 || grid_len < m.max_seq_len || m.seq_lens == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t max_keys = sliding_window > 0 && sliding_window < grid_len
                                ? sliding_window
-                               : static_cast<int64_t>(m.max_seq_len);
+                               : grid_len;
   const int64_t parts = DecodePartitions(max_keys);
   const size_t need = DecodeWorkspaceBytesForParts(num_seqs, num_heads,
                                                    cache.head_dim_v, parts);

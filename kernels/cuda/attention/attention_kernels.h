@@ -56,16 +56,17 @@ struct DeviceKvLayer {
 struct DeviceAttentionMetadata {
   const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
   const int32_t* context_lens = nullptr;     // [num_seqs]
-  const int32_t* seq_lens = nullptr;  // [num_seqs] (read by the split decode)
-  const int32_t* block_tables = nullptr;  // [num_seqs, max_blocks_per_seq]
+  const int32_t* seq_lens = nullptr;         // [num_seqs] (decode reads it)
+  const int32_t* block_tables = nullptr;     // [num_seqs, max_blocks_per_seq]
   int32_t max_blocks_per_seq = 0;
   int32_t block_size = 0;
   int32_t num_seqs = 0;
   int64_t num_tokens = 0;
   int32_t max_query_len = 0;  // Exact maxima over the batch (an upper bound
   int32_t max_seq_len = 0;    // over [first_seq, end_seq) is enough).
-  // AttentionMetadata::grid_max_seq_len: the bound on every seq_len that the
-  // grids are sized for; 0 means max_seq_len.
+  // AttentionMetadata::grid_max_seq_len: the bound the decode grid is sized
+  // for (>= every seq_len; the rank's context under a CUDA graph); 0 = use
+  // max_seq_len.
   int32_t grid_max_seq_len = 0;
 };
 
@@ -105,11 +106,21 @@ size_t DecodeAttentionWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
 // Same contract as prefill otherwise. Split-K: each (sequence, head) runs its
 // keys in partitions of kDecodePartitionSize, each writing (max, sum, partial
 // output) to `workspace`; a second kernel combines them. A sequence with one
-// partition is written directly. cudaErrorInvalidValue when workspace_bytes <
-// DecodeAttentionWorkspaceBytes(end_seq - first_seq, num_heads, Dv,
-// m.max_seq_len) (computed with min(max_seq_len, sliding_window) keys: a
-// window needs less) and more than one partition may be needed; the workspace
-// must be 8-byte aligned (cudaMalloc's is).
+// partition is written directly.
+//
+// Graph-safe: the grid is sized from host values only — the sequence count,
+// the heads and G = m.grid_max_seq_len (m.max_seq_len when 0), which must be
+// >= every seq_len — so one captured launch serves every step whose lengths
+// stay within G. Each block reads its sequence's seq_len and context_len on
+// the device and exits when its partition lies beyond them; the combine
+// kernel does the same, and partitioning depends on the sequence alone, so
+// the output is bitwise the same for any G >= the sequence's length. A
+// sequence with seq_len 0 (a padded row of a graph batch) gets zeros and
+// reads no block. cudaErrorInvalidValue when workspace_bytes <
+// DecodeAttentionWorkspaceBytes(end_seq - first_seq, num_heads, Dv, G)
+// (computed with min(G, sliding_window) keys: a window needs less) and more
+// than one partition may be needed; the workspace must be 8-byte aligned
+// (cudaMalloc's is).
 cudaError_t LaunchDecodeAttention(const float* q, int32_t num_heads,
                                   const DeviceKvLayer& cache,
                                   const DeviceAttentionMetadata& m,

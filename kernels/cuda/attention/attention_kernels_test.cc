@@ -557,7 +557,9 @@ class CudaAttentionTest : public ::testing::Test {
         step.dq().get(), c.heads, step.device_cache(), step.device_metadata(),
         nd, m.num_seqs, c.window, step.Scale(), out.get(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
-    ExpectClose(out.Download(), want, c.tolerance(), "decode + prefill");
+    const std::vector<float> eager = out.Download();
+    ExpectClose(eager, want, c.tolerance(), "decode + prefill");
+    if (nd > 0) ASSERT_NO_FATAL_FAILURE(CheckGraphSafeDecode(c, step, eager));
 
     DeviceArray<float> out2(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(
@@ -565,6 +567,67 @@ class CudaAttentionTest : public ::testing::Test {
         0, m.num_seqs, c.window, step.Scale(), out2.get(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     ExpectClose(out2.Download(), want, c.tolerance(), "prefill of all");
+  }
+
+  // Graph-safe launches (contract 1 and 2 of the split): the decode launch
+  // sized for a grid_max_seq_len far beyond the batch's longest sequence
+  // gives bitwise the eager result, and a sequence whose seq_len is 0 (a
+  // padded row) gets zeros while the others are unchanged.
+  void CheckGraphSafeDecode(const Config& c, const Step& step,
+                            const std::vector<float>& eager) {
+    const HostAttentionMetadata& m = step.m();
+    const int32_t nd = m.num_decode_seqs;
+    const int64_t row = int64_t{c.heads} * c.dim_v;  // Floats per token.
+    cuda::DeviceAttentionMetadata dm = step.device_metadata();
+    dm.grid_max_seq_len = m.max_seq_len + 3 * cuda::kDecodePartitionSize + 5;
+    const size_t ws_bytes = cuda::DecodeAttentionWorkspaceBytes(
+        nd, c.heads, c.dim_v, dm.grid_max_seq_len);
+    DeviceArray<uint8_t> ws(ws_bytes);
+    // A workspace for the exact maximum is too small for the larger grid.
+    if (c.window == 0) {
+      DeviceArray<uint8_t> small(cuda::DecodeAttentionWorkspaceBytes(
+          nd, c.heads, c.dim_v, m.max_seq_len));
+      DeviceArray<float> unused(std::vector<float>(step.out_count(), kNaN));
+      EXPECT_EQ(cuda::LaunchDecodeAttention(
+                    step.dq().get(), c.heads, step.device_cache(), dm, 0, nd,
+                    c.window, step.Scale(), unused.get(), small.get(),
+                    small.size(), nullptr),
+                cudaErrorInvalidValue);
+    }
+    DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
+    ASSERT_CUDA_OK(cuda::LaunchDecodeAttention(
+        step.dq().get(), c.heads, step.device_cache(), dm, 0, nd, c.window,
+        step.Scale(), out.get(), ws.get(), ws.size(), nullptr));
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> big = out.Download();
+    for (int32_t s = 0; s < nd; ++s) {
+      const int64_t r = m.query_start_loc[s];
+      ASSERT_EQ(0, std::memcmp(big.data() + r * row, eager.data() + r * row,
+                               row * sizeof(float)))
+          << "sequence " << s << ": a larger grid changed its output";
+    }
+    // Sequence 0 as padding: seq_len 0 (its table and context stay, the
+    // kernel must not read them).
+    std::vector<int32_t> lens = m.seq_lens;
+    lens[0] = 0;
+    DeviceArray<int32_t> padded_lens(lens);
+    dm.seq_lens = padded_lens.get();
+    DeviceArray<float> out2(std::vector<float>(step.out_count(), kNaN));
+    ASSERT_CUDA_OK(cuda::LaunchDecodeAttention(
+        step.dq().get(), c.heads, step.device_cache(), dm, 0, nd, c.window,
+        step.Scale(), out2.get(), ws.get(), ws.size(), nullptr));
+    ASSERT_CUDA_OK(cudaDeviceSynchronize());
+    const std::vector<float> padded = out2.Download();
+    const int64_t r0 = m.query_start_loc[0];
+    for (int64_t i = 0; i < row; ++i) {
+      ASSERT_EQ(padded[r0 * row + i], 0.0f) << "padded sequence, element " << i;
+    }
+    for (int32_t s = 1; s < nd; ++s) {
+      const int64_t r = m.query_start_loc[s];
+      ASSERT_EQ(0, std::memcmp(padded.data() + r * row, eager.data() + r * row,
+                               row * sizeof(float)))
+          << "sequence " << s << " changed beside a padded sequence";
+    }
   }
 
   // Static layout: one block per sequence of `capacity` slots.
