@@ -8,7 +8,10 @@ TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
   //kernels/cuda:sampling_kernels_test //kernels/cuda:attention_kernels_test
   //kernels/cuda:cuda_memory_source_test //kernels/cuda:cuda_ops_test
   //kernels/cuda:sample_parity_test //kernels/cuda:gemm_plans_test //kernels/cuda:fused_ops_test
-  //tests:decode_allocations_cuda_test //tests:decode_graphs_cuda_test)
+  //tests:decode_allocations_cuda_test //tests:decode_graphs_cuda_test
+  //kernels/cuda:skinny_gemm_test //kernels/cuda:flash_prefill_test
+  //kernels/cuda:decode_attention_test //kernels/cuda:decode_attention_bench
+  //kernels/cuda:gemm_bench)
 bazel build -c opt "${TARGETS[@]}"
 rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
 for t in "${TARGETS[@]}"; do
@@ -17,7 +20,7 @@ for t in "${TARGETS[@]}"; do
 done
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libutf8proc.so.2 \
   libsentencepiece.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 \
-  libbrotlidec.so.1 libbrotlienc.so.1; do
+  libbrotlidec.so.1 libbrotlienc.so.1 libbenchmark.so.1debian; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .carry/gpu/lib/
 done
 cp -r ../shared/models/stories260K .carry/gpu/stories260K

@@ -5,7 +5,7 @@
 # card's copy bandwidth and the decode-shaped products (gemm_bench), the kernel benchmarks, and,
 # with LLAMACPP=DIR (a copy of ../shared/bench/llamacpp), llama.cpp on the same card; with
 # HF=FILE (a copy of ../shared/bench/hf_baseline.py), transformers too. One JSON line per row in
-# $OUT/roof.jsonl; logs beside it.
+# $OUT/roof.jsonl; logs beside it. DEADLINE (epoch seconds) skips what would start after it.
 set -uo pipefail
 [ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
@@ -35,17 +35,22 @@ cat >"$W/qwen3-0.6b/config.json" <<'JSON'
  "bos_token_id": 151643, "eos_token_id": 151645}
 JSON
 
+DEADLINE=${DEADLINE:-$(($(date +%s) + 3600))}
+late() { [ "$(date +%s)" -ge "$DEADLINE" ] && echo "SKIPPED (deadline): $1" && return 0; return 1; }
 if [ -x "$BIN/gemm_bench" ]; then
-  timeout 120 "$BIN/gemm_bench" --benchmark_min_time=0.1 --benchmark_format=json \
-    >"$OUT/gemm_bench.json" 2>"$OUT/gemm_bench.err" || echo "gemm_bench failed"
+  timeout 90 "$BIN/gemm_bench" --benchmark_min_time=0.1 --benchmark_counters_tabular=true \
+    >"$OUT/gemm_bench.txt" 2>&1 || echo "gemm_bench failed"
+  grep -E "Copy|Skinny|Cublas" "$OUT/gemm_bench.txt"
 fi
-for b in decode_attention_bench flash_prefill_bench; do
-  [ -x "$BIN/$b" ] && timeout 120 "$BIN/$b" >"$OUT/$b.txt" 2>&1
-done
+if [ -x "$BIN/decode_attention_bench" ]; then
+  timeout 60 "$BIN/decode_attention_bench" >"$OUT/decode_attention_bench.txt" 2>&1
+  tail -15 "$OUT/decode_attention_bench.txt"
+fi
 
 row() {  # label, model, max context, bench flags...
   local label="$1" model="$2" ctx="$3"
   shift 3
+  late "$label" && return
   local t0=$(date +%s.%N)
   if timeout 240 "$BIN/tessera" bench --model "$W/$model" --random-weights --device cuda \
     --max-model-len "$ctx" --json "$@" >"$W/row.json" 2>"$W/row.err"; then
@@ -61,23 +66,20 @@ PY
     echo "{\"label\": \"$label\", \"error\": $(tail -3 "$W/row.err" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}" >>"$ROWS"
   fi
 }
-ROWS_SET=${ROWS_SET:-all}
-row b1-8b llama-8b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3
-row b1-8b-nographs llama-8b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --no-graphs
-row b1-qwen3 qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3
-row b1-qwen3-nographs qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --no-graphs
-row b64-512-8b llama-8b 1024 --batch-size 64 --input-len 512 --output-len 256 --iterations 2
-row prefill-8x4096-8b llama-8b 4160 --batch-size 8 --input-len 4096 --output-len 1 --iterations 2
-if [ "$ROWS_SET" = all ]; then
-  row p01-8b llama-8b 4352 --batch-size 64 --input-len 4096 --output-len 256 --iterations 1
-fi
+row b1-8b llama-8b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3 --max-num-seqs 1
+row b1-qwen3 qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 256 --iterations 3 --max-num-seqs 1
+row b64-512-8b llama-8b 1024 --batch-size 64 --input-len 512 --output-len 256 --iterations 2 --max-num-seqs 64
+row prefill-8x4096-8b llama-8b 4160 --batch-size 8 --input-len 4096 --output-len 1 --iterations 2 --max-num-seqs 8
+row b1-8b-nographs llama-8b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --max-num-seqs 1 --no-graphs
+row b1-qwen3-nographs qwen3-0.6b 4096 --batch-size 1 --input-len 32 --output-len 128 --iterations 2 --max-num-seqs 1 --no-graphs
+row p01-8b llama-8b 4352 --batch-size 64 --input-len 4096 --output-len 256 --iterations 1 --max-num-seqs 64
 
-if [ -n "${LLAMACPP:-}" ] && [ -d "$LLAMACPP" ]; then
+if [ -n "${LLAMACPP:-}" ] && [ -d "$LLAMACPP" ] && ! late llamacpp; then
   OUT=$OUT/llamacpp LLAMACPP_DTYPES=bf16 LLAMACPP_NPL=1,64 LLAMACPP_REPS=2 timeout 200 \
     bash "$LLAMACPP/run_h200.sh" >"$OUT/llamacpp.log" 2>&1
   cat "$OUT/llamacpp/summary.md" 2>/dev/null | head -30
 fi
-if [ -n "${HF:-}" ] && [ -f "$HF" ]; then
+if [ -n "${HF:-}" ] && [ -f "$HF" ] && ! late hf; then
   PYTHONUNBUFFERED=1 timeout "${HF_TIMEOUT:-300}" python3 "$HF" ${HF_MODELS:-llama-8b} \
     >"$OUT/hf.jsonl" 2>"$OUT/hf.err"
   cat "$OUT/hf.jsonl"
