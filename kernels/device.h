@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "kernels/upload_buffer.h"
 #include "runtime/core/tensor.h"
 
@@ -49,6 +50,20 @@ class Device {
   // dtype.
   virtual absl::StatusOr<Tensor> Upload(const TensorView& host,
                                         DType dtype) = 0;
+
+  // One tensor of `shape` holding `parts` (this backend's memory, one dtype)
+  // back to back, made by copies within this backend's memory: the load-time
+  // stacking of a layer's q/k/v and gate/up weights (runtime/model/weights.h
+  // ConcatRows). The parts' bytes must add up to the shape's (InvalidArgument
+  // otherwise); they may be freed once the call returns. Unimplemented where
+  // a backend has no such copies (ConcatRows then stages through the host).
+  virtual absl::StatusOr<Tensor> StackRows(absl::Span<const TensorView> parts,
+                                           const Shape& shape) {
+    (void)parts;
+    (void)shape;
+    return absl::UnimplementedError(
+        "this backend has no device-to-device copies");
+  }
 
   // Copies `src` (this backend's memory) to host memory at `dst`
   // (src.nbytes() bytes), complete when the call returns.

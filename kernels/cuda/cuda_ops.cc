@@ -533,6 +533,45 @@ absl::Status CudaOps::DoGatherRows(const TensorView& src,
       "GatherRows");
 }
 
+absl::StatusOr<Tensor> CudaOps::StackRows(absl::Span<const TensorView> parts,
+                                          const Shape& shape) {
+  if (parts.empty()) {
+    return absl::InvalidArgumentError("StackRows: no parts to stack");
+  }
+  const DType dtype = parts[0].dtype();
+  const size_t bytes = static_cast<size_t>(shape.numel()) * DTypeSize(dtype);
+  size_t total = 0;
+  for (const TensorView& part : parts) {
+    if (part.dtype() != dtype) {
+      return absl::InvalidArgumentError("StackRows: parts of two dtypes");
+    }
+    total += part.nbytes();
+  }
+  if (total != bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("StackRows: the parts hold ", total, " bytes, ",
+                     shape.ToString(), " needs ", bytes));
+  }
+  ASSIGN_OR_RETURN(void* device,
+                   allocator_->Allocate(std::max<size_t>(bytes, 1)));
+  PinnableBlockAllocator* allocator = allocator_;
+  Tensor t = Tensor::Adopt(device, dtype, shape, [allocator](void* p) {
+    allocator->Free(p).IgnoreError();
+  });
+  char* dst = static_cast<char*>(device);
+  for (const TensorView& part : parts) {
+    if (part.nbytes() == 0) continue;
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(dst, part.data(), part.nbytes(),
+                                   cudaMemcpyDeviceToDevice, stream_),
+                   "cudaMemcpyAsync", "stacking weights on the device"));
+    dst += part.nbytes();
+  }
+  // The caller may free the parts as soon as this returns.
+  RETURN_IF_ERROR(Synchronize());
+  return t;
+}
+
 absl::Status CudaOps::CopyToHost(const TensorView& src, void* dst) {
   if (src.numel() == 0) return absl::OkStatus();
   RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(dst, src.data(), src.nbytes(),

@@ -59,6 +59,8 @@ class CudaOps final : public Ops {
 
   absl::StatusOr<Tensor> Upload(const TensorView& host, DType dtype) override;
   absl::Status CopyToHost(const TensorView& src, void* dst) override;
+  absl::StatusOr<Tensor> StackRows(absl::Span<const TensorView> parts,
+                                   const Shape& shape) override;
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
   absl::Status ReserveStepScratch(const StepLimits& limits) override;

@@ -162,6 +162,23 @@ TEST_F(CudaOpsTest, LinearMatchesCpuInF32AndBf16) {
   }
 }
 
+// Load-time stacking (q/k/v, gate/up) copies inside device memory, in order;
+// parts whose bytes do not make up the shape are refused.
+TEST_F(CudaOpsTest, StackRowsCopiesOnTheDevice) {
+  Tensor a = Random({2, 5}), b = Random({3, 5});
+  Tensor da = Device(a), db = Device(b);
+  absl::StatusOr<Tensor> out =
+      gpu_->StackRows({da.view(), db.view()}, Shape({5, 5}));
+  ASSERT_TRUE(out.ok()) << out.status();
+  const std::vector<float> got = Host(out->view());
+  for (int64_t i = 0; i < 10; ++i) EXPECT_EQ(got[i], a.data_as<float>()[i]);
+  for (int64_t i = 0; i < 15; ++i) {
+    EXPECT_EQ(got[10 + i], b.data_as<float>()[i]);
+  }
+  EXPECT_EQ(gpu_->StackRows({da.view()}, Shape({5, 5})).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(CudaOpsTest, LinearRefusesAScaledWeight) {
   Tensor dx = Device(Random({2, 4})), dw = Device(Random({3, 4}));
   Tensor dscale = Device(Random({3})), out = DeviceEmpty({2, 3});

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <new>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -357,6 +358,12 @@ absl::StatusOr<Tensor> ConcatRows(Device* device,
     }
     return out;
   }
+  std::vector<TensorView> views;
+  views.reserve(parts.size());
+  for (const Tensor* part : parts) views.push_back(part->view());
+  absl::StatusOr<Tensor> stacked = device->StackRows(views, shape);
+  if (!absl::IsUnimplemented(stacked.status())) return stacked;
+  // A backend without device-to-device copies: one round trip.
   HostStaging own;
   ASSIGN_OR_RETURN(void* host, (staging != nullptr ? staging : &own)
                                    ->Reserve(std::max<size_t>(bytes, 1)));

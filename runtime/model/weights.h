@@ -211,11 +211,12 @@ absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& checkpoint,
 // new tensor in `device`'s memory with that dtype: how a model fuses this
 // rank's q/k/v (or gate/up) slices into one projection after loading, so the
 // checkpoint, the weight table and the weight transfer keep the published
-// tensors. A host-memory backend copies in place; any other goes through one
-// host buffer of the result's size (Device has no device-to-device copy):
-// `staging` when given (reused across calls, so binding a model's layers
-// allocates it once), else a buffer of its own. InvalidArgument for no parts
-// or parts that do not stack.
+// tensors. A host-memory backend copies in place; any other stacks them with
+// copies inside its own memory (Device::StackRows: on a GPU, no host pass),
+// and one without such copies goes through one host buffer of the result's
+// size: `staging` when given (reused across calls, so binding a model's
+// layers allocates it once), else a buffer of its own. InvalidArgument for no
+// parts or parts that do not stack.
 absl::StatusOr<Tensor> ConcatRows(Device* device,
                                   absl::Span<const Tensor* const> parts,
                                   HostStaging* staging = nullptr);

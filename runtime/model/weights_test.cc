@@ -440,6 +440,33 @@ class OpaqueDevice final : public Device {
   int uploads = 0, copies = 0;
 };
 
+// The same, with copies inside its own memory (as CudaOps::StackRows).
+class StackingDevice final : public Device {
+ public:
+  absl::StatusOr<Tensor> Upload(const TensorView&, DType) override {
+    return absl::InternalError("no upload expected");
+  }
+  absl::Status CopyToHost(const TensorView&, void*) override {
+    return absl::InternalError("no host copy expected");
+  }
+  absl::StatusOr<Tensor> StackRows(absl::Span<const TensorView> parts,
+                                   const Shape& shape) override {
+    ++stacks;
+    ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(parts[0].dtype(), shape));
+    char* dst = static_cast<char*>(t.data());
+    for (const TensorView& part : parts) {
+      if (part.nbytes() > 0) std::memcpy(dst, part.data(), part.nbytes());
+      dst += part.nbytes();
+    }
+    return t;
+  }
+  absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
+      size_t) override {
+    return absl::UnimplementedError("none");
+  }
+  int stacks = 0;
+};
+
 Tensor Filled(DType dtype, Shape shape, uint8_t first) {
   Tensor t = *Tensor::Empty(dtype, std::move(shape));
   for (size_t i = 0; i < t.nbytes(); ++i) {
@@ -449,8 +476,9 @@ Tensor Filled(DType dtype, Shape shape, uint8_t first) {
 }
 
 // The fused projections' rows are the parts' rows in order, byte for byte,
-// on a host-memory backend (in place) and on one that is not (one round
-// trip: a copy per part, one upload).
+// on a host-memory backend (in place), on one that copies within its own
+// memory (StackRows, as a GPU), and on one that cannot (one round trip: a
+// copy per part, one upload).
 TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     Tensor a = Filled(dtype, {2, 3}, 1), b = Filled(dtype, {1, 3}, 50),
@@ -462,8 +490,10 @@ TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
     }
     CpuOps cpu;
     OpaqueDevice opaque;
+    StackingDevice stacking;
     for (Device* device :
-         {static_cast<Device*>(&cpu), static_cast<Device*>(&opaque)}) {
+         {static_cast<Device*>(&cpu), static_cast<Device*>(&opaque),
+          static_cast<Device*>(&stacking)}) {
       HostStaging staging;
       absl::StatusOr<Tensor> out = ConcatRows(device, {&a, &b, &c}, &staging);
       ASSERT_TRUE(out.ok()) << out.status();
@@ -474,6 +504,7 @@ TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
     }
     EXPECT_EQ(opaque.copies, 3);
     EXPECT_EQ(opaque.uploads, 1);
+    EXPECT_EQ(stacking.stacks, 1);
   }
   // Vectors (biases) stack along their length.
   Tensor u = Filled(DType::kF32, {4}, 0), v = Filled(DType::kF32, {2}, 9);
