@@ -16,6 +16,7 @@
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
 #include "kernels/testing/step_arrays.h"
 #include "runtime/core/status.h"
@@ -40,21 +41,8 @@ float RoundBf16(float x) {
   return y;
 }
 
-class CudaOpsTest : public ::testing::Test {
+class CudaOpsTest : public testing_cuda::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    source_ = std::make_unique<CudaMemorySource>(0);
-    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
-    auto ops = CudaOps::Create(0, allocator_.get());
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    gpu_ = *std::move(ops);
-  }
-  void TearDown() override {
-    gpu_.reset();
-    allocator_.reset();
-  }
-
   Tensor Random(Shape shape, float scale = 1.0f) {
     Tensor t = *Tensor::Empty(DType::kF32, shape);
     std::normal_distribution<float> dist(0.0f, scale);
@@ -90,9 +78,6 @@ class CudaOpsTest : public ::testing::Test {
 
   std::mt19937 rng_{1234};
   CpuOps cpu_;
-  std::unique_ptr<CudaMemorySource> source_;
-  std::unique_ptr<PinnableBlockAllocator> allocator_;
-  std::unique_ptr<CudaOps> gpu_;
 };
 
 // Upload of host tensors in the checkpoint's dtype: bf16 → bf16 is the bytes

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
 #include "kernels/testing/step_arrays.h"
 
@@ -45,20 +46,8 @@ float RoundBf16(float x) {
   return y;
 }
 
-class FusedOpsTest : public ::testing::Test {
+class FusedOpsTest : public testing_cuda::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    source_ = std::make_unique<CudaMemorySource>(0);
-    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
-    auto ops = CudaOps::Create(0, allocator_.get());
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    gpu_ = *std::move(ops);
-  }
-  void TearDown() override {
-    gpu_.reset();
-    allocator_.reset();
-  }
   std::vector<float> Random(size_t n, float scale = 1.0f) {
     std::normal_distribution<float> dist(0.0f, scale);
     std::vector<float> v(n);
@@ -75,9 +64,6 @@ class FusedOpsTest : public ::testing::Test {
   }
 
   std::mt19937 rng_{std::random_device{}()};
-  std::unique_ptr<CudaMemorySource> source_;
-  std::unique_ptr<PinnableBlockAllocator> allocator_;
-  std::unique_ptr<CudaOps> gpu_;
   CpuOps cpu_;
 };
 

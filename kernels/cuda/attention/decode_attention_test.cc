@@ -33,6 +33,7 @@
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
 #include "runtime/core/memory.h"
 
@@ -372,23 +373,8 @@ TEST_F(DecodeAttentionTest, OnlyPaddedSequences) {
 // CpuOps, after ReserveStepScratch sized the decode workspace for the rank's
 // limits and with a graph's grid bound (the limits' context), so a step at
 // the bound needs no workspace growth.
-class CudaOpsDecodeTest : public ::testing::Test {
+class CudaOpsDecodeTest : public testing_cuda::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    source_ = std::make_unique<CudaMemorySource>(0);
-    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
-    auto ops = CudaOps::Create(0, allocator_.get());
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    gpu_ = *std::move(ops);
-  }
-  void TearDown() override {
-    gpu_.reset();
-    allocator_.reset();
-  }
-  std::unique_ptr<CudaMemorySource> source_;
-  std::unique_ptr<PinnableBlockAllocator> allocator_;
-  std::unique_ptr<CudaOps> gpu_;
   std::mt19937 rng_{77};
 };
 

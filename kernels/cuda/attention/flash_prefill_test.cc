@@ -33,6 +33,7 @@
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
 #include "runtime/core/memory.h"
 
@@ -422,21 +423,8 @@ TEST(FlashPrefillDispatchTest, RejectsWhatItDoesNotCover) {
 // CudaOps dispatch: a bf16 cache at D 128 runs the tensor-core kernel (its
 // exact bits, which differ from the older kernel's), D 96 the older kernel
 // (its exact bits); both within tolerance of the CPU.
-class CudaOpsDispatchTest : public ::testing::Test {
+class CudaOpsDispatchTest : public testing_cuda::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    source_ = std::make_unique<CudaMemorySource>(0);
-    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
-    auto ops = CudaOps::Create(0, allocator_.get());
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    gpu_ = *std::move(ops);
-  }
-  void TearDown() override {
-    gpu_.reset();
-    allocator_.reset();
-  }
-
   // CudaOps' output, and the two launchers' outputs, for one step.
   void Run(const Config& c, bool want_flash) {
     SCOPED_TRACE(c.ToString());
@@ -497,9 +485,6 @@ class CudaOpsDispatchTest : public ::testing::Test {
   }
 
   std::mt19937 rng_{99};
-  std::unique_ptr<CudaMemorySource> source_;
-  std::unique_ptr<PinnableBlockAllocator> allocator_;
-  std::unique_ptr<CudaOps> gpu_;
 };
 
 TEST_F(CudaOpsDispatchTest, Bf16Dim128TakesTensorCores) {

@@ -15,26 +15,14 @@
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "runtime/sampler/sampling_params.h"
 
 namespace tessera {
 namespace {
 
-class SampleParityTest : public ::testing::Test {
+class SampleParityTest : public testing_cuda::CudaOpsFixture {
  protected:
-  void SetUp() override {
-    if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
-    source_ = std::make_unique<CudaMemorySource>(0);
-    allocator_ = std::make_unique<PinnableBlockAllocator>(source_.get());
-    auto ops = CudaOps::Create(0, allocator_.get());
-    ASSERT_TRUE(ops.ok()) << ops.status();
-    gpu_ = *std::move(ops);
-  }
-  void TearDown() override {
-    gpu_.reset();
-    allocator_.reset();
-  }
-
   SamplingParams RandomParams() {
     std::uniform_int_distribution<int> pick(0, 99);
     std::uniform_real_distribution<float> unit(0.0f, 1.0f);
@@ -92,9 +80,6 @@ class SampleParityTest : public ::testing::Test {
 
   std::mt19937_64 rng_{20261201};
   CpuOps cpu_;
-  std::unique_ptr<CudaMemorySource> source_;
-  std::unique_ptr<PinnableBlockAllocator> allocator_;
-  std::unique_ptr<CudaOps> gpu_;
 };
 
 TEST_F(SampleParityTest, SameTokensAndLogprobsOnBothBackends) {
