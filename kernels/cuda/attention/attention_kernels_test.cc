@@ -559,7 +559,9 @@ class CudaAttentionTest : public ::testing::Test {
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> eager = out.Download();
     ExpectClose(eager, want, c.tolerance(), "decode + prefill");
-    if (nd > 0) ASSERT_NO_FATAL_FAILURE(CheckGraphSafeDecode(c, step, eager));
+    if (nd > 0) {
+      ASSERT_NO_FATAL_FAILURE(CheckGraphSafeDecode(c, step, eager));
+    }
 
     DeviceArray<float> out2(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(

@@ -28,16 +28,22 @@ __device__ __forceinline__ void Widen(uint32_t packed, float* lo_hi) {
 }
 
 // acc[r][t] += x[t, chunk c] · w[row r, chunk c] for one chunk (8 k).
+//
+// x is read with plain (coherent) loads, not __ldg or a __restrict__ const
+// pointer that would let the compiler use the non-coherent path: under
+// programmatic dependent launch the kernel before this one writes x while
+// this kernel is already running (before its griddepcontrol.wait), and the
+// non-coherent path is only defined for data that is read-only for the
+// whole kernel, as the weights are.
 template <int T, int R>
-__device__ __forceinline__ void Accumulate(const float* __restrict__ x,
-                                           int64_t k, int64_t c,
+__device__ __forceinline__ void Accumulate(const float* x, int64_t k, int64_t c,
                                            const uint4 (&wv)[R],
                                            float (&acc)[R][T]) {
   float xv[T][8];
 #pragma unroll
   for (int t = 0; t < T; ++t) {
     const float4* xr = reinterpret_cast<const float4*>(x + t * k) + 2 * c;
-    const float4 a = __ldg(xr), b = __ldg(xr + 1);
+    const float4 a = xr[0], b = xr[1];
     xv[t][0] = a.x, xv[t][1] = a.y, xv[t][2] = a.z, xv[t][3] = a.w;
     xv[t][4] = b.x, xv[t][5] = b.y, xv[t][6] = b.z, xv[t][7] = b.w;
   }
@@ -69,7 +75,7 @@ __device__ __forceinline__ void Accumulate(const float* __restrict__ x,
 // product's time.
 template <int T>
 __global__ void __launch_bounds__(kThreads)
-    SkinnyGemmKernel(const float* __restrict__ x, const uint4* __restrict__ w,
+    SkinnyGemmKernel(const float* x, const uint4* __restrict__ w,
                      const float* __restrict__ bias, float* __restrict__ out,
                      int64_t n, int64_t k) {
   constexpr int R = Tile<T>::kRows, U = Tile<T>::kUnroll;
