@@ -26,6 +26,19 @@
 // never needs the arrays on the host. PackAttentionMetadata writes the arrays
 // into fixed-capacity host memory and checks them; HostAttentionMetadata
 // (BuildAttentionMetadata) is the same in host vectors, for tests and tools.
+//
+// Graph-safe steps (what a decode step must honour to be captured once in a
+// CUDA graph and replayed at every later length; runtime/executor/
+// graph_runner.h):
+//  1. Launch configurations depend only on host values fixed for a batch
+//     bucket — num_tokens, num_seqs, head counts, dims and grid_max_seq_len
+//     (below) — never on the step's exact lengths, which kernels read from
+//     the device arrays. No op of such a step reads or writes host memory,
+//     allocates or synchronizes.
+//  2. Padding: a step padded up to its bucket carries extra sequences with
+//     query_len 1, context_len 0, seq_len 0, slot -1, an all -1 block table
+//     row, token 0 and position 0. Attention writes zeros for a sequence of
+//     seq_len 0 and reads none of its blocks; KV writes skip slot -1.
 #ifndef TESSERA_KERNELS_ATTENTION_METADATA_H_
 #define TESSERA_KERNELS_ATTENTION_METADATA_H_
 

@@ -27,6 +27,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/registry.h"
 #include "tests/test_paths.h"
+#include "tests/testing/long_context_model.h"
 
 namespace tessera {
 namespace {
@@ -41,21 +42,8 @@ std::string Device() {
   return d != nullptr ? d : "cpu";
 }
 
-// The demo checkpoint with a longer context (its RoPE does not depend on it).
 std::string LongContextModel() {
-  const fs::path dir = fs::path(testing::TempDir()) / "long_context_model";
-  fs::create_directories(dir);
-  std::ifstream in(DemoModelDir() + "/config.json");
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  EXPECT_FALSE(config.is_discarded());
-  config["max_position_embeddings"] = kContext;
-  std::ofstream(dir / "config.json") << config.dump();
-  const fs::path weights = dir / "model.safetensors";
-  if (!fs::exists(weights)) {
-    fs::create_symlink(fs::absolute(DemoModelDir() + "/model.safetensors"),
-                       weights);
-  }
-  return dir.string();
+  return LongContextDemoModel("long_context_model", kContext);
 }
 
 // One rank on `device` running a single sequence, one decode step at a time.

@@ -32,6 +32,7 @@
 #include "runtime/model/model.h"
 #include "runtime/model/registry.h"
 #include "tests/test_paths.h"
+#include "tests/testing/long_context_model.h"
 
 namespace tessera {
 namespace {
@@ -43,21 +44,8 @@ constexpr int64_t kBlockSize = 16;
 constexpr int32_t kMaxBatch = 16;
 constexpr int64_t kBlocksPerSeq = (kContext + kBlockSize - 1) / kBlockSize;
 
-// The demo checkpoint with a longer context (its RoPE does not depend on it).
 std::string LongContextModel() {
-  const fs::path dir = fs::path(testing::TempDir()) / "graphs_long_context";
-  fs::create_directories(dir);
-  std::ifstream in(DemoModelDir() + "/config.json");
-  nlohmann::json config = nlohmann::json::parse(in, nullptr, false);
-  EXPECT_FALSE(config.is_discarded());
-  config["max_position_embeddings"] = kContext;
-  std::ofstream(dir / "config.json") << config.dump();
-  const fs::path weights = dir / "model.safetensors";
-  if (!fs::exists(weights)) {
-    fs::create_symlink(fs::absolute(DemoModelDir() + "/model.safetensors"),
-                       weights);
-  }
-  return dir.string();
+  return LongContextDemoModel("graphs_long_context", kContext);
 }
 
 class DecodeGraphsTest : public ::testing::Test {

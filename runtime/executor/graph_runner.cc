@@ -91,7 +91,8 @@ absl::StatusOr<std::unique_ptr<GraphRunner>> GraphRunner::Capture(
         "GraphRunner: decode graphs need paged attention");
   }
   // Checked before anything runs: the warm-up's padded rows are for kernels
-  // that honour contract 2 (the CPU's attention would read a -1 block).
+  // that honour graph-safe steps 2 (attention_metadata.h) (the CPU's attention
+  // would read a -1 block).
   if (model->ops()->host_memory()) {
     return absl::UnimplementedError(
         "decode graphs need a backend that captures graphs (a GPU)");

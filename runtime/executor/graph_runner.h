@@ -5,11 +5,12 @@
 // is no multiple of 8, so every decode batch up to the cap has a bucket. A
 // pure-decode step (every sequence runs one token and samples) of n <= the
 // largest bucket sequences is padded to the smallest bucket >= n
-// (StepInputs::Fill's pad_to: contract 2, seq_len 0 rows that attention
-// answers with zeros and the cache write skips), and the bucket's graph is
-// replayed; the logits then have `bucket` rows, the real ones first, and
-// only those are sampled — sampling stays outside the graph (it copies to
-// and from the host). Any other step runs eagerly (StepRunner).
+// (StepInputs::Fill's pad_to: graph-safe steps 2 of attention_metadata.h,
+// seq_len 0 rows that attention answers with zeros and the cache write skips),
+// and the bucket's graph is replayed; the logits then have `bucket` rows, the
+// real ones first, and only those are sampled — sampling stays outside the
+// graph (it copies to and from the host). Any other step runs eagerly
+// (StepRunner).
 //
 // Capture (Capture): the step inputs are filled with a batch of padding only
 // (no real sequence: nothing reads or writes a KV block), the model runs it
@@ -17,11 +18,12 @@
 // exist before the capture), then again between Device::BeginCapture and
 // EndCapture. Buckets are captured largest first so that smaller graphs find
 // everything the larger ones made. Every launch of a decode step is
-// graph-safe (contract 1: its configuration depends only on the bucket, the
-// model's dims and AttentionMetadata::grid_max_seq_len, which a padded step
-// sets to the rank's context), so one graph serves every step of its bucket
-// whatever the lengths; the device arrays the graph reads are the step
-// inputs' fixed buffers, refilled by one upload before each replay.
+// graph-safe (attention_metadata.h, graph-safe steps 1: its configuration
+// depends only on the bucket, the model's dims and
+// AttentionMetadata::grid_max_seq_len, which a padded step sets to the rank's
+// context), so one graph serves every step of its bucket whatever the lengths;
+// the device arrays the graph reads are the step inputs' fixed buffers,
+// refilled by one upload before each replay.
 //
 // Memory: one pool, the rank's allocator. Nothing is allocated while a graph
 // is captured (the step scratch was reserved for the largest step,
@@ -85,10 +87,10 @@ class GraphRunner {
   // Captures one graph per bucket of `buckets` (ascending, each in [1,
   // inputs' sequence, token and logit-row limits]) over `model`, `pool` and
   // `inputs` (all must outlive the runner), largest first. The model's ops
-  // must capture (Unimplemented on the CPU backend, before anything runs). `free_device_bytes`, if
-  // set, measures the device's free memory before and after (graph_bytes());
-  // the allocator's growth is counted either way. On error nothing is left
-  // captured.
+  // must capture (Unimplemented on the CPU backend, before anything runs).
+  // `free_device_bytes`, if set, measures the device's free memory before and
+  // after (graph_bytes()); the allocator's growth is counted either way. On
+  // error nothing is left captured.
   static absl::StatusOr<std::unique_ptr<GraphRunner>> Capture(
       Model* model, const KvPool& pool, AttentionBackend backend,
       StepInputs* inputs, absl::Span<const int32_t> buckets,

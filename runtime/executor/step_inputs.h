@@ -66,13 +66,13 @@ class StepInputs {
   // views are empty then (the buffer may hold part of the rejected step).
   //
   // pad_to > 0 pads a decode step up to a CUDA graph's batch bucket
-  // (runtime/executor/graph_runner.h; contract 2 of the graph-safe step):
-  // every real sequence must run one token (InvalidArgument otherwise), and
-  // sequences seqs.size() .. pad_to - 1 are padding — query_len 1,
-  // context_len 0, seq_len 0, slot -1 (the cache write skips it), a block
-  // table row of -1, token id 0, position 0 — whose one row each is appended
-  // to logit_rows (so the step's logits have pad_to rows, the real ones
-  // first). The scalars count the padding (num_seqs = num_tokens =
+  // (runtime/executor/graph_runner.h; graph-safe steps 2 of
+  // attention_metadata.h): every real sequence must run one token
+  // (InvalidArgument otherwise), and sequences seqs.size() .. pad_to - 1 are
+  // padding — query_len 1, context_len 0, seq_len 0, slot -1 (the cache write
+  // skips it), a block table row of -1, token id 0, position 0 — whose one row
+  // each is appended to logit_rows (so the step's logits have pad_to rows, the
+  // real ones first). The scalars count the padding (num_seqs = num_tokens =
   // num_decode_seqs = pad_to), max_seq_len stays the real sequences' maximum,
   // and grid_max_seq_len is limits.max_seq_len (the rank's context), the same
   // for every padded step, so a captured launch fits every one (pad_to ==

@@ -571,10 +571,10 @@ class CudaAttentionTest : public ::testing::Test {
     ExpectClose(out2.Download(), want, c.tolerance(), "prefill of all");
   }
 
-  // Graph-safe launches (contract 1 and 2 of the split): the decode launch
-  // sized for a grid_max_seq_len far beyond the batch's longest sequence
-  // gives bitwise the eager result, and a sequence whose seq_len is 0 (a
-  // padded row) gets zeros while the others are unchanged.
+  // Graph-safe launches (graph-safe steps 1 and 2, attention_metadata.h): the
+  // decode launch sized for a grid_max_seq_len far beyond the batch's longest
+  // sequence gives bitwise the eager result, and a sequence whose seq_len is 0
+  // (a padded row) gets zeros while the others are unchanged.
   void CheckGraphSafeDecode(const Config& c, const Step& step,
                             const std::vector<float>& eager) {
     const HostAttentionMetadata& m = step.m();

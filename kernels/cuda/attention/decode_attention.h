@@ -7,8 +7,8 @@
 // at positions max(0, seq_lens[s] - window) .. seq_lens[s] - 1 of its own
 // sequence. q [num_tokens, num_heads, D] f32, out [num_tokens, num_heads, D]
 // f32, accumulation f32. A sequence with seq_lens[s] == 0 (a padded sequence
-// of a graph bucket: SPLIT-16 contract 2) gets zeros in its output row and
-// reads no block of the cache.
+// of a graph bucket: attention_metadata.h, graph-safe steps 2) gets zeros in
+// its output row and reads no block of the cache.
 //
 // Which kernel takes which case (CudaOps::DoDecodeAttention dispatches on
 // DecodeAttentionSupported, and the rule is tested):
@@ -25,23 +25,25 @@
 // softmax in f32 (base 2); the sub-warps' partial results are merged in
 // shared memory in a fixed order.
 //
-// Measured on one H200 (decode_attention_bench; copy 4252 GB/s read+write):
-// batch 64 x 4096, 32/8 heads, D 128, bf16, block 16: 365 us = 2939 GB/s of
-// KV, 69.1% of copy (the old kernel: 1010 us, 25.0%); the same with a grid
-// bound of 32768: 365 us. f32 cache 91.4%; D 64 81.1%; group 8 36.6% and
-// bf16 D 128 are bound by instructions (ncu: SM 77%, DRAM 63%), not bytes.
-// TESSERA_DECODE_FAST (the .cu) is a candidate that trims the loop.
+// Measured on one H200 (decode_attention_bench, 2026-12-02; copy 4277.5
+// GB/s read + write in the same run): batch 64 x 4096, 32/8 heads, D 128,
+// bf16, block 16: 345.9 us = 3104 GB/s of KV, 72.6% of copy (the old kernel
+// in the same run: 993.6 us, 25.3%); the same with a grid bound of 32768:
+// 345.3 us. f32 cache 87.7%; D 64 (16/8 heads, block 32) 76.8%; group 8 (64/8
+// heads) 39.2%, bound by instructions (it spills and does twice the math per
+// byte).
 //
-// Graph safety (SPLIT-16 contract 1): the launch configuration depends only
-// on host values fixed for a batch bucket: the number of sequences, the head
-// counts and dims, and the key bound max_keys = m.grid_max_seq_len (or
-// m.max_seq_len when it is 0), min'd with the window. The actual lengths are
-// read on the device. The key range of a sequence is cut into splits whose
-// size depends on that sequence's key count alone (DecodeSplitKeys), so the
-// result of a sequence is bitwise the same whatever the batch, the padding or
-// the grid bound: a graph captured with a large grid_max_seq_len replays the
-// eager result exactly. A CTA loops over the splits of its sequence with the
-// grid's stride, so a large bound costs few idle CTAs.
+// Graph safety (attention_metadata.h, graph-safe steps 1): the launch
+// configuration depends only on host values fixed for a batch bucket: the
+// number of sequences, the head counts and dims, and the key bound max_keys =
+// m.grid_max_seq_len (or m.max_seq_len when it is 0), min'd with the window.
+// The actual lengths are read on the device. The key range of a sequence is cut
+// into splits whose size depends on that sequence's key count alone
+// (DecodeSplitKeys), so the result of a sequence is bitwise the same whatever
+// the batch, the padding or the grid bound: a graph captured with a large
+// grid_max_seq_len replays the eager result exactly. A CTA loops over the
+// splits of its sequence with the grid's stride, so a large bound costs few
+// idle CTAs.
 //
 // Workspace: splits' (max, sum, unnormalized output) for sequences with more
 // than one split; a combine kernel merges them. Its size depends only on host

@@ -4,12 +4,13 @@
 // 1..8 (3: a group below its kernel's), D 64 and 128, block sizes 16, 24 (not
 // a power of two) and 32, sliding windows, f32 and bf16 caches; the cache's
 // unused slots are NaN, so a read of a wrong slot fails loudly. Padded
-// sequences (seq_len 0, block table -1: SPLIT-16 contract 2) must come out as
-// zeros. Graph safety: the same launch with a larger grid_max_seq_len, and each
-// sequence in a smaller batch, give bitwise the same output. Through CudaOps:
-// the dispatch (split decode for bf16 D 128, the old kernel for f32 D 96)
-// against the CPU after ReserveStepScratch, at a graph's grid bound. The
-// dispatch rule and the launcher's argument checks run without a GPU too.
+// sequences (seq_len 0, block table -1: attention_metadata.h, graph-safe steps
+// 2) must come out as zeros. Graph safety: the same launch with a larger
+// grid_max_seq_len, and each sequence in a smaller batch, give bitwise the same
+// output. Through CudaOps: the dispatch (split decode for bf16 D 128, the old
+// kernel for f32 D 96) against the CPU after ReserveStepScratch, at a graph's
+// grid bound. The dispatch rule and the launcher's argument checks run without
+// a GPU too.
 #include "kernels/cuda/attention/decode_attention.h"
 
 #include <cuda_runtime_api.h>
