@@ -388,6 +388,19 @@ absl::Status CheckGatedActivation(const TensorView& gate_up,
   return absl::OkStatus();
 }
 
+absl::Status CheckGatedLinear(const OpSupport& support, const TensorView& x,
+                              const WeightView& gate_up, const TensorView* bias,
+                              const TensorView& gate_up_scratch,
+                              const TensorView& out) {
+  RETURN_IF_ERROR(CheckLinear(support, x, gate_up, bias, gate_up_scratch));
+  RETURN_IF_ERROR(CheckGatedActivation(gate_up_scratch, out));
+  if (Overlap(x, out) || Overlap(x, gate_up_scratch)) {
+    return absl::InvalidArgumentError(
+        "GatedLinear: out or gate_up_scratch overlaps x");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckQkvRopeStore(const OpSupport& support,
                                const QkvRopeStoreArgs& a) {
   constexpr absl::string_view kOp = "QkvRopeStore";

@@ -119,6 +119,13 @@ absl::Status CheckStoreKvCacheValues(const TensorView& slot_mapping,
 // f32 gate_up [T, 2I] and out [T, I] that do not overlap.
 absl::Status CheckGatedActivation(const TensorView& gate_up,
                                   const TensorView& out);
+// Linear's checks of (x, gate_up, bias, gate_up_scratch) and
+// GatedActivation's of (gate_up_scratch, out); neither out nor the scratch
+// overlaps x.
+absl::Status CheckGatedLinear(const OpSupport& support, const TensorView& x,
+                              const WeightView& gate_up, const TensorView* bias,
+                              const TensorView& gate_up_scratch,
+                              const TensorView& out);
 // QkvRopeStoreArgs' contract (ops.h): f32 qkv [T, (H + 2 Hkv) D] with Hkv and
 // D (even, == Dv) the valid cache's, q_out [T, H, D] not overlapping qkv,
 // norms f32 [D] when given, inv_freq f32 [D/2], positions kI32 [T],

@@ -91,6 +91,24 @@ absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
   return DoStoreKvCache(k, v, slot_mapping, cache);
 }
 
+absl::Status Ops::GatedLinear(GatedActivationKind kind, const TensorView& x,
+                              const WeightView& gate_up, const TensorView* bias,
+                              const TensorView& gate_up_scratch,
+                              const TensorView& out) {
+  RETURN_IF_ERROR(
+      CheckGatedLinear(support_, x, gate_up, bias, gate_up_scratch, out));
+  return DoGatedLinear(kind, x, gate_up, bias, gate_up_scratch, out);
+}
+
+absl::Status Ops::DoGatedLinear(GatedActivationKind kind, const TensorView& x,
+                                const WeightView& gate_up,
+                                const TensorView* bias,
+                                const TensorView& gate_up_scratch,
+                                const TensorView& out) {
+  RETURN_IF_ERROR(DoLinear(x, gate_up, bias, gate_up_scratch));
+  return DoGatedActivation(kind, gate_up_scratch, out);
+}
+
 absl::Status Ops::GatedActivation(GatedActivationKind kind,
                                   const TensorView& gate_up,
                                   const TensorView& out) {

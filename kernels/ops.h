@@ -284,6 +284,18 @@ class Ops : public Device {
                                const TensorView& gate_up,
                                const TensorView& out);
 
+  // The gated MLP's first half in one op: out [T, I] = act(x · gateᵀ + bg) *
+  // (x · upᵀ + bu), where `gate_up` [2I, K] stacks the gate rows, then the up
+  // rows, and bias [2I] (or null) likewise: what Linear into gate_up_scratch
+  // [T, 2I] followed by GatedActivation computes, and bit for bit so on every
+  // backend. A backend may fuse the two (CUDA does at decode sizes, so the
+  // product never reaches memory); the scratch's contents afterwards are
+  // unspecified. Neither out nor the scratch may overlap x or each other.
+  absl::Status GatedLinear(GatedActivationKind kind, const TensorView& x,
+                           const WeightView& gate_up, const TensorView* bias,
+                           const TensorView& gate_up_scratch,
+                           const TensorView& out);
+
   // RmsNorm (optional) + Rope + StoreKvCache of a fused q/k/v projection's
   // output in one op: see QkvRopeStoreArgs. On the CPU it is the unfused ops
   // in sequence (bit for bit their results); on CUDA one kernel.
@@ -356,6 +368,13 @@ class Ops : public Device {
   virtual absl::Status DoGatedActivation(GatedActivationKind kind,
                                          const TensorView& gate_up,
                                          const TensorView& out) = 0;
+  // By default DoLinear into the scratch, then DoGatedActivation.
+  virtual absl::Status DoGatedLinear(GatedActivationKind kind,
+                                     const TensorView& x,
+                                     const WeightView& gate_up,
+                                     const TensorView* bias,
+                                     const TensorView& gate_up_scratch,
+                                     const TensorView& out);
   virtual absl::Status DoQkvRopeStore(const QkvRopeStoreArgs& args) = 0;
   virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;

@@ -173,6 +173,32 @@ TEST(OpsTest, AddRmsNormRefusesOutAliasingResidualAndRunsAddThenNorm) {
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"Add", "RmsNorm"}));
 }
 
+TEST(OpsTest, GatedLinearChecksBothOpsAndRunsThemInSequenceByDefault) {
+  RecordingOps ops;
+  Tensor gate_up = F32({3, 8}), out = F32({3, 4}), odd = F32({3, 5});
+  // GatedLinear: Linear's and GatedActivation's checks, no overlap with x,
+  // and by default the two ops in sequence.
+  Tensor x = F32({3, 6}), w = F32({8, 6});
+  EXPECT_TRUE(ops.GatedLinear(GatedActivationKind::kSilu, x.view(), w.view(),
+                              nullptr, gate_up.view(), out.view())
+                  .ok());
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Linear", "GatedActivation"}));
+  ops.calls.clear();
+  ExpectInvalid(ops.GatedLinear(GatedActivationKind::kSilu, x.view(), w.view(),
+                                nullptr, gate_up.view(), odd.view()),
+                "gate_up [T, 2I] and out [T, I] disagree");
+  const TensorView out_on_x(x.data(), DType::kF32, {3, 4});
+  ExpectInvalid(ops.GatedLinear(GatedActivationKind::kSilu, x.view(), w.view(),
+                                nullptr, gate_up.view(), out_on_x),
+                "overlaps x");
+  Tensor w_wide = F32({10, 6});
+  ExpectInvalid(
+      ops.GatedLinear(GatedActivationKind::kSilu, x.view(), w_wide.view(),
+                      nullptr, gate_up.view(), out.view()),
+      "Linear");
+  EXPECT_TRUE(ops.calls.empty());
+}
+
 TEST(OpsTest, FusedOpsCheckShapesAndOverlapBeforeTheBackend) {
   RecordingOps ops;
   Tensor gate_up = F32({3, 8}), out = F32({3, 4}), odd = F32({3, 5});

@@ -799,6 +799,33 @@ absl::Status CudaOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
                 "StoreKvCache");
 }
 
+absl::Status CudaOps::DoGatedLinear(GatedActivationKind kind,
+                                    const TensorView& x,
+                                    const WeightView& gate_up,
+                                    const TensorView* bias,
+                                    const TensorView& gate_up_scratch,
+                                    const TensorView& out) {
+  const TensorView& weight = gate_up.data;
+  const int64_t t = x.shape()[0], k = x.shape()[1], n = out.shape()[1];
+  if (t == 0 || n == 0) return absl::OkStatus();
+  // kSilu is the only kind; the skinny path decided for the unfused product
+  // (by timing, ChooseLinearPath) decides the fused one.
+  if (kind == GatedActivationKind::kSilu && weight.dtype() == DType::kBF16 &&
+      cuda::SkinnyGemmApplies(t, 2 * n, k, x.data(), weight.data())) {
+    ASSIGN_OR_RETURN(const LinearPath path,
+                     ChooseLinearPath(x, weight, bias, gate_up_scratch));
+    if (path == LinearPath::kSkinny) {
+      return Launch(
+          cuda::LaunchSkinnyGatedSilu(
+              t, n, k, x.data_as<const float>(), weight.data(),
+              bias != nullptr ? bias->data_as<const float>() : nullptr,
+              out.data_as<float>(), stream_),
+          "SkinnyGatedSilu");
+    }
+  }
+  return Ops::DoGatedLinear(kind, x, gate_up, bias, gate_up_scratch, out);
+}
+
 absl::Status CudaOps::DoGatedActivation(GatedActivationKind kind,
                                         const TensorView& gate_up,
                                         const TensorView& out) {

@@ -94,6 +94,13 @@ class CudaOps final : public Ops {
                               const KvCacheLayer& cache) override;
   // One kernel each (fused_kernels.h); QkvRopeStore takes head_dim <=
   // cuda::kMaxFusedHeadDim (InvalidArgument above it).
+  // One skinny kernel (gemm/skinny_gemm.h: LaunchSkinnyGatedSilu) where
+  // Linear would take the skinny path for the gate/up product; otherwise the
+  // two ops.
+  absl::Status DoGatedLinear(GatedActivationKind kind, const TensorView& x,
+                             const WeightView& gate_up, const TensorView* bias,
+                             const TensorView& gate_up_scratch,
+                             const TensorView& out) override;
   absl::Status DoGatedActivation(GatedActivationKind kind,
                                  const TensorView& gate_up,
                                  const TensorView& out) override;

@@ -18,6 +18,8 @@ static_assert(kRmsNormThreads % 32 == 0, "RmsNorm block must be whole warps");
 __global__ void RmsNormKernel(const float* __restrict__ x,
                               const float* __restrict__ weight, float eps,
                               int64_t n, float* __restrict__ out) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   const int64_t row = blockIdx.x;
   const float* in = x + row * n;
   float* o = out + row * n;
@@ -44,6 +46,8 @@ __global__ void SiluMulKernel(const float* __restrict__ gate,
 __global__ void AddRmsNormKernel(float* __restrict__ residual, const float* x,
                                  const float* __restrict__ weight, float eps,
                                  int64_t n, float* out) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   const int64_t row = blockIdx.x;
   float* res = residual + row * n;
   const float* in = x + row * n;
@@ -59,6 +63,90 @@ __global__ void AddRmsNormKernel(float* __restrict__ residual, const float* x,
       rsqrtf(BlockSum(sum_sq, shared) / static_cast<float>(n) + eps);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x)
     o[i] = res[i] * inv_rms * weight[i];
+}
+
+// The row-in-registers form of RmsNorm and AddRmsNorm, for rows of n floats
+// with n % 4 == 0, 16-byte aligned, and n / 4 <= kVecs * 1024: one block a
+// row, each thread holding kVecs float4s of it between the sum and the
+// scaling, so the row is read once (twice for the residual form's add) with
+// 16-byte loads and up to 1024 threads in flight. At decode (one to a few
+// rows) the one-block-per-row loop above is bound by its serial passes; this
+// is not. kAdd: residual += x first, and the sum is over the new residual.
+template <int kVecs, bool kAdd>
+__global__ void __launch_bounds__(1024)
+    RmsNormRowKernel(float* residual, const float* x,
+                     const float* __restrict__ weight, float eps, int64_t n,
+                     float* out) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
+  __shared__ float shared[kWarpSize + 1];
+  const int64_t row = blockIdx.x;
+  const int64_t vecs = n / 4;
+  const float4* in = reinterpret_cast<const float4*>(x + row * n);
+  float4* res = kAdd ? reinterpret_cast<float4*>(residual + row * n) : nullptr;
+  float4 v[kVecs];
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (i < vecs) {
+      float4 a = in[i];
+      if constexpr (kAdd) {
+        const float4 r = res[i];
+        a = make_float4(__fadd_rn(r.x, a.x), __fadd_rn(r.y, a.y),
+                        __fadd_rn(r.z, a.z), __fadd_rn(r.w, a.w));
+        res[i] = a;
+      }
+      v[j] = a;
+    }
+    sum_sq +=
+        v[j].x * v[j].x + v[j].y * v[j].y + v[j].z * v[j].z + v[j].w * v[j].w;
+  }
+  const float inv_rms =
+      rsqrtf(BlockSum(sum_sq, shared) / static_cast<float>(n) + eps);
+  const float4* w = reinterpret_cast<const float4*>(weight);
+  float4* o = reinterpret_cast<float4*>(out + row * n);
+#pragma unroll
+  for (int j = 0; j < kVecs; ++j) {
+    const int64_t i = threadIdx.x + static_cast<int64_t>(j) * blockDim.x;
+    if (i < vecs) {
+      const float4 g = w[i];
+      o[i] = make_float4(v[j].x * inv_rms * g.x, v[j].y * inv_rms * g.y,
+                         v[j].z * inv_rms * g.z, v[j].w * inv_rms * g.w);
+    }
+  }
+}
+
+constexpr int64_t kRowKernelMaxVecs = 8;
+
+bool RowKernelApplies(int64_t n, const void* a, const void* b, const void* c,
+                      const void* d) {
+  const auto aligned = [](const void* p) {
+    return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+  };
+  return n > 0 && n % 4 == 0 && n / 4 <= kRowKernelMaxVecs * 1024 &&
+         aligned(a) && aligned(b) && aligned(c) && aligned(d);
+}
+
+// The smallest kVecs that holds the row with at most 1024 threads, and
+// threads enough for it (whole warps).
+template <bool kAdd>
+cudaError_t LaunchRowKernel(float* residual, const float* x,
+                            const float* weight, float eps, int64_t rows,
+                            int64_t n, float* out, cudaStream_t stream) {
+  const int64_t vecs = n / 4;
+  const dim3 grid(static_cast<unsigned>(rows));
+  auto launch = [&](auto kernel, int64_t per_thread) {
+    int64_t threads = (vecs + per_thread - 1) / per_thread;
+    threads = (threads + kWarpSize - 1) / kWarpSize * kWarpSize;
+    return LaunchPdl(kernel, grid, dim3(static_cast<unsigned>(threads)), 0,
+                     stream, residual, x, weight, eps, n, out);
+  };
+  if (vecs <= 1024) return launch(RmsNormRowKernel<1, kAdd>, 1);
+  if (vecs <= 2048) return launch(RmsNormRowKernel<2, kAdd>, 2);
+  if (vecs <= 4096) return launch(RmsNormRowKernel<4, kAdd>, 4);
+  return launch(RmsNormRowKernel<8, kAdd>, 8);
 }
 
 // Threads a block of the grid-stride loops below.
@@ -126,6 +214,8 @@ __global__ void BiasAddKernel(float* __restrict__ x,
 __global__ void CastF32ToBF16Kernel(const float* __restrict__ in,
                                     __nv_bfloat16* __restrict__ out,
                                     int64_t n) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   for (int64_t i = GridStrideBegin(); i < n; i += GridStrideStep()) {
     out[i] = FromFloat<__nv_bfloat16>(in[i]);
   }
@@ -142,6 +232,8 @@ __global__ void CastBF16ToF32Kernel(const __nv_bfloat16* __restrict__ in,
 __global__ void GatherRowsKernel(const float* __restrict__ src,
                                  const int32_t* __restrict__ rows,
                                  int64_t row_elems, float* __restrict__ dst) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   const int64_t r = blockIdx.x;
   const float* s = src + static_cast<int64_t>(rows[r]) * row_elems;
   float* d = dst + r * row_elems;
@@ -154,9 +246,15 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, float eps,
                           int64_t rows, int64_t n, float* out,
                           cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  RmsNormKernel<<<static_cast<unsigned>(rows), kRmsNormThreads, 0, stream>>>(
-      x, weight, eps, n, out);
-  return cudaGetLastError();
+  if (RowKernelApplies(n, x, weight, out, nullptr)) {
+    const cudaError_t e =
+        LaunchRowKernel<false>(nullptr, x, weight, eps, rows, n, out, stream);
+    return e != cudaSuccess ? e : cudaGetLastError();
+  }
+  const cudaError_t e =
+      LaunchPdl(RmsNormKernel, dim3(static_cast<unsigned>(rows)),
+                dim3(kRmsNormThreads), 0, stream, x, weight, eps, n, out);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 cudaError_t LaunchSiluMul(const float* gate, const float* up, int64_t count,
@@ -196,9 +294,15 @@ cudaError_t LaunchAddRmsNorm(float* residual, const float* x,
                              const float* weight, float eps, int64_t rows,
                              int64_t n, float* out, cudaStream_t stream) {
   if (rows == 0 || n == 0) return cudaSuccess;
-  AddRmsNormKernel<<<static_cast<unsigned>(rows), kRmsNormThreads, 0, stream>>>(
-      residual, x, weight, eps, n, out);
-  return cudaGetLastError();
+  if (RowKernelApplies(n, x, weight, out, residual)) {
+    const cudaError_t e =
+        LaunchRowKernel<true>(residual, x, weight, eps, rows, n, out, stream);
+    return e != cudaSuccess ? e : cudaGetLastError();
+  }
+  const cudaError_t e = LaunchPdl(
+      AddRmsNormKernel, dim3(static_cast<unsigned>(rows)),
+      dim3(kRmsNormThreads), 0, stream, residual, x, weight, eps, n, out);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 cudaError_t LaunchRope(float* x, const int32_t* positions,
@@ -222,9 +326,10 @@ cudaError_t LaunchBiasAdd(float* x, const float* bias, int64_t rows, int64_t n,
 cudaError_t LaunchCastF32ToBF16(const float* in, void* out_bf16, int64_t n,
                                 cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
-  CastF32ToBF16Kernel<<<GridFor(n), kThreads, 0, stream>>>(
-      in, static_cast<__nv_bfloat16*>(out_bf16), n);
-  return cudaGetLastError();
+  const cudaError_t e =
+      LaunchPdl(CastF32ToBF16Kernel, dim3(GridFor(n)), dim3(kThreads), 0,
+                stream, in, static_cast<__nv_bfloat16*>(out_bf16), n);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 cudaError_t LaunchCastBF16ToF32(const void* in_bf16, float* out, int64_t n,
@@ -239,9 +344,10 @@ cudaError_t LaunchGatherRows(const float* src, const int32_t* rows,
                              int64_t num_rows, int64_t row_elems, float* dst,
                              cudaStream_t stream) {
   if (num_rows == 0 || row_elems == 0) return cudaSuccess;
-  GatherRowsKernel<<<static_cast<unsigned>(num_rows), kThreads, 0, stream>>>(
-      src, rows, row_elems, dst);
-  return cudaGetLastError();
+  const cudaError_t e =
+      LaunchPdl(GatherRowsKernel, dim3(static_cast<unsigned>(num_rows)),
+                dim3(kThreads), 0, stream, src, rows, row_elems, dst);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace cuda

@@ -55,7 +55,7 @@ class CudaElementwiseTest : public ::testing::Test {
 };
 
 TEST_F(CudaElementwiseTest, RmsNormMatchesCpu) {
-  for (int64_t n : {7, 64, 1000, 4096}) {
+  for (int64_t n : {7, 64, 1000, 4096, 5120, 12288, 20480, 40000}) {
     const int64_t rows = 5;
     std::vector<float> x = Random(rows * n), w = Random(n), want(rows * n);
     ASSERT_TRUE(cpu_.RmsNorm(TensorView(x.data(), DType::kF32, {rows, n}),
@@ -175,7 +175,7 @@ TEST_F(CudaElementwiseTest, AddMatchesCpuAndMayAlias) {
 }
 
 TEST_F(CudaElementwiseTest, AddRmsNormMatchesCpu) {
-  for (int64_t n : {7, 64, 1000, 4096}) {
+  for (int64_t n : {7, 64, 1000, 4096, 5120, 12288, 20480, 40000}) {
     for (bool alias : {false, true}) {
       const int64_t rows = 5;
       std::vector<float> residual = Random(rows * n), x = Random(rows * n),

@@ -68,6 +68,8 @@ __global__ void __launch_bounds__(kThreads) QkvRopeStoreKernel(
     T* v_cache, float* k_scale, float* v_scale, float* __restrict__ q_out) {
   extern __shared__ float row[];  // dim floats
   __shared__ float scratch[kWarpSize + 1];
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   const int64_t t = blockIdx.x;
   const int32_t j = blockIdx.y;
   const bool is_q = j < num_heads;
@@ -136,17 +138,20 @@ cudaError_t RunQkvRopeStore(const float* qkv, int32_t num_heads,
                   static_cast<unsigned>(num_heads + 2 * c.num_kv_heads));
   const size_t shared = static_cast<size_t>(c.head_dim) * sizeof(float);
   const bool quantized = c.dtype == KvDType::kI8;
-  QkvRopeStoreKernel<T><<<grid, kThreads, shared, stream>>>(
-      qkv, num_heads, c.num_kv_heads, c.head_dim, q_norm, k_norm, eps,
-      positions, inv_freq, slot_mapping, c.num_slots, static_cast<T*>(c.k),
+  const cudaError_t e = LaunchPdl(
+      QkvRopeStoreKernel<T>, grid, dim3(kThreads), shared, stream, qkv,
+      num_heads, c.num_kv_heads, c.head_dim, q_norm, k_norm, eps, positions,
+      inv_freq, slot_mapping, c.num_slots, static_cast<T*>(c.k),
       static_cast<T*>(c.v), quantized ? c.k_scale : nullptr,
       quantized ? c.v_scale : nullptr, q_out);
-  return cudaGetLastError();
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 __global__ void GatedSiluKernel(const float* __restrict__ gate_up,
                                 int64_t inter, int64_t count,
                                 float* __restrict__ out) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   for (int64_t idx = GridStrideBegin(); idx < count; idx += GridStrideStep()) {
     const int64_t r = idx / inter;
     const int64_t i = idx - r * inter;
@@ -203,9 +208,10 @@ cudaError_t LaunchGatedSilu(const float* gate_up, int64_t rows, int64_t inter,
   const int64_t count = rows * inter;
   if (count == 0) return cudaSuccess;
   if (gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
-  GatedSiluKernel<<<GridStrideBlocks(count, 256), 256, 0, stream>>>(
-      gate_up, inter, count, out);
-  return cudaGetLastError();
+  const cudaError_t e =
+      LaunchPdl(GatedSiluKernel, dim3(GridStrideBlocks(count, 256)), dim3(256),
+                0, stream, gate_up, inter, count, out);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 }  // namespace cuda

@@ -13,6 +13,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -230,6 +231,57 @@ TEST_F(FusedOpsTest, GatedActivationMatchesTheCpu) {
     const std::vector<float> got = g_out.Download();
     for (size_t i = 0; i < want.size(); ++i) {
       ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
+    }
+  }
+}
+
+// GatedLinear on CUDA (fused into one skinny kernel at 1..4 rows, the two ops
+// above that) against the CPU's Linear + GatedActivation on the same bf16
+// weights; bias or none.
+TEST_F(FusedOpsTest, GatedLinearMatchesTheCpu) {
+  for (const auto& [T, I, K, with_bias] :
+       std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
+           {1, 3072, 1024, false},
+           {2, 1000, 520, true},
+           {4, 1536, 2048, true},
+           {3, 7, 64, false},
+           {16, 768, 512, true}}) {
+    SCOPED_TRACE(::testing::Message() << "T=" << T << " I=" << I << " K=" << K
+                                      << " bias=" << with_bias);
+    const std::vector<float> x = Random(T * K);
+    const std::vector<float> bias = Random(2 * I);
+    // bf16 weights on the device, their exact f32 widening on the CPU
+    // (which reads f32 weights only).
+    std::vector<float> w = Random(2 * I * K, 0.05f);
+    std::vector<uint16_t> w_bits(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = RoundBf16(w[i]);
+      uint32_t bits;
+      std::memcpy(&bits, &w[i], 4);
+      w_bits[i] = static_cast<uint16_t>(bits >> 16);
+    }
+    std::vector<float> scratch(T * 2 * I), want(T * I);
+    const TensorView cpu_w = View(w, {2 * I, K});
+    const TensorView cpu_bias = View(bias, {2 * I});
+    ASSERT_TRUE(cpu_.GatedLinear(GatedActivationKind::kSilu, View(x, {T, K}),
+                                 cpu_w, with_bias ? &cpu_bias : nullptr,
+                                 View(scratch, {T, 2 * I}), View(want, {T, I}))
+                    .ok());
+    DeviceArray<float> dx(x), dbias(bias), dscratch(T * 2 * I), dout(T * I);
+    DeviceArray<uint16_t> dw(w_bits);
+    const TensorView gpu_bias = DView(dbias, DType::kF32, {2 * I});
+    ASSERT_TRUE(gpu_->GatedLinear(GatedActivationKind::kSilu,
+                                  DView(dx, DType::kF32, {T, K}),
+                                  DView(dw, DType::kBF16, {2 * I, K}),
+                                  with_bias ? &gpu_bias : nullptr,
+                                  DView(dscratch, DType::kF32, {T, 2 * I}),
+                                  DView(dout, DType::kF32, {T, I}))
+                    .ok());
+    const std::vector<float> got = dout.Download();
+    // f32 accumulation in another order (and cuBLASLt's bf16 input above 4
+    // rows): the bound of a K-term sum of bf16-rounded inputs.
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 2e-2 * (1.0 + std::fabs(want[i]))) << i;
     }
   }
 }

@@ -103,11 +103,10 @@ absl::Status GatedMlp::Forward(Ops* ops, Communicator* tp, const TensorView& x,
   TensorView gate_up = scratch.gate_up.Rows(0, T);
   TensorView act = scratch.act.Rows(0, T);
   TensorView bias_storage;
-  RETURN_IF_ERROR(ops->Linear(x, w.gate_up_proj.view(),
-                              OptionalView(w.gate_up_bias, &bias_storage),
-                              gate_up));
-  RETURN_IF_ERROR(
-      ops->GatedActivation(GatedActivationKind::kSilu, gate_up, act));
+  // act = silu(x · gateᵀ) * (x · upᵀ), fused where the backend can.
+  RETURN_IF_ERROR(ops->GatedLinear(
+      GatedActivationKind::kSilu, x, w.gate_up_proj.view(),
+      OptionalView(w.gate_up_bias, &bias_storage), gate_up, act));
   RETURN_IF_ERROR(ops->Linear(act, w.down_proj.view(), nullptr, out));
   return FinishRowParallel(ops, tp, w.down_bias, out);
 }

@@ -157,6 +157,8 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
   __shared__ __align__(16) uint4 ring[kRingBytes / 16];
   __shared__ float s_m[kSub][kG];
   __shared__ float s_l[kSub][kG];
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
 
   const int32_t lseq = blockIdx.z;
   const int32_t seq = p.first_seq + lseq;
@@ -400,6 +402,8 @@ __global__ void __launch_bounds__(kThreads)
     SplitCombineKernel(const SplitParams p) {
   __shared__ float s_w[kDecodeMaxSplits];
   __shared__ float s_inv;
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
   const int32_t lseq = blockIdx.y;
   const int32_t seq = p.first_seq + lseq;
   const int32_t h = blockIdx.x;
@@ -435,12 +439,15 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T, int kD, int kG>
 cudaError_t RunSplit(const SplitParams& p, dim3 grid, int32_t num_seqs,
                      cudaStream_t stream) {
-  SplitDecodeKernel<T, kD, kG><<<grid, kThreads, 0, stream>>>(p);
-  cudaError_t e = cudaGetLastError();
+  // Both kernels start while the one ahead drains (launch.cuh); the combine
+  // kernel's blocks wait for the splits.
+  cudaError_t e = LaunchPdl(SplitDecodeKernel<T, kD, kG>, grid, dim3(kThreads),
+                            0, stream, p);
+  if (e == cudaSuccess) e = cudaGetLastError();
   if (e != cudaSuccess || p.max_splits <= 1) return e;
-  SplitCombineKernel<kD>
-      <<<dim3(p.num_heads, num_seqs), kThreads, 0, stream>>>(p);
-  return cudaGetLastError();
+  e = LaunchPdl(SplitCombineKernel<kD>, dim3(p.num_heads, num_seqs),
+                dim3(kThreads), 0, stream, p);
+  return e != cudaSuccess ? e : cudaGetLastError();
 }
 
 template <typename T, int kD>

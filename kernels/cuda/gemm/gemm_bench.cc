@@ -1,5 +1,6 @@
 // Decode-shaped matrix products on one GPU (Google Benchmark): the Llama-3-8B
-// projections (fused qkv, o, fused gate_up, down, the LM head) at a few rows,
+// projections (fused qkv, o, fused gate_up, down, the LM head) and Qwen3-0.6B's
+// at a few rows (and the gate/up product fused with SiLU),
 // through the skinny kernel (skinny_gemm.h) and cuBLASLt (GemmPlans, whose
 // small-row bf16 plans are tuned on first use), beside the card's
 // device-to-device copy rate. The counter `weight_GBps` is the weights' bytes
@@ -13,6 +14,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -34,7 +36,12 @@ constexpr Shape kShapes[] = {{"qkv", 6144, 4096},
                              {"o", 4096, 4096},
                              {"gate_up", 28672, 4096},
                              {"down", 4096, 14336},
-                             {"lm_head", 128256, 4096}};
+                             {"lm_head", 128256, 4096},
+                             // Qwen3-0.6B's, where launch and ramp dominate.
+                             {"qwen_qkv", 4096, 1024},
+                             {"qwen_o", 1024, 2048},
+                             {"qwen_gate_up", 6144, 1024},
+                             {"qwen_down", 1024, 3072}};
 
 // Device buffers for one benchmark; freed at the end of it.
 class Buffers {
@@ -66,7 +73,8 @@ void FillWeights(void* w, size_t count) {
   cudaMemcpy(w, host.data(), count * 2, cudaMemcpyHostToDevice);
 }
 
-enum class Path { kSkinny, kCublasLt };
+// kSkinnyGated: the gate/up product fused with SiLU (its n / 2 outputs).
+enum class Path { kSkinny, kSkinnyGated, kCublasLt };
 
 void BM_Product(benchmark::State& state, Shape shape, Path path) {
   const int64_t t = state.range(0), n = shape.n, k = shape.k;
@@ -115,6 +123,10 @@ void BM_Product(benchmark::State& state, Shape shape, Path path) {
     next = (next + 1) % copies;
     if (path == Path::kSkinny) {
       return LaunchSkinnyGemm(t, n, k, x, w, nullptr, out, stream) ==
+             cudaSuccess;
+    }
+    if (path == Path::kSkinnyGated) {
+      return LaunchSkinnyGatedSilu(t, n / 2, k, x, w, nullptr, out, stream) ==
              cudaSuccess;
     }
     return plans
@@ -190,6 +202,16 @@ void Register() {
         ->UseManualTime()
         ->Arg(1)
         ->Arg(kMaxSkinnyRows);
+    if (std::string(shape.name).find("gate_up") != std::string::npos) {
+      benchmark::RegisterBenchmark(
+          (std::string("SkinnyGatedSilu/") + shape.name).c_str(),
+          [shape](benchmark::State& s) {
+            BM_Product(s, shape, Path::kSkinnyGated);
+          })
+          ->UseManualTime()
+          ->Arg(1)
+          ->Arg(kMaxSkinnyRows);
+    }
     benchmark::RegisterBenchmark(
         (std::string("CublasLt/") + shape.name).c_str(),
         [shape](benchmark::State& s) { BM_Product(s, shape, Path::kCublasLt); })

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/gemm/skinny_gemm.h"
 
@@ -67,41 +68,61 @@ __device__ __forceinline__ void Accumulate(const float* x, int64_t k, int64_t c,
 // chunks l, l + 32, ..., so the warp reads 512 contiguous bytes of each row
 // at a time, U chunks of every row in flight, and its sums meet in shuffles.
 //
-// Programmatic dependent launch: the weights do not depend on the kernel
-// before this one, so each lane loads its first U chunks of every row before
-// waiting for that kernel (griddepcontrol.wait; a no-op when the launch had
-// no programmatic dependency). The weight stream thus starts while the
-// previous kernel drains, which at decode sizes is a large part of a
-// product's time.
-template <int T>
+// Split (kSplit): for products too narrow to give every SM several warps of
+// their own columns (n / R warps in all), the block's four warps share R
+// columns and split k: warp w takes chunks 32 w + l, 32 w + l + 128, ...;
+// their sums meet in shared memory, added in warp order. Four times the warps
+// for the same bytes, so enough loads are in flight to reach the bandwidth.
+// Which layout a shape gets depends on n alone (UseSplit), so a shape's
+// results are bitwise repeatable.
+//
+// Gated (kGated): w is the gate/up stack [2 * n, k] and the output is
+// act(gate) * up [t, n]. Warp g then computes the R / 2 output columns
+// [g * R / 2, ...) from their gate rows and their up rows (n further on), so
+// both halves of an output meet in one warp and the gate/up product never
+// reaches memory.
+//
+// Programmatic dependent launch (launch.cuh): the weights do not depend on
+// the kernel before this one, so each lane loads its first U chunks of every
+// row before PdlWait. The weight stream thus starts while the previous
+// kernel drains, which at decode sizes is a large part of a product's time.
+template <int T, bool kGated, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const float* x, const uint4* __restrict__ w,
                      const float* __restrict__ bias, float* __restrict__ out,
                      int64_t n, int64_t k) {
   constexpr int R = Tile<T>::kRows, U = Tile<T>::kUnroll;
+  constexpr int kCols = kGated ? R / 2 : R;  // Output columns per warp.
+  constexpr int kStride = kSplit ? 32 * kWarpsPerBlock : 32;  // In chunks.
   const int lane = threadIdx.x % 32;
-  const int64_t row0 =
-      (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32) *
-      R;
+  const int warp = threadIdx.x / 32;
+  const int64_t col0 =
+      kSplit
+          ? static_cast<int64_t>(blockIdx.x) * kCols
+          : (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp) * kCols;
+  const int64_t first_chunk = kSplit ? lane + 32 * warp : lane;
   const int64_t chunks = k / 8;
   const uint4* rows[R];
   bool valid[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    valid[r] = row0 + r < n;
-    rows[r] = w + (valid[r] ? row0 + r : 0) * chunks;
+    const int64_t col = col0 + (kGated ? r % kCols : r);
+    valid[r] = col < n;
+    const int64_t w_row = kGated && r >= kCols ? n + col : col;
+    rows[r] = w + (valid[r] ? w_row : 0) * chunks;
   }
   uint4 first[U][R];
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t c = lane + u * 32;
+    const int64_t c = first_chunk + u * kStride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       first[u][r] =
           valid[r] && c < chunks ? __ldg(rows[r] + c) : make_uint4(0, 0, 0, 0);
     }
   }
-  asm volatile("griddepcontrol.wait;" ::: "memory");
+  PdlWait();
+  PdlLaunchDependents();
   float acc[R][T];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
@@ -110,25 +131,26 @@ __global__ void __launch_bounds__(kThreads)
   }
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int64_t c = lane + u * 32;
+    const int64_t c = first_chunk + u * kStride;
     if (c < chunks) Accumulate<T, R>(x, k, c, first[u], acc);
   }
-  int64_t c = lane + U * 32;
+  int64_t c = first_chunk + U * kStride;
   // U chunks of every row per iteration, their loads issued together.
-  for (; c + (U - 1) * 32 < chunks; c += U * 32) {
+  for (; c + (U - 1) * kStride < chunks; c += U * kStride) {
     uint4 wv[U][R];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        wv[u][r] =
-            valid[r] ? __ldg(rows[r] + c + u * 32) : make_uint4(0, 0, 0, 0);
+        wv[u][r] = valid[r] ? __ldg(rows[r] + c + u * kStride)
+                            : make_uint4(0, 0, 0, 0);
       }
     }
 #pragma unroll
-    for (int u = 0; u < U; ++u) Accumulate<T, R>(x, k, c + u * 32, wv[u], acc);
+    for (int u = 0; u < U; ++u)
+      Accumulate<T, R>(x, k, c + u * kStride, wv[u], acc);
   }
-  for (; c < chunks; c += 32) {
+  for (; c < chunks; c += kStride) {
     uint4 wv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
@@ -136,34 +158,92 @@ __global__ void __launch_bounds__(kThreads)
     }
     Accumulate<T, R>(x, k, c, wv, acc);
   }
+  // Every lane gets every sum (WarpSum is a butterfly).
 #pragma unroll
   for (int r = 0; r < R; ++r) {
 #pragma unroll
-    for (int t = 0; t < T; ++t) {
-      const float s = WarpSum(acc[r][t]);
-      if (lane == r * T + t && valid[r]) {
-        out[t * n + row0 + r] = bias != nullptr ? s + bias[row0 + r] : s;
+    for (int t = 0; t < T; ++t) acc[r][t] = WarpSum(acc[r][t]);
+  }
+  if constexpr (kSplit) {
+    // The warps' sums, added in warp order by every lane of warp 0.
+    __shared__ float partial[kWarpsPerBlock][R][T];
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+#pragma unroll
+        for (int t = 0; t < T; ++t) partial[warp][r][t] = acc[r][t];
       }
+    }
+    __syncthreads();
+    if (warp != 0) return;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+#pragma unroll
+      for (int t = 0; t < T; ++t) {
+        float sum = partial[0][r][t];
+#pragma unroll
+        for (int v = 1; v < kWarpsPerBlock; ++v) sum += partial[v][r][t];
+        acc[r][t] = sum;
+      }
+    }
+  }
+  // Lane j * T + t writes output column j, row t.
+#pragma unroll
+  for (int j = 0; j < kCols; ++j) {
+    const int64_t col = col0 + j;
+#pragma unroll
+    for (int t = 0; t < T; ++t) {
+      float s = acc[j][t];
+      if (bias != nullptr && valid[j]) s = s + bias[col];
+      if constexpr (kGated) {
+        float u = acc[kCols + j][t];
+        if (bias != nullptr && valid[j]) u = u + bias[n + col];
+        // GatedSiluKernel's expression, so fused and unfused agree bitwise.
+        s = s / (1.0f + __expf(-s)) * u;
+      }
+      if (lane == j * T + t && valid[j]) out[t * n + col] = s;
     }
   }
 }
 
-template <int T>
+// Whether a product of n output columns (kCols per warp) takes the split
+// layout: when its own-columns layout would give fewer than kSplitBelowWarps
+// warps (about 8 per SM of an H200), too few loads in flight.
+constexpr int64_t kSplitBelowWarps = 1024;
+bool UseSplit(int64_t n, int cols_per_warp) {
+  return (n + cols_per_warp - 1) / cols_per_warp < kSplitBelowWarps;
+}
+
+template <int T, bool kGated>
 cudaError_t Launch(int64_t n, int64_t k, const float* x, const uint4* w,
                    const float* bias, float* out, cudaStream_t stream) {
-  constexpr int64_t kColumnsPerBlock = kWarpsPerBlock * Tile<T>::kRows;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(
+  constexpr int kCols = kGated ? Tile<T>::kRows / 2 : Tile<T>::kRows;
+  if (UseSplit(n, kCols)) {
+    const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols));
+    return LaunchPdl(SkinnyGemmKernel<T, kGated, true>, grid, dim3(kThreads), 0,
+                     stream, x, w, bias, out, n, k);
+  }
+  constexpr int64_t kColumnsPerBlock = kWarpsPerBlock * kCols;
+  const dim3 grid(
       static_cast<unsigned>((n + kColumnsPerBlock - 1) / kColumnsPerBlock));
-  config.blockDim = dim3(kThreads);
-  config.stream = stream;
-  cudaLaunchAttribute attribute;
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  return cudaLaunchKernelEx(&config, SkinnyGemmKernel<T>, x, w, bias, out, n,
-                            k);
+  return LaunchPdl(SkinnyGemmKernel<T, kGated, false>, grid, dim3(kThreads), 0,
+                   stream, x, w, bias, out, n, k);
+}
+
+template <bool kGated>
+cudaError_t LaunchRows(int64_t t, int64_t n, int64_t k, const float* x,
+                       const uint4* w, const float* bias, float* out,
+                       cudaStream_t stream) {
+  switch (t) {
+    case 1:
+      return Launch<1, kGated>(n, k, x, w, bias, out, stream);
+    case 2:
+      return Launch<2, kGated>(n, k, x, w, bias, out, stream);
+    case 3:
+      return Launch<3, kGated>(n, k, x, w, bias, out, stream);
+    default:
+      return Launch<4, kGated>(n, k, x, w, bias, out, stream);
+  }
 }
 
 bool Aligned16(const void* p) {
@@ -185,22 +265,22 @@ cudaError_t LaunchSkinnyGemm(int64_t t, int64_t n, int64_t k, const float* x,
   if (!SkinnyGemmApplies(t, n, k, x, w) || out == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const uint4* wv = static_cast<const uint4*>(w);
-  cudaError_t error;
-  switch (t) {
-    case 1:
-      error = Launch<1>(n, k, x, wv, bias, out, stream);
-      break;
-    case 2:
-      error = Launch<2>(n, k, x, wv, bias, out, stream);
-      break;
-    case 3:
-      error = Launch<3>(n, k, x, wv, bias, out, stream);
-      break;
-    default:
-      error = Launch<4>(n, k, x, wv, bias, out, stream);
-      break;
+  const cudaError_t error = LaunchRows<false>(
+      t, n, k, x, static_cast<const uint4*>(w), bias, out, stream);
+  if (error != cudaSuccess) return error;
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSkinnyGatedSilu(int64_t t, int64_t n, int64_t k,
+                                  const float* x, const void* gate_up,
+                                  const float* bias, float* out,
+                                  cudaStream_t stream) {
+  if (n > INT64_MAX / 2 || !SkinnyGemmApplies(t, 2 * n, k, x, gate_up) ||
+      out == nullptr) {
+    return cudaErrorInvalidValue;
   }
+  const cudaError_t error = LaunchRows<true>(
+      t, n, k, x, static_cast<const uint4*>(gate_up), bias, out, stream);
   if (error != cudaSuccess) return error;
   return cudaGetLastError();
 }

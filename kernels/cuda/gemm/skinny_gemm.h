@@ -11,7 +11,11 @@
 // slice of x in registers across the rows of its warp), reduces across the
 // warp with shuffles, and adds the bias in the same pass. It also starts
 // streaming its weights before the kernel ahead of it has finished
-// (programmatic dependent launch: the weights never depend on that kernel).
+// (programmatic dependent launch: the weights never depend on that kernel;
+// the launch contract is kernels/cuda/common/launch.cuh's). Narrow products
+// (fewer than ~1024 warps' worth of columns) split k across a block's warps
+// so that enough loads are in flight; the gate/up form computes the gated
+// activation in the same pass.
 //
 // Results: f32 accumulation in a fixed order (the same inputs give bitwise
 // the same outputs, whatever else runs), not the same rounding as cuBLASLt.
@@ -42,6 +46,18 @@ bool SkinnyGemmApplies(int64_t t, int64_t n, int64_t k, const void* x,
 cudaError_t LaunchSkinnyGemm(int64_t t, int64_t n, int64_t k, const float* x,
                              const void* w, const float* bias, float* out,
                              cudaStream_t stream);
+
+// The gated MLP's input in one pass: out [t, n] = silu(g) * u with
+// g = x · gate_up[0:n]ᵀ + bias[0:n] and u = x · gate_up[n:2n]ᵀ + bias[n:2n]
+// (gate_up [2n, k] bf16, the gate rows then the up rows; bias [2n] f32 or
+// null). Each output is bitwise what LaunchSkinnyGemm into a [t, 2n] buffer
+// followed by LaunchGatedSilu computes, without that buffer.
+// cudaErrorInvalidValue unless SkinnyGemmApplies(t, 2n, k, x, gate_up) and out
+// is non-null; otherwise the launch's error.
+cudaError_t LaunchSkinnyGatedSilu(int64_t t, int64_t n, int64_t k,
+                                  const float* x, const void* gate_up,
+                                  const float* bias, float* out,
+                                  cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera
