@@ -1,48 +1,66 @@
 #include "kernels/ops.h"
 
+#include <string>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/op_checks.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
+namespace {
+
+// The last dimension of x (the feature width an op's label names).
+int64_t Width(const TensorView& x) {
+  const Shape& shape = x.shape();
+  return shape.rank() == 0 ? 1 : shape[shape.rank() - 1];
+}
+
+}  // namespace
 
 absl::Status Ops::Embedding(const TensorView& table, const TensorView& ids,
                             const TensorView& out) {
   RETURN_IF_ERROR(CheckEmbedding(support_, table, ids, out));
   if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingValues(table, ids));
-  return DoEmbedding(table, ids, out);
+  return Timed([] { return std::string("Embedding"); },
+               [&] { return DoEmbedding(table, ids, out); });
 }
 
 absl::Status Ops::EmbeddingShard(const TensorView& table, const TensorView& ids,
                                  int64_t first_id, const TensorView& out) {
   RETURN_IF_ERROR(CheckEmbeddingShard(support_, table, ids, out));
   if (host_memory()) RETURN_IF_ERROR(CheckEmbeddingShardValues(ids));
-  return DoEmbeddingShard(table, ids, first_id, out);
+  return Timed([] { return std::string("EmbeddingShard"); },
+               [&] { return DoEmbeddingShard(table, ids, first_id, out); });
 }
 
 absl::Status Ops::GatherRows(const TensorView& src, const TensorView& rows,
                              const TensorView& dst) {
   RETURN_IF_ERROR(CheckGatherRows(src, rows, dst));
   if (host_memory()) RETURN_IF_ERROR(CheckGatherRowsValues(src, rows));
-  return DoGatherRows(src, rows, dst);
+  return Timed([] { return std::string("GatherRows"); },
+               [&] { return DoGatherRows(src, rows, dst); });
 }
 
 absl::Status Ops::ConcatShards(const TensorView& gathered, int64_t shards,
                                const TensorView& out) {
   RETURN_IF_ERROR(CheckConcatShards(gathered, shards, out));
-  return DoConcatShards(gathered, shards, out);
+  return Timed([] { return std::string("ConcatShards"); },
+               [&] { return DoConcatShards(gathered, shards, out); });
 }
 
 absl::Status Ops::RmsNorm(const TensorView& x, const TensorView& weight,
                           float eps, const TensorView& out) {
   RETURN_IF_ERROR(CheckRmsNorm(x, weight, out));
-  return DoRmsNorm(x, weight, eps, out);
+  return Timed([&] { return absl::StrCat("RmsNorm ", Width(x)); },
+               [&] { return DoRmsNorm(x, weight, eps, out); });
 }
 
 absl::Status Ops::AddRmsNorm(const TensorView& residual, const TensorView& x,
                              const TensorView& weight, float eps,
                              const TensorView& out) {
   RETURN_IF_ERROR(CheckAddRmsNorm(residual, x, weight, out));
-  return DoAddRmsNorm(residual, x, weight, eps, out);
+  return Timed([&] { return absl::StrCat("AddRmsNorm ", Width(x)); },
+               [&] { return DoAddRmsNorm(residual, x, weight, eps, out); });
 }
 
 absl::Status Ops::DoAddRmsNorm(const TensorView& residual, const TensorView& x,
@@ -55,30 +73,41 @@ absl::Status Ops::DoAddRmsNorm(const TensorView& residual, const TensorView& x,
 absl::Status Ops::Add(const TensorView& a, const TensorView& b,
                       const TensorView& out) {
   RETURN_IF_ERROR(CheckAdd(a, b, out));
-  return DoAdd(a, b, out);
+  return Timed([&] { return absl::StrCat("Add ", Width(out)); },
+               [&] { return DoAdd(a, b, out); });
 }
 
 absl::Status Ops::Linear(const TensorView& x, const WeightView& weight,
                          const TensorView* bias, const TensorView& out) {
   RETURN_IF_ERROR(CheckLinear(support_, x, weight, bias, out));
-  return DoLinear(x, weight, bias, out);
+  return Timed(
+      [&] {
+        return absl::StrCat("Linear ", weight.data.shape()[0], "x",
+                            weight.data.shape()[1],
+                            bias != nullptr ? "+bias" : "");
+      },
+      [&] { return DoLinear(x, weight, bias, out); });
 }
 
 absl::Status Ops::Rope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckRope(x, positions, inv_freq));
-  return DoRope(x, positions, inv_freq);
+  return Timed(
+      [&] { return absl::StrCat("Rope ", x.shape()[1], "x", x.shape()[2]); },
+      [&] { return DoRope(x, positions, inv_freq); });
 }
 
 absl::Status Ops::BiasAdd(const TensorView& x, const TensorView& bias) {
   RETURN_IF_ERROR(CheckBiasAdd(x, bias));
-  return DoBiasAdd(x, bias);
+  return Timed([&] { return absl::StrCat("BiasAdd ", Width(x)); },
+               [&] { return DoBiasAdd(x, bias); });
 }
 
 absl::Status Ops::SiluMul(const TensorView& gate, const TensorView& up,
                           const TensorView& out) {
   RETURN_IF_ERROR(CheckSiluMul(gate, up, out));
-  return DoSiluMul(gate, up, out);
+  return Timed([&] { return absl::StrCat("SiluMul ", Width(out)); },
+               [&] { return DoSiluMul(gate, up, out); });
 }
 
 absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
@@ -88,7 +117,11 @@ absl::Status Ops::StoreKvCache(const TensorView& k, const TensorView& v,
   if (host_memory()) {
     RETURN_IF_ERROR(CheckStoreKvCacheValues(slot_mapping, cache));
   }
-  return DoStoreKvCache(k, v, slot_mapping, cache);
+  return Timed(
+      [&] {
+        return absl::StrCat("StoreKvCache ", k.shape()[1], "x", k.shape()[2]);
+      },
+      [&] { return DoStoreKvCache(k, v, slot_mapping, cache); });
 }
 
 absl::Status Ops::GatedLinear(GatedActivationKind kind, const TensorView& x,
@@ -113,28 +146,38 @@ absl::Status Ops::GatedActivation(GatedActivationKind kind,
                                   const TensorView& gate_up,
                                   const TensorView& out) {
   RETURN_IF_ERROR(CheckGatedActivation(gate_up, out));
-  return DoGatedActivation(kind, gate_up, out);
+  return Timed([&] { return absl::StrCat("GatedActivation ", Width(out)); },
+               [&] { return DoGatedActivation(kind, gate_up, out); });
 }
 
 absl::Status Ops::QkvRopeStore(const QkvRopeStoreArgs& args) {
   RETURN_IF_ERROR(CheckQkvRopeStore(support_, args));
   if (host_memory()) RETURN_IF_ERROR(CheckQkvRopeStoreValues(args));
-  return DoQkvRopeStore(args);
+  return Timed(
+      [&] {
+        return absl::StrCat("QkvRopeStore ", args.q_out.shape()[1], "/",
+                            args.cache.k.shape()[1], "x",
+                            args.q_out.shape()[2]);
+      },
+      [&] { return DoQkvRopeStore(args); });
 }
 
 absl::Status Ops::PrefillAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kPrefill, args));
-  return DoPrefillAttention(args);
+  return Timed([] { return std::string("PrefillAttention"); },
+               [&] { return DoPrefillAttention(args); });
 }
 
 absl::Status Ops::DecodeAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kDecode, args));
-  return DoDecodeAttention(args);
+  return Timed([] { return std::string("DecodeAttention"); },
+               [&] { return DoDecodeAttention(args); });
 }
 
 absl::Status Ops::StaticAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kStatic, args));
-  return DoStaticAttention(args);
+  return Timed([] { return std::string("StaticAttention"); },
+               [&] { return DoStaticAttention(args); });
 }
 
 absl::Status Ops::Sample(const TensorView& logits,
@@ -143,7 +186,8 @@ absl::Status Ops::Sample(const TensorView& logits,
   RETURN_IF_ERROR(CheckSample(support_, logits, rows, out));
   out->resize(rows.size());
   if (rows.empty()) return absl::OkStatus();
-  return DoSample(logits, rows, out);
+  return Timed([] { return std::string("Sample"); },
+               [&] { return DoSample(logits, rows, out); });
 }
 
 }  // namespace tessera

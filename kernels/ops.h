@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -33,6 +34,7 @@
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/device.h"
+#include "kernels/op_timer.h"
 #include "runtime/core/tensor.h"
 #include "runtime/sampler/sampling_params.h"
 
@@ -325,6 +327,23 @@ class Ops : public Device {
   // OpSupport::max_top_logprobs: the most alternatives Sample ranks per row.
   int32_t max_top_logprobs() const { return support_.max_top_logprobs; }
 
+  // Op profiling (op_timer.h). While a timer is set, every op above that
+  // does device work brackets its backend work (the Do<Op> call, not the
+  // shared checks) with timer->Begin() and timer->End(label). The label is
+  // the op's name and the static dimensions that tell its calls apart, never
+  // the token count, so steps of any size add up: "Linear 6144x4096" (the
+  // weight's N x K, "+bias" with one), "AddRmsNorm 4096",
+  // "QkvRopeStore 32/8x128" (heads / KV heads x head dim), "DecodeAttention".
+  // `timer` is not owned and must stay alive while set; nullptr (the
+  // default) turns profiling off, which costs one branch per op. Set it
+  // between steps only, from the thread that runs the ops.
+  void set_op_timer(OpTimer* timer) { timer_ = timer; }
+  OpTimer* op_timer() const { return timer_; }
+  // A timer that measures this backend's ops (the CPU: the wall clock; CUDA:
+  // events on the ops' stream). It may use the backend and must not outlive
+  // it.
+  virtual absl::StatusOr<std::unique_ptr<OpTimer>> NewOpTimer() = 0;
+
  protected:
   explicit Ops(OpSupport support) : support_(support) {}
 
@@ -385,7 +404,23 @@ class Ops : public Device {
                                 std::vector<SampleResult>* out) = 0;
 
  private:
+  // run() (the Do<Op> call) between the timer's Begin and End(label()) when
+  // a timer is set; the label is made only then. Not nested: an op that a
+  // backend runs inside another is the outer op's time.
+  template <typename LabelFn, typename RunFn>
+  absl::Status Timed(LabelFn&& label, RunFn&& run) {
+    if (timer_ == nullptr || in_timed_op_) return run();
+    in_timed_op_ = true;
+    timer_->Begin();
+    absl::Status status = run();
+    timer_->End(label());
+    in_timed_op_ = false;
+    return status;
+  }
+
   OpSupport support_;
+  OpTimer* timer_ = nullptr;
+  bool in_timed_op_ = false;
 };
 
 }  // namespace tessera

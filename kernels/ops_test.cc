@@ -3,11 +3,14 @@
 // list what the backend takes.
 #include "kernels/ops.h"
 
+#include <chrono>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/op_checks.h"
 #include "kernels/testing/step_arrays.h"
@@ -38,6 +41,9 @@ class RecordingOps final : public Ops {
   }
   absl::Status CopyToHost(const TensorView&, void*) override {
     return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<OpTimer>> NewOpTimer() override {
+    return std::make_unique<WallClockOpTimer>();
   }
 
   std::vector<std::string> calls;
@@ -440,6 +446,115 @@ TEST(OpsTest, SampleRefusesMoreTopLogprobsThanTheBackendRanks) {
   ExpectInvalid(ops.Sample(logits.view(), rows, &out),
                 "asks for 3 top logprobs; this backend ranks at most 2");
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"Sample"}));
+}
+
+// Writes Begin and End into the ops' own call log, so a test sees where the
+// bracket sits around the backend's Do<Op>.
+class LoggingTimer final : public OpTimer {
+ public:
+  explicit LoggingTimer(std::vector<std::string>* log) : log_(log) {}
+  void Begin() override { log_->push_back("Begin"); }
+  void End(std::string label) override {
+    log_->push_back(absl::StrCat("End ", label));
+  }
+  absl::StatusOr<std::vector<OpTimeTotal>> Collect() override {
+    return std::vector<OpTimeTotal>();
+  }
+
+ private:
+  std::vector<std::string>* log_;
+};
+
+// Each timed op is bracketed around its Do<Op> alone (a refused call is not
+// timed), its label names the static dims and not the token count, and
+// without a timer nothing is recorded.
+TEST(OpsTest, ATimerBracketsEachOpWithItsLabel) {
+  RecordingOps ops;
+  LoggingTimer timer(&ops.calls);
+  ops.set_op_timer(&timer);
+  EXPECT_EQ(ops.op_timer(), &timer);
+  Tensor x = F32({2, 4}), w = F32({3, 4}), out = F32({2, 3}), bias = F32({3});
+  const TensorView bias_view = bias.view();
+  EXPECT_TRUE(ops.Linear(x.view(), w, nullptr, out.view()).ok());
+  Tensor x5 = F32({5, 4}), out5 = F32({5, 3});
+  EXPECT_TRUE(ops.Linear(x5.view(), w, &bias_view, out5.view()).ok());
+  Tensor wrong = F32({3, 5});
+  ExpectInvalid(ops.Linear(x.view(), wrong, nullptr, out.view()), "Linear");
+  Tensor residual = F32({2, 4}), norm = F32({4});
+  EXPECT_TRUE(
+      ops.AddRmsNorm(residual.view(), x.view(), norm.view(), 1e-5f, x.view())
+          .ok());
+  EXPECT_TRUE(ops.RmsNorm(x.view(), norm.view(), 1e-5f, x.view()).ok());
+  Tensor gate_up = F32({2, 8}), act = F32({2, 4});
+  EXPECT_TRUE(ops.GatedActivation(GatedActivationKind::kSilu, gate_up.view(),
+                                  act.view())
+                  .ok());
+
+  // H = 2, Hkv = 1, D = 4.
+  Tensor qkv = F32({2, 16}), q = F32({2, 2, 4}), freq = F32({2});
+  Tensor kc = F32({8, 1, 4}), vc = F32({8, 1, 4});
+  const std::vector<int32_t> positions = {0, 1};
+  const std::vector<int64_t> slots = {3, -1};
+  QkvRopeStoreArgs args;
+  args.qkv = qkv.view();
+  args.positions = StepArray(positions);
+  args.inv_freq = freq.view();
+  args.slot_mapping = StepArray(slots);
+  args.cache = {kc.view(), vc.view()};
+  args.q_out = q.view();
+  EXPECT_TRUE(ops.QkvRopeStore(args).ok());
+
+  ops.set_op_timer(nullptr);
+  EXPECT_TRUE(ops.Linear(x.view(), w, nullptr, out.view()).ok());
+
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Begin",
+                                                 "Linear",
+                                                 "End Linear 3x4",  //
+                                                 "Begin",
+                                                 "Linear",
+                                                 "End Linear 3x4+bias",  //
+                                                 "Begin",
+                                                 "Add",
+                                                 "RmsNorm",
+                                                 "End AddRmsNorm 4",  //
+                                                 "Begin",
+                                                 "RmsNorm",
+                                                 "End RmsNorm 4",  //
+                                                 "Begin",
+                                                 "GatedActivation",
+                                                 "End GatedActivation 4",
+                                                 "Begin",
+                                                 "QkvRopeStore",
+                                                 "End QkvRopeStore 2/1x4",  //
+                                                 "Linear"}));
+}
+
+// The wall-clock timer sums per label, sorts by total time and starts over
+// at each Collect.
+TEST(OpsTest, WallClockTimerSumsPerLabelAndResets) {
+  WallClockOpTimer timer;
+  for (int i = 0; i < 3; ++i) {
+    timer.Begin();
+    timer.End("A");
+  }
+  timer.Begin();
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start <
+         std::chrono::milliseconds(2)) {
+  }
+  timer.End("B");
+  absl::StatusOr<std::vector<OpTimeTotal>> totals = timer.Collect();
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  ASSERT_EQ(totals->size(), 2u);
+  EXPECT_EQ((*totals)[0].label, "B");
+  EXPECT_EQ((*totals)[0].calls, 1);
+  EXPECT_GE((*totals)[0].total_us, 2000.0);
+  EXPECT_EQ((*totals)[1].label, "A");
+  EXPECT_EQ((*totals)[1].calls, 3);
+  EXPECT_LE((*totals)[1].total_us, (*totals)[0].total_us);
+  totals = timer.Collect();
+  ASSERT_TRUE(totals.ok());
+  EXPECT_TRUE(totals->empty());
 }
 
 }  // namespace

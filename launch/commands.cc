@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -635,6 +636,102 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
+// One phase of bench --profile-ops: the op totals of its steps over the
+// timed iterations and the steps' own wall time (the time between them, the
+// profile's collection included, is not a step's).
+struct PhaseProfile {
+  OpTimeSums sums;
+  double wall_us = 0.0;
+};
+
+// The rows of a phase's profile per `per` (steps or iterations; > 0), largest
+// first.
+struct ProfileRow {
+  std::string label;
+  double calls = 0.0;  // Per step or iteration.
+  double us = 0.0;     // Per step or iteration.
+  double share = 0.0;  // Of the phase's op time.
+};
+struct ProfileTable {
+  std::vector<ProfileRow> rows;
+  double op_us = 0.0;    // Per step or iteration.
+  double wall_us = 0.0;  // Per step or iteration.
+};
+
+ProfileTable MakeProfileTable(PhaseProfile& phase, int64_t per) {
+  ProfileTable table;
+  if (per <= 0) return table;
+  const std::vector<OpTimeTotal> totals = phase.sums.Take();
+  double sum_us = 0.0;
+  for (const OpTimeTotal& t : totals) sum_us += t.total_us;
+  for (const OpTimeTotal& t : totals) {
+    table.rows.push_back(ProfileRow{t.label, static_cast<double>(t.calls) / per,
+                                    t.total_us / per,
+                                    sum_us > 0 ? t.total_us / sum_us : 0.0});
+  }
+  table.op_us = sum_us / per;
+  table.wall_us = phase.wall_us / per;
+  return table;
+}
+
+// The text table: the top rows, the rest in one line, and the ops' time
+// against the steps' wall time. `ms`: the times in ms (prefill, per
+// iteration) rather than us (decode, per step).
+void PrintProfileTable(const ProfileTable& table, const char* title,
+                       const char* per, bool ms, bool other_ranks,
+                       std::ostream& out) {
+  constexpr size_t kTopRows = 25;
+  const double unit = ms ? 1e-3 : 1.0;
+  const char* unit_name = ms ? "ms" : "us";
+  out << "op profile, " << title << " (per " << per << "):\n";
+  if (table.rows.empty()) {
+    out << "  (no ops timed)\n";
+    return;
+  }
+  const std::string time_head = absl::StrCat(unit_name, "/", per);
+  const std::string calls_head = absl::StrCat("calls/", per);
+  const int time_width = std::max<int>(10, time_head.size());
+  const int calls_width = std::max<int>(10, calls_head.size());
+  out << absl::StrFormat("  %6s  %*s  %*s  %s\n", "share", time_width,
+                         time_head, calls_width, calls_head, "op");
+  double rest_us = 0.0;
+  for (size_t i = 0; i < table.rows.size(); ++i) {
+    const ProfileRow& r = table.rows[i];
+    if (i >= kTopRows) {
+      rest_us += r.us;
+      continue;
+    }
+    out << absl::StrFormat("  %5.1f%%  %*.3f  %*.2f  %s\n", r.share * 100,
+                           time_width, r.us * unit, calls_width, r.calls,
+                           r.label);
+  }
+  if (table.rows.size() > kTopRows) {
+    out << absl::StrFormat("  %5.1f%%  %*.3f  %*s  (%d more ops)\n",
+                           table.op_us > 0 ? rest_us / table.op_us * 100 : 0.0,
+                           time_width, rest_us * unit, calls_width, "",
+                           table.rows.size() - kTopRows);
+  }
+  out << absl::StrFormat(
+      "  ops %.3f %s of %.3f %s wall per %s (%.1f%%; the rest is host work "
+      "and launch gaps%s)\n",
+      table.op_us * unit, unit_name, table.wall_us * unit, unit_name, per,
+      table.wall_us > 0 ? table.op_us / table.wall_us * 100 : 0.0,
+      other_ranks ? ", and the other ranks' work" : "");
+}
+
+json ProfileRowsJson(const ProfileTable& table, const char* per, bool ms) {
+  json rows = json::array();
+  for (const ProfileRow& r : table.rows) {
+    rows.push_back(
+        {{"label", r.label},
+         {absl::StrCat("calls_per_", per), r.calls},
+         {ms ? absl::StrCat("ms_per_", per) : absl::StrCat("us_per_", per),
+          ms ? r.us * 1e-3 : r.us},
+         {"share", r.share}});
+  }
+  return rows;
+}
+
 }  // namespace
 
 absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
@@ -658,10 +755,22 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   // iteration's prompts are fresh, and the prefix cache is off (a parallel
   // job's engine runs here, on rank 0, so this holds for it too).
   flags.no_prefix_cache = true;
+  // Op profiling times eager steps: a replayed graph records no op.
+  if (o.profile_ops) {
+    flags.no_graphs = true;
+    if (flags.device == "cuda") {
+      std::cerr << "[tessera] --profile-ops: decode CUDA graphs are off (the "
+                   "ops are timed in eager steps)\n";
+    }
+  }
   // Greedy with EOS ignored: the model's sampling defaults do not apply.
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
                    LoadModel(o.model_dir, flags, false, executor,
                              /*announce_defaults=*/false));
+  // From the warm-up on, so that an executor that cannot profile says so
+  // before anything is timed; the warm-up's profile is dropped.
+  if (o.profile_ops) RETURN_IF_ERROR(loaded->executor->SetOpProfiling(true));
+  PhaseProfile prefill_profile, decode_profile;
   const auto& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
@@ -721,6 +830,17 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
       } else if (first_tokens == o.batch_size) {
         prefilled = step_end;  // Prefill ends when every request has a token.
       }
+      if (o.profile_ops) {
+        // Every step: the timer's events are few and reused, and its
+        // collection (after the step's own clock) is not the step's time.
+        ASSIGN_OR_RETURN(const std::vector<OpTimeTotal> step_ops,
+                         loaded->executor->TakeOpProfile());
+        if (it > 0) {
+          PhaseProfile& phase = decoding ? decode_profile : prefill_profile;
+          for (const OpTimeTotal& t : step_ops) phase.sums.Add(t);
+          phase.wall_us += seconds(step_start, step_end) * 1e6;
+        }
+      }
     }
     const auto t1 = Clock::now();
     for (int64_t id : ids) {
@@ -756,6 +876,19 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   const double ttft_p50 = Percentile(ttft, 50);
   const double ttft_p99 = Percentile(ttft, 99);
   const MemoryBreakdown mem = loaded->executor->memory_breakdown();
+  ProfileTable decode_ops, prefill_ops;
+  if (o.profile_ops) {
+    RETURN_IF_ERROR(loaded->executor->SetOpProfiling(false));
+    decode_ops = MakeProfileTable(decode_profile,
+                                  static_cast<int64_t>(step_latency.size()));
+    prefill_ops = MakeProfileTable(prefill_profile, o.iterations);
+  }
+  const std::string profile_scope = loaded->executor->op_profile_scope();
+  const std::string profile_clock =
+      o.engine.device == "cuda"
+          ? "CUDA events around each op in eager steps, which serialize the "
+            "kernels: each op's own time, without overlap"
+          : "the wall clock around each op";
   if (o.json) {
     json j = {{"model", o.model_dir},
               {"device", o.engine.device},
@@ -782,6 +915,18 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
                 {"graphs_bytes", mem.graphs_bytes},
                 {"kv_bytes", mem.kv_bytes},
                 {"total_bytes", mem.total_bytes()}}}};
+    if (o.profile_ops) {
+      j["op_profile"] = {
+          {"scope", profile_scope},
+          {"clock", profile_clock},
+          {"decode_steps", step_latency.size()},
+          {"decode_op_us_per_step", decode_ops.op_us},
+          {"decode_wall_us_per_step", decode_ops.wall_us},
+          {"prefill_op_ms_per_iteration", prefill_ops.op_us * 1e-3},
+          {"prefill_wall_ms_per_iteration", prefill_ops.wall_us * 1e-3},
+          {"decode", ProfileRowsJson(decode_ops, "step", false)},
+          {"prefill", ProfileRowsJson(prefill_ops, "iteration", true)}};
+    }
     out << j.dump() << "\n";
   } else {
     constexpr double kMiB = 1024.0 * 1024.0;
@@ -803,6 +948,16 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         total_s * 1e3, output_tps, mem.weights_bytes / kMiB,
         mem.workspace_bytes / kMiB, mem.graphs_bytes / kMiB,
         mem.kv_bytes / kMiB, mem.total_bytes() / kMiB);
+    if (o.profile_ops) {
+      out << "op profile: " << profile_scope << ", timed by " << profile_clock
+          << "; the rates above include the profiling's cost\n";
+      // Rank 0 of a parallel job waits for the other ranks inside a step.
+      const bool other_ranks = absl::StartsWith(profile_scope, "rank 0");
+      PrintProfileTable(decode_ops, "decode", "step", /*ms=*/false, other_ranks,
+                        out);
+      PrintProfileTable(prefill_ops, "prefill", "iteration", /*ms=*/true,
+                        other_ranks, out);
+    }
   }
   return absl::OkStatus();
 }

@@ -133,6 +133,11 @@ struct BenchOptions {
   int64_t output_len = 128;
   int64_t iterations = 5;
   bool json = false;
+  // Time every op of the timed iterations' steps on the device
+  // (StepExecutor::SetOpProfiling; decode graphs are turned off for it) and
+  // report the totals per op label for the decode phase (per step) and the
+  // prefill phase (per iteration).
+  bool profile_ops = false;
   EngineFlags engine;
 };
 
@@ -149,7 +154,16 @@ struct BenchOptions {
 // one object with prefill/decode/total seconds and tokens/s,
 // decode_step_ms_p50/p99, ttft_ms_p50/p99, cached_prompt_tokens (0) and
 // "memory": {weights_bytes, workspace_bytes, graphs_bytes, kv_bytes,
-// total_bytes}. `executor` runs the steps (a parallel job on rank 0); null
+// total_bytes}. With profile_ops, decode steps run eagerly (no CUDA graphs)
+// and the report adds the ops' device time per label: text, the 25 largest
+// rows of "op profile, decode (per step):" and "op profile, prefill (per
+// iteration):" (share, time, calls, label) and the ops' sum against the
+// steps' wall time; json, "op_profile": {"decode": [{label, calls_per_step,
+// us_per_step, share}], "prefill": [{label, calls_per_iteration,
+// ms_per_iteration, share}], those sums, "scope", "clock"} with every row.
+// Markers between the ops serialize the kernels, so an op's time is its own
+// without overlap, and the rates include the profiling's cost. `executor`
+// runs the steps (a parallel job on rank 0: rank 0's ops are profiled); null
 // loads the model into this process.
 absl::Status RunBench(const BenchOptions& options, StepExecutor* executor,
                       std::ostream& out);

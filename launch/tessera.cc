@@ -9,8 +9,9 @@
 //                    rank0|local]
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size B --input-len I --output-len O
-//   [--iterations N] [--json]  (fresh prompts, no prefix cache; decode-step
-//   and TTFT p50/p99, the memory breakdown)
+//   [--iterations N] [--json] [--profile-ops]  (fresh prompts, no prefix
+//   cache; decode-step and TTFT p50/p99, the memory breakdown; per-op device
+//   time)
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
 //   --max-num-seqs --max-num-batched-tokens --block-size
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
@@ -364,12 +365,21 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
             "timed repetitions after one warm-up, each with new prompts (the "
             "prefix cache is off in bench); the median is reported");
   flags.Add("json", &o.json, "print one JSON object");
+  flags.Add("profile-ops", &o.profile_ops,
+            "also report each op's device time per label (decode per step, "
+            "prefill per iteration; CUDA events, or the wall clock on the "
+            "CPU). Decode steps run eagerly (no CUDA graphs), and the events "
+            "between kernels serialize them: an op's own time, without "
+            "overlap. Under mpirun: rank 0's ops");
   AddEngineFlags(flags, &o.engine);
   parallel_flags.Add(flags);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));
   if (!run) return absl::OkStatus();
   // Every sequence of the batch runs in the same steps.
   o.engine.max_num_seqs = std::max(o.engine.max_num_seqs, o.batch_size);
+  // A parallel job is built from these flags before RunBench sees them: its
+  // ranks must run eagerly too for their ops to be timed.
+  if (o.profile_ops) o.engine.no_graphs = true;
   return RunLocalOrParallel(
       o.model_dir, parallel_flags, o.engine,
       [&](tessera::StepExecutor* job) {

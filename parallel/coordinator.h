@@ -64,6 +64,18 @@ class Coordinator final : public StepExecutor {
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override;
 
+  // Op profiling of rank 0's own ops (its shard of the model; the other
+  // ranks' ops are not timed): see StepExecutor.
+  absl::Status SetOpProfiling(bool on) override {
+    return rank().SetOpProfiling(on);
+  }
+  absl::StatusOr<std::vector<OpTimeTotal>> TakeOpProfile() override {
+    return rank().TakeOpProfile();
+  }
+  std::string op_profile_scope() const override {
+    return "rank 0's ops (its shard; the other ranks are not timed)";
+  }
+
   // Tells every worker to leave ServeSteps().
   absl::Status Shutdown();
 

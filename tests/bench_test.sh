@@ -5,6 +5,8 @@
 #    off (within 1.5x): the warm-up's KV serves no timed prompt (fresh prompts, cache off);
 #  - its JSON has the per-step latency and TTFT percentiles and the memory breakdown
 #    (weights, workspace, graphs, KV) that adds up;
+#  - --profile-ops adds the per-op tables (decode per step, prefill per iteration) and
+#    "op_profile" in JSON, with Linear rows, sorted, within the steps' wall time;
 #  - --random-weights on a golden config's shape (no safetensors) runs generate and bench,
 #    gives the same tokens twice and at --tp 2 / --pp 2 under mpirun as in one process, and
 #    serves a completion;
@@ -86,6 +88,55 @@ if grep -q '^decode: .*step p50 [0-9.]* ms, p99 [0-9.]* ms' "$TMP/text" &&
 else
   fail "bench text report"
   cat "$TMP/text"
+fi
+
+# --- --profile-ops: per-op tables in text, op_profile in JSON (wall clock on the CPU). ---
+timeout 120 "$TESSERA" bench --model "$DEMO" --batch-size 2 --input-len 16 --output-len 4 \
+  --iterations 1 --profile-ops >"$TMP/prof" 2>&1
+if grep -q '^op profile: ' "$TMP/prof" &&
+  grep -q '^op profile, decode (per step):' "$TMP/prof" &&
+  grep -q '^op profile, prefill (per iteration):' "$TMP/prof" &&
+  grep -Eq '^ +[0-9.]+% +[0-9.]+ +[0-9.]+ +Linear [0-9]+x[0-9]+' "$TMP/prof" &&
+  grep -Eq '^  ops [0-9.]+ us of [0-9.]+ us wall per step' "$TMP/prof"; then
+  pass "bench --profile-ops text tables"
+else
+  fail "bench --profile-ops text tables"
+  cat "$TMP/prof"
+fi
+timeout 120 "$TESSERA" bench --model "$DEMO" --batch-size 2 --input-len 16 --output-len 4 \
+  --iterations 2 --profile-ops --json >"$TMP/prof.json" 2>"$TMP/prof.err"
+if python3 - "$TMP/prof.json" <<'EOF'; then
+import json, sys
+j = json.load(open(sys.argv[1]))
+p = j["op_profile"]
+dec, pre = p["decode"], p["prefill"]
+labels = [r["label"] for r in dec]
+checks = {
+    "decode steps = iterations x (output_len - 1)": p["decode_steps"] == 2 * 3,
+    "a Linear row in decode": any(l.startswith("Linear ") for l in labels),
+    "DecodeAttention and Sample in decode": "DecodeAttention" in labels and "Sample" in labels,
+    "PrefillAttention in prefill": any(r["label"] == "PrefillAttention" for r in pre),
+    "rows sorted by time": [r["us_per_step"] for r in dec]
+    == sorted((r["us_per_step"] for r in dec), reverse=True),
+    "shares add up to 1": abs(sum(r["share"] for r in dec) - 1) < 1e-6,
+    "positive times and calls": all(r["us_per_step"] > 0 and r["calls_per_step"] > 0 for r in dec)
+    and all(r["ms_per_iteration"] > 0 and r["calls_per_iteration"] > 0 for r in pre),
+    "ops within the steps' wall time": 0 < p["decode_op_us_per_step"]
+    <= p["decode_wall_us_per_step"] and 0 < p["prefill_op_ms_per_iteration"]
+    <= p["prefill_wall_ms_per_iteration"],
+    "one Embedding call per decode step": any(r["label"] == "Embedding"
+    and r["calls_per_step"] == 1 for r in dec),
+}
+bad = [k for k, v in checks.items() if not v]
+if bad:
+    print(json.dumps(p, indent=1))
+    print("failed:", bad)
+    sys.exit(1)
+EOF
+  pass "bench --profile-ops --json op_profile"
+else
+  fail "bench --profile-ops --json op_profile"
+  cat "$TMP/prof.err"
 fi
 
 # --- --random-weights: a folder with only config.json (the golden qwen3 shape). ---

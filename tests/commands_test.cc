@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -1732,6 +1734,93 @@ TEST(Bench, EveryIterationPrefillsFreshPrompts) {
   EXPECT_EQ(j["memory"]["workspace_bytes"], m.workspace_bytes);
   EXPECT_EQ(j["memory"]["kv_bytes"], m.kv_bytes);
   EXPECT_EQ(j["memory"]["graphs_bytes"], 0);
+}
+
+// --profile-ops through a delegating executor: the rows are the ops of the
+// timed steps (one Embedding per decode step, the model's Linears), and the
+// profiling is off again afterwards.
+TEST(Bench, ProfileOpsReportsTheTimedStepsOps) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  CountingExecutor executor(local.get());
+  BenchOptions o;
+  o.model_dir = DemoModelDir();
+  o.batch_size = 2;
+  o.input_len = 8;
+  o.output_len = 4;
+  o.iterations = 2;
+  o.json = true;
+  o.profile_ops = true;
+  o.engine.max_num_seqs = 4;
+  o.engine.num_kv_blocks = 64;
+  std::ostringstream out;
+  ASSERT_TRUE(RunBench(o, &executor, out).ok());
+  const json j = json::parse(out.str(), nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out.str();
+  const json& p = j["op_profile"];
+  EXPECT_EQ(p["scope"], "this process's ops");
+  EXPECT_EQ(p["decode_steps"], 2 * 3);
+  std::map<std::string, json> decode, prefill;
+  for (const json& row : p["decode"]) decode[row["label"]] = row;
+  for (const json& row : p["prefill"]) prefill[row["label"]] = row;
+  ASSERT_TRUE(decode.count("Embedding")) << p.dump();
+  EXPECT_DOUBLE_EQ(decode["Embedding"]["calls_per_step"].get<double>(), 1.0);
+  ASSERT_TRUE(decode.count("DecodeAttention")) << p.dump();
+  EXPECT_DOUBLE_EQ(decode["DecodeAttention"]["calls_per_step"].get<double>(),
+                   static_cast<double>(local->config().num_layers));
+  // The one prefill step per iteration (8 tokens fit the budget).
+  ASSERT_TRUE(prefill.count("Embedding")) << p.dump();
+  EXPECT_DOUBLE_EQ(prefill["Embedding"]["calls_per_iteration"].get<double>(),
+                   1.0);
+  int linears = 0;
+  double share = 0.0;
+  for (const auto& [label, row] : decode) {
+    linears += absl::StartsWith(label, "Linear ");
+    share += row["share"].get<double>();
+    EXPECT_GT(row["us_per_step"].get<double>(), 0.0) << label;
+  }
+  EXPECT_GE(linears, 3);
+  EXPECT_NEAR(share, 1.0, 1e-9);
+  EXPECT_GT(p["decode_op_us_per_step"].get<double>(), 0.0);
+  EXPECT_LE(p["decode_op_us_per_step"].get<double>(),
+            p["decode_wall_us_per_step"].get<double>());
+  EXPECT_EQ(local->TakeOpProfile().status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// An executor without ops here keeps the StepExecutor default: bench fails
+// with its message before running a step.
+class NoOpsExecutor final : public DelegatingExecutor {
+ public:
+  explicit NoOpsExecutor(StepExecutor* inner) : DelegatingExecutor(inner) {}
+  absl::Status SetOpProfiling(bool on) override {
+    return StepExecutor::SetOpProfiling(on);
+  }
+  absl::Status Execute(const proto::StepPlan& plan,
+                       proto::StepResult* result) override {
+    ++steps;
+    return inner()->Execute(plan, result);
+  }
+  int steps = 0;
+};
+
+TEST(Bench, ProfileOpsNeedsTheOpsInThisProcess) {
+  std::unique_ptr<LocalExecutor> local = DemoExecutor();
+  ASSERT_NE(local, nullptr);
+  NoOpsExecutor executor(local.get());
+  BenchOptions o;
+  o.model_dir = DemoModelDir();
+  o.input_len = 4;
+  o.output_len = 2;
+  o.iterations = 1;
+  o.profile_ops = true;
+  o.engine.max_num_seqs = 4;
+  o.engine.num_kv_blocks = 64;
+  std::ostringstream out;
+  const absl::Status status = RunBench(o, &executor, out);
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented) << status;
+  EXPECT_TRUE(Contains(status, "op profiling needs the ops in this process"));
+  EXPECT_EQ(executor.steps, 0);
 }
 
 // The breakdown is the rank's: its weights, its KV pool, and a workspace of

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "kernels/cpu/cpu_sampling.h"
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/op_checks.h"
+#include "kernels/op_timer.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -445,6 +447,10 @@ absl::Span<const T> HostArray(const TensorView& t) {
 absl::StatusOr<std::unique_ptr<UploadBuffer>> CpuOps::NewUploadBuffer(
     size_t bytes) {
   return NewHostUploadBuffer(bytes);
+}
+
+absl::StatusOr<std::unique_ptr<OpTimer>> CpuOps::NewOpTimer() {
+  return std::make_unique<WallClockOpTimer>();
 }
 
 absl::Status CpuOps::DoEmbedding(const TensorView& table,

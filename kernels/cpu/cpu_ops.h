@@ -23,6 +23,9 @@ class CpuOps final : public Ops {
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
   bool host_memory() const override { return true; }
+  // The wall clock (WallClockOpTimer): every op has finished its work when
+  // it returns (the pool's loops and OpenBLAS return when done).
+  absl::StatusOr<std::unique_ptr<OpTimer>> NewOpTimer() override;
 
  protected:
   absl::Status DoEmbedding(const TensorView& table, const TensorView& ids,

@@ -5,9 +5,12 @@
 
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -70,6 +73,35 @@ TEST_F(CpuOpsTest, DeviceCannotCaptureGraphs) {
             absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(ops_.Synchronize().ok());
   EXPECT_EQ(ops_.stream(), nullptr);
+}
+
+// Op profiling on the CPU: the wall clock per op, one row per label, and a
+// Collect starts over.
+TEST_F(CpuOpsTest, OpTimerTimesEachOpByLabel) {
+  absl::StatusOr<std::unique_ptr<OpTimer>> timer = ops_.NewOpTimer();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  ops_.set_op_timer(timer->get());
+  Tensor x = Random({16, 256}), w = Random({128, 256}), norm = Random({128});
+  Tensor out = *Tensor::Zeros(DType::kF32, {16, 128});
+  ASSERT_TRUE(ops_.Linear(x.view(), w, nullptr, out.view()).ok());
+  ASSERT_TRUE(ops_.RmsNorm(out.view(), norm.view(), 1e-5f, out.view()).ok());
+  absl::StatusOr<std::vector<OpTimeTotal>> totals = (*timer)->Collect();
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  ASSERT_EQ(totals->size(), 2u);
+  std::vector<std::string> labels;
+  for (const OpTimeTotal& t : *totals) {
+    labels.push_back(t.label);
+    EXPECT_EQ(t.calls, 1) << t.label;
+    EXPECT_GT(t.total_us, 0.0) << t.label;
+  }
+  std::sort(labels.begin(), labels.end());
+  EXPECT_EQ(labels,
+            (std::vector<std::string>{"Linear 128x256", "RmsNorm 128"}));
+  EXPECT_GE((*totals)[0].total_us, (*totals)[1].total_us);
+  totals = (*timer)->Collect();
+  ASSERT_TRUE(totals.ok()) << totals.status();
+  EXPECT_TRUE(totals->empty());
+  ops_.set_op_timer(nullptr);
 }
 
 TEST_F(CpuOpsTest, LinearRefusesAScaledWeight) {

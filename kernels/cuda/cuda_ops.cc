@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,7 @@
 #include "kernels/cuda/gemm/skinny_gemm.h"
 #include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
+#include "kernels/op_timer.h"
 #include "kernels/sampling_math.h"
 #include "runtime/core/status.h"
 
@@ -50,6 +54,116 @@ cuda::KvDType KvDTypeOf(DType dtype) {
       return cuda::KvDType::kF32;
   }
 }
+
+// OpTimer over CUDA events (see CudaOps::NewOpTimer). Begin and End record
+// one event each on the stream; the pairs are resolved in Collect, after one
+// wait for the last event (every earlier one precedes it on the stream).
+class CudaOpTimer final : public OpTimer {
+ public:
+  CudaOpTimer(int device, cudaStream_t stream)
+      : device_(device), stream_(stream) {}
+  ~CudaOpTimer() override {
+    // Destroying an event the device has not reached yet is allowed: its
+    // resources are released once it completes.
+    for (cudaEvent_t event : events_) cudaEventDestroy(event);
+  }
+  CudaOpTimer(const CudaOpTimer&) = delete;
+  CudaOpTimer& operator=(const CudaOpTimer&) = delete;
+
+  void Begin() override {
+    open_ = -1;
+    // After an error nothing more is recorded until Collect reports it.
+    if (!error_.ok() || Capturing()) return;
+    open_ = Record("marking the start of an op for op profiling");
+  }
+
+  void End(std::string label) override {
+    if (open_ < 0) return;
+    const int64_t start = open_;
+    open_ = -1;
+    const int64_t stop = Record("marking the end of an op for op profiling");
+    if (stop < 0) return;
+    pairs_.push_back(Pair{start, stop, std::move(label)});
+  }
+
+  absl::StatusOr<std::vector<OpTimeTotal>> Collect() override {
+    const absl::Status error = std::move(error_);
+    error_ = absl::OkStatus();
+    std::vector<Pair> pairs = std::move(pairs_);
+    pairs_.clear();
+    used_ = 0;  // The pool is reused from the start.
+    open_ = -1;
+    RETURN_IF_ERROR(error);
+    if (pairs.empty()) return std::vector<OpTimeTotal>();
+    RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(events_[pairs.back().stop]),
+                               "cudaEventSynchronize",
+                               "waiting for the profiled ops"));
+    OpTimeSums sums;
+    for (Pair& pair : pairs) {
+      float ms = 0.0f;
+      RETURN_IF_ERROR(CudaStatus(
+          cudaEventElapsedTime(&ms, events_[pair.start], events_[pair.stop]),
+          "cudaEventElapsedTime",
+          absl::StrCat("reading the time of ", pair.label)));
+      sums.Add(std::move(pair.label), static_cast<double>(ms) * 1e3);
+    }
+    return sums.Take();
+  }
+
+ private:
+  struct Pair {
+    int64_t start, stop;  // Indices into events_.
+    std::string label;
+  };
+
+  // Whether the stream is capturing a graph (an event recorded there would
+  // become a node of the graph, never a time); an error counts as capturing
+  // (nothing recorded) and is kept.
+  bool Capturing() {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    const absl::Status status =
+        CudaStatus(cudaStreamIsCapturing(stream_, &capture),
+                   "cudaStreamIsCapturing", "profiling an op");
+    if (!status.ok()) {
+      error_ = status;
+      return true;
+    }
+    return capture != cudaStreamCaptureStatusNone;
+  }
+
+  // Records the pool's next event (made on first use) on the stream; its
+  // index, or -1 with the error kept.
+  int64_t Record(absl::string_view doing) {
+    absl::Status status;
+    if (used_ == events_.size()) {
+      cudaEvent_t event = nullptr;
+      status = CudaStatus(cudaSetDevice(device_), "cudaSetDevice", doing);
+      if (status.ok()) {
+        status = CudaStatus(cudaEventCreate(&event), "cudaEventCreate", doing);
+      }
+      if (!status.ok()) {
+        error_ = status;
+        return -1;
+      }
+      events_.push_back(event);
+    }
+    status = CudaStatus(cudaEventRecord(events_[used_], stream_),
+                        "cudaEventRecord", doing);
+    if (!status.ok()) {
+      error_ = status;
+      return -1;
+    }
+    return static_cast<int64_t>(used_++);
+  }
+
+  int device_;
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;  // The pool; [0, used_) recorded.
+  size_t used_ = 0;
+  std::vector<Pair> pairs_;
+  int64_t open_ = -1;  // The Begin event of the op under way, or -1.
+  absl::Status error_;
+};
 
 constexpr DType kWeightDTypes[] = {DType::kF32, DType::kBF16};
 constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
@@ -119,6 +233,10 @@ absl::StatusOr<std::unique_ptr<DeviceGraph>> CudaOps::EndCapture() {
   ASSIGN_OR_RETURN(std::unique_ptr<CudaGraph> graph,
                    CudaGraph::EndCapture(stream_));
   return std::unique_ptr<DeviceGraph>(std::move(graph));
+}
+
+absl::StatusOr<std::unique_ptr<OpTimer>> CudaOps::NewOpTimer() {
+  return std::make_unique<CudaOpTimer>(device_, stream_);
 }
 
 absl::StatusOr<void*> CudaOps::Grow(enum Buffer which, size_t bytes) {

@@ -64,6 +64,12 @@ class CudaOps final : public Ops {
   absl::StatusOr<std::unique_ptr<UploadBuffer>> NewUploadBuffer(
       size_t bytes) override;
   absl::Status ReserveStepScratch(const StepLimits& limits) override;
+  // CUDA events on the ops' stream around each op, from a pool that grows on
+  // first use and is reused after each Collect (which synchronizes and reads
+  // the events' elapsed times). While the stream is capturing a graph,
+  // Begin/End record nothing, so a capture is never disturbed and a replay
+  // is not timed. The timer must not outlive the ops.
+  absl::StatusOr<std::unique_ptr<OpTimer>> NewOpTimer() override;
 
  protected:
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,

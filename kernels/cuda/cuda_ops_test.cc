@@ -6,10 +6,12 @@
 // a GPU.
 #include "kernels/cuda/cuda_ops.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -419,6 +421,65 @@ TEST_F(CudaOpsTest, CapturedOpsReplayOnTheirBuffers) {
                   .ok());
   ASSERT_TRUE(run().ok());
   ExpectClose(Host(out.view()), reference(x), 1e-4);
+}
+
+// Op profiling on the GPU: CUDA events around each op, summed per label; a
+// Collect starts over (and reuses the events); ops run while a graph is
+// captured record nothing, the capture still succeeds, and a replay is not
+// timed either.
+TEST_F(CudaOpsTest, OpTimerTimesEagerOpsAndNothingInACapture) {
+  absl::StatusOr<std::unique_ptr<OpTimer>> timer = gpu_->NewOpTimer();
+  ASSERT_TRUE(timer.ok()) << timer.status();
+  const int64_t t = 16, k = 256, n = 128;
+  Tensor dx = Device(Random({t, k})), dw = Device(Random({n, k}, 0.05f));
+  Tensor dnorm = Device(Random({n})), out = DeviceEmpty({t, n});
+  auto run = [&]() -> absl::Status {
+    RETURN_IF_ERROR(gpu_->Linear(dx.view(), dw, nullptr, out.view()));
+    return gpu_->RmsNorm(out.view(), dnorm.view(), 1e-5f, out.view());
+  };
+  // Once untimed: the product's plan is made outside both the timing and
+  // the capture below.
+  ASSERT_TRUE(run().ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  gpu_->set_op_timer(timer->get());
+
+  auto collect = [&]() -> std::vector<OpTimeTotal> {
+    absl::StatusOr<std::vector<OpTimeTotal>> totals = (*timer)->Collect();
+    EXPECT_TRUE(totals.ok()) << totals.status();
+    return totals.ok() ? *std::move(totals) : std::vector<OpTimeTotal>();
+  };
+  for (int round = 0; round < 2; ++round) {  // The second reuses the events.
+    ASSERT_TRUE(run().ok());
+    std::vector<OpTimeTotal> totals = collect();
+    ASSERT_EQ(totals.size(), 2u) << round;
+    std::vector<std::string> labels;
+    for (const OpTimeTotal& total : totals) {
+      labels.push_back(total.label);
+      EXPECT_EQ(total.calls, 1) << total.label;
+      EXPECT_GT(total.total_us, 0.0) << total.label;
+    }
+    std::sort(labels.begin(), labels.end());
+    EXPECT_EQ(labels,
+              (std::vector<std::string>{"Linear 128x256", "RmsNorm 128"}));
+    EXPECT_TRUE(collect().empty());
+  }
+  for (int i = 0; i < 50; ++i) ASSERT_TRUE(run().ok());
+  for (const OpTimeTotal& total : collect()) EXPECT_EQ(total.calls, 50);
+
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  ASSERT_TRUE(run().ok());
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  EXPECT_TRUE(collect().empty());
+  ASSERT_TRUE((*graph)->Launch().ok());
+  ASSERT_TRUE(gpu_->Synchronize().ok());
+  EXPECT_TRUE(collect().empty());
+
+  ASSERT_TRUE(run().ok());
+  EXPECT_EQ(collect().size(), 2u);
+  gpu_->set_op_timer(nullptr);
+  ASSERT_TRUE(run().ok());
+  EXPECT_TRUE(collect().empty());
 }
 
 }  // namespace

@@ -39,6 +39,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/op_timer.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/ids.h"
 #include "runtime/engine/generator.h"
@@ -74,6 +75,27 @@ class StepExecutor {
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;
+
+  // Op profiling (kernels/op_timer.h; tessera bench --profile-ops): while on,
+  // the ops of every step are timed on the device, and TakeOpProfile returns
+  // the totals per op label since the last take and starts over. Turn it on
+  // and off between steps. Eager steps only: an executor whose decode steps
+  // replay CUDA graphs refuses (FailedPrecondition). The default: an executor
+  // without ops in this process has nothing to time.
+  virtual absl::Status SetOpProfiling(bool on) {
+    (void)on;
+    return absl::UnimplementedError(
+        "op profiling needs the ops in this process (a single-process "
+        "executor, or rank 0's ops of a parallel job)");
+  }
+  virtual absl::StatusOr<std::vector<OpTimeTotal>> TakeOpProfile() {
+    return absl::UnimplementedError(
+        "op profiling needs the ops in this process (a single-process "
+        "executor, or rank 0's ops of a parallel job)");
+  }
+  // Whose ops the profile times, for a report's header ("this process's
+  // ops", "rank 0's ops").
+  virtual std::string op_profile_scope() const { return "this process's ops"; }
 };
 
 struct EngineOptions {

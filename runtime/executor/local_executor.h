@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
@@ -46,6 +47,12 @@ class LocalExecutor final : public StepExecutor {
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
     return rank_->runner().Run(plan, result);
+  }
+  absl::Status SetOpProfiling(bool on) override {
+    return rank_->SetOpProfiling(on);
+  }
+  absl::StatusOr<std::vector<OpTimeTotal>> TakeOpProfile() override {
+    return rank_->TakeOpProfile();
   }
 
   Rank& rank() const { return *rank_; }

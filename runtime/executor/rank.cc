@@ -142,7 +142,37 @@ absl::StatusOr<ShardSpec> RankShard(const RankSpec& spec,
                        spec.pp_layers);
 }
 
-Rank::~Rank() = default;
+Rank::~Rank() {
+  if (op_timer_ != nullptr && model_ != nullptr) {
+    model_->ops()->set_op_timer(nullptr);
+  }
+}
+
+absl::Status Rank::SetOpProfiling(bool on) {
+  Ops* ops = model_->ops();
+  if (!on) {
+    if (op_timer_ != nullptr) ops->set_op_timer(nullptr);
+    op_timer_.reset();
+    return absl::OkStatus();
+  }
+  if (runner_->graphs() != nullptr) {
+    return absl::FailedPreconditionError(
+        "op profiling times eager steps, and this rank replays decode CUDA "
+        "graphs (which record no op); build it without them (--no-graphs)");
+  }
+  if (op_timer_ != nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(op_timer_, ops->NewOpTimer());
+  ops->set_op_timer(op_timer_.get());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<OpTimeTotal>> Rank::TakeOpProfile() {
+  if (op_timer_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "op profiling is off (SetOpProfiling(true) first)");
+  }
+  return op_timer_->Collect();
+}
 
 absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
                                                 WeightSource& weights,

@@ -29,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/backend/backend.h"
+#include "kernels/op_timer.h"
 #include "runtime/comm/communicator.h"
 #include "runtime/executor/memory_breakdown.h"
 #include "runtime/executor/rank_spec.h"
@@ -158,6 +159,16 @@ class Rank {
   // The most top log-probabilities this rank's sampler ranks per token.
   int32_t max_top_logprobs() const { return model_->ops()->max_top_logprobs(); }
 
+  // Op profiling of this rank's ops (kernels/op_timer.h): while on, every op
+  // of a step is timed on the device, and TakeOpProfile returns the totals
+  // per label since the last take (waiting for the device) and starts over.
+  // Only eager steps can be profiled: FailedPrecondition turning it on where
+  // decode steps replay CUDA graphs (a replay records nothing; build the rank
+  // without them, --no-graphs), and taking a profile while it is off. Errors
+  // of the backend's timer come back from TakeOpProfile.
+  absl::Status SetOpProfiling(bool on);
+  absl::StatusOr<std::vector<OpTimeTotal>> TakeOpProfile();
+
  private:
   friend absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec&,
                                                          WeightSource&,
@@ -177,6 +188,9 @@ class Rank {
   bool samples_ = true;
   MemoryBreakdown memory_;
   std::unique_ptr<StepRunner> runner_;
+  // Set on the model's ops while profiling is on (the ops may be borrowed
+  // and outlive the rank, so the destructor unsets it).
+  std::unique_ptr<OpTimer> op_timer_;
 };
 
 // THE assembly: checks the spec, computes the config and the shard, makes the

@@ -3,6 +3,9 @@
 #ifndef TESSERA_TESTS_TESTING_DELEGATING_EXECUTOR_H_
 #define TESSERA_TESTS_TESTING_DELEGATING_EXECUTOR_H_
 
+#include <string>
+#include <vector>
+
 #include "runtime/engine/engine.h"
 
 namespace tessera {
@@ -27,6 +30,15 @@ class DelegatingExecutor : public StepExecutor {
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
     return inner_->Execute(plan, result);
+  }
+  absl::Status SetOpProfiling(bool on) override {
+    return inner_->SetOpProfiling(on);
+  }
+  absl::StatusOr<std::vector<OpTimeTotal>> TakeOpProfile() override {
+    return inner_->TakeOpProfile();
+  }
+  std::string op_profile_scope() const override {
+    return inner_->op_profile_scope();
   }
 
  protected:
