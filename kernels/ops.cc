@@ -130,7 +130,15 @@ absl::Status Ops::GatedLinear(GatedActivationKind kind, const TensorView& x,
                               const TensorView& out) {
   RETURN_IF_ERROR(
       CheckGatedLinear(support_, x, gate_up, bias, gate_up_scratch, out));
-  return DoGatedLinear(kind, x, gate_up, bias, gate_up_scratch, out);
+  return Timed(
+      [&] {
+        return absl::StrCat("GatedLinear ", gate_up.data.shape()[0], "x",
+                            gate_up.data.shape()[1],
+                            bias != nullptr ? "+bias" : "");
+      },
+      [&] {
+        return DoGatedLinear(kind, x, gate_up, bias, gate_up_scratch, out);
+      });
 }
 
 absl::Status Ops::DoGatedLinear(GatedActivationKind kind, const TensorView& x,
