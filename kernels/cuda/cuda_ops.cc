@@ -313,13 +313,13 @@ absl::Status CudaOps::ReserveStepScratch(const StepLimits& l) {
   RETURN_IF_ERROR(
       Reserve(kSampleParams, rows * sizeof(cuda::DeviceSamplingParams)));
   RETURN_IF_ERROR(Reserve(kSampleScratch, rows * vocab * sizeof(float)));
-  RETURN_IF_ERROR(Reserve(kSampleTokens, rows * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(kSampleIndex, rows * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(kSampleChosen, rows * sizeof(float)));
-  RETURN_IF_ERROR(Reserve(kSampleLogZ, rows * sizeof(float)));
-  const size_t top = rows * static_cast<size_t>(cuda::kMaxTopLogprobs);
-  RETURN_IF_ERROR(Reserve(kSampleTopIds, top * sizeof(int32_t)));
-  RETURN_IF_ERROR(Reserve(kSampleTopLogprobs, top * sizeof(float)));
+  RETURN_IF_ERROR(
+      Reserve(kSampleResults,
+              rows * (3 + 2 * static_cast<size_t>(cuda::kMaxTopLogprobs)) * 4));
+  RETURN_IF_ERROR(
+      Reserve(kLogprobWorkspace,
+              cuda::LogprobsWorkspaceBytes(static_cast<int64_t>(rows), vocab,
+                                           cuda::kMaxTopLogprobs)));
   return absl::OkStatus();
 }
 
@@ -569,72 +569,56 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   }
   ASSIGN_OR_RETURN(void* scratch,
                    Grow(kSampleScratch, static_cast<size_t>(n * vocab) * 4));
-  ASSIGN_OR_RETURN(void* d_tokens, Grow(kSampleTokens, n * sizeof(int32_t)));
-  RETURN_IF_ERROR(
-      Launch(cuda::LaunchSample(
-                 logits.data_as<const float>(), n, vocab,
-                 static_cast<const cuda::DeviceSamplingParams*>(d_params),
-                 d_counts, d_mask, d_masked, static_cast<float*>(scratch),
-                 static_cast<int32_t*>(d_tokens), stream_),
-             "Sample"));
-  ASSIGN_OR_RETURN(void* d_log_z, Grow(kSampleLogZ, n * sizeof(float)));
-  const size_t top_elems = static_cast<size_t>(n * std::max(top_n, 1));
-  ASSIGN_OR_RETURN(void* d_top_ids,
-                   Grow(kSampleTopIds, top_elems * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(void* d_top_lp,
-                   Grow(kSampleTopLogprobs, top_elems * sizeof(float)));
-  RETURN_IF_ERROR(
-      Launch(cuda::LaunchLogprobs(
-                 logits.data_as<const float>(), n, vocab, top_n,
-                 /*argmax=*/nullptr, static_cast<float*>(d_log_z),
-                 top_n > 0 ? static_cast<int32_t*>(d_top_ids) : nullptr,
-                 top_n > 0 ? static_cast<float*>(d_top_lp) : nullptr, stream_),
-             "Logprobs"));
-  // The sampled tokens, then their own logits (one gathered element per row).
-  sample_tokens_.resize(n);
-  RETURN_IF_ERROR(CopyToHost(TensorView(d_tokens, DType::kI32, {n}),
-                             sample_tokens_.data()));
-  sample_index_.resize(n);
+  // Everything the host reads back sits in one buffer, so one copy (and one
+  // wait) brings it: the tokens, their own logits, log_z, then the top ids and
+  // their log-probabilities (4-byte words each).
+  const size_t words = static_cast<size_t>(n) * (3 + 2 * top_n);
+  ASSIGN_OR_RETURN(void* d_results, Grow(kSampleResults, words * 4));
+  int32_t* d_tokens = static_cast<int32_t*>(d_results);
+  float* d_chosen = reinterpret_cast<float*>(d_tokens + n);
+  float* d_log_z = d_chosen + n;
+  int32_t* d_top_ids = reinterpret_cast<int32_t*>(d_log_z + n);
+  float* d_top_lp = reinterpret_cast<float*>(d_top_ids + n * top_n);
+  RETURN_IF_ERROR(Launch(
+      cuda::LaunchSample(
+          logits.data_as<const float>(), n, vocab,
+          static_cast<const cuda::DeviceSamplingParams*>(d_params), d_counts,
+          d_mask, d_masked, static_cast<float*>(scratch), d_tokens, stream_),
+      "Sample"));
+  const size_t workspace_bytes = cuda::LogprobsWorkspaceBytes(n, vocab, top_n);
+  ASSIGN_OR_RETURN(void* workspace, Grow(kLogprobWorkspace, workspace_bytes));
+  RETURN_IF_ERROR(Launch(
+      cuda::LaunchLogprobs(
+          logits.data_as<const float>(), n, vocab, top_n, d_tokens, d_chosen,
+          /*argmax=*/nullptr, d_log_z, top_n > 0 ? d_top_ids : nullptr,
+          top_n > 0 ? d_top_lp : nullptr, workspace, workspace_bytes, stream_),
+      "Logprobs"));
+  sample_results_.resize(words);
+  RETURN_IF_ERROR(CopyToHost(
+      TensorView(d_results, DType::kI32, {static_cast<int64_t>(words)}),
+      sample_results_.data()));
+  const auto word_as_float = [&](size_t i) {
+    float f;
+    std::memcpy(&f, &sample_results_[i], sizeof(f));
+    return f;
+  };
+  const size_t top_ids_at = 3 * static_cast<size_t>(n);
+  const size_t top_lp_at = top_ids_at + static_cast<size_t>(n) * top_n;
   for (int64_t i = 0; i < n; ++i) {
-    if (sample_tokens_[i] < 0 || sample_tokens_[i] >= vocab) {
+    const int32_t token = sample_results_[i];
+    if (token < 0 || token >= vocab) {
       return absl::InternalError(
-          absl::StrCat("the device sampler returned token ", sample_tokens_[i],
-                       " for row ", i, " of a vocabulary of ", vocab));
+          absl::StrCat("the device sampler returned token ", token, " for row ",
+                       i, " of a vocabulary of ", vocab));
     }
-    sample_index_[i] = static_cast<int32_t>(i * vocab + sample_tokens_[i]);
-  }
-  ASSIGN_OR_RETURN(void* d_index,
-                   CopySamplingInput(kSampleIndex, sample_index_.data(),
-                                     n * sizeof(int32_t)));
-  ASSIGN_OR_RETURN(void* d_chosen, Grow(kSampleChosen, n * sizeof(float)));
-  RETURN_IF_ERROR(
-      Launch(cuda::LaunchGatherRows(logits.data_as<const float>(),
-                                    static_cast<const int32_t*>(d_index), n, 1,
-                                    static_cast<float*>(d_chosen), stream_),
-             "GatherRows"));
-  sample_chosen_.resize(n);
-  sample_log_z_.resize(n);
-  RETURN_IF_ERROR(CopyToHost(TensorView(d_chosen, DType::kF32, {n}),
-                             sample_chosen_.data()));
-  RETURN_IF_ERROR(
-      CopyToHost(TensorView(d_log_z, DType::kF32, {n}), sample_log_z_.data()));
-  if (top_n > 0) {
-    sample_top_ids_.resize(n * top_n);
-    sample_top_logprobs_.resize(n * top_n);
-    RETURN_IF_ERROR(CopyToHost(TensorView(d_top_ids, DType::kI32, {n * top_n}),
-                               sample_top_ids_.data()));
-    RETURN_IF_ERROR(CopyToHost(TensorView(d_top_lp, DType::kF32, {n * top_n}),
-                               sample_top_logprobs_.data()));
-  }
-  for (int64_t i = 0; i < n; ++i) {
     SampleResult& s = (*out)[i];
-    s.token = sample_tokens_[i];
-    s.logprob = sample_chosen_[i] - sample_log_z_[i];
+    s.token = token;
+    s.logprob = word_as_float(n + i) - word_as_float(2 * n + i);
     s.top.clear();
     const int64_t top = std::min<int64_t>(rows[i].top_logprobs, vocab);
     for (int64_t k = 0; k < top; ++k) {
-      s.top.emplace_back(sample_top_ids_[i * top_n + k],
-                         sample_top_logprobs_[i * top_n + k]);
+      s.top.emplace_back(sample_results_[top_ids_at + i * top_n + k],
+                         word_as_float(top_lp_at + i * top_n + k));
     }
   }
   return absl::OkStatus();

@@ -132,12 +132,8 @@ class CudaOps final : public Ops {
     kSampleMask,
     kSampleMasked,
     kSampleScratch,
-    kSampleTokens,
-    kSampleIndex,
-    kSampleChosen,
-    kSampleLogZ,
-    kSampleTopIds,
-    kSampleTopLogprobs,
+    kSampleResults,     // Tokens, their logits, log_z, top ids and values.
+    kLogprobWorkspace,  // LaunchLogprobs' per-chunk partial results.
     kNumBuffers
   };
   struct Scratch {
@@ -195,10 +191,10 @@ class CudaOps final : public Ops {
   absl::flat_hash_map<LinearKey, LinearPath> linear_paths_;
   Scratch scratch_[kNumBuffers];
   // Host staging of the sampler, reused between steps.
-  std::vector<int32_t> sample_counts_, sample_index_, sample_tokens_,
-      sample_top_ids_, sample_masked_;
+  std::vector<int32_t> sample_counts_, sample_masked_;
   std::vector<uint8_t> sample_mask_;
-  std::vector<float> sample_chosen_, sample_log_z_, sample_top_logprobs_;
+  // The packed results of one DoSample (kSampleResults' layout).
+  std::vector<int32_t> sample_results_;
 };
 
 }  // namespace tessera

@@ -1,6 +1,7 @@
 #include <cfloat>
 #include <climits>
 
+#include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/philox.h"
@@ -93,13 +94,37 @@ __device__ __forceinline__ void TopInsert(ValId* list, int n, int* count,
   list[j] = c;
 }
 
-__global__ void LogprobsKernel(const float* __restrict__ logits, int64_t vocab,
-                               int32_t top_n, int32_t* argmax, float* log_z,
-                               int32_t* top_ids, float* top_logprobs) {
+// Logprobs run in two kernels so that a row of a large vocabulary (150k
+// logits) is spread over the GPU rather than read by one block: each block
+// of LogprobsChunkKernel takes kLogprobChunk logits of a row and writes their
+// maximum, argmax, sum of exp(l - chunk max) (in double) and top-n list;
+// LogprobsCombineKernel merges a row's chunks. The argmax and the top-n are
+// those of the whole row (their orders are total); the log-sum-exp differs
+// from a single pass only in the order of its double-precision sum.
+constexpr int64_t kLogprobChunk = 4096;
+
+struct ChunkStats {
+  float max;  // -inf when the chunk has no logit above -inf (NaN ignored).
+  ValId best;
+  double sum;  // Σ exp(l - max) over the chunk's non-NaN logits (finite max).
+};
+
+int64_t LogprobChunks(int64_t vocab) {
+  return (vocab + kLogprobChunk - 1) / kLogprobChunk;
+}
+
+// grid (chunks, rows).
+__global__ void __launch_bounds__(kLogprobThreads)
+    LogprobsChunkKernel(const float* __restrict__ logits, int64_t vocab,
+                        int32_t top_n, ChunkStats* __restrict__ stats,
+                        ValId* __restrict__ tops) {
   __shared__ ValId shared_best[33];
   __shared__ float shared_max[33];
   __shared__ double shared_sum[33];
-  const int64_t row = blockIdx.x;
+  const int64_t row = blockIdx.y, chunk = blockIdx.x, chunks = gridDim.x;
+  const int64_t begin = chunk * kLogprobChunk;
+  const int64_t end =
+      begin + kLogprobChunk < vocab ? begin + kLogprobChunk : vocab;
   const float* l = logits + row * vocab;
 
   // Pass 1: maximum, argmax and each thread's own top-n list.
@@ -107,7 +132,7 @@ __global__ void LogprobsKernel(const float* __restrict__ logits, int64_t vocab,
   int count = 0;
   ValId best = {-INFINITY, INT_MAX};
   float max = -INFINITY;
-  for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float v = l[i];
     const ValId c = {v, static_cast<int32_t>(i)};
     if (v > best.v) best = c;
@@ -117,15 +142,60 @@ __global__ void LogprobsKernel(const float* __restrict__ logits, int64_t vocab,
   best = BlockBest(best, shared_best, ArgBetter());
   max = BlockMax(max, shared_max);
 
-  // Pass 2: log-sum-exp.
+  // Pass 2 (the chunk is in L1/L2 now): the sum of exp(l - max).
+  double sum = 0.0;
+  if (max > -INFINITY && max < INFINITY) {  // Uniform over the block.
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = l[i];
+      if (!isnan(v)) sum += exp(static_cast<double>(v) - max);
+    }
+    sum = BlockSum(sum, shared_sum);
+  }
+  const int64_t at = row * chunks + chunk;
+  if (threadIdx.x == 0) stats[at] = ChunkStats{max, best, sum};
+
+  // The chunk's top-n: top_n rounds, each taking the best head.
+  int head = 0;
+  for (int j = 0; j < top_n; ++j) {
+    const ValId mine = head < count ? list[head] : ValId{0.0f, -1};
+    const ValId win = BlockBest(mine, shared_best, TopBetter());
+    if (win.id >= 0 && mine.id == win.id) ++head;
+    if (threadIdx.x == 0) tops[at * top_n + j] = win;
+  }
+}
+
+// One block per row.
+__global__ void __launch_bounds__(kLogprobThreads)
+    LogprobsCombineKernel(const float* __restrict__ logits, int64_t vocab,
+                          int32_t top_n, int64_t chunks,
+                          const ChunkStats* __restrict__ stats,
+                          const ValId* __restrict__ tops,
+                          const int32_t* __restrict__ tokens, float* chosen,
+                          int32_t* argmax, float* log_z, int32_t* top_ids,
+                          float* top_logprobs) {
+  __shared__ ValId shared_best[33];
+  __shared__ float shared_max[33];
+  __shared__ double shared_sum[33];
+  const int64_t row = blockIdx.x;
+  const ChunkStats* st = stats + row * chunks;
+
+  ValId best = {-INFINITY, INT_MAX};
+  float max = -INFINITY;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    max = fmaxf(max, st[c].max);
+    if (ArgBetter()(st[c].best, best)) best = st[c].best;
+  }
+  best = BlockBest(best, shared_best, ArgBetter());
+  max = BlockMax(max, shared_max);
   float z;
   if (max == -INFINITY || max == INFINITY) {
     z = max;
   } else {
     double sum = 0.0;
-    for (int64_t i = threadIdx.x; i < vocab; i += blockDim.x) {
-      const float v = l[i];
-      if (!isnan(v)) sum += exp(static_cast<double>(v) - max);
+    for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+      if (st[c].max > -INFINITY) {
+        sum += st[c].sum * exp(static_cast<double>(st[c].max) - max);
+      }
     }
     sum = BlockSum(sum, shared_sum);
     z = max + static_cast<float>(log(sum));
@@ -133,9 +203,21 @@ __global__ void LogprobsKernel(const float* __restrict__ logits, int64_t vocab,
   if (threadIdx.x == 0) {
     if (argmax != nullptr) argmax[row] = best.id == INT_MAX ? 0 : best.id;
     if (log_z != nullptr) log_z[row] = z;
+    if (chosen != nullptr) {
+      const int32_t t = tokens[row];
+      chosen[row] = t >= 0 && t < vocab ? logits[row * vocab + t] : NAN;
+    }
   }
+  if (top_n == 0) return;
 
-  // Merge the per-thread lists: top_n rounds, each taking the best head.
+  // Each thread's list of the best of its chunks' lists, then top_n rounds.
+  ValId list[kMaxTopLogprobs];
+  int count = 0;
+  for (int64_t c = threadIdx.x; c < chunks; c += blockDim.x) {
+    const ValId* t = tops + (row * chunks + c) * top_n;
+    for (int j = 0; j < top_n && t[j].id >= 0; ++j)
+      TopInsert(list, top_n, &count, t[j]);
+  }
   int head = 0;
   for (int j = 0; j < top_n; ++j) {
     const ValId mine = head < count ? list[head] : ValId{0.0f, -1};
@@ -403,17 +485,44 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
 
 }  // namespace
 
+size_t LogprobsWorkspaceBytes(int64_t rows, int64_t vocab, int32_t top_n) {
+  if (rows <= 0 || vocab <= 0 || top_n < 0) return 0;
+  const size_t entries =
+      static_cast<size_t>(rows) * static_cast<size_t>(LogprobChunks(vocab));
+  return entries *
+         (sizeof(ChunkStats) + static_cast<size_t>(top_n) * sizeof(ValId));
+}
+
 cudaError_t LaunchLogprobs(const float* logits, int64_t rows, int64_t vocab,
-                           int32_t top_n, int32_t* argmax, float* log_z,
-                           int32_t* top_ids, float* top_logprobs,
-                           cudaStream_t stream) {
+                           int32_t top_n, const int32_t* tokens, float* chosen,
+                           int32_t* argmax, float* log_z, int32_t* top_ids,
+                           float* top_logprobs, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream) {
   if (top_n < 0 || top_n > kMaxTopLogprobs || vocab <= 0 || vocab > INT32_MAX ||
-      (top_n > 0 && (top_ids == nullptr || top_logprobs == nullptr))) {
+      rows < 0 || rows > kMaxGridDim ||
+      (top_n > 0 && (top_ids == nullptr || top_logprobs == nullptr)) ||
+      ((tokens == nullptr) != (chosen == nullptr))) {
     return cudaErrorInvalidValue;
   }
   if (rows == 0) return cudaSuccess;
-  LogprobsKernel<<<static_cast<unsigned>(rows), kLogprobThreads, 0, stream>>>(
-      logits, vocab, top_n, argmax, log_z, top_ids, top_logprobs);
+  const int64_t chunks = LogprobChunks(vocab);
+  if (logits == nullptr || workspace == nullptr ||
+      workspace_bytes < LogprobsWorkspaceBytes(rows, vocab, top_n) ||
+      reinterpret_cast<uintptr_t>(workspace) % alignof(ChunkStats) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  ChunkStats* stats = static_cast<ChunkStats*>(workspace);
+  ValId* tops = reinterpret_cast<ValId*>(stats + rows * chunks);
+  LogprobsChunkKernel<<<dim3(static_cast<unsigned>(chunks),
+                             static_cast<unsigned>(rows)),
+                        kLogprobThreads, 0, stream>>>(logits, vocab, top_n,
+                                                      stats, tops);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  LogprobsCombineKernel<<<static_cast<unsigned>(rows), kLogprobThreads, 0,
+                          stream>>>(logits, vocab, top_n, chunks, stats, tops,
+                                    tokens, chosen, argmax, log_z, top_ids,
+                                    top_logprobs);
   return cudaGetLastError();
 }
 

@@ -2,13 +2,15 @@
 // top-n) and token sampling with the semantics of kernels/cpu/cpu_sampling.h,
 // which draws the same tokens on the host (that header says why exactly).
 // Raw launchers with plain C++ types (device pointers, f32 logits), like
-// elementwise_kernels.h; one thread block per row. CudaOps::DoSample runs
+// elementwise_kernels.h; one thread block per row for sampling, a row's
+// chunks spread over blocks for logprobs. CudaOps::DoSample runs
 // them behind Ops::Sample.
 #ifndef TESSERA_KERNELS_CUDA_SAMPLING_SAMPLING_KERNELS_H_
 #define TESSERA_KERNELS_CUDA_SAMPLING_SAMPLING_KERNELS_H_
 
 #include <cuda_runtime_api.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/philox.h"
@@ -25,17 +27,24 @@ constexpr int32_t kMaxTopLogprobs = 20;
 //  - argmax[r]: index of the largest logit, the lowest id on ties; NaN never
 //    wins (0 when no logit is above -inf), exactly as runtime/sampler ArgMax.
 //  - log_z[r]: log(sum(exp(logits))) = max + log(sum(exp(l - max))), the sum
-//    accumulated in double; NaN logits are ignored.
+//    accumulated in double (over chunks of the row, then across them); NaN
+//    logits are ignored.
+//  - chosen[r] = logits[r, tokens[r]] (NaN for a token outside the
+//    vocabulary): the sampled token's own logit, with no trip to the host.
 //  - top_ids[r, j] and top_logprobs[r, j] = logits[id] - log_z[r] for the
 //    top_n (0..kMaxTopLogprobs) largest logits, best first, ties by lower id
 //    (NaN ranks below -inf). When top_n > vocab the entries past vocab get id
 //    -1 and -inf.
 // Any output may be null to skip it (top_ids / top_logprobs must both be given
-// when top_n > 0).
+// when top_n > 0; tokens and chosen both or neither). Each row is spread over
+// ceil(vocab / 4096) blocks, whose partial results go to `workspace` (at
+// least LogprobsWorkspaceBytes(rows, vocab, top_n) bytes, 8-byte aligned).
+size_t LogprobsWorkspaceBytes(int64_t rows, int64_t vocab, int32_t top_n);
 cudaError_t LaunchLogprobs(const float* logits, int64_t rows, int64_t vocab,
-                           int32_t top_n, int32_t* argmax, float* log_z,
-                           int32_t* top_ids, float* top_logprobs,
-                           cudaStream_t stream);
+                           int32_t top_n, const int32_t* tokens, float* chosen,
+                           int32_t* argmax, float* log_z, int32_t* top_ids,
+                           float* top_logprobs, void* workspace,
+                           size_t workspace_bytes, cudaStream_t stream);
 
 // One row's sampling parameters as the kernel reads them: the device-side
 // image of a validated SamplingParams (runtime/sampler/sampling_params.h has

@@ -195,7 +195,9 @@ class CudaSamplingTest : public ::testing::Test {
 // --- Logprobs.
 
 TEST_F(CudaSamplingTest, LogprobsMatchCpu) {
-  for (int64_t vocab : {151936, 517, 5}) {
+  // 151936: 38 chunks of 4096 (LaunchLogprobs spreads a row over them);
+  // 8193: three, the last of one logit.
+  for (int64_t vocab : {151936, 8193, 517, 5}) {
     for (int top_n : {0, 1, 5, 20}) {
       const int64_t rows = 4;
       std::vector<float> logits = RandomLogits(rows * vocab);
@@ -206,6 +208,7 @@ TEST_F(CudaSamplingTest, LogprobsMatchCpu) {
       if (vocab > 10) {
         r1[(top1 + 3) % vocab] = r1[top1];
         r1[(top1 + vocab - 2) % vocab] = r1[top1];
+        r1[(top1 + vocab / 2) % vocab] = r1[top1];  // Another chunk's.
         r1[1] = r1[2] = 1.25f;
       }
       float* r2 = logits.data() + 2 * vocab;
@@ -215,13 +218,25 @@ TEST_F(CudaSamplingTest, LogprobsMatchCpu) {
       float* r3 = logits.data() + 3 * vocab;
       for (int64_t i = 0; i < vocab; ++i) r3[i] = std::round(r3[i] * 2) / 2;
 
+      // Each row's "sampled" token, whose own logit comes back as chosen.
+      std::vector<int32_t> tokens(rows);
+      for (int64_t r = 0; r < rows; ++r) tokens[r] = (r * 7919 + 3) % vocab;
       DeviceArray<float> d_logits(logits);
-      DeviceArray<int32_t> d_argmax(rows), d_ids(rows * top_n + 1);
-      DeviceArray<float> d_log_z(rows), d_lp(rows * top_n + 1);
+      DeviceArray<int32_t> d_argmax(rows), d_ids(rows * top_n + 1),
+          d_tokens(tokens);
+      DeviceArray<float> d_log_z(rows), d_lp(rows * top_n + 1), d_chosen(rows);
+      const size_t ws = cuda::LogprobsWorkspaceBytes(rows, vocab, top_n);
+      DeviceArray<double> d_ws(ws / sizeof(double) + 1);
       ASSERT_EQ(cuda::LaunchLogprobs(d_logits.get(), rows, vocab, top_n,
+                                     d_tokens.get(), d_chosen.get(),
                                      d_argmax.get(), d_log_z.get(), d_ids.get(),
-                                     d_lp.get(), nullptr),
+                                     d_lp.get(), d_ws.get(), ws, nullptr),
                 cudaSuccess);
+      const std::vector<float> chosen = d_chosen.Download();
+      for (int64_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(std::memcmp(&chosen[r], &logits[r * vocab + tokens[r]], 4), 0)
+            << "row " << r;
+      }
       const std::vector<int32_t> argmax = d_argmax.Download();
       const std::vector<float> log_z = d_log_z.Download();
       const std::vector<int32_t> ids = d_ids.Download();
@@ -264,8 +279,11 @@ TEST_F(CudaSamplingTest, LogprobsArgmaxNeverPicksNaN) {
   logits[vocab + 3] = NAN;
   DeviceArray<float> d_logits(logits);
   DeviceArray<int32_t> d_argmax(2);
-  ASSERT_EQ(cuda::LaunchLogprobs(d_logits.get(), 2, vocab, 0, d_argmax.get(),
-                                 nullptr, nullptr, nullptr, nullptr),
+  const size_t ws = cuda::LogprobsWorkspaceBytes(2, vocab, 0);
+  DeviceArray<double> d_ws(ws / sizeof(double) + 1);
+  ASSERT_EQ(cuda::LaunchLogprobs(d_logits.get(), 2, vocab, 0, nullptr, nullptr,
+                                 d_argmax.get(), nullptr, nullptr, nullptr,
+                                 d_ws.get(), ws, nullptr),
             cudaSuccess);
   const std::vector<int32_t> got = d_argmax.Download();
   EXPECT_EQ(got[0], 777);
@@ -274,8 +292,21 @@ TEST_F(CudaSamplingTest, LogprobsArgmaxNeverPicksNaN) {
 }
 
 TEST_F(CudaSamplingTest, LogprobsRejectsTooManyAlternatives) {
+  DeviceArray<double> d_ws(1024);
   EXPECT_EQ(cuda::LaunchLogprobs(nullptr, 1, 10, cuda::kMaxTopLogprobs + 1,
-                                 nullptr, nullptr, nullptr, nullptr, nullptr),
+                                 nullptr, nullptr, nullptr, nullptr, nullptr,
+                                 nullptr, d_ws.get(), 8192, nullptr),
+            cudaErrorInvalidValue);
+  // Too small a workspace, and tokens without chosen.
+  DeviceArray<float> d_logits(10);
+  EXPECT_EQ(
+      cuda::LaunchLogprobs(d_logits.get(), 1, 10, 0, nullptr, nullptr, nullptr,
+                           nullptr, nullptr, nullptr, d_ws.get(), 1, nullptr),
+      cudaErrorInvalidValue);
+  DeviceArray<int32_t> d_tokens(1);
+  EXPECT_EQ(cuda::LaunchLogprobs(d_logits.get(), 1, 10, 0, d_tokens.get(),
+                                 nullptr, nullptr, nullptr, nullptr, nullptr,
+                                 d_ws.get(), 8192, nullptr),
             cudaErrorInvalidValue);
 }
 
