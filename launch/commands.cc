@@ -835,10 +835,15 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         // collection (after the step's own clock) is not the step's time.
         ASSIGN_OR_RETURN(const std::vector<OpTimeTotal> step_ops,
                          loaded->executor->TakeOpProfile());
+        // The phase's wall time runs to the end of the collection, which
+        // waits for the device: a step that samples nothing (an earlier
+        // prefill chunk) returns before its kernels finish, and its ops'
+        // time would otherwise exceed the wall time it is compared with.
+        const auto collected = Clock::now();
         if (it > 0) {
           PhaseProfile& phase = decoding ? decode_profile : prefill_profile;
           for (const OpTimeTotal& t : step_ops) phase.sums.Add(t);
-          phase.wall_us += seconds(step_start, step_end) * 1e6;
+          phase.wall_us += seconds(step_start, collected) * 1e6;
         }
       }
     }

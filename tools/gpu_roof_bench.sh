@@ -5,7 +5,8 @@
 # card's copy bandwidth and the decode-shaped products (gemm_bench), the kernel benchmarks, and,
 # with LLAMACPP=DIR (a copy of ../shared/bench/llamacpp), llama.cpp on the same card; with
 # HF=FILE (a copy of ../shared/bench/hf_baseline.py), transformers too. One JSON line per row in
-# $OUT/roof.jsonl; logs beside it. DEADLINE (epoch seconds) skips what would start after it.
+# $OUT/roof.jsonl; logs beside it. DEADLINE (epoch seconds) skips what would start after it;
+# GEMM_FILTER narrows gemm_bench (a Google Benchmark filter).
 set -uo pipefail
 [ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
@@ -38,7 +39,7 @@ JSON
 DEADLINE=${DEADLINE:-$(($(date +%s) + 3600))}
 late() { [ "$(date +%s)" -ge "$DEADLINE" ] && echo "SKIPPED (deadline): $1" && return 0; return 1; }
 if [ -x "$BIN/gemm_bench" ]; then
-  timeout 90 "$BIN/gemm_bench" --benchmark_min_time=0.1 --benchmark_counters_tabular=true \
+  timeout 90 "$BIN/gemm_bench" --benchmark_min_time=0.1 --benchmark_filter="${GEMM_FILTER:-.}" --benchmark_counters_tabular=true \
     >"$OUT/gemm_bench.txt" 2>&1 || echo "gemm_bench failed"
   grep -E "Copy|Skinny|Cublas" "$OUT/gemm_bench.txt"
 fi
