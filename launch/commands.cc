@@ -27,6 +27,7 @@
 #include "absl/strings/strip.h"
 #include "runtime/core/json_limits.h"
 #include "runtime/core/status.h"
+#include "runtime/core/trace_ring.h"
 #include "runtime/engine/engine.h"
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
@@ -181,6 +182,27 @@ namespace {
 // The model folder with everything loaded once: the engine over the caller's
 // executor (a parallel job) or over a rank built in this process.
 struct LoadedModel {
+  // The trace (--trace) goes to its file however the command ends.
+  ~LoadedModel() {
+    if (trace == nullptr) return;
+    const std::vector<TraceEvent> events = trace->Snapshot();
+    const absl::Status written =
+        WriteChromeTrace(trace_file, events, {"rank 0"});
+    if (written.ok()) {
+      std::cerr << "[tessera] trace: " << events.size() << " events ("
+                << trace->dropped() << " dropped, "
+                << (trace->recorded() > trace->capacity()
+                        ? trace->recorded() - trace->capacity()
+                        : 0)
+                << " overwritten) in " << trace_file << "\n";
+    } else {
+      std::cerr << "[tessera] " << written.message() << "\n";
+    }
+  }
+
+  // Declared first, destroyed last: the engine and executor point at it.
+  std::unique_ptr<TraceRing> trace;
+  std::string trace_file;
   std::unique_ptr<StepExecutor> local;
   StepExecutor* executor = nullptr;
   std::unique_ptr<Tokenizer> tokenizer;  // Null when the folder has none.
@@ -216,6 +238,14 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   EngineOptions engine_options;
   RankSpec spec;
   RETURN_IF_ERROR(ResolveEngineFlags(flags, &engine_options, &spec));
+  if (!flags.trace_file.empty()) {
+    // Before the weights: an unwritable trace file costs no load.
+    std::ofstream probe(flags.trace_file, std::ios::app);
+    if (!probe) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--trace: cannot write ", flags.trace_file));
+    }
+  }
   auto loaded = std::make_unique<LoadedModel>();
   // Before the weights: a bad file or flag costs no load.
   ASSIGN_OR_RETURN(loaded->generation_defaults,
@@ -248,6 +278,12 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   ASSIGN_OR_RETURN(loaded->engine,
                    Engine::Create(loaded->executor, engine_options,
                                   loaded->tokenizer.get()));
+  if (!flags.trace_file.empty()) {
+    loaded->trace = std::make_unique<TraceRing>(size_t{1} << 18);
+    loaded->trace_file = flags.trace_file;
+    RETURN_IF_ERROR(loaded->executor->SetTrace(loaded->trace.get()));
+    loaded->engine->set_trace(loaded->trace.get(), 0);
+  }
   return loaded;
 }
 

@@ -57,6 +57,10 @@ struct EngineFlags {
   // Hugging Face's init scales, the config's torch_dtype;
   // runtime/model/random_weights.h): no safetensors needed, at any TP/PP.
   bool random_weights = false;
+  // Non-empty: a Chrome trace (Perfetto opens it) of every step, its phases
+  // and the rank's forward, written to this file when the command ends
+  // (runtime/core/trace_ring.h: the newest 2^18 events).
+  std::string trace_file;
 };
 
 // Checks the flags and turns them into the engine's options and the rank's

@@ -78,6 +78,9 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "do not reuse the KV of shared prompt prefixes");
   flags.Add("no-graphs", &e->no_graphs,
             "run decode steps eagerly, without CUDA graphs (GPU)");
+  flags.Add("trace", &e->trace_file,
+            "write a Chrome trace (Perfetto opens it) of every step, its "
+            "phases and the rank's forward to FILE when the command ends");
   flags.Add("max-model-len", &e->max_model_len,
             "the context to serve, at most the model's max_position_embeddings "
             "(0: that)");

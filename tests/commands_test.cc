@@ -1739,6 +1739,59 @@ TEST(Bench, EveryIterationPrefillsFreshPrompts) {
 // --profile-ops through a delegating executor: the rows are the ops of the
 // timed steps (one Embedding per decode step, the model's Linears), and the
 // profiling is off again afterwards.
+// --trace FILE: a Chrome trace of every step with its phases and the rank's
+// forward nested inside them, written when the command ends.
+TEST(Trace, GenerateWritesStepsPhasesAndForwardsAsAChromeTrace) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt_ids = "1,2,3";
+  o.max_tokens = 6;
+  o.ignore_eos = true;
+  const std::string path =
+      absl::StrCat(::testing::TempDir(), "/generate_trace.json");
+  o.engine.trace_file = path;
+  const RunResult run = Generate(o);
+  ASSERT_TRUE(run.status.ok()) << run.status;
+  const json j = ReadJson(path);
+  std::map<std::string, std::vector<json>> by_name;
+  for (const json& e : j.at("traceEvents")) by_name[e.at("name")].push_back(e);
+  ASSERT_EQ(by_name["process_name"].size(), 1u);
+  // One step per token (the prompt's step samples the first).
+  ASSERT_EQ(by_name["step"].size(), 6u);
+  ASSERT_EQ(by_name["forward"].size(), 6u);
+  for (const char* phase : {"schedule", "execute", "apply"}) {
+    EXPECT_EQ(by_name[phase].size(), 6u) << phase;
+  }
+  for (size_t i = 0; i < 6; ++i) {
+    const json& step = by_name["step"][i];
+    const json& execute = by_name["execute"][i];
+    const json& forward = by_name["forward"][i];
+    EXPECT_EQ(step.at("ph"), "X");
+    EXPECT_EQ(forward.at("pid"), 0);
+    EXPECT_EQ(forward.at("cat"), "rank");
+    const double s0 = step.at("ts"), s1 = s0 + step.at("dur").get<double>();
+    const double e0 = execute.at("ts"),
+                 e1 = e0 + execute.at("dur").get<double>();
+    const double f0 = forward.at("ts"),
+                 f1 = f0 + forward.at("dur").get<double>();
+    EXPECT_LE(s0, e0);
+    EXPECT_LE(e0, f0);
+    EXPECT_LE(f1, e1 + 1e-3);
+    EXPECT_LE(e1, s1 + 1e-3);
+  }
+}
+
+TEST(Trace, AnUnwritableTraceFileIsRefusedBeforeTheLoad) {
+  GenerateOptions o = Greedy(DemoModelDir());
+  o.prompt_ids = "1,2,3";
+  o.max_tokens = 2;
+  o.engine.trace_file = "/nonexistent-dir/trace.json";
+  const RunResult run = Generate(o);
+  EXPECT_EQ(run.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(run.status.message()).find("--trace: cannot write"),
+            std::string::npos)
+      << run.status;
+}
+
 TEST(Bench, ProfileOpsReportsTheTimedStepsOps) {
   std::unique_ptr<LocalExecutor> local = DemoExecutor();
   ASSERT_NE(local, nullptr);

@@ -1,6 +1,7 @@
 #include "runtime/engine/engine.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -153,6 +154,10 @@ void Engine::Finish(SeqId id, Request& r, FinishReason reason) {
 
 absl::Status Engine::Step() {
   if (!scheduler_->HasWork() && released_.empty()) return absl::OkStatus();
+  ScopedTrace step_trace(trace_, "step", "engine", trace_pid_, "running",
+                         scheduler_->num_running());
+  std::optional<ScopedTrace> phase;
+  phase.emplace(trace_, "schedule", "engine", trace_pid_);
   ASSIGN_OR_RETURN(SchedulerOutput out, scheduler_->Schedule());
   if (out.seqs.empty() && !out.preempted.empty()) {
     // The only sequence that needed blocks gave its own back (no admission
@@ -192,7 +197,11 @@ absl::Status Engine::Step() {
     }
     r.runner_started = true;
   }
+  phase.emplace(trace_, "execute", "engine", trace_pid_, "sequences",
+                plan_.seqs_size());
   RETURN_IF_ERROR(executor_->Execute(plan_, &result_));
+  phase.emplace(trace_, "apply", "engine", trace_pid_, "sampled",
+                result_.tokens_size());
   for (const proto::SampledToken& sampled : result_.tokens()) {
     RETURN_IF_ERROR(
         OnSampled(static_cast<SeqId>(sampled.sequence_id()), sampled));

@@ -42,6 +42,7 @@
 #include "kernels/op_timer.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/ids.h"
+#include "runtime/core/trace_ring.h"
 #include "runtime/engine/generator.h"
 #include "runtime/engine/scheduler.h"
 #include "runtime/executor/memory_breakdown.h"
@@ -75,6 +76,15 @@ class StepExecutor {
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;
+
+  // Records each step's forward on this process's rank ("forward" events,
+  // pid = the rank) in `ring` (runtime/core/trace_ring.h); null stops. The
+  // ring must outlive the executor or the next call. The default: an executor
+  // without a rank in this process has nothing to record.
+  virtual absl::Status SetTrace(TraceRing* ring) {
+    (void)ring;
+    return absl::UnimplementedError("--trace needs a rank in this process");
+  }
 
   // Op profiling (kernels/op_timer.h; tessera bench --profile-ops): while on,
   // the ops of every step are timed on the device, and TakeOpProfile returns
@@ -161,6 +171,14 @@ class Engine final : public TokenGenerator {
 
   Stats stats() const;
 
+  // Records every step and its phases (schedule, execute, apply) in `ring`
+  // (runtime/core/trace_ring.h) as process `pid`; null (the default) stops.
+  // The ring must outlive the engine or the next call.
+  void set_trace(TraceRing* ring, int32_t pid = 0) {
+    trace_ = ring;
+    trace_pid_ = pid;
+  }
+
   // TokenGenerator: one request alone, run to completion.
   const ModelConfig& config() const override { return executor_->config(); }
   AllocatorStats memory_stats() const override {
@@ -171,6 +189,8 @@ class Engine final : public TokenGenerator {
       const std::function<void(TokenId)>& on_token = {}) override;
 
  private:
+  TraceRing* trace_ = nullptr;
+  int32_t trace_pid_ = 0;
   using Clock = std::chrono::steady_clock;
   struct Request {
     GenerationRequest params;

@@ -48,6 +48,10 @@ class LocalExecutor final : public StepExecutor {
                        proto::StepResult* result) override {
     return rank_->runner().Run(plan, result);
   }
+  absl::Status SetTrace(TraceRing* ring) override {
+    rank_->runner().set_trace(ring, 0);
+    return absl::OkStatus();
+  }
   absl::Status SetOpProfiling(bool on) override {
     return rank_->SetOpProfiling(on);
   }

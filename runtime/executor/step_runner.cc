@@ -81,6 +81,8 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
   result->Clear();
   for (uint64_t id : plan.released()) seqs_.erase(id);
   if (plan.seqs_size() == 0) return absl::OkStatus();
+  ScopedTrace trace(trace_, "forward", "rank", trace_pid_, "sequences",
+                    plan.seqs_size());
 
   slices_.clear();
   tokens_.clear();

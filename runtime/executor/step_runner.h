@@ -30,6 +30,7 @@
 #include "absl/status/status.h"
 #include "kernels/ops.h"
 #include "proto/tessera.pb.h"
+#include "runtime/core/trace_ring.h"
 #include "runtime/executor/graph_runner.h"
 #include "runtime/executor/step_inputs.h"
 #include "runtime/kv/kv_pool.h"
@@ -66,6 +67,14 @@ class StepRunner {
   // a sampled sequence the runner has no sampler for, ...).
   absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
 
+  // Records each Run as a "forward" event of process `pid` (the rank) in
+  // `ring` (runtime/core/trace_ring.h); null (the default) stops. The ring
+  // must outlive the runner or the next call.
+  void set_trace(TraceRing* ring, int32_t pid) {
+    trace_ = ring;
+    trace_pid_ = pid;
+  }
+
   // Captures the decode graphs of `buckets` over this runner's pool and step
   // inputs (GraphRunner::Capture; `free_device_bytes` measures what they
   // take). Replaces graphs captured before. Errors (Unimplemented on the
@@ -88,6 +97,8 @@ class StepRunner {
   size_t num_live_sequences() const { return seqs_.size(); }
 
  private:
+  TraceRing* trace_ = nullptr;
+  int32_t trace_pid_ = 0;
   struct SequenceState {
     explicit SequenceState(const SamplingParams& params);
     SamplingParams params;

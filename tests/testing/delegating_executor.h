@@ -31,6 +31,9 @@ class DelegatingExecutor : public StepExecutor {
                        proto::StepResult* result) override {
     return inner_->Execute(plan, result);
   }
+  absl::Status SetTrace(TraceRing* ring) override {
+    return inner_->SetTrace(ring);
+  }
   absl::Status SetOpProfiling(bool on) override {
     return inner_->SetOpProfiling(on);
   }
