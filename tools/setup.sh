@@ -19,6 +19,7 @@ packages=(
   prometheus
   slurmctld slurmd slurm-client munge  # tests/slurm_test.sh starts its own one-node cluster
   clang-format
+  clang-14 libclang-rt-14-dev  # tools/fuzz/run.sh: libFuzzer + ASan/UBSan (clang)
 )
 
 missing=()
