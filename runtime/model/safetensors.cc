@@ -1,9 +1,6 @@
 #include "runtime/model/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -123,12 +120,7 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
   // Not a plain open(): a FIFO named model.safetensors would block it forever.
   uint64_t size = 0;
   absl::StatusOr<ScopedFd> fd = OpenRegularFile(path, &size);
-  if (!fd.ok()) {
-    if (absl::IsInvalidArgument(fd.status())) {
-      return FileError(path, fd.status().message());
-    }
-    return fd.status();
-  }
+  if (!fd.ok()) return fd.status();  // Names the file and what it is.
   if (size < 8) {
     return FileError(path,
                      absl::StrCat("file is ", size,
