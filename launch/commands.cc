@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "runtime/core/json_limits.h"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/core/trace_ring.h"
 #include "runtime/engine/engine.h"
@@ -1030,10 +1031,13 @@ absl::StatusOr<std::optional<ChatTemplate>> LoadServeChatTemplate(
   if (folder.ok()) {
     tokens = folder->special_tokens();
   } else {
-    std::ifstream config_file(dir + "/tokenizer_config.json");
-    if (config_file) {
+    // Not a plain open(): a FIFO in the folder must not hang serve.
+    absl::StatusOr<std::string> config_text =
+        ReadRegularFile(dir + "/tokenizer_config.json");
+    if (config_text.ok()) {
       const nlohmann::ordered_json config = nlohmann::ordered_json::parse(
-          config_file, nullptr, /*allow_exceptions=*/false);
+          config_text->begin(), config_text->end(), nullptr,
+          /*allow_exceptions=*/false);
       if (!config.is_discarded()) tokens = SpecialTokensFromConfig(config);
     }
   }

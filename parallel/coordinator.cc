@@ -3,14 +3,18 @@
 #include <algorithm>
 #include <chrono>
 #include <csignal>
+#include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "parallel/weight_transfer.h"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
@@ -18,15 +22,15 @@
 namespace tessera {
 namespace {
 
+// Not a plain open(): a FIFO named config.json must be refused, not waited
+// on (rank 0 reads these for every rank).
 absl::StatusOr<std::string> ReadText(const std::string& path, bool required) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) {
     if (!required) return std::string();
     return absl::NotFoundError(absl::StrCat(path, " not found"));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadRegularFile(path, uint64_t{16} << 20);
 }
 
 // Rank 0 records which rank holds what, when the split is valid (an invalid one

@@ -2,14 +2,13 @@
 
 #include <cmath>
 #include <filesystem>
-#include <fstream>
 #include <limits>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -18,7 +17,7 @@ namespace {
 using Json = nlohmann::json;
 
 // generation_config.json is small; anything larger is not one.
-constexpr std::streamoff kMaxFileBytes = 1 << 20;
+constexpr uint64_t kMaxFileBytes = 1 << 20;
 
 absl::Status Bad(absl::string_view key, absl::string_view expected,
                  const Json& value) {
@@ -55,23 +54,10 @@ absl::Status ReadInt(const Json& j, const char* key, int64_t lo, int64_t hi,
   return absl::OkStatus();
 }
 
+// Not a plain open(): a FIFO named generation_config.json must be refused,
+// not waited on.
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) {
-    return absl::NotFoundError(absl::StrCat(path, " is not a regular file"));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  in.seekg(0, std::ios::end);
-  const std::streamoff size = in.tellg();
-  if (size < 0 || size > kMaxFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, " is larger than ", kMaxFileBytes, " bytes"));
-  }
-  in.seekg(0);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadRegularFile(path, kMaxFileBytes);
 }
 
 }  // namespace

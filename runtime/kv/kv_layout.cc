@@ -2,14 +2,31 @@
 
 #include <algorithm>
 #include <fstream>
+#include <limits>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "runtime/core/status.h"
 
 namespace tessera {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+int64_t CeilDiv(int64_t a, int64_t b) { return a / b + (a % b != 0); }
+
+// a * b, or InvalidArgument naming `what` when it does not fit int64.
+absl::StatusOr<int64_t> CheckedMul(int64_t a, int64_t b,
+                                   absl::string_view what) {
+  int64_t out = 0;
+  if (__builtin_mul_overflow(a, b, &out)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: ", what, " (", a, " x ", b,
+                     ") overflows a 64-bit count; lower --max-model-len or "
+                     "--max-num-seqs"));
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -23,10 +40,18 @@ absl::StatusOr<DType> ParseKvDType(const std::string& name) {
 }
 
 int64_t KvPoolShape::BytesPerSlot() const {
-  const int64_t per_side =
-      num_kv_heads * (head_dim * static_cast<int64_t>(DTypeSize(dtype)) +
-                      (dtype == DType::kI8 ? 4 : 0));
-  return num_layers * 2 * per_side;
+  // Saturates (at INT64_MAX) rather than wrapping: sizing then fails cleanly.
+  int64_t per_head = 0, per_side = 0, per_layer = 0, total = 0;
+  if (__builtin_mul_overflow(head_dim, static_cast<int64_t>(DTypeSize(dtype)),
+                             &per_head) ||
+      __builtin_add_overflow(per_head, dtype == DType::kI8 ? 4 : 0,
+                             &per_head) ||
+      __builtin_mul_overflow(num_kv_heads, per_head, &per_side) ||
+      __builtin_mul_overflow(per_side, int64_t{2}, &per_layer) ||
+      __builtin_mul_overflow(num_layers, per_layer, &total)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return total;
 }
 
 absl::StatusOr<AttentionBackend> ParseAttentionBackend(
@@ -58,17 +83,28 @@ absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& o,
         o.memory_bytes, " bytes, fraction ", o.memory_fraction,
         " (need block size >= 1, counts >= 0, fraction in (0, 1])"));
   }
+  if (max_model_len < 1 || max_num_seqs < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV cache: context ", max_model_len, ", ", max_num_seqs,
+                     " sequences (need both >= 1)"));
+  }
   KvLayout layout;
   layout.static_layout = o.backend == AttentionBackend::kStatic;
   layout.block_size = layout.static_layout ? max_model_len : o.block_size;
-  // No use for more than every sequence's whole context.
-  const int64_t most_useful = static_cast<int64_t>(max_num_seqs) *
-                              CeilDiv(max_model_len, layout.block_size);
+  // The default pool is never larger than what the scheduler can ever hold:
+  // max_num_seqs sequences of a whole context each (a tiny model with a
+  // short --max-model-len takes that much, not a share of the memory).
+  ASSIGN_OR_RETURN(
+      const int64_t most_useful,
+      CheckedMul(max_num_seqs, CeilDiv(max_model_len, layout.block_size),
+                 "max_num_seqs x blocks per context"));
   if (o.num_blocks > 0) {
     layout.num_blocks = o.num_blocks;
     return layout;
   }
-  const int64_t block_bytes = layout.block_size * shape.BytesPerSlot();
+  ASSIGN_OR_RETURN(const int64_t block_bytes,
+                   CheckedMul(layout.block_size, shape.BytesPerSlot(),
+                              "the bytes of one block"));
   int64_t budget = o.memory_bytes;
   if (budget == 0) {
     if (free_bytes < 0) {

@@ -4,10 +4,8 @@
 #include <cctype>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -18,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -130,10 +129,29 @@ absl::StatusOr<std::optional<std::string>> OptionalString(
   return std::optional<std::string>(value->get<std::string>());
 }
 
+// Token ids are int32 everywhere past the config (a larger value would wrap
+// when cast) and index the embedding table: an id that is not below the
+// vocabulary is refused here, naming the key, never truncated or wrapped.
+absl::Status CheckTokenIdRange(int64_t id, absl::string_view key,
+                               int64_t vocab_size) {
+  if (id > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\" holds token id ", id,
+        ", beyond the largest token id ", std::numeric_limits<int32_t>::max()));
+  }
+  if (vocab_size > 0 && id >= vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" holds token id ", id,
+                     ", not below vocab_size ", vocab_size));
+  }
+  return absl::OkStatus();
+}
+
 // Appends the token ids of an eos_token_id value (int, list of ints, or
-// null) to `ids`, skipping ones already there.
+// null) to `ids`, skipping ones already there. Each must be in
+// [0, vocab_size) (no check when vocab_size is 0).
 absl::Status AppendTokenIds(const Json* value, absl::string_view key,
-                            std::vector<int64_t>* ids) {
+                            int64_t vocab_size, std::vector<int64_t>* ids) {
   if (value == nullptr || value->is_null()) return absl::OkStatus();
   auto add = [&](const Json& item) -> absl::Status {
     ASSIGN_OR_RETURN(const int64_t id, AsInt(item, key));
@@ -141,6 +159,7 @@ absl::Status AppendTokenIds(const Json* value, absl::string_view key,
       return absl::InvalidArgumentError(absl::StrCat(
           "config key \"", key, "\" holds a negative token id ", id));
     }
+    RETURN_IF_ERROR(CheckTokenIdRange(id, key, vocab_size));
     if (std::find(ids->begin(), ids->end(), id) == ids->end()) {
       ids->push_back(id);
     }
@@ -435,6 +454,15 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
                    RequiredPositiveInt(root, "num_attention_heads"));
   ASSIGN_OR_RETURN(config.max_position_embeddings,
                    RequiredPositiveInt(root, "max_position_embeddings"));
+  // Positions are int32 in every kernel, and the KV pool and step buffers are
+  // sized from the context: a corrupt value must fail here, not overflow
+  // there.
+  if (config.max_position_embeddings > kMaxPositionEmbeddings) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"max_position_embeddings\" is ",
+                     config.max_position_embeddings, ", more than the ",
+                     kMaxPositionEmbeddings, " supported"));
+  }
   ASSIGN_OR_RETURN(
       config.num_kv_heads,
       OptionalPositiveInt(root, "num_key_value_heads", config.num_heads));
@@ -476,9 +504,13 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
 
   if (const Json* bos = Find(root, "bos_token_id")) {
     ASSIGN_OR_RETURN(config.bos_token_id, AsInt(*bos, "bos_token_id"));
+    // A negative bos_token_id means none (as -1 does here).
+    if (config.bos_token_id < 0) config.bos_token_id = -1;
+    RETURN_IF_ERROR(CheckTokenIdRange(config.bos_token_id, "bos_token_id",
+                                      config.vocab_size));
   }
   RETURN_IF_ERROR(AppendTokenIds(Find(root, "eos_token_id"), "eos_token_id",
-                                 &config.eos_token_ids));
+                                 config.vocab_size, &config.eos_token_ids));
 
   // transformers 5 renamed torch_dtype to dtype.
   ASSIGN_OR_RETURN(std::optional<std::string> dtype,
@@ -499,17 +531,12 @@ absl::StatusOr<Json> ParseJson(absl::string_view text) {
   }
 }
 
+// config.json and generation_config.json are small; anything larger is not
+// one. Read without a plain open(): a FIFO in their place must not hang us.
+constexpr uint64_t kMaxConfigBytes = uint64_t{16} << 20;
+
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  if (in.bad()) {
-    return absl::DataLossError(absl::StrCat("error reading ", path));
-  }
-  return contents.str();
+  return ReadRegularFile(path, kMaxConfigBytes);
 }
 
 }  // namespace
@@ -591,7 +618,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   }
   const std::string config_path =
       (fs::path(model_dir) / "config.json").string();
-  if (!fs::is_regular_file(config_path, ec)) {
+  if (!fs::exists(config_path, ec)) {
     return absl::NotFoundError(absl::StrCat(config_path, " not found"));
   }
   ASSIGN_OR_RETURN(const std::string text, ReadFile(config_path));
@@ -601,7 +628,7 @@ absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& model_dir) {
   // HF generate() stops on the generation config's eos ids as well.
   const std::string gen_path =
       (fs::path(model_dir) / "generation_config.json").string();
-  if (fs::is_regular_file(gen_path, ec)) {
+  if (fs::exists(gen_path, ec)) {
     ASSIGN_OR_RETURN(const std::string gen_text, ReadFile(gen_path));
     const absl::Status merged = MergeGenerationConfig(gen_text, &*config);
     if (!merged.ok()) return Annotate(merged, gen_path);
@@ -616,7 +643,7 @@ absl::Status MergeGenerationConfig(absl::string_view json_text,
     return absl::InvalidArgumentError("must hold a JSON object");
   }
   return AppendTokenIds(Find(gen, "eos_token_id"), "eos_token_id",
-                        &config->eos_token_ids);
+                        config->vocab_size, &config->eos_token_ids);
 }
 
 absl::Status LimitContext(int64_t max_model_len, ModelConfig* config) {

@@ -57,6 +57,10 @@ struct LlamaHParams {
   bool qk_norm = false;  // Per-head RMSNorm on q and k before RoPE (qwen3).
 };
 
+// The longest context config.json may declare (max_position_embeddings):
+// positions are int32 in every kernel. Larger values are InvalidArgument.
+inline constexpr int64_t kMaxPositionEmbeddings = (int64_t{1} << 31) - 1;
+
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::string model_type;  // As spelled in config.json.
@@ -85,6 +89,8 @@ struct ModelConfig {
   // (set by the architecture's ParseHParams).
   std::vector<int64_t> sliding_window_per_layer;
 
+  // Token ids, each checked at parse to be in [0, vocab_size) (a larger one,
+  // e.g. >= 2^31, is InvalidArgument naming the key, never wrapped).
   int64_t bos_token_id = -1;  // -1 when the config has none.
   std::vector<int64_t>
       eos_token_ids;  // eos_token_id (int or list); may be empty.

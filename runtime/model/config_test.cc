@@ -1,11 +1,16 @@
 #include "runtime/model/config.h"
 
+#include <sys/stat.h>
+
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -548,6 +553,60 @@ TEST(ConfigTest, BadEosType) {
   EXPECT_TRUE(MessageContains(c.status(), "eos_token_id"));
 }
 
+// Before: a bos_token_id of 2^32 parsed and was cast to int32 as 0 when
+// prepended; 2^31 became negative.
+TEST(ConfigTest, TokenIdsBeyondInt32AreRefused) {
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    for (const int64_t id : {int64_t{1} << 31, int64_t{1} << 32}) {
+      absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, key, id);
+      EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+          << key << " " << id << ": " << c.status();
+      EXPECT_TRUE(MessageContains(
+          c.status(), absl::StrCat("config key \"", key, "\" holds token id ",
+                                   id, ", beyond the largest token id")));
+    }
+  }
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "eos_token_id",
+                                            Json::array({2, int64_t{1} << 31}));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, TokenIdsOutsideTheVocabularyAreRefused) {
+  // Stories260K's vocabulary is 512 tokens.
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "bos_token_id", 512);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(
+      c.status(),
+      "config key \"bos_token_id\" holds token id 512, not below vocab_size "
+      "512"));
+  c = ParseWith(kStories260K, "eos_token_id", Json::array({2, 600}));
+  EXPECT_TRUE(MessageContains(c.status(), "token id 600"));
+  c = ParseWith(kStories260K, "bos_token_id", 511);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bos_token_id, 511);
+  // A negative bos means none, as an absent one does.
+  c = ParseWith(kStories260K, "bos_token_id", -1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bos_token_id, -1);
+}
+
+// Before: 2^62 parsed, and sizing the KV cache from it overflowed int64.
+TEST(ConfigTest, HugeMaxPositionEmbeddingsIsRefused) {
+  for (const int64_t n : {int64_t{1} << 31, int64_t{1} << 62,
+                          std::numeric_limits<int64_t>::max()}) {
+    absl::StatusOr<ModelConfig> c =
+        ParseWith(kStories260K, "max_position_embeddings", n);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << n;
+    EXPECT_TRUE(MessageContains(
+        c.status(), absl::StrCat("\"max_position_embeddings\" is ", n,
+                                 ", more than the 2147483647 supported")));
+  }
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kStories260K, "max_position_embeddings", kMaxPositionEmbeddings);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->max_position_embeddings, kMaxPositionEmbeddings);
+}
+
 TEST(ConfigTest, ArchitectureNames) {
   EXPECT_EQ(ArchitectureName(Architecture::kLlama), "llama");
   EXPECT_EQ(ArchitectureName(Architecture::kMistral), "mistral");
@@ -707,6 +766,34 @@ TEST(LoadModelConfigTest, ErrorsNameTheFile) {
   c = LoadModelConfig(dir);
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(MessageContains(c.status(), "generation_config.json"));
+}
+
+TEST(LoadModelConfigTest, GenerationEosIsRangeChecked) {
+  const std::string dir = MakeDir("generation_range");
+  WriteText(dir + "/config.json", kStories260K);
+  WriteText(dir + "/generation_config.json", R"({"eos_token_id": 4294967296})");
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "generation_config.json"));
+  EXPECT_TRUE(MessageContains(c.status(), "token id 4294967296"));
+}
+
+// Before: a FIFO named config.json was reported as "not found"; one named
+// generation_config.json was skipped; neither may ever block.
+TEST(LoadModelConfigTest, FifosAreRefusedNotWaitedOn) {
+  const std::string dir = MakeDir("fifo");
+  ASSERT_EQ(::mkfifo((dir + "/config.json").c_str(), 0644), 0);
+  absl::StatusOr<ModelConfig> c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), dir + "/config.json is a FIFO"));
+
+  std::filesystem::remove(dir + "/config.json");
+  WriteText(dir + "/config.json", kStories260K);
+  ASSERT_EQ(::mkfifo((dir + "/generation_config.json").c_str(), 0644), 0);
+  c = LoadModelConfig(dir);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      MessageContains(c.status(), dir + "/generation_config.json is a FIFO"));
 }
 
 }  // namespace

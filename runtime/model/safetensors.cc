@@ -1,20 +1,15 @@
 #include "runtime/model/safetensors.h"
 
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -24,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -59,21 +55,6 @@ absl::Status ErrnoError(int err, absl::string_view what) {
   }
 }
 
-// Closes a file descriptor on destruction.
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
 // Reads an integer JSON value that must be >= 0 and fit int64_t.
 bool AsNonNegative(const Json& value, uint64_t* out) {
   if (value.is_number_unsigned()) {
@@ -94,7 +75,10 @@ absl::StatusOr<Json> ParseJsonText(absl::string_view text,
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::exception& e) {
-    return FileError(path, absl::StrCat("malformed JSON: ", e.what()));
+    return FileError(path,
+                     absl::StrCat("malformed JSON (or a wrong header length "
+                                  "field): ",
+                                  e.what()));
   }
 }
 
@@ -133,26 +117,17 @@ class SafetensorsFile {
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(
     const std::string& path) {
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path));
-  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
-    return ErrnoError(errno,
-                      absl::StrCat("cannot open safetensors file ", path));
-  }
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) {
-    return ErrnoError(errno, absl::StrCat("cannot stat ", path));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    return FileError(path, "not a regular file");
-  }
-  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  // Not a plain open(): a FIFO named model.safetensors would block it forever.
+  uint64_t size = 0;
+  absl::StatusOr<ScopedFd> fd = OpenRegularFile(path, &size);
+  if (!fd.ok()) return fd.status();  // Names the file and what it is.
   if (size < 8) {
     return FileError(path,
                      absl::StrCat("file is ", size,
                                   " bytes, too short for the 8-byte header "
                                   "length"));
   }
-  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd->get(), 0);
   if (map == MAP_FAILED) {
     return ErrnoError(errno, absl::StrCat("cannot mmap ", path));
   }
@@ -182,6 +157,19 @@ absl::Status SafetensorsFile::Validate() {
   ASSIGN_OR_RETURN(const Json header, ParseJsonText(header_text, path_));
   if (!header.is_object()) {
     return FileError(path_, "header is not a JSON object");
+  }
+  // The JSON object must fill the header exactly: it starts at byte 8 and
+  // ends at the header's end, where writers may pad with spaces only. A
+  // length field a few bytes short (cutting the padding) or long (taking in
+  // data bytes) would otherwise still parse and shift every tensor.
+  const size_t json_end = header_text.find_last_not_of(' ');
+  if (header_text.empty() || header_text.front() != '{' ||
+      json_end == absl::string_view::npos || header_text[json_end] != '}') {
+    return FileError(
+        path_, absl::StrCat("the header of ", header_len,
+                            " bytes (the length field) does not hold exactly "
+                            "one JSON object padded with spaces: wrong length "
+                            "field or not safetensors"));
   }
   const unsigned char* data = bytes + 8 + header_len;
   const uint64_t data_size = file_size - 8 - header_len;
@@ -263,23 +251,44 @@ absl::Status SafetensorsFile::Validate() {
     info.nbytes = static_cast<size_t>(nbytes);
     info.file = path_;
     auto [it, inserted] = tensors_.emplace(name, std::move(info));
-    if (begin != end) extents.push_back({begin, end, &it->first});
+    extents.push_back({begin, end, &it->first});
   }
 
-  // Empty tensors occupy no bytes and cannot overlap anything.
+  // Like the reference implementation, the tensors must tile the data region
+  // exactly: sorted by offset, the first begins at 0, each begins where the
+  // one before ended (empty tensors included), the last ends at the region's
+  // end. A gap, an overlap or a tail means a header that does not describe
+  // this data (a shifted header fails here even when every extent fits).
   std::sort(extents.begin(), extents.end(),
             [](const Extent& a, const Extent& b) {
               return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
             });
-  for (size_t i = 1; i < extents.size(); ++i) {
-    const Extent& prev = extents[i - 1];
-    const Extent& cur = extents[i];
-    if (cur.begin < prev.end) {
+  uint64_t covered = 0;
+  const Extent* prev = nullptr;
+  for (const Extent& cur : extents) {
+    if (cur.begin < covered) {
       return FileError(
-          path_, absl::StrCat("tensors \"", *prev.name, "\" [", prev.begin,
-                              ", ", prev.end, ") and \"", *cur.name, "\" [",
+          path_, absl::StrCat("tensors \"", *prev->name, "\" [", prev->begin,
+                              ", ", prev->end, ") and \"", *cur.name, "\" [",
                               cur.begin, ", ", cur.end, ") overlap"));
     }
+    if (cur.begin > covered) {
+      return FileError(
+          path_, absl::StrCat(
+                     "bytes [", covered, ", ", cur.begin,
+                     ") of the data region belong to no tensor (before \"",
+                     *cur.name, "\"): the header does not describe the data"));
+    }
+    covered = cur.end;
+    prev = &cur;
+  }
+  if (covered != data_size) {
+    return FileError(path_, absl::StrCat("the tensors cover ", covered,
+                                         " bytes of the data "
+                                         "region of ",
+                                         data_size,
+                                         " bytes (wrong header length "
+                                         "field, truncated or trailing data)"));
   }
   return absl::OkStatus();
 }
@@ -321,15 +330,10 @@ namespace {
 // Reads model.safetensors.index.json: tensor name -> shard file name.
 absl::StatusOr<std::map<std::string, std::string>> ReadWeightMap(
     const std::string& index_path) {
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", index_path));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
+  ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(index_path));
   Json index;
   try {
-    index = Json::parse(text.str());
+    index = Json::parse(text);
   } catch (const Json::exception& e) {
     return absl::InvalidArgumentError(
         absl::StrCat(index_path, ": malformed JSON: ", e.what()));

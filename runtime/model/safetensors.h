@@ -6,9 +6,13 @@
 // "__metadata__": {...}}, then the data region; offsets are relative to the
 // data region's start.
 //
-// Every header is validated on open: the length fits the file, the JSON parses,
-// each entry has a known dtype, non-negative dims, begin <= end within the data
-// region, end - begin equals numel * dtype size, and no two tensors overlap. A
+// Every header is validated on open: the file is a regular file (a FIFO or
+// directory is refused, never waited on), the length fits the file, the JSON
+// object fills the header exactly (trailing space padding only), each entry
+// has a known dtype, non-negative dims, begin <= end within the data region,
+// end - begin equals numel * dtype size, and the tensors, sorted by offset,
+// cover the data region exactly: no overlap, no gap, nothing after the last.
+// (A length field a few bytes off would otherwise shift every tensor.) A
 // sharded checkpoint (model.safetensors.index.json) must map every tensor to a
 // shard that exists and contains it.
 //

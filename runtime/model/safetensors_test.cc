@@ -1,5 +1,7 @@
 #include "runtime/model/safetensors.h"
 
+#include <sys/stat.h>
+
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/core/dtype.h"
@@ -455,6 +458,102 @@ TEST(SafetensorsTest, OverlappingTensors) {
            R"( "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}})",
            std::string(12, '\0')),
       "overlap");
+}
+
+// A header padded with spaces to a multiple of 8, as the reference writer
+// does, whose length field is then off by `delta`.
+std::string PaddedFileWithLengthOff(int delta) {
+  std::string header =
+      R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+      R"( "b": {"dtype": "U8", "shape": [3], "data_offsets": [8, 11]}})";
+  header.append(8 - header.size() % 8 + 3, ' ');  // At least 4 spaces.
+  const std::string data = Bytes(std::vector<float>{1.0f, 2.0f}) + "xyz";
+  return LengthPrefix(header.size() + delta) + header + data;
+}
+
+TEST(SafetensorsTest, SpacePaddedHeaderLoads) {
+  const std::string path = MakeDir("padded") + "/model.safetensors";
+  WriteBytes(path, PaddedFileWithLengthOff(0));
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::OpenFile(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  absl::StatusOr<Tensor> a = (*ckpt)->LoadF32("a", Shape{2});
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(Values(*a), (std::vector<float>{1.0f, 2.0f}));
+}
+
+// Before: a length field 1-3 bytes short cut only padding, the JSON still
+// parsed and every tensor was read shifted (garbage output, exit 0).
+TEST(SafetensorsTest, HeaderLengthAFewBytesShortIsRefused) {
+  for (int delta : {-1, -2, -3}) {
+    ExpectInvalid(absl::StrCat("short_len", -delta),
+                  PaddedFileWithLengthOff(delta), "cover");
+  }
+  // Shorter than the padding: the JSON object itself is cut.
+  ExpectInvalid("short_len_cut", PaddedFileWithLengthOff(-40),
+                "malformed JSON (or a wrong header length field)");
+}
+
+TEST(SafetensorsTest, HeaderLengthAFewBytesLongIsRefused) {
+  for (int delta : {1, 2, 3}) {
+    ExpectInvalid(absl::StrCat("long_len", delta),
+                  PaddedFileWithLengthOff(delta), "JSON object");
+  }
+}
+
+TEST(SafetensorsTest, HeaderMustStartWithTheObject) {
+  ExpectInvalid("leading_space",
+                File(R"( {"w": {"dtype": "U8", "shape": [1], )"
+                     R"("data_offsets": [0, 1]}})",
+                     "x"),
+                "does not hold exactly one JSON object");
+  ExpectInvalid("trailing_newline",
+                File(R"({"w": {"dtype": "U8", "shape": [1], )"
+                     R"("data_offsets": [0, 1]}})"
+                     "\n",
+                     "x"),
+                "does not hold exactly one JSON object");
+}
+
+TEST(SafetensorsTest, TensorsMustCoverTheDataRegionExactly) {
+  // A gap at the start.
+  ExpectInvalid(
+      "gap_start",
+      File(R"({"w": {"dtype": "U8", "shape": [2], "data_offsets": [1, 3]}})",
+           "xyz"),
+      "bytes [0, 1) of the data region belong to no tensor");
+  // A gap between two tensors.
+  ExpectInvalid(
+      "gap_middle",
+      File(R"({"a": {"dtype": "U8", "shape": [1], "data_offsets": [0, 1]},)"
+           R"( "b": {"dtype": "U8", "shape": [1], "data_offsets": [2, 3]}})",
+           "xyz"),
+      "bytes [1, 2)");
+  // Bytes after the last tensor.
+  ExpectInvalid(
+      "trailing_data",
+      File(R"({"w": {"dtype": "U8", "shape": [2], "data_offsets": [0, 2]}})",
+           "xyz"),
+      "the tensors cover 2 bytes of the data region of 3 bytes");
+  // No tensors, but data.
+  ExpectInvalid("no_tensors_with_data", File("{}", "x"),
+                "cover 0 bytes of the data region of 1 bytes");
+  // An empty tensor inside another one's bytes.
+  ExpectInvalid(
+      "empty_inside",
+      File(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [0, 4]},)"
+           R"( "e": {"dtype": "U8", "shape": [0], "data_offsets": [2, 2]}})",
+           "wxyz"),
+      "overlap");
+}
+
+TEST(SafetensorsTest, FifoIsRefusedNotWaitedOn) {
+  const std::string dir = MakeDir("fifo");
+  const std::string path = dir + "/model.safetensors";
+  ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+  absl::StatusOr<std::unique_ptr<Checkpoint>> ckpt = Checkpoint::Open(dir);
+  EXPECT_EQ(ckpt.status().code(), absl::StatusCode::kInvalidArgument)
+      << ckpt.status();
+  EXPECT_TRUE(MessageContains(ckpt.status(), path + " is a FIFO"));
 }
 
 // ---- LoadF32 ----------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/json_limits.h"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -28,15 +29,15 @@ absl::Status WithPrefix(const absl::Status& status) {
   return out;
 }
 
+// Not a plain open(): a FIFO named chat_template.jinja must be refused, not
+// waited on.
 absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+  absl::StatusOr<std::string> text = ReadRegularFile(path.string());
+  if (!text.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kPrefix, "cannot read ", path.string()));
+        absl::StrCat(kPrefix, text.status().message()));
   }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text;
 }
 
 absl::StatusOr<nlohmann::ordered_json> ReadJson(

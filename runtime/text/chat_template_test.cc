@@ -7,6 +7,8 @@
 // every case of goldens.json, written by tools/make_chat_template_goldens.py.
 #include "runtime/text/chat_template.h"
 
+#include <sys/stat.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -392,6 +394,22 @@ TEST_F(ChatTemplateFolderTest, ChatTemplateJson) {
       ChatTemplate::FromTokenizerConfig(dir_.string());
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(Render(*t), "from json");
+}
+
+// Before: a FIFO in the folder blocked the open() forever.
+TEST_F(ChatTemplateFolderTest, FifosAreRefusedNotWaitedOn) {
+  for (const char* name :
+       {"tokenizer_config.json", "chat_template.jinja", "chat_template.json"}) {
+    const std::string path = (dir_ / name).string();
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    absl::StatusOr<ChatTemplate> t =
+        ChatTemplate::FromTokenizerConfig(dir_.string());
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument)
+        << name << ": " << t.status();
+    EXPECT_NE(t.status().message().find(path + " is a FIFO"), std::string::npos)
+        << t.status();
+    std::filesystem::remove(path);
+  }
 }
 
 TEST_F(ChatTemplateFolderTest, Errors) {

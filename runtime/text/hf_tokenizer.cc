@@ -4,8 +4,10 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/text/bpe.h"
 #include "runtime/text/hf_pipeline.h"
@@ -24,30 +27,9 @@ namespace {
 
 using nlohmann::json;
 
+// Not fopen(): a FIFO named tokenizer.json must be refused, not waited on.
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open ", path));
-  }
-  // One read into a buffer of the file's size: growing a string in chunks
-  // copied the 11 MB Qwen file several times over.
-  std::string data;
-  if (std::fseek(f, 0, SEEK_END) == 0) {
-    const long size = std::ftell(f);
-    if (size > 0) data.resize(static_cast<size_t>(size));
-    std::rewind(f);
-  }
-  size_t filled = std::fread(data.data(), 1, data.size(), f);
-  data.resize(filled);
-  char buffer[1 << 16];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), f)) > 0) {
-    data.append(buffer, n);
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) return absl::DataLossError(absl::StrCat("cannot read ", path));
-  return data;
+  return ReadRegularFile(path);
 }
 
 // ---------------------------------------------------------------------------
@@ -438,6 +420,14 @@ absl::StatusOr<std::string> ConfigTokenText(const json& config,
 
 // The id of the special token a post-processor puts first in a single
 // sequence, or -1.
+// A non-negative integer that fits a token id (int32): get<int32_t>() of a
+// larger one would wrap.
+bool IsTokenId(const json& value) {
+  return value.is_number_unsigned() &&
+         value.get<uint64_t>() <=
+             static_cast<uint64_t>(std::numeric_limits<int32_t>::max());
+}
+
 absl::StatusOr<int32_t> LeadingSpecialToken(const json& pp) {
   if (pp.is_null()) return -1;
   const auto type_it = pp.is_object() ? pp.find("type") : pp.end();
@@ -464,7 +454,7 @@ absl::StatusOr<int32_t> LeadingSpecialToken(const json& pp) {
     // "cls": [token, id] opens every single sequence.
     const auto cls = pp.find("cls");
     if (cls == pp.end() || !cls->is_array() || cls->size() != 2 ||
-        !(*cls)[1].is_number_unsigned()) {
+        !IsTokenId((*cls)[1])) {
       return absl::InvalidArgumentError(
           absl::StrCat("tokenizer.json: post_processor ", type,
                        " needs \"cls\": [token, id]"));
@@ -497,7 +487,7 @@ absl::StatusOr<int32_t> LeadingSpecialToken(const json& pp) {
     }
     const auto ids = entry->find("ids");
     if (ids == entry->end() || !ids->is_array() || ids->empty() ||
-        !ids->front().is_number_unsigned()) {
+        !IsTokenId(ids->front())) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tokenizer.json: post_processor TemplateProcessing: special token \"",
           name->get<std::string>(), "\" has no ids"));
@@ -1018,9 +1008,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadHfTokenizer(
   ASSIGN_OR_RETURN(const std::string tokenizer_json,
                    ReadFile(dir + "/tokenizer.json"));
   std::string config_json;
-  if (std::FILE* f =
-          std::fopen((dir + "/tokenizer_config.json").c_str(), "rb")) {
-    std::fclose(f);
+  std::error_code ec;
+  if (std::filesystem::exists(dir + "/tokenizer_config.json", ec)) {
     ASSIGN_OR_RETURN(config_json, ReadFile(dir + "/tokenizer_config.json"));
   }
   auto tok = LoadHfTokenizerFromJson(tokenizer_json, config_json);

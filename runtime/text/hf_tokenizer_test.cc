@@ -576,6 +576,20 @@ TEST(HfTokenizerErrorTest, UnsupportedComponentsAreNamed) {
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(s.message(), HasSubstr("decoder type \"WordPiece\""));
 
+  // Before: a BOS id of 2^32 in the post-processor was read as token 0.
+  t = base;
+  t["post_processor"] = BosTemplate();
+  t["post_processor"]["special_tokens"]["<s>"]["ids"] = {uint64_t{1} << 32};
+  s = LoadStatus(t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("has no ids"));
+  t = base;
+  t["post_processor"] = {{"type", "RobertaProcessing"},
+                         {"cls", {"<s>", uint64_t{1} << 31}}};
+  s = LoadStatus(t);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("needs \"cls\": [token, id]"));
+
   t = base;
   t["post_processor"] = {{"type", "SomethingNew"}};
   s = LoadStatus(t);

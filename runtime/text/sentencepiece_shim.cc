@@ -18,6 +18,13 @@ bool SentencePieceShim::Load(const std::string& path, std::string* error) {
   return status.ok();
 }
 
+bool SentencePieceShim::LoadFromBytes(const std::string& bytes,
+                                      std::string* error) {
+  const auto status = impl_->processor.LoadFromSerializedProto(bytes);
+  if (!status.ok()) *error = status.ToString();
+  return status.ok();
+}
+
 bool SentencePieceShim::Encode(const std::string& text, std::vector<int>* ids,
                                std::string* error) const {
   const auto status = impl_->processor.Encode(text, ids);

@@ -20,6 +20,8 @@ class SentencePieceShim {
 
   // Each returns false and fills *error on failure.
   bool Load(const std::string& path, std::string* error);
+  // From a model file's bytes (read by the caller, who checks the file).
+  bool LoadFromBytes(const std::string& bytes, std::string* error);
   bool Encode(const std::string& text, std::vector<int>* ids,
               std::string* error) const;
   bool Decode(const std::vector<int>& ids, std::string* text,

@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/text/hf_tokenizer.h"
 #include "runtime/text/sentencepiece_shim.h"
@@ -17,9 +18,11 @@
 namespace tessera {
 namespace {
 
+// Whether `path` names anything: a FIFO or directory in a tokenizer file's
+// place is then refused by name when read (ReadRegularFile), not skipped.
 bool FileExists(const std::string& path) {
   struct stat st;
-  return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  return stat(path.c_str(), &st) == 0;
 }
 
 class SentencePieceTokenizer final : public Tokenizer {
@@ -27,8 +30,11 @@ class SentencePieceTokenizer final : public Tokenizer {
   static absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> Open(
       const std::string& path) {
     auto tok = std::make_unique<SentencePieceTokenizer>();
+    // Read here, not by SentencePiece's own open(): a FIFO in the model's
+    // place must be refused, not waited on.
+    ASSIGN_OR_RETURN(const std::string bytes, ReadRegularFile(path));
     std::string error;
-    if (!tok->processor_.Load(path, &error)) {
+    if (!tok->processor_.LoadFromBytes(bytes, &error)) {
       return absl::InvalidArgumentError(
           absl::StrCat("cannot load SentencePiece model ", path, ": ", error));
     }
@@ -237,9 +243,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(
   bool add_bos = config_bos_id >= 0 || tok->bos_id() >= 0;
   const std::string tc_path = model_dir + "/tokenizer_config.json";
   if (FileExists(tc_path)) {
-    std::ifstream in(tc_path);
-    const nlohmann::json tc =
-        nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    ASSIGN_OR_RETURN(const std::string text, ReadRegularFile(tc_path));
+    const nlohmann::json tc = nlohmann::json::parse(
+        text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
     if (tc.is_discarded() || !tc.is_object()) {
       return absl::InvalidArgumentError(
           absl::StrCat(tc_path, " is not a JSON object"));

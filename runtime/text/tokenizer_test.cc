@@ -1,8 +1,11 @@
 #include "runtime/text/tokenizer.h"
 
+#include <sys/stat.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <initializer_list>
 #include <memory>
@@ -259,6 +262,31 @@ TEST(SentencePieceTokenizerTest, DemoVllmSpacesBetweenSpecialTokens) {
             "<s>Once upon a time</s>");
   EXPECT_EQ(*(*tok)->Decode(ids, DecodeOptions{true, true}),
             "Once upon a time");
+}
+
+// Before: a FIFO named like a tokenizer file blocked LoadTokenizer in open()
+// forever (or, for tokenizer.json, was skipped as absent).
+TEST(LoadTokenizerTest, FifosAreRefusedNotWaitedOn) {
+  const std::filesystem::path dir =
+      std::filesystem::path(::testing::TempDir()) / "tokenizer_fifo";
+  for (const char* name :
+       {"tokenizer.json", "tokenizer.model", "tokenizer_config.json"}) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    if (std::string(name) == "tokenizer_config.json") {
+      std::filesystem::copy_file(
+          std::filesystem::path(DemoModelDir()) / "tokenizer.model",
+          dir / "tokenizer.model");
+    }
+    const std::string path = (dir / name).string();
+    ASSERT_EQ(::mkfifo(path.c_str(), 0644), 0);
+    auto tok = LoadTokenizer(dir.string(), /*config_bos_id=*/1);
+    EXPECT_EQ(tok.status().code(), absl::StatusCode::kInvalidArgument)
+        << name << ": " << tok.status();
+    EXPECT_NE(tok.status().message().find(path + " is a FIFO"),
+              std::string::npos)
+        << tok.status();
+  }
 }
 
 }  // namespace
