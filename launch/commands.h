@@ -57,6 +57,10 @@ struct EngineFlags {
   // Hugging Face's init scales, the config's torch_dtype;
   // runtime/model/random_weights.h): no safetensors needed, at any TP/PP.
   bool random_weights = false;
+  // Seconds a step of a parallel job may take before the job is ended and the
+  // rank that stopped answering is named (parallel/fault_monitor.h; the
+  // limit is max(this, 4 × the longest step seen)). 0: off.
+  double step_timeout = 6.0;
 };
 
 // Checks the flags and turns them into the engine's options and the rank's
