@@ -143,8 +143,11 @@ void FaultMonitor::BeginStep(int64_t step) {
   counts_ = true;
   step_ = step;
   step_start_ = Clock::now();
-  limit_seconds_ =
-      std::max(options_.step_timeout_seconds, 4.0 * longest_step_seconds_);
+  // The first step may set up what later steps reuse (NCCL connects lazily
+  // on first use, kernels autotune), so it gets ten times the limit.
+  limit_seconds_ = steps_done_ == 0 ? 10.0 * options_.step_timeout_seconds
+                                    : std::max(options_.step_timeout_seconds,
+                                               4.0 * longest_step_seconds_);
   deadline_ = step_start_ + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(limit_seconds_));
 }
@@ -154,7 +157,9 @@ void FaultMonitor::EndStep() {
   std::lock_guard<std::mutex> lock(mu_);
   if (!armed_) return;
   armed_ = false;
+  stalled_.store(false, std::memory_order_release);  // It finished after all.
   if (!counts_) return;
+  ++steps_done_;
   longest_step_seconds_ = std::max(
       longest_step_seconds_,
       std::chrono::duration<double>(Clock::now() - step_start_).count());
@@ -198,10 +203,12 @@ void FaultMonitor::Watch() {
     wake_.wait_for(lock, std::chrono::milliseconds(100));
     if (stopping_ || !armed_) continue;
     const Clock::time_point now = Clock::now();
+    // Half the limit without progress: /health answers 503 from here on (a
+    // balancer stops sending work), while the fault round has not begun.
+    if (now >= step_start_ + (deadline_ - step_start_) / 2) {
+      stalled_.store(true, std::memory_order_release);
+    }
     if (now < deadline_) continue;
-    // The engine cannot make progress: /health says so while the MPI thread
-    // runs its fault round.
-    stalled_.store(true, std::memory_order_release);
     const double over = std::chrono::duration<double>(now - deadline_).count();
     if (over < options_.grace_seconds + 5.0) continue;
     // The MPI thread never reached a polled wait: it is stuck in a

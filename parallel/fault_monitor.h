@@ -15,7 +15,9 @@
 //     rank that is alive is never mistaken for the stalled one.
 // The step's limit is max(step_timeout, 4 × the longest step this rank has
 // run), so a limit that fits decode also fits the longer prefill chunks seen
-// since; step_timeout 0 turns deadlines (and the watchdog) off.
+// since; the first step gets 10 × step_timeout (NCCL connects lazily on
+// first use, kernels autotune); step_timeout 0 turns deadlines (and the
+// watchdog) off.
 //
 // The fault round (EndJobAfterFault; RunJob calls it for such a status):
 //   rank 0 asks every rank that has not reported yet (on the monitor's own
@@ -26,11 +28,12 @@
 //   other than 0 reports to rank 0 and waits to be ended; if rank 0 does not
 //   end the job within 2 × grace + 1 s, rank 0 is the one that is gone, and
 //   this rank prints the line naming rank 0 and aborts itself.
-// The watchdog thread only looks at the clock: a step that runs past its
-// deadline marks the monitor stalled at once (rank 0's /health then answers
-// 503); one still running grace + 5 s later is stuck outside MPI (a kernel,
-// a device sync), and the watchdog prints the line and _Exits (it may not
-// call MPI: MPI_THREAD_FUNNELED), which makes the launcher end the job.
+// The watchdog thread only looks at the clock: a step that has run half its
+// limit marks the monitor stalled (rank 0's /health then answers 503 until
+// the step ends, if it does); one still running grace + 5 s past the limit is
+// stuck outside MPI (a kernel, a device sync), and the watchdog prints the line
+// and _Exits (it may not call MPI: MPI_THREAD_FUNNELED), which makes the
+// launcher end the job.
 //
 // Between steps a worker's wait for the next plan has the same limit: an
 // idle rank 0 sends a HEARTBEAT plan every quarter of the step timeout
@@ -118,8 +121,8 @@ class FaultMonitor {
     return options_.step_timeout_seconds / 4;
   }
 
-  // Any thread: a step has run past its deadline (or a fault round began):
-  // the engine cannot make progress.
+  // Any thread: the step under way has run half its limit or more (or a
+  // fault round began): the engine cannot make progress.
   bool stalled() const { return stalled_.load(std::memory_order_acquire); }
 
   // "rank 1 (host h, tp 1, stage 0)".
@@ -160,6 +163,7 @@ class FaultMonitor {
   Clock::time_point deadline_;
   double limit_seconds_ = 0.0;
   double longest_step_seconds_ = 0.0;
+  int64_t steps_done_ = 0;
   Clock::time_point next_check_;
   std::thread watchdog_;
 };
