@@ -346,6 +346,11 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
         "--max-model-len must be >= 1 (or 0: the model's context), got ",
         f.max_model_len));
   }
+  if (!(f.step_timeout >= 0.0 && f.step_timeout <= 86400.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--step-timeout must be in [0, 86400] seconds (0: off), got ",
+        f.step_timeout));
+  }
   if (f.generation_config.empty()) {
     return absl::InvalidArgumentError(
         "--generation-config must be auto, vllm, none or a folder");
@@ -367,6 +372,7 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   rank->max_model_len = f.max_model_len;
   rank->cuda_graphs = !f.no_graphs;
   rank->random_weights = f.random_weights;
+  rank->step_timeout_seconds = f.step_timeout;
   // --device, --dtype, --kv-dtype, --attention: checked by the rank's rules.
   return CheckRankSpec(*rank);
 }

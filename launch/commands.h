@@ -61,6 +61,10 @@ struct EngineFlags {
   // and the rank's forward, written to this file when the command ends
   // (runtime/core/trace_ring.h: the newest 2^18 events).
   std::string trace_file;
+  // Seconds a step of a parallel job may take before the job is ended and the
+  // rank that stopped answering is named (parallel/fault_monitor.h; the
+  // limit is max(this, 4 × the longest step seen)). 0: off.
+  double step_timeout = 6.0;
 };
 
 // Checks the flags and turns them into the engine's options and the rank's

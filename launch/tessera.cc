@@ -87,6 +87,10 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
   flags.Add("random-weights", &e->random_weights,
             "make every weight up from config.json (deterministic, HF init "
             "scales, the config's dtype): no safetensors read");
+  flags.Add("step-timeout", &e->step_timeout,
+            "seconds a step of an MPI job may take (at least 4x the longest "
+            "step seen) before the job ends naming the rank that stalled "
+            "(0: off)");
   flags.Add("generation-config", &e->generation_config,
             "sampling defaults for unset fields: auto (the model folder's "
             "generation_config.json), vllm or none (off), or a folder");

@@ -6,6 +6,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
+#include "parallel/fault_monitor.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -62,14 +63,18 @@ absl::Status ControlChannel::Send(const google::protobuf::MessageLite& msg,
   const absl::Status encoded =
       EncodeFrame(msg, options_.max_message_bytes, &buffer_);
   if (!encoded.ok()) EncodeErrorFrame(encoded.message(), &buffer_);
-  const int rc = MPI_Send(buffer_.data(), static_cast<int>(buffer_.size()),
-                          MPI_BYTE, dest, tag, comm_.get());
-  if (rc != MPI_SUCCESS) {
-    return MpiError(rc, "MPI_Send",
-                    absl::StrCat("sending control message ", msg.GetTypeName(),
-                                 " (", buffer_.size(), " bytes) to rank ", dest,
-                                 " (tag ", tag, ") on ", comm_.Describe()));
-  }
+  const auto what = [&] {
+    return absl::StrCat("sending control message ", msg.GetTypeName(), " (",
+                        buffer_.size(), " bytes) to rank ", dest, " (tag ", tag,
+                        ") on ", comm_.Describe());
+  };
+  // Nonblocking + a polled wait, so a peer that never receives cannot hold
+  // this rank past its step's deadline (fault_monitor.h).
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Isend(buffer_.data(), static_cast<int>(buffer_.size()),
+                           MPI_BYTE, dest, tag, comm_.get(), &request);
+  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Isend", what());
+  RETURN_IF_ERROR(WaitRequest(&request, nullptr, what));
   return encoded;
 }
 
@@ -89,9 +94,9 @@ absl::Status ControlChannel::Recv(int source, int tag,
   // known before anything is allocated.
   MPI_Message message = MPI_MESSAGE_NULL;
   MPI_Status status;
-  int rc = MPI_Mprobe(source, tag, comm_.get(), &message, &status);
-  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Mprobe", what());
+  RETURN_IF_ERROR(WaitProbe(source, tag, comm_.get(), &message, &status, what));
   int count = 0;
+  int rc = MPI_SUCCESS;
   rc = MPI_Get_count(&status, MPI_BYTE, &count);
   if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Get_count", what());
   const int sender = status.MPI_SOURCE;
@@ -148,9 +153,17 @@ absl::Status ControlChannel::Broadcast(google::protobuf::MessageLite* msg,
   } else {
     buffer_.resize(kFrameHeaderBytes);
   }
-  int rc = MPI_Bcast(buffer_.data(), static_cast<int>(kFrameHeaderBytes),
-                     MPI_BYTE, root, comm_.get());
-  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Bcast", what("length"));
+  // Nonblocking broadcasts + polled waits: a rank that never joins cannot
+  // hold the others past their step's deadline (fault_monitor.h).
+  const auto bcast = [&](char* data, size_t bytes,
+                         absl::string_view part) -> absl::Status {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, root,
+                              comm_.get(), &request);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Ibcast", what(part));
+    return WaitRequest(&request, nullptr, [&] { return what(part); });
+  };
+  RETURN_IF_ERROR(bcast(buffer_.data(), kFrameHeaderBytes, "length"));
 
   // Every rank must take part in the payload broadcast that the root is
   // about to start, even one that will reject the message (a smaller limit
@@ -167,9 +180,8 @@ absl::Status ControlChannel::Broadcast(google::protobuf::MessageLite* msg,
     buffer_.resize(kFrameHeaderBytes + payload);
   }
   if (payload > 0) {
-    rc = MPI_Bcast(buffer_.data() + kFrameHeaderBytes,
-                   static_cast<int>(payload), MPI_BYTE, root, comm_.get());
-    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Bcast", what("payload"));
+    RETURN_IF_ERROR(
+        bcast(buffer_.data() + kFrameHeaderBytes, payload, "payload"));
   }
   if (rank() == root) return encoded;
   const absl::Status decoded =

@@ -14,6 +14,11 @@
 // could not send it: ..." while the sender returns InvalidArgument. Treat
 // either as fatal (MpiWorld::Abort), as for any control-plane error.
 //
+// Every wait (Send, Recv, Broadcast) is a polled wait of fault_monitor.h:
+// with a FaultMonitor installed, a wait still open at the armed step's
+// deadline, or during a fault round, returns that fault (RankLocal) instead
+// of blocking forever on a stalled peer.
+//
 // The channel works on its own duplicate of the communicator it is given, so
 // its tags can never match tensor traffic (MpiCommunicator) or anything else
 // on the parent. Not thread-safe, and MPI_THREAD_FUNNELED: use it from the

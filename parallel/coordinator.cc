@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "parallel/fault_monitor.h"
 #include "parallel/weight_transfer.h"
 #include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
@@ -216,15 +217,19 @@ absl::Status Coordinator::Execute(const proto::StepPlan& plan,
   // From here on every rank is in the step: any failure is this rank's and
   // ends the job (RankLocal).
   proto::StepPlan sent = plan;  // Broadcast needs a mutable message.
+  FaultMonitor* monitor = FaultMonitor::Get();
+  if (monitor != nullptr) monitor->BeginStep(control_stats_.steps);
   const auto b0 = Clock::now();
   absl::Status s = control_->Broadcast(&sent, ProcessGrid::kCoordinatorRank);
   const auto b1 = Clock::now();
+  last_plan_ = b1;
   if (s.ok()) s = worker_->RunStep(sent, result);
   const auto r0 = Clock::now();
   if (s.ok() && !worker_->is_sampler()) {
     s = control_->Recv(worker_->sampler_rank(), kResultTag, result);
   }
   if (!s.ok()) return RankLocal(s);
+  if (monitor != nullptr) monitor->EndStep();
   ++control_stats_.steps;
   control_stats_.plan_bytes += static_cast<int64_t>(sent.ByteSizeLong());
   control_stats_.broadcast_seconds +=
@@ -232,6 +237,27 @@ absl::Status Coordinator::Execute(const proto::StepPlan& plan,
   control_stats_.result_seconds +=
       std::chrono::duration<double>(Clock::now() - r0).count();
   return absl::OkStatus();
+}
+
+bool Coordinator::making_progress() const {
+  const FaultMonitor* monitor = FaultMonitor::Get();
+  return monitor == nullptr || !monitor->stalled();
+}
+
+absl::Status Coordinator::Idle() {
+  const FaultMonitor* monitor = FaultMonitor::Get();
+  if (monitor == nullptr || monitor->heartbeat_interval_seconds() <= 0) {
+    return absl::OkStatus();
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (std::chrono::duration<double>(now - last_plan_).count() <
+      monitor->heartbeat_interval_seconds()) {
+    return absl::OkStatus();
+  }
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::HEARTBEAT);
+  last_plan_ = now;
+  return RankLocal(control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank));
 }
 
 absl::Status Coordinator::Shutdown() {
@@ -246,13 +272,27 @@ int RunJob(const MpiWorld& world, const RankSpec& spec,
   const bool is_coordinator = world.rank() == ProcessGrid::kCoordinatorRank;
   // Every failure of this rank ends here, in one of the ways the header
   // lists.
+  std::unique_ptr<FaultMonitor> monitor;
   auto end = [&](const absl::Status& status) {
+    // A stalled peer: the fault round names it (fault_monitor.h).
+    if (monitor != nullptr && IsStallFault(status)) {
+      monitor->EndJobAfterFault(status);
+    }
     if (IsRankLocal(status)) world.Abort(1, status.message());
     if (is_coordinator) std::cerr << "tessera: " << status.message() << "\n";
     return 1;
   };
   absl::StatusOr<ControlChannel> control = ControlChannel::Create(world.comm());
   if (!control.ok()) return end(RankLocal(control.status()));
+  // Every rank reads the same flags, so every rank has the same options.
+  FaultMonitorOptions fault_options;
+  fault_options.step_timeout_seconds = spec.step_timeout_seconds;
+  fault_options.tp = std::max(1, spec.tp);
+  absl::StatusOr<std::unique_ptr<FaultMonitor>> created =
+      FaultMonitor::Create(world, fault_options);
+  if (!created.ok()) return end(RankLocal(created.status()));
+  monitor = *std::move(created);
+  FaultMonitor::Install(monitor.get());
   if (!is_coordinator) {
     proto::ModelManifest manifest;
     const absl::Status received =

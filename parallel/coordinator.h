@@ -16,6 +16,7 @@
 #ifndef TESSERA_PARALLEL_COORDINATOR_H_
 #define TESSERA_PARALLEL_COORDINATOR_H_
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -63,6 +64,11 @@ class Coordinator final : public StepExecutor {
   // loop must end the job.
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override;
+  // False once this job's step ran past its deadline (fault_monitor.h).
+  bool making_progress() const override;
+  // A HEARTBEAT plan to every rank when none went out for a quarter of the
+  // step timeout (fault_monitor.h). RankLocal errors, as Execute's.
+  absl::Status Idle() override;
 
   // Op profiling of rank 0's own ops (its shard of the model; the other
   // ranks' ops are not timed): see StepExecutor.
@@ -112,6 +118,9 @@ class Coordinator final : public StepExecutor {
   double load_seconds_ = 0.0;
   std::vector<proto::RankLayout> layout_;
   ControlStats control_stats_;
+  // When the last plan (step or heartbeat) went out.
+  std::chrono::steady_clock::time_point last_plan_ =
+      std::chrono::steady_clock::now();
 };
 
 // The rank loop of an MPI job: every rank calls it once, after

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/fault_monitor.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -112,14 +113,15 @@ absl::Status MpiCommunicator::AllReduceSum(const TensorView& inout) {
   const size_t chunk = options_.max_chunk_bytes / sizeof(float);
   for (size_t begin = 0; begin < count; begin += chunk) {
     const int n = static_cast<int>(std::min(chunk, count - begin));
-    const int rc = MPI_Allreduce(MPI_IN_PLACE, data + begin, n, MPI_FLOAT,
-                                 MPI_SUM, comm_.get());
-    if (rc != MPI_SUCCESS) {
-      return MpiError(
-          rc, "MPI_Allreduce",
-          absl::StrCat("AllReduceSum of ", Describe(inout), " (elements ",
-                       begin, "..", begin + n, ") over ", comm_.Describe()));
-    }
+    const auto what = [&] {
+      return absl::StrCat("AllReduceSum of ", Describe(inout), " (elements ",
+                          begin, "..", begin + n, ") over ", comm_.Describe());
+    };
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, data + begin, n, MPI_FLOAT,
+                                  MPI_SUM, comm_.get(), &request);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Iallreduce", what());
+    RETURN_IF_ERROR(WaitRequest(&request, nullptr, what));
   }
   return absl::OkStatus();
 }
@@ -163,12 +165,21 @@ absl::Status MpiCommunicator::AllGather(const TensorView& in,
         absl::StrCat("AllGather of ", Describe(in), " (bytes ", offset, "..",
                      end, " of each rank) over ", comm_.Describe()));
   };
+  // A nonblocking gather + a polled wait (fault_monitor.h).
+  const auto wait = [&](MPI_Request* request, size_t offset) {
+    return WaitRequest(request, nullptr, [&] {
+      return absl::StrCat("AllGather of ", Describe(in), " (from byte ", offset,
+                          " of each rank) over ", comm_.Describe());
+    });
+  };
   if (block <= options_.max_chunk_bytes) {
     const int n = static_cast<int>(block);
-    const int rc = MPI_Allgather(in_place ? MPI_IN_PLACE : in_bytes, n,
-                                 MPI_BYTE, out_bytes, n, MPI_BYTE, comm_.get());
-    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Allgather", 0);
-    return absl::OkStatus();
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc =
+        MPI_Iallgather(in_place ? MPI_IN_PLACE : in_bytes, n, MPI_BYTE,
+                       out_bytes, n, MPI_BYTE, comm_.get(), &request);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Iallgather", 0);
+    return wait(&request, 0);
   }
   // Each rank's block is too large for one int count: gather it piece by
   // piece, each piece landing at the same offset in every rank's slot.
@@ -179,10 +190,12 @@ absl::Status MpiCommunicator::AllGather(const TensorView& in,
     RETURN_IF_ERROR(
         Annotate(MakeStridedBytes(n, block, &strided),
                  absl::StrCat("AllGather over ", comm_.Describe())));
-    const int rc =
-        MPI_Allgather(in_place ? MPI_IN_PLACE : in_bytes + offset, n, MPI_BYTE,
-                      out_bytes + offset, 1, strided.get(), comm_.get());
-    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Allgather", offset);
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallgather(in_place ? MPI_IN_PLACE : in_bytes + offset,
+                                  n, MPI_BYTE, out_bytes + offset, 1,
+                                  strided.get(), comm_.get(), &request);
+    if (rc != MPI_SUCCESS) return failed(rc, "MPI_Iallgather", offset);
+    RETURN_IF_ERROR(wait(&request, offset));
   }
   return absl::OkStatus();
 }
@@ -206,23 +219,32 @@ absl::Status MpiCommunicator::Send(const TensorView& tensor, int peer) {
                      comm_.Describe(), ": the tensor has no data"));
   }
   const auto failed = [&](int rc, absl::string_view part) {
-    return MpiError(rc, "MPI_Send",
+    return MpiError(rc, "MPI_Isend",
                     absl::StrCat("Send of ", Describe(tensor), " (", part,
                                  ") to rank ", peer, " on ", comm_.Describe()));
   };
   const TensorHeader header{kTensorMagic, nbytes, options_.max_chunk_bytes,
                             static_cast<uint32_t>(tensor.dtype()), 0};
-  int rc = MPI_Send(&header, sizeof(header), MPI_BYTE, peer, kTensorTag,
-                    comm_.get());
-  if (rc != MPI_SUCCESS) return failed(rc, "header");
+  // Each piece is a nonblocking send + a polled wait (fault_monitor.h), so a
+  // peer that never receives cannot hold this rank past the step's deadline.
+  const auto send = [&](const void* bytes, int n,
+                        const std::string& part) -> absl::Status {
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc =
+        MPI_Isend(bytes, n, MPI_BYTE, peer, kTensorTag, comm_.get(), &request);
+    if (rc != MPI_SUCCESS) return failed(rc, part);
+    return WaitRequest(&request, nullptr, [&] {
+      return absl::StrCat("Send of ", Describe(tensor), " (", part,
+                          ") to rank ", peer, " on ", comm_.Describe());
+    });
+  };
+  RETURN_IF_ERROR(send(&header, sizeof(header), "header"));
   const char* data = static_cast<const char*>(tensor.data());
   for (size_t offset = 0; offset < nbytes; offset += options_.max_chunk_bytes) {
     const int n =
         static_cast<int>(std::min(options_.max_chunk_bytes, nbytes - offset));
-    rc = MPI_Send(data + offset, n, MPI_BYTE, peer, kTensorTag, comm_.get());
-    if (rc != MPI_SUCCESS) {
-      return failed(rc, absl::StrCat("bytes ", offset, "..", offset + n));
-    }
+    RETURN_IF_ERROR(send(data + offset, n,
+                         absl::StrCat("bytes ", offset, "..", offset + n)));
   }
   return absl::OkStatus();
 }
@@ -233,9 +255,13 @@ absl::Status MpiCommunicator::Discard(int peer, size_t nbytes,
   for (size_t offset = 0; offset < nbytes; offset += chunk_bytes) {
     MPI_Message message = MPI_MESSAGE_NULL;
     MPI_Status status;
-    int rc = MPI_Mprobe(peer, kTensorTag, comm_.get(), &message, &status);
+    RETURN_IF_ERROR(
+        WaitProbe(peer, kTensorTag, comm_.get(), &message, &status, [&] {
+          return absl::StrCat("discarding a refused tensor from rank ", peer,
+                              " on ", comm_.Describe());
+        }));
     int count = 0;
-    if (rc == MPI_SUCCESS) rc = MPI_Get_count(&status, MPI_BYTE, &count);
+    int rc = MPI_Get_count(&status, MPI_BYTE, &count);
     if (rc == MPI_SUCCESS) {
       // Received in full, never truncated: Open MPI 4.1 crashes when a large
       // message is received into a smaller buffer.
@@ -268,9 +294,9 @@ absl::Status MpiCommunicator::Recv(const TensorView& tensor, int peer) {
   MPI_Status status;
   int count = 0;
   const auto probe = [&]() -> absl::Status {
-    int rc = MPI_Mprobe(peer, kTensorTag, comm_.get(), &message, &status);
-    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Mprobe", context());
-    rc = MPI_Get_count(&status, MPI_BYTE, &count);
+    RETURN_IF_ERROR(
+        WaitProbe(peer, kTensorTag, comm_.get(), &message, &status, context));
+    const int rc = MPI_Get_count(&status, MPI_BYTE, &count);
     if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Get_count", context());
     return absl::OkStatus();
   };
@@ -332,12 +358,13 @@ absl::Status MpiCommunicator::Recv(const TensorView& tensor, int peer) {
 }
 
 absl::Status MpiCommunicator::Barrier() {
-  const int rc = MPI_Barrier(comm_.get());
-  if (rc != MPI_SUCCESS) {
-    return MpiError(rc, "MPI_Barrier",
-                    absl::StrCat("Barrier over ", comm_.Describe()));
-  }
-  return absl::OkStatus();
+  const auto what = [&] {
+    return absl::StrCat("Barrier over ", comm_.Describe());
+  };
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Ibarrier(comm_.get(), &request);
+  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Ibarrier", what());
+  return WaitRequest(&request, nullptr, what);
 }
 
 }  // namespace tessera

@@ -12,10 +12,15 @@
 // - Large tensors: MPI counts are int, so every call moves at most
 //   max_chunk_bytes (1 GiB by default) at a time; bigger tensors go in pieces.
 //
-// Send is a blocking MPI_Send: a large tensor returns only once the peer has
-// started to receive it. Pipeline traffic (stage s sends to s+1 and receives
-// from s-1) has no cycle and cannot deadlock; two ranks that both Send large
-// tensors to each other first would.
+// Every wait is a polled wait of fault_monitor.h (MPI_Iallreduce,
+// MPI_Iallgather, MPI_Isend, MPI_Improbe, MPI_Ibarrier + MPI_Test): with a
+// FaultMonitor installed, a peer that stalls mid-step turns into a
+// DeadlineExceeded (RankLocal) at the step's deadline, never a hang.
+//
+// Send waits as a blocking MPI_Send would: a large tensor returns only once the
+// peer has started to receive it. Pipeline traffic (stage s sends to s+1 and
+// receives from s-1) has no cycle and cannot deadlock; two ranks that both Send
+// large tensors to each other first would.
 //
 // The communicator must be used by nothing else concurrently: its tag and
 // collective order are its own. SplitGrid's groups, or an MpiComm::Dup, are
@@ -31,8 +36,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "parallel/mpi_world.h"
-#include "runtime/core/tensor.h"
 #include "runtime/comm/communicator.h"
+#include "runtime/core/tensor.h"
 
 namespace tessera {
 

@@ -28,10 +28,12 @@
 #include <thread>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "parallel/control_channel.h"
+#include "parallel/fault_monitor.h"
 #include "parallel/mpi_communicator.h"
 #include "parallel/mpi_world.h"
 #include "parallel/process_grid.h"
@@ -440,9 +442,9 @@ absl::Status CheckMpiErrorsAreStatuses(ControlChannel& channel) {
   // MPI's own text and what was being done — and the job must survive.
   const absl::Status status =
       channel.Send(MakeMessage(1, 1), channel.size() - 1, -5);
-  RETURN_IF_ERROR(ExpectError(
-      status, absl::StatusCode::kInternal,
-      {"MPI_Send failed", "MPI_ERR_TAG", "sending control message", "tag -5"}));
+  RETURN_IF_ERROR(ExpectError(status, absl::StatusCode::kInternal,
+                              {"MPI_Isend failed", "MPI_ERR_TAG",
+                               "sending control message", "tag -5"}));
   return ExpectError(channel.Send(MakeMessage(1, 1), channel.size(), kTag),
                      absl::StatusCode::kInvalidArgument, {"is not a rank of"});
 }
@@ -685,6 +687,50 @@ absl::Status CheckBarrier(const MpiWorld& world) {
                               " s while rank 0 slept 0.3 s"));
 }
 
+// With a FaultMonitor installed and a step armed, a wait for a peer that never
+// sends (every rank waits on its partner) ends at the step's deadline as a
+// stall fault naming the wait, instead of blocking forever; with no step
+// armed the same polled waits still complete normally.
+absl::Status CheckFaultDeadline(const MpiWorld& world) {
+  ASSIGN_OR_RETURN(auto comm, WorldCommunicator(world));
+  const int partner = Partner(*comm);
+  FaultMonitorOptions options;
+  options.step_timeout_seconds = 0.5;
+  ASSIGN_OR_RETURN(std::unique_ptr<FaultMonitor> monitor,
+                   FaultMonitor::Create(world, options));
+  FaultMonitor::Install(monitor.get());
+  absl::Cleanup uninstall = [] { FaultMonitor::Install(nullptr); };
+  RETURN_IF_ERROR(comm->Barrier());  // A polled wait, unarmed: completes.
+  // A rank without a partner (odd world) only joins the closing barrier.
+  if (partner < 0) return comm->Barrier();
+  float value = 0;
+  const TensorView view(&value, DType::kF32, Shape{1});
+  // The first step has a longer limit (fault_monitor.h): run one first.
+  monitor->BeginStep(6);
+  monitor->EndStep();
+  monitor->BeginStep(7);
+  const auto start = std::chrono::steady_clock::now();
+  const absl::Status waited = comm->Recv(view, partner);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  monitor->EndStep();
+  RETURN_IF_ERROR(
+      Require(IsStallFault(waited) && IsRankLocal(waited),
+              absl::StrCat("not a stall fault: ", waited.ToString())));
+  RETURN_IF_ERROR(ExpectError(waited, absl::StatusCode::kDeadlineExceeded,
+                              {"step 7 ran past its limit of 0.5 s", "Recv of",
+                               absl::StrCat("from rank ", partner)}));
+  RETURN_IF_ERROR(Require(took >= 0.45 && took < 3.0,
+                          absl::StrCat("the deadline hit after ", took, " s")));
+  RETURN_IF_ERROR(Require(monitor->stalled() || took < 0.6,
+                          "the watchdog did not mark the step stalled"));
+  RETURN_IF_ERROR(Require(monitor->Name(partner).find(
+                              absl::StrCat("rank ", partner, " (host ")) == 0,
+                          monitor->Name(partner)));
+  return comm->Barrier();
+}
+
 // ---- --large: tensors beyond an int count of bytes
 // --------------------------- Not part of the Bazel test (a few GiB per rank
 // and seconds of copying): mpirun -np 2 mpi_layer_test_bin --large, on a
@@ -825,6 +871,7 @@ int RunSuite(MpiWorld& world) {
   suite.Run("tensor_bad_peers", [&] { return CheckTensorBadPeers(world); });
   suite.Run("pipeline_send_recv", [&] { return CheckPipeline(world); });
   suite.Run("barrier", [&] { return CheckBarrier(world); });
+  suite.Run("fault_deadline", [&] { return CheckFaultDeadline(world); });
 
   if (r == 0) {
     std::printf("mpi_layer_test: %d ranks: %d passed, %d failed\n", n,

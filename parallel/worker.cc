@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/fault_monitor.h"
 #include "parallel/tensor_comms.h"
 #include "parallel/weight_transfer.h"
 #include "runtime/core/status.h"
@@ -218,12 +219,23 @@ absl::Status Worker::RunStep(const proto::StepPlan& plan,
 absl::Status Worker::ServeSteps() {
   proto::StepPlan plan;
   proto::StepResult result;
-  while (true) {
+  FaultMonitor* monitor = FaultMonitor::Get();
+  for (int64_t step = 0;; ++step) {
+    // From the first plan on, rank 0 sends a plan (a step or, while idle, a
+    // HEARTBEAT) at least every quarter of the step timeout, so a wait for
+    // the next one that outlasts the limit means rank 0 is stalled. Before
+    // the first, rank 0 may still be preparing (no deadline). Every wait
+    // answers a fault round (fault_monitor.h).
+    if (monitor != nullptr && step > 0) monitor->BeginWaitForPlan(step);
     const absl::Status received =
         control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank);
     if (!received.ok()) return RankLocal(received);
+    if (monitor != nullptr) monitor->EndStep();
     if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
+    if (plan.kind() == proto::StepPlan::HEARTBEAT) continue;
+    if (monitor != nullptr) monitor->BeginStep(step);
     RETURN_IF_ERROR(RunStep(plan, &result));
+    if (monitor != nullptr) monitor->EndStep();
   }
 }
 

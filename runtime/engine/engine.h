@@ -76,6 +76,15 @@ class StepExecutor {
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;
+  // Any thread, while Execute may be running on another: false once a step
+  // cannot finish (a parallel job's step ran past its deadline: a rank
+  // stalled), before Execute returns the error. A server's /health answers
+  // 503 from then on.
+  virtual bool making_progress() const { return true; }
+  // Called between steps while there is no work (a server's idle loop, at
+  // least every 100 ms): a parallel executor tells the other ranks that it is
+  // alive. An error is the job's, as Execute's.
+  virtual absl::Status Idle() { return absl::OkStatus(); }
 
   // Records each step's forward on this process's rank ("forward" events,
   // pid = the rank) in `ring` (runtime/core/trace_ring.h); null stops. The
@@ -181,6 +190,10 @@ class Engine final : public TokenGenerator {
 
   // TokenGenerator: one request alone, run to completion.
   const ModelConfig& config() const override { return executor_->config(); }
+  // Any thread (StepExecutor::making_progress).
+  bool executor_making_progress() const { return executor_->making_progress(); }
+  // Between steps while HasWork() is false (StepExecutor::Idle).
+  absl::Status Idle() { return executor_->Idle(); }
   AllocatorStats memory_stats() const override {
     return executor_->memory_stats();
   }

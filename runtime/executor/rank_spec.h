@@ -70,6 +70,9 @@ struct RankSpec {
   // Draw a progress bar on stderr while the weights are read (redrawn in
   // place on a terminal, a few log lines otherwise).
   bool show_progress = false;
+  // A parallel job's step deadline in seconds (parallel/fault_monitor.h);
+  // every rank reads it from its own flags. 0: none.
+  double step_timeout_seconds = 6.0;
 };
 
 // Checks the spec's values before anything is read: InvalidArgument naming

@@ -147,7 +147,9 @@ void AsyncEngine::EndedLocked(const RequestStream& stream) {
 
 AsyncEngine::State AsyncEngine::state() const {
   std::lock_guard<std::mutex> lock(mu_);
-  if (failed_) return State::kFailed;
+  // A step that cannot finish (a stalled rank) fails the engine before the
+  // step returns: /health must not answer 200 while the job is stuck.
+  if (failed_ || !engine_->executor_making_progress()) return State::kFailed;
   return draining_ ? State::kDraining : State::kServing;
 }
 
@@ -238,6 +240,19 @@ absl::Status AsyncEngine::Loop() {
   };
   // The end of the previous step, while work continued since then.
   std::optional<Clock::time_point> last_step_end;
+  // The engine is unusable: end every open request with the error.
+  const auto fail = [&](const absl::Status& error) {
+    for (auto& [id, live] : live_) live.stream->Finish(error);
+    live_.clear();
+    std::lock_guard<std::mutex> lock(mu_);
+    for (Pending& p : inbox_) p.stream->Finish(error);
+    inbox_.clear();
+    draining_ = true;
+    failed_ = true;
+    open_ = 0;
+    open_multi_ = 0;
+    return error;
+  };
   while (true) {
     Admit();
     if (engine_->HasWork()) {
@@ -255,22 +270,13 @@ absl::Status AsyncEngine::Loop() {
       }
       last_step_end = step_end;
       FlushStreams();
-      if (!stepped.ok()) {
-        // The engine is unusable: end every open request with the error.
-        for (auto& [id, live] : live_) live.stream->Finish(stepped);
-        live_.clear();
-        std::lock_guard<std::mutex> lock(mu_);
-        for (Pending& p : inbox_) p.stream->Finish(stepped);
-        inbox_.clear();
-        draining_ = true;
-        failed_ = true;
-        open_ = 0;
-        open_multi_ = 0;
-        return stepped;
-      }
+      if (!stepped.ok()) return fail(stepped);
       continue;
     }
     last_step_end.reset();  // Idle time is not the server's overhead.
+    // A parallel job's heartbeat: the other ranks know rank 0 is alive.
+    const absl::Status idle = engine_->Idle();
+    if (!idle.ok()) return fail(idle);
     std::unique_lock<std::mutex> lock(mu_);
     if (draining_ && open_ == 0 && inbox_.empty()) return absl::OkStatus();
     work_.wait_for(lock, std::chrono::milliseconds(50), [&] {

@@ -154,7 +154,8 @@ class AsyncEngine {
   absl::Status Loop();
 
   Stats stats() const;
-  // Any thread. kFailed once Loop() has returned an engine error; kDraining
+  // Any thread. kFailed once Loop() has returned an engine error, or while a
+  // step cannot make progress (StepExecutor::making_progress); kDraining
   // after Drain(); kServing otherwise.
   State state() const;
   // Engine statistics, refreshed by the loop after every step and every

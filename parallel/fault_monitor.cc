@@ -1,0 +1,318 @@
+#include "parallel/fault_monitor.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "runtime/core/status.h"
+
+namespace tessera {
+namespace {
+
+constexpr char kStallPayload[] = "tessera.dev/stall-fault";
+
+// A RankLocal status that EndJobAfterFault must end (IsStallFault).
+absl::Status StallFault(absl::Status status) {
+  status.SetPayload(kStallPayload, absl::Cord("1"));
+  return RankLocal(std::move(status));
+}
+
+// Read by HTTP threads (Coordinator::making_progress), hence atomic.
+std::atomic<FaultMonitor*> g_monitor{nullptr};
+
+std::string Seconds(double s) { return absl::StrFormat("%.1f s", s); }
+
+// One write of the whole line, so lines of dying ranks do not interleave.
+void WriteLine(const std::string& text) {
+  const std::string line = absl::StrCat("tessera: ", text, "\n");
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+}
+
+}  // namespace
+
+bool IsStallFault(const absl::Status& status) {
+  return !status.ok() && status.GetPayload(kStallPayload).has_value();
+}
+
+absl::Status WaitRequest(MPI_Request* request, MPI_Status* status,
+                         absl::FunctionRef<std::string()> what) {
+  MPI_Status* out = status != nullptr ? status : MPI_STATUS_IGNORE;
+  FaultMonitor* monitor = FaultMonitor::Get();
+  if (monitor == nullptr) {
+    const int rc = MPI_Wait(request, out);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Wait", what());
+    return absl::OkStatus();
+  }
+  while (true) {
+    int done = 0;
+    const int rc = MPI_Test(request, &done, out);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Test", what());
+    if (done) return absl::OkStatus();
+    RETURN_IF_ERROR(monitor->Check(what));
+  }
+}
+
+absl::Status WaitProbe(int source, int tag, MPI_Comm comm, MPI_Message* message,
+                       MPI_Status* status,
+                       absl::FunctionRef<std::string()> what) {
+  FaultMonitor* monitor = FaultMonitor::Get();
+  if (monitor == nullptr) {
+    const int rc = MPI_Mprobe(source, tag, comm, message, status);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Mprobe", what());
+    return absl::OkStatus();
+  }
+  while (true) {
+    int found = 0;
+    const int rc = MPI_Improbe(source, tag, comm, &found, message, status);
+    if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Improbe", what());
+    if (found) return absl::OkStatus();
+    RETURN_IF_ERROR(monitor->Check(what));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<FaultMonitor>> FaultMonitor::Create(
+    const MpiWorld& world, FaultMonitorOptions options) {
+  if (!(options.step_timeout_seconds >= 0) || !(options.grace_seconds > 0) ||
+      options.tp < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fault monitor: step timeout ", options.step_timeout_seconds,
+        " s must be >= 0, grace ", options.grace_seconds, " s > 0 and tp ",
+        options.tp, " >= 1"));
+  }
+  ASSIGN_OR_RETURN(MpiComm comm, MpiComm::Dup(world.comm(), "fault(world)"));
+  std::unique_ptr<FaultMonitor> m(
+      new FaultMonitor(world, std::move(comm), options));
+  // Every rank's host, so that any rank can name any other in its line.
+  std::vector<char> mine(MPI_MAX_PROCESSOR_NAME, '\0');
+  world.host_name().copy(mine.data(), mine.size() - 1);
+  std::vector<char> all(mine.size() * world.size());
+  const int rc = MPI_Allgather(
+      mine.data(), static_cast<int>(mine.size()), MPI_CHAR, all.data(),
+      static_cast<int>(mine.size()), MPI_CHAR, m->comm_.get());
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Allgather", "gathering every rank's host name");
+  }
+  for (int r = 0; r < world.size(); ++r) {
+    const char* h = all.data() + r * mine.size();
+    m->hosts_.emplace_back(h, strnlen(h, mine.size()));
+  }
+  if (options.step_timeout_seconds > 0) {
+    m->watchdog_ = std::thread([p = m.get()] { p->Watch(); });
+  }
+  return m;
+}
+
+FaultMonitor::~FaultMonitor() {
+  FaultMonitor* self = this;
+  g_monitor.compare_exchange_strong(self, nullptr);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void FaultMonitor::Install(FaultMonitor* monitor) { g_monitor.store(monitor); }
+FaultMonitor* FaultMonitor::Get() { return g_monitor.load(); }
+
+std::string FaultMonitor::Name(int rank) const {
+  const std::string host =
+      rank >= 0 && rank < static_cast<int>(hosts_.size()) ? hosts_[rank] : "?";
+  return absl::StrCat("rank ", rank, " (host ", host, ", tp ",
+                      rank % options_.tp, ", stage ", rank / options_.tp, ")");
+}
+
+void FaultMonitor::BeginWaitForPlan(int64_t step) {
+  BeginStep(step);
+  std::lock_guard<std::mutex> lock(mu_);
+  counts_ = false;
+}
+
+void FaultMonitor::BeginStep(int64_t step) {
+  if (options_.step_timeout_seconds <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  armed_ = true;
+  counts_ = true;
+  step_ = step;
+  step_start_ = Clock::now();
+  // The first step may set up what later steps reuse (NCCL connects lazily
+  // on first use, kernels autotune), so it gets ten times the limit.
+  limit_seconds_ = steps_done_ == 0 ? 10.0 * options_.step_timeout_seconds
+                                    : std::max(options_.step_timeout_seconds,
+                                               4.0 * longest_step_seconds_);
+  deadline_ = step_start_ + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double>(limit_seconds_));
+}
+
+void FaultMonitor::EndStep() {
+  if (options_.step_timeout_seconds <= 0) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!armed_) return;
+  armed_ = false;
+  stalled_.store(false, std::memory_order_release);  // It finished after all.
+  if (!counts_) return;
+  ++steps_done_;
+  longest_step_seconds_ = std::max(
+      longest_step_seconds_,
+      std::chrono::duration<double>(Clock::now() - step_start_).count());
+}
+
+absl::Status FaultMonitor::Check(absl::FunctionRef<std::string()> what) {
+  const Clock::time_point now = Clock::now();
+  // MPI_Test keeps the wait responsive; the fault channel is probed about
+  // once a millisecond, which costs nothing next to a step.
+  if (now < next_check_) return absl::OkStatus();
+  next_check_ = now + std::chrono::milliseconds(1);
+  // armed_ and deadline_ are written only by this (the MPI) thread.
+  if (armed_ && now >= deadline_) {
+    return StallFault(absl::DeadlineExceededError(absl::StrCat(
+        "step ", step_, " ran past its limit of ", Seconds(limit_seconds_),
+        " while ", Name(world_.rank()), " was in ", what())));
+  }
+  const bool coordinator = world_.rank() == 0;
+  int found = 0;
+  MPI_Status status;
+  const int rc =
+      MPI_Iprobe(MPI_ANY_SOURCE, coordinator ? kReportTag : kQueryTag,
+                 comm_.get(), &found, &status);
+  if (rc != MPI_SUCCESS) {
+    return MpiError(rc, "MPI_Iprobe", "polling the fault channel");
+  }
+  if (!found) return absl::OkStatus();
+  if (coordinator) {
+    return StallFault(absl::AbortedError(
+        absl::StrCat(Name(status.MPI_SOURCE), " reported a fault while ",
+                     Name(0), " was in ", what())));
+  }
+  return StallFault(absl::AbortedError(
+      absl::StrCat("rank 0 began a fault round while ", Name(world_.rank()),
+                   " was in ", what())));
+}
+
+void FaultMonitor::Watch() {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!stopping_) {
+    wake_.wait_for(lock, std::chrono::milliseconds(100));
+    if (stopping_ || !armed_) continue;
+    const Clock::time_point now = Clock::now();
+    // Half the limit without progress: /health answers 503 from here on (a
+    // balancer stops sending work), while the fault round has not begun.
+    if (now >= step_start_ + (deadline_ - step_start_) / 2) {
+      stalled_.store(true, std::memory_order_release);
+    }
+    if (now < deadline_) continue;
+    const double over = std::chrono::duration<double>(now - deadline_).count();
+    if (over < options_.grace_seconds + 5.0) continue;
+    // The MPI thread never reached a polled wait: it is stuck in a
+    // computation or a device call. Only the launcher can end the job now
+    // (MPI_Abort is the MPI thread's), and a non-zero exit makes it do so.
+    WriteLine(absl::StrCat(
+        Name(world_.rank()), " is stuck: step ", step_, " has run ",
+        Seconds(std::chrono::duration<double>(now - step_start_).count()),
+        ", past its limit of ", Seconds(limit_seconds_),
+        ", outside any MPI wait (a computation or device call that does not "
+        "return); exiting"));
+    std::_Exit(1);
+  }
+}
+
+void FaultMonitor::Abort(const std::string& line) {
+  WriteLine(line);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::_Exit(1);
+}
+
+void FaultMonitor::EndJobAfterFault(const absl::Status& fault) {
+  stalled_.store(true, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;  // The watchdog leaves the round to this thread.
+  }
+  const int me = world_.rank();
+  const int size = world_.size();
+  const auto grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.grace_seconds));
+  if (me != 0) {
+    // Tell rank 0 this rank is alive and why it stopped; rank 0 ends the job.
+    const std::string text(fault.message());
+    MPI_Request request = MPI_REQUEST_NULL;
+    MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0,
+              kReportTag, comm_.get(), &request);
+    const Clock::time_point give_up =
+        Clock::now() + 2 * grace + std::chrono::seconds(1);
+    while (Clock::now() < give_up) {
+      int done = 0;
+      if (request != MPI_REQUEST_NULL) {
+        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    Abort(absl::StrCat(Name(0), " stopped responding: it did not end the job ",
+                       Seconds(2 * options_.grace_seconds + 1), " after ",
+                       Name(me), " reported: ", fault.message()));
+  }
+
+  // Rank 0: ask every rank; whoever does not answer within the grace period
+  // is the one that stalled (or vanished).
+  std::vector<bool> answered(size, false);
+  answered[0] = true;
+  std::vector<std::string> reports(size);
+  const int query = 1;
+  std::vector<MPI_Request> queries(size, MPI_REQUEST_NULL);
+  for (int r = 1; r < size; ++r) {
+    MPI_Isend(&query, 1, MPI_INT, r, kQueryTag, comm_.get(), &queries[r]);
+  }
+  const Clock::time_point give_up = Clock::now() + grace;
+  int missing = size - 1;
+  while (missing > 0 && Clock::now() < give_up) {
+    int found = 0;
+    MPI_Status status;
+    MPI_Message message = MPI_MESSAGE_NULL;
+    MPI_Improbe(MPI_ANY_SOURCE, kReportTag, comm_.get(), &found, &message,
+                &status);
+    if (!found) {
+      int ignored = 0;
+      MPI_Testall(size, queries.data(), &ignored, MPI_STATUSES_IGNORE);
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      continue;
+    }
+    int count = 0;
+    MPI_Get_count(&status, MPI_CHAR, &count);
+    std::string text(std::max(count, 0), '\0');
+    MPI_Mrecv(text.data(), count, MPI_CHAR, &message, MPI_STATUS_IGNORE);
+    const int from = status.MPI_SOURCE;
+    if (from > 0 && from < size && !answered[from]) {
+      answered[from] = true;
+      reports[from] = std::move(text);
+      --missing;
+    }
+  }
+  std::vector<std::string> silent;
+  for (int r = 1; r < size; ++r) {
+    if (!answered[r]) silent.push_back(Name(r));
+  }
+  if (!silent.empty()) {
+    Abort(absl::StrCat(absl::StrJoin(silent, ", "), " stopped responding (",
+                       silent.size() == 1 ? "no answer" : "no answers",
+                       " within ", Seconds(options_.grace_seconds),
+                       "): ", fault.message()));
+  }
+  // Every rank is alive: a wait that cannot complete (a deadlock, or steps
+  // slower than the limit). Say what each rank was doing.
+  std::vector<std::string> doing;
+  for (int r = 1; r < size; ++r) {
+    if (!reports[r].empty()) doing.push_back(reports[r]);
+  }
+  Abort(absl::StrCat(Name(0), ": every rank answered, but ", fault.message(),
+                     doing.empty() ? "" : "; ", absl::StrJoin(doing, "; ")));
+}
+
+}  // namespace tessera

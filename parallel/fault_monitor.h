@@ -1,0 +1,173 @@
+// FaultMonitor: failure detection for an MPI job — a per-step deadline on
+// every control-plane and MPI-collective wait, a fault round that names the
+// rank that stopped answering, and a watchdog thread for steps stuck outside
+// MPI.
+//
+// Why: a blocking MPI call waits forever for a peer that is stopped
+// (SIGSTOP, a hung device, a swapped-out node), and Open MPI spins while it
+// waits, so a stalled rank used to hang the whole job at 100% CPU. Here every
+// wait of the control channel and of MpiCommunicator is a polled wait
+// (nonblocking call + MPI_Test / MPI_Improbe) through WaitRequest/WaitProbe:
+//   - while a step is armed (BeginStep..EndStep), a wait that is still open
+//     at the step's deadline returns DeadlineExceeded (RankLocal), naming
+//     what it waited for;
+//   - every polled wait, armed or not, answers the fault round below, so a
+//     rank that is alive is never mistaken for the stalled one.
+// The step's limit is max(step_timeout, 4 × the longest step this rank has
+// run), so a limit that fits decode also fits the longer prefill chunks seen
+// since; the first step gets 10 × step_timeout (NCCL connects lazily on
+// first use, kernels autotune); step_timeout 0 turns deadlines (and the
+// watchdog) off.
+//
+// The fault round (EndJobAfterFault; RunJob calls it for such a status):
+//   rank 0 asks every rank that has not reported yet (on the monitor's own
+//   duplicate of MPI_COMM_WORLD), waits up to `grace` for the answers, prints
+//   ONE line naming each rank that did not answer —
+//     tessera: rank 1 (host h, tp 1, stage 0) stopped responding: ...
+//   — and ends the job with MPI_Abort (exit code 1 on every rank). A rank
+//   other than 0 reports to rank 0 and waits to be ended; if rank 0 does not
+//   end the job within 2 × grace + 1 s, rank 0 is the one that is gone, and
+//   this rank prints the line naming rank 0 and aborts itself.
+// The watchdog thread only looks at the clock: a step that has run half its
+// limit marks the monitor stalled (rank 0's /health then answers 503 until
+// the step ends, if it does); one still running grace + 5 s past the limit is
+// stuck outside MPI (a kernel, a device sync), and the watchdog prints the line
+// and _Exits (it may not call MPI: MPI_THREAD_FUNNELED), which makes the
+// launcher end the job.
+//
+// Between steps a worker's wait for the next plan has the same limit: an
+// idle rank 0 sends a HEARTBEAT plan every quarter of the step timeout
+// (Coordinator::Idle, from the server's idle loop), so a silent rank 0 is a
+// stalled one. Limits: a worker that stalls while the server is idle is found
+// at the next step (nothing waits on it before); startup (manifest, weight
+// transfer, NCCL setup) and the wait for the first plan have no deadline. A
+// killed rank is the launcher's to notice (Open MPI ends the job within about
+// a second and names the rank).
+//
+// One monitor per process (Install/Get), used from the MPI thread, except
+// stalled(), which any thread may read.
+#ifndef TESSERA_PARALLEL_FAULT_MONITOR_H_
+#define TESSERA_PARALLEL_FAULT_MONITOR_H_
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "parallel/mpi_world.h"
+
+namespace tessera {
+
+struct FaultMonitorOptions {
+  // Seconds a step may take before the job is ended (at least; see the
+  // header). 0: no deadline and no watchdog.
+  double step_timeout_seconds = 6.0;
+  // How long rank 0 waits for the other ranks' answers in a fault round.
+  double grace_seconds = 2.0;
+  // The grid, for naming ranks (tp rank = r % tp, stage = r / tp).
+  int tp = 1;
+};
+
+// Waits for `request` (a nonblocking MPI call's) to complete; *status gets
+// its status when non-null. With no monitor installed: MPI_Wait. Otherwise
+// polls, and returns DeadlineExceeded at an armed step's deadline or Aborted
+// when a fault round is under way; both RankLocal, and `what` ("receiving
+// ... from rank 1") names the wait. Internal for an MPI error.
+absl::Status WaitRequest(MPI_Request* request, MPI_Status* status,
+                         absl::FunctionRef<std::string()> what);
+
+// MPI_Mprobe as a polled wait (MPI_Improbe), with WaitRequest's errors.
+absl::Status WaitProbe(int source, int tag, MPI_Comm comm, MPI_Message* message,
+                       MPI_Status* status,
+                       absl::FunctionRef<std::string()> what);
+
+// Whether `status` is a fault that EndJobAfterFault must end (a wait's
+// deadline or a fault round).
+bool IsStallFault(const absl::Status& status);
+
+class FaultMonitor {
+ public:
+  // Collective over the world (it duplicates MPI_COMM_WORLD and gathers every
+  // rank's host name). Call once, on every rank, before Install.
+  static absl::StatusOr<std::unique_ptr<FaultMonitor>> Create(
+      const MpiWorld& world, FaultMonitorOptions options);
+  ~FaultMonitor();
+
+  // The process's monitor for WaitRequest/WaitProbe (null: none). Install
+  // nullptr before the monitor dies.
+  static void Install(FaultMonitor* monitor);
+  static FaultMonitor* Get();
+
+  // Arms / disarms the deadline of step `step` on this rank.
+  void BeginStep(int64_t step);
+  void EndStep();
+  // Arms the same deadline for a worker's wait for the plan of step `step`
+  // (its length does not count as a step's for the adaptive limit).
+  void BeginWaitForPlan(int64_t step);
+  // How often an idle rank 0 sends a HEARTBEAT plan: a quarter of the step
+  // timeout (0: never).
+  double heartbeat_interval_seconds() const {
+    return options_.step_timeout_seconds / 4;
+  }
+
+  // Any thread: the step under way has run half its limit or more (or a
+  // fault round began): the engine cannot make progress.
+  bool stalled() const { return stalled_.load(std::memory_order_acquire); }
+
+  // "rank 1 (host h, tp 1, stage 0)".
+  std::string Name(int rank) const;
+
+  // Ends the job after `fault` (IsStallFault) as the header says.
+  [[noreturn]] void EndJobAfterFault(const absl::Status& fault);
+
+  // One poll of the fault channel (WaitRequest/WaitProbe call it between
+  // MPI_Tests): OK, or the fault that ends the wait.
+  absl::Status Check(absl::FunctionRef<std::string()> what);
+
+  // The message tags on the monitor's communicator.
+  static constexpr int kQueryTag = 1;   // Rank 0 → rank: are you alive?
+  static constexpr int kReportTag = 2;  // Rank → rank 0: alive, and why.
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  FaultMonitor(const MpiWorld& world, MpiComm comm, FaultMonitorOptions options)
+      : world_(world), comm_(std::move(comm)), options_(options) {}
+  void Watch();
+  [[noreturn]] void Abort(const std::string& line);
+
+  const MpiWorld& world_;
+  MpiComm comm_;
+  FaultMonitorOptions options_;
+  std::vector<std::string> hosts_;
+  std::atomic<bool> stalled_{false};
+
+  // The armed step; guarded by mu_ (the watchdog reads it).
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool armed_ = false;
+  bool counts_ = false;  // The armed deadline is a step's (not a plan wait).
+  bool stopping_ = false;
+  int64_t step_ = -1;
+  Clock::time_point step_start_;
+  Clock::time_point deadline_;
+  double limit_seconds_ = 0.0;
+  double longest_step_seconds_ = 0.0;
+  int64_t steps_done_ = 0;
+  Clock::time_point next_check_;
+  std::thread watchdog_;
+};
+
+}  // namespace tessera
+
+#endif  // TESSERA_PARALLEL_FAULT_MONITOR_H_
