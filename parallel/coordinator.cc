@@ -218,7 +218,9 @@ absl::Status Coordinator::Execute(const proto::StepPlan& plan,
   // ends the job (RankLocal).
   proto::StepPlan sent = plan;  // Broadcast needs a mutable message.
   FaultMonitor* monitor = FaultMonitor::Get();
-  if (monitor != nullptr) monitor->BeginStep(control_stats_.steps);
+  if (monitor != nullptr) {
+    monitor->BeginStep(control_stats_.steps, PlanTokens(plan));
+  }
   const auto b0 = Clock::now();
   absl::Status s = control_->Broadcast(&sent, ProcessGrid::kCoordinatorRank);
   const auto b1 = Clock::now();

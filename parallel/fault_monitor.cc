@@ -131,23 +131,28 @@ std::string FaultMonitor::Name(int rank) const {
 }
 
 void FaultMonitor::BeginWaitForPlan(int64_t step) {
-  BeginStep(step);
+  BeginStep(step, /*tokens=*/0);
   std::lock_guard<std::mutex> lock(mu_);
   counts_ = false;
 }
 
-void FaultMonitor::BeginStep(int64_t step) {
+void FaultMonitor::BeginStep(int64_t step, int64_t tokens) {
   if (options_.step_timeout_seconds <= 0) return;
   std::lock_guard<std::mutex> lock(mu_);
   armed_ = true;
   counts_ = true;
   step_ = step;
+  step_tokens_ = tokens;
   step_start_ = Clock::now();
   // The first step may set up what later steps reuse (NCCL connects lazily
   // on first use, kernels autotune), so it gets ten times the limit.
-  limit_seconds_ = steps_done_ == 0 ? 10.0 * options_.step_timeout_seconds
-                                    : std::max(options_.step_timeout_seconds,
-                                               4.0 * longest_step_seconds_);
+  limit_seconds_ =
+      steps_done_ == 0
+          ? 10.0 * options_.step_timeout_seconds
+          : std::max({options_.step_timeout_seconds,
+                      4.0 * longest_step_seconds_,
+                      4.0 * most_seconds_per_token_ *
+                          static_cast<double>(std::max<int64_t>(tokens, 0))});
   deadline_ = step_start_ + std::chrono::duration_cast<Clock::duration>(
                                 std::chrono::duration<double>(limit_seconds_));
 }
@@ -160,9 +165,13 @@ void FaultMonitor::EndStep() {
   stalled_.store(false, std::memory_order_release);  // It finished after all.
   if (!counts_) return;
   ++steps_done_;
-  longest_step_seconds_ = std::max(
-      longest_step_seconds_,
-      std::chrono::duration<double>(Clock::now() - step_start_).count());
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - step_start_).count();
+  longest_step_seconds_ = std::max(longest_step_seconds_, seconds);
+  if (step_tokens_ > 0) {
+    most_seconds_per_token_ = std::max(
+        most_seconds_per_token_, seconds / static_cast<double>(step_tokens_));
+  }
 }
 
 absl::Status FaultMonitor::Check(absl::FunctionRef<std::string()> what) {

@@ -14,10 +14,13 @@
 //   - every polled wait, armed or not, answers the fault round below, so a
 //     rank that is alive is never mistaken for the stalled one.
 // The step's limit is max(step_timeout, 4 × the longest step this rank has
-// run), so a limit that fits decode also fits the longer prefill chunks seen
-// since; the first step gets 10 × step_timeout (NCCL connects lazily on
-// first use, kernels autotune); step_timeout 0 turns deadlines (and the
-// watchdog) off.
+// run, 4 × the step's tokens × the most seconds per token a step has taken),
+// so a limit that fits decode also fits the longer prefill chunks seen since,
+// and a prefill chunk larger than any before gets a limit in proportion to
+// its tokens; the first step gets 10 × step_timeout (NCCL connects lazily on
+// first use, kernels autotune; a first step that can take longer, a large
+// model's first prefill chunk on CPUs, needs a larger --step-timeout);
+// step_timeout 0 turns deadlines (and the watchdog) off.
 //
 // The fault round (EndJobAfterFault; RunJob calls it for such a status):
 //   rank 0 asks every rank that has not reported yet (on the monitor's own
@@ -109,8 +112,9 @@ class FaultMonitor {
   static void Install(FaultMonitor* monitor);
   static FaultMonitor* Get();
 
-  // Arms / disarms the deadline of step `step` on this rank.
-  void BeginStep(int64_t step);
+  // Arms / disarms the deadline of step `step` on this rank; `tokens`: the
+  // tokens the step computes (its plan's), which scale its limit.
+  void BeginStep(int64_t step, int64_t tokens = 0);
   void EndStep();
   // Arms the same deadline for a worker's wait for the plan of step `step`
   // (its length does not count as a step's for the adaptive limit).
@@ -119,6 +123,12 @@ class FaultMonitor {
   // timeout (0: never).
   double heartbeat_interval_seconds() const {
     return options_.step_timeout_seconds / 4;
+  }
+
+  // The limit of the step armed last, in seconds (0 before any).
+  double limit_seconds() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return limit_seconds_;
   }
 
   // Any thread: the step under way has run half its limit or more (or a
@@ -153,7 +163,7 @@ class FaultMonitor {
   std::atomic<bool> stalled_{false};
 
   // The armed step; guarded by mu_ (the watchdog reads it).
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable wake_;
   bool armed_ = false;
   bool counts_ = false;  // The armed deadline is a step's (not a plan wait).
@@ -163,6 +173,8 @@ class FaultMonitor {
   Clock::time_point deadline_;
   double limit_seconds_ = 0.0;
   double longest_step_seconds_ = 0.0;
+  double most_seconds_per_token_ = 0.0;  // Over counted steps with tokens.
+  int64_t step_tokens_ = 0;
   int64_t steps_done_ = 0;
   Clock::time_point next_check_;
   std::thread watchdog_;

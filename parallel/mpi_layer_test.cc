@@ -728,6 +728,17 @@ absl::Status CheckFaultDeadline(const MpiWorld& world) {
   RETURN_IF_ERROR(Require(monitor->Name(partner).find(
                               absl::StrCat("rank ", partner, " (host ")) == 0,
                           monitor->Name(partner)));
+  // A step of more tokens than any before gets a limit in proportion: 60 ms
+  // for one token, then a 1000-token step may take 4 × 60 s.
+  monitor->BeginStep(8, /*tokens=*/1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  monitor->EndStep();
+  monitor->BeginStep(9, /*tokens=*/1000);
+  const double scaled = monitor->limit_seconds();
+  monitor->EndStep();
+  RETURN_IF_ERROR(Require(scaled >= 4 * 0.06 * 1000,
+                          absl::StrCat("a 1000-token step's limit is ", scaled,
+                                       " s after 60 ms for one token")));
   return comm->Barrier();
 }
 

@@ -12,6 +12,14 @@
 #include "runtime/model/registry.h"
 
 namespace tessera {
+
+int64_t PlanTokens(const proto::StepPlan& plan) {
+  int64_t tokens = 0;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    tokens += step.tokens_size();
+  }
+  return tokens;
+}
 namespace {
 
 // A rank that receives its shard from rank 0 (WEIGHTS_FROM_RANK0).
@@ -233,7 +241,7 @@ absl::Status Worker::ServeSteps() {
     if (monitor != nullptr) monitor->EndStep();
     if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
     if (plan.kind() == proto::StepPlan::HEARTBEAT) continue;
-    if (monitor != nullptr) monitor->BeginStep(step);
+    if (monitor != nullptr) monitor->BeginStep(step, PlanTokens(plan));
     RETURN_IF_ERROR(RunStep(plan, &result));
     if (monitor != nullptr) monitor->EndStep();
   }

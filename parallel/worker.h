@@ -35,6 +35,10 @@
 
 namespace tessera {
 
+// The tokens a step plan computes (every sequence's new tokens): what scales
+// the step's deadline (fault_monitor.h).
+int64_t PlanTokens(const proto::StepPlan& plan);
+
 // The control-channel tag of StepResults (ShardChunks use kShardTag,
 // weight_transfer.h).
 inline constexpr int kResultTag = 11;
