@@ -183,24 +183,41 @@ namespace {
 // The model folder with everything loaded once: the engine over the caller's
 // executor (a parallel job) or over a rank built in this process.
 struct LoadedModel {
-  // The trace (--trace) goes to its file however the command ends.
+  // The trace (--trace) goes to its file however the command ends: whole
+  // from FinishTrace, or (a command that failed) this process's events only,
+  // since the other ranks may be gone.
   ~LoadedModel() {
-    if (trace == nullptr) return;
-    const std::vector<TraceEvent> events = trace->Snapshot();
-    const absl::Status written =
-        WriteChromeTrace(trace_file, events, {"rank 0"});
-    if (written.ok()) {
-      std::cerr << "[tessera] trace: " << events.size() << " events ("
-                << trace->dropped() << " dropped, "
-                << (trace->recorded() > trace->capacity()
-                        ? trace->recorded() - trace->capacity()
-                        : 0)
-                << " overwritten) in " << trace_file << "\n";
-    } else {
-      std::cerr << "[tessera] " << written.message() << "\n";
+    if (trace != nullptr && !trace_written) {
+      (void)WriteTrace({}, "the command failed: this process's events only");
     }
   }
 
+  absl::Status WriteTrace(const std::vector<TraceEvent>& remote,
+                          const std::string& note) {
+    trace_written = true;
+    std::vector<TraceEvent> events = trace->Snapshot();
+    events.insert(events.end(), remote.begin(), remote.end());
+    std::vector<std::string> names;
+    for (int32_t r = 0; r < executor->trace_processes(); ++r) {
+      names.push_back(absl::StrCat("rank ", r));
+    }
+    const absl::Status written = WriteChromeTrace(trace_file, events, names);
+    if (!written.ok()) {
+      std::cerr << "[tessera] " << written.message() << "\n";
+      return written;
+    }
+    std::cerr << "[tessera] trace: " << events.size() << " events of "
+              << names.size() << (names.size() == 1 ? " rank" : " ranks")
+              << " in " << trace_file << " (this process: " << trace->dropped()
+              << " dropped, "
+              << (trace->recorded() > trace->capacity()
+                      ? trace->recorded() - trace->capacity()
+                      : 0)
+              << " overwritten)" << (note.empty() ? "" : "; ") << note << "\n";
+    return absl::OkStatus();
+  }
+
+  bool trace_written = false;
   // Declared first, destroyed last: the engine and executor point at it.
   std::unique_ptr<TraceRing> trace;
   std::string trace_file;
@@ -213,6 +230,16 @@ struct LoadedModel {
   // take.
   GenerationDefaults generation_defaults;
 };
+
+// Writes the trace of a command that ran to its end: this process's events
+// and every other rank's (collected over the control plane). Nothing
+// without --trace.
+absl::Status FinishTrace(LoadedModel& m) {
+  if (m.trace == nullptr) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::vector<TraceEvent> remote,
+                   m.executor->CollectRemoteTrace());
+  return m.WriteTrace(remote, "");
+}
 
 // Sets the sampling fields of `o` that the user left unset from the model's
 // defaults.
@@ -280,7 +307,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
                    Engine::Create(loaded->executor, engine_options,
                                   loaded->tokenizer.get()));
   if (!flags.trace_file.empty()) {
-    loaded->trace = std::make_unique<TraceRing>(size_t{1} << 18);
+    loaded->trace = std::make_unique<TraceRing>(kTraceEvents);
     loaded->trace_file = flags.trace_file;
     RETURN_IF_ERROR(loaded->executor->SetTrace(loaded->trace.get()));
     loaded->engine->set_trace(loaded->trace.get(), 0);
@@ -660,7 +687,7 @@ absl::Status RunGenerate(const GenerateOptions& options,
           absl::StrCat("cannot write --stats-json file ", o.stats_json));
     }
   }
-  return absl::OkStatus();
+  return FinishTrace(*loaded);
 }
 
 namespace {
@@ -1007,7 +1034,7 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
                         other_ranks, out);
     }
   }
-  return absl::OkStatus();
+  return FinishTrace(*loaded);
 }
 
 namespace {
@@ -1228,7 +1255,8 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       served.steps > 0 ? served.step_seconds * 1e3 / served.steps : 0.0,
       served.steps > 0 ? served.between_steps_seconds * 1e3 / served.steps
                        : 0.0);
-  return looped;
+  if (!looped.ok()) return looped;
+  return FinishTrace(*loaded);
 }
 
 absl::Status RunTokenize(const TokenizeOptions& o, std::istream& in,

@@ -11,6 +11,7 @@
 #include <system_error>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "parallel/fault_monitor.h"
@@ -260,6 +261,59 @@ absl::Status Coordinator::Idle() {
   plan.set_kind(proto::StepPlan::HEARTBEAT);
   last_plan_ = now;
   return RankLocal(control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank));
+}
+
+absl::Status Coordinator::SetTrace(TraceRing* ring) {
+  rank().runner().set_trace(ring, ProcessGrid::kCoordinatorRank);
+  if (ring == nullptr || tracing_ || grid().world_size() == 1) {
+    return absl::OkStatus();
+  }
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::TRACE_START);
+  last_plan_ = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(
+      RankLocal(control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank)));
+  tracing_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TraceEvent>> Coordinator::CollectRemoteTrace() {
+  std::vector<TraceEvent> events;
+  if (!tracing_) return events;
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::TRACE_COLLECT);
+  const int64_t sent_ns = TraceClockNs();
+  last_plan_ = std::chrono::steady_clock::now();
+  RETURN_IF_ERROR(
+      RankLocal(control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank)));
+  absl::flat_hash_map<std::string, const char*> interned;
+  const auto intern = [&](const std::string& s) -> const char* {
+    auto [it, inserted] = interned.emplace(s, nullptr);
+    if (inserted) it->second = trace_strings_.emplace_back(s).c_str();
+    return it->second;
+  };
+  for (int r = 0; r < grid().world_size(); ++r) {
+    if (r == ProcessGrid::kCoordinatorRank) continue;
+    proto::TraceEvents got;
+    RETURN_IF_ERROR(RankLocal(control_->Recv(r, kTraceTag, &got)));
+    // The rank stamped its clock as the broadcast arrived, about when this
+    // rank sent it: the difference is the two clocks' offset (within the
+    // broadcast's latency).
+    const int64_t offset = got.clock_ns() - sent_ns;
+    for (const proto::TraceEventProto& e : got.events()) {
+      TraceEvent t;
+      t.name = intern(e.name());
+      t.category = intern(e.category());
+      t.start_ns = e.start_ns() - offset;
+      t.duration_ns = e.duration_ns();
+      t.pid = e.pid();
+      t.tid = e.tid();
+      t.arg_name = e.arg_name().empty() ? nullptr : intern(e.arg_name());
+      t.arg = e.arg();
+      events.push_back(t);
+    }
+  }
+  return events;
 }
 
 absl::Status Coordinator::Shutdown() {

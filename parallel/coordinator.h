@@ -18,6 +18,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
@@ -82,6 +83,12 @@ class Coordinator final : public StepExecutor {
     return "rank 0's ops (its shard; the other ranks are not timed)";
   }
 
+  // --trace: rank 0's forwards go to `ring`, and every other rank starts
+  // recording its own (TRACE_START), which CollectRemoteTrace brings here.
+  absl::Status SetTrace(TraceRing* ring) override;
+  absl::StatusOr<std::vector<TraceEvent>> CollectRemoteTrace() override;
+  int32_t trace_processes() const override { return grid().world_size(); }
+
   // Tells every worker to leave ServeSteps().
   absl::Status Shutdown();
 
@@ -118,6 +125,9 @@ class Coordinator final : public StepExecutor {
   double load_seconds_ = 0.0;
   std::vector<proto::RankLayout> layout_;
   ControlStats control_stats_;
+  bool tracing_ = false;
+  // The other ranks' event names, kept for the TraceEvents that point at them.
+  std::deque<std::string> trace_strings_;
   // When the last plan (step or heartbeat) went out.
   std::chrono::steady_clock::time_point last_plan_ =
       std::chrono::steady_clock::now();

@@ -241,6 +241,33 @@ absl::Status Worker::ServeSteps() {
     if (monitor != nullptr) monitor->EndStep();
     if (plan.kind() == proto::StepPlan::SHUTDOWN) return absl::OkStatus();
     if (plan.kind() == proto::StepPlan::HEARTBEAT) continue;
+    if (plan.kind() == proto::StepPlan::TRACE_START) {
+      if (trace_ == nullptr) trace_ = std::make_unique<TraceRing>(kTraceEvents);
+      rank_->runner().set_trace(trace_.get(), world_rank_);
+      continue;
+    }
+    if (plan.kind() == proto::StepPlan::TRACE_COLLECT) {
+      proto::TraceEvents events;
+      // The clock just after the collection's broadcast arrived: rank 0
+      // aligns this rank's times with it.
+      events.set_clock_ns(TraceClockNs());
+      if (trace_ != nullptr) {
+        for (const TraceEvent& e : trace_->Snapshot()) {
+          proto::TraceEventProto* out = events.add_events();
+          out->set_name(e.name != nullptr ? e.name : "");
+          out->set_category(e.category != nullptr ? e.category : "");
+          out->set_start_ns(e.start_ns);
+          out->set_duration_ns(e.duration_ns);
+          out->set_pid(e.pid);
+          out->set_tid(e.tid);
+          if (e.arg_name != nullptr) out->set_arg_name(e.arg_name);
+          out->set_arg(e.arg);
+        }
+      }
+      RETURN_IF_ERROR(RankLocal(
+          control_->Send(events, ProcessGrid::kCoordinatorRank, kTraceTag)));
+      continue;
+    }
     if (monitor != nullptr) monitor->BeginStep(step, PlanTokens(plan));
     RETURN_IF_ERROR(RunStep(plan, &result));
     if (monitor != nullptr) monitor->EndStep();

@@ -31,6 +31,7 @@
 #include "parallel/mpi_world.h"
 #include "parallel/process_grid.h"
 #include "proto/tessera.pb.h"
+#include "runtime/core/trace_ring.h"
 #include "runtime/executor/rank.h"
 
 namespace tessera {
@@ -42,6 +43,8 @@ int64_t PlanTokens(const proto::StepPlan& plan);
 // The control-channel tag of StepResults (ShardChunks use kShardTag,
 // weight_transfer.h).
 inline constexpr int kResultTag = 11;
+// A rank's TraceEvents for rank 0 (TRACE_COLLECT).
+inline constexpr int kTraceTag = 12;
 
 // One rank as the startup log shows it (gathered on rank 0 after loading).
 struct RankReport {
@@ -102,6 +105,8 @@ class Worker {
   GridComms groups_;
   std::unique_ptr<Rank> rank_;
   std::vector<RankReport> reports_;
+  // Ranks other than 0, from TRACE_START on: this rank's forwards.
+  std::unique_ptr<TraceRing> trace_;
 };
 
 }  // namespace tessera

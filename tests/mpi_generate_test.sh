@@ -172,6 +172,35 @@ for layout in "2 --tp 2" "2 --pp 2"; do
   fi
 done
 
+# --trace under mpirun: one Chrome trace on rank 0 with every rank's forwards (pid = rank, one
+# per step on each rank, inside rank 0's step after the clock alignment) and rank 0's steps.
+for layout in "2 --tp 2" "2 --pp 2"; do
+  cases=$((cases + 1))
+  rm -f "$TMP/trace.json"
+  # shellcheck disable=SC2086
+  if timeout 120 mpirun -np ${layout%% *} --bind-to none "$TESSERA" generate --model "$DEMO" \
+    ${layout#* } --prompt-ids 1,2,3 --max-tokens 8 --ignore-eos --trace "$TMP/trace.json" \
+    >"$TMP/out" 2>"$TMP/err" && python3 - "$TMP/trace.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+names = {e["pid"]: e["args"]["name"] for e in events if e["ph"] == "M"}
+assert names == {0: "rank 0", 1: "rank 1"}, names
+steps = [e for e in events if e["name"] == "step"]
+forwards = {p: [e for e in events if e["name"] == "forward" and e["pid"] == p] for p in (0, 1)}
+assert len(steps) == 8 and all(len(f) == 8 for f in forwards.values()), (len(steps), forwards)
+# Rank 1's forwards fall inside rank 0's steps (clocks aligned to within 50 ms).
+for s, f in zip(steps, forwards[1]):
+    assert s["ts"] - 50e3 <= f["ts"] <= s["ts"] + s["dur"] + 50e3, (s, f)
+PY
+  then
+    echo "PASS: --trace np=$layout"
+  else
+    failures=$((failures + 1))
+    echo "FAIL: --trace np=$layout"
+    head -c 600 "$TMP/err"
+  fi
+done
+
 # The startup log, printed by rank 0 alone: the grid, each rank's host, node, layers and sizes,
 # the weights progress (in quarters, since stderr is not a terminal), and no placement warning
 # when every rank shares one node.

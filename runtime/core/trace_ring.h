@@ -36,6 +36,10 @@
 
 namespace tessera {
 
+// The events `--trace` keeps per process (2^18: about 16 MiB, tens of
+// thousands of steps).
+inline constexpr size_t kTraceEvents = size_t{1} << 18;
+
 struct TraceEvent {
   const char* name = nullptr;      // Static storage.
   const char* category = nullptr;  // Static storage.

@@ -94,6 +94,14 @@ class StepExecutor {
     (void)ring;
     return absl::UnimplementedError("--trace needs a rank in this process");
   }
+  // The events the job's other processes recorded since SetTrace (a parallel
+  // job: every rank but this one's "forward" events, their clocks aligned to
+  // this process's TraceClockNs), and how many processes the trace names
+  // ("rank 0" ..). A single process: none, and 1.
+  virtual absl::StatusOr<std::vector<TraceEvent>> CollectRemoteTrace() {
+    return std::vector<TraceEvent>{};
+  }
+  virtual int32_t trace_processes() const { return 1; }
 
   // Op profiling (kernels/op_timer.h; tessera bench --profile-ops): while on,
   // the ops of every step are timed on the device, and TakeOpProfile returns
