@@ -15,6 +15,17 @@
 namespace tessera {
 namespace {
 
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a plain file";
+}
+
+}  // namespace
+
 absl::Status ErrnoError(int err, absl::string_view what) {
   const std::string message = absl::StrCat(what, ": ", std::strerror(err));
   switch (err) {
@@ -28,17 +39,6 @@ absl::Status ErrnoError(int err, absl::string_view what) {
       return absl::InternalError(message);
   }
 }
-
-const char* FileKind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a plain file";
-}
-
-}  // namespace
 
 ScopedFd& ScopedFd::operator=(ScopedFd&& other) noexcept {
   if (this != &other) {

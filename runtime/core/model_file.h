@@ -13,9 +13,15 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace tessera {
+
+// An errno as a Status: NotFound (ENOENT, ENOTDIR), PermissionDenied (EACCES,
+// EPERM), else Internal; the message is "<what>: <strerror>".
+absl::Status ErrnoError(int err, absl::string_view what);
 
 // An open file descriptor, closed on destruction.
 class ScopedFd {

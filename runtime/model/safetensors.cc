@@ -41,20 +41,6 @@ absl::Status TensorError(const std::string& path, absl::string_view tensor,
       "safetensors file ", path, ": tensor \"", tensor, "\": ", message));
 }
 
-absl::Status ErrnoError(int err, absl::string_view what) {
-  const std::string message = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-    case ENOTDIR:
-      return absl::NotFoundError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    default:
-      return absl::InternalError(message);
-  }
-}
-
 // Reads an integer JSON value that must be >= 0 and fit int64_t.
 bool AsNonNegative(const Json& value, uint64_t* out) {
   if (value.is_number_unsigned()) {
