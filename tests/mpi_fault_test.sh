@@ -17,7 +17,9 @@ mkdir -p "$TMP"
 STEP_TIMEOUT=2
 BOUND=$((STEP_TIMEOUT + 2 + 10))  # timeout + fault-round grace + the issue's 10 s.
 failures=0
-for i in $(seq 16); do echo '{"prompt": "Once upon a time"}'; done >"$TMP/prompts.jsonl"
+# 128 prompts in waves of 8 (--max-num-seqs below): tens of seconds of decode, so a fast
+# machine cannot finish the job before the fault is injected.
+for i in $(seq 128); do echo '{"prompt": "Once upon a time"}'; done >"$TMP/prompts.jsonl"
 
 # The pid of the tessera process of this job with OMPI_COMM_WORLD_RANK=$2 (children of $1).
 rank_pid() {
@@ -36,7 +38,7 @@ run_case() {  # signal, rank, layout flags...
   local name="SIG$sig rank $victim $*"
   timeout -k 5 120 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$DEMO" \
     --prompts-file "$TMP/prompts.jsonl" --max-tokens 450 --temperature 1 --seed 3 \
-    --step-timeout "$STEP_TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &
+    --max-num-seqs 8 --step-timeout "$STEP_TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &
   local job=$!
   # Wait for decode: the first tokens' line ("[tessera] ... first token") is printed at the end,
   # so wait until the job is past loading (the startup log) and then a little.
@@ -48,7 +50,9 @@ run_case() {  # signal, rank, layout flags...
   sleep 1.5
   local pid
   pid=$(rank_pid "$job" "$victim")
-  [ -z "$pid" ] && pid=$(rank_pid "$(pgrep -P "$job" | head -n 1)" "$victim")
+  local child
+  child=$(pgrep -P "$job" | head -n 1)
+  [ -z "$pid" ] && [ -n "$child" ] && pid=$(rank_pid "$child" "$victim")
   if [ -z "$pid" ] || ! kill -0 "$job" 2>/dev/null; then
     failures=$((failures + 1))
     echo "FAIL: $name: no rank $victim process to signal (job ended early?)"
