@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -25,6 +26,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "launch/drain_timeout.h"
+#include "runtime/core/fatal_hook.h"
 #include "runtime/core/json_limits.h"
 #include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
@@ -1038,8 +1041,11 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
 }
 
 namespace {
-std::atomic<bool> g_stop_serving{false};
-extern "C" void StopServing(int) { g_stop_serving.store(true); }
+// SIGTERM/SIGINT received while serving: the first drains, a second aborts
+// the drain (a lock-free atomic: safe in a signal handler).
+std::atomic<int> g_stop_signals{0};
+extern "C" void StopServing(int) { g_stop_signals.fetch_add(1); }
+static_assert(std::atomic<int>::is_always_lock_free);
 }  // namespace
 
 namespace {
@@ -1115,6 +1121,12 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         absl::StrCat("--stream-interval-ms must be in [0, 1000], got ",
                      o.stream_interval_ms));
+  }
+  if (!(o.drain_timeout_s <= 86400.0)) {  // NaN and infinity fail too.
+    return absl::InvalidArgumentError(
+        absl::StrCat("--drain-timeout must be at most 86400 s (negative: "
+                     "auto), got ",
+                     o.drain_timeout_s));
   }
   if (o.max_pending < 1) {
     return absl::InvalidArgumentError(
@@ -1231,19 +1243,70 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       "request head and body\n",
       o.max_pending, async.max_group_parts(), max_connections,
       o.max_request_bytes, o.request_timeout_s);
+  const DrainTimeout drain =
+      ResolveDrainTimeout(o.drain_timeout_s, [](const char* name) {
+        return static_cast<const char*>(std::getenv(name));
+      });
+  std::cerr << absl::StrFormat(
+      "[tessera] on SIGTERM or SIGINT: new requests get 503, requests in "
+      "flight get %.1f s to finish (%s), then are aborted with an error; a "
+      "second signal aborts them at once\n",
+      drain.seconds, drain.why);
   if (on_listening) on_listening(server.port());
-  g_stop_serving.store(false);
+  // A job that ends abnormally while serving (a stalled rank's fault round,
+  // a stuck step: parallel/fault_monitor.h) tells every client first.
+  ScopedFatalHook tell_clients([&async, &server](absl::string_view why) {
+    async.Abort(absl::InternalError(absl::StrCat("the job failed: ", why)));
+    server.WaitForResponses(std::chrono::milliseconds(500));
+  });
+  g_stop_signals.store(0);
   std::signal(SIGTERM, StopServing);
   std::signal(SIGINT, StopServing);
-  std::thread watcher([&async] {
-    while (!g_stop_serving.load()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::atomic<bool> loop_ended{false};
+  std::thread watcher([&] {
+    using Clock = std::chrono::steady_clock;
+    const auto tick = std::chrono::milliseconds(10);
+    while (g_stop_signals.load() == 0 && !loop_ended.load()) {
+      std::this_thread::sleep_for(tick);
     }
+    if (loop_ended.load()) return;
     async.Drain();
+    std::cerr << absl::StrFormat(
+        "[tessera] signal received: not accepting requests; %d in flight "
+        "get %.1f s to finish\n",
+        async.open_requests(), drain.seconds);
+    const Clock::time_point until =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                           std::chrono::duration<double>(drain.seconds));
+    while (!loop_ended.load() && g_stop_signals.load() < 2 &&
+           Clock::now() < until) {
+      std::this_thread::sleep_for(tick);
+    }
+    if (loop_ended.load()) return;
+    // Told from this thread: the loop may be blocked in a step (a rank that
+    // died as the launcher ends the job) and cannot tell anyone.
+    const bool second = g_stop_signals.load() >= 2;
+    const int64_t aborted = async.Abort(absl::UnavailableError(absl::StrFormat(
+        "the server is shutting down and aborted this request: %s",
+        second ? "a second SIGTERM/SIGINT ended the drain"
+               : absl::StrFormat("it did not finish within the %.1f s drain "
+                                 "timeout (--drain-timeout)",
+                                 drain.seconds))));
+    std::cerr << absl::StrFormat(
+        "[tessera] %s: aborted %d requests in flight (each told so)\n",
+        second ? "second signal" : "drain timeout", aborted);
   });
   const absl::Status looped = async.Loop();
-  g_stop_serving.store(true);  // An engine failure ends the watcher too.
+  loop_ended.store(true);  // An engine failure ends the watcher too.
   watcher.join();
+  // Every request has ended (finished, aborted or failed): their last
+  // events and error bodies go out before the sockets close.
+  if (!server.WaitForResponses(std::chrono::seconds(1))) {
+    std::cerr << absl::StrFormat(
+        "[tessera] %d responses were still being written after 1 s; closing "
+        "their connections\n",
+        server.responses_in_flight());
+  }
   server.Stop();
   std::signal(SIGTERM, SIG_DFL);
   std::signal(SIGINT, SIG_DFL);

@@ -195,6 +195,10 @@ struct ServeOptions {
   double keep_alive_timeout_s = 5.0;  // Idle connections close.
   int64_t keep_alive_max_requests = 1000;
   int64_t max_logprobs = 20;  // Per token a request may ask for (vLLM's).
+  // Seconds requests in flight get to finish after SIGTERM/SIGINT before
+  // they are aborted (each client told); negative: the launcher's default
+  // (launch/drain_timeout.h).
+  double drain_timeout_s = -1;
   // A Jinja file, or the template text itself (vLLM's --chat-template);
   // empty: the model's (or the --tokenizer folder's).
   std::string chat_template;
@@ -202,8 +206,11 @@ struct ServeOptions {
 };
 
 // Serves the OpenAI-compatible API (runtime/serve/openai_server.h) until
-// SIGTERM or SIGINT: then it stops admitting (503), finishes the requests in
-// flight and returns. `executor`: a parallel job on rank 0, or null to load
+// SIGTERM or SIGINT: then it stops admitting (503), lets the requests in
+// flight finish for up to the drain timeout, aborts the rest (each client
+// gets an error: a 503 body, or an error event in its stream) and returns.
+// A job that fails while serving ends every open request with a 500 error
+// (the step's error, or the fatal hook's line) before it exits. `executor`: a parallel job on rank 0, or null to load
 // the model here. `on_listening`, when set, is called with the bound port.
 absl::Status RunServe(const ServeOptions& options, StepExecutor* executor,
                       const std::function<void(int)>& on_listening = {});

@@ -424,6 +424,11 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
             "seconds an idle connection stays open");
   flags.Add("keep-alive-max-requests", &o.keep_alive_max_requests,
             "requests per connection before it closes");
+  flags.Add("drain-timeout", &o.drain_timeout_s,
+            "seconds requests in flight get to finish after SIGTERM/SIGINT "
+            "before they are aborted, each client told (default -1: auto, "
+            "inside the launcher's kill timeout: mpirun's "
+            "odls_base_sigkill_timeout - 0.5 s, Slurm 25 s, else 8 s)");
   flags.Add("max-logprobs", &o.max_logprobs,
             "the most log-probabilities per token a request may ask for");
   flags.Add("chat-template", &o.chat_template,

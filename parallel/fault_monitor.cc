@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "runtime/core/fatal_hook.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -223,18 +224,21 @@ void FaultMonitor::Watch() {
     // The MPI thread never reached a polled wait: it is stuck in a
     // computation or a device call. Only the launcher can end the job now
     // (MPI_Abort is the MPI thread's), and a non-zero exit makes it do so.
-    WriteLine(absl::StrCat(
+    const std::string line = absl::StrCat(
         Name(world_.rank()), " is stuck: step ", step_, " has run ",
         Seconds(std::chrono::duration<double>(now - step_start_).count()),
         ", past its limit of ", Seconds(limit_seconds_),
         ", outside any MPI wait (a computation or device call that does not "
-        "return); exiting"));
+        "return); exiting");
+    WriteLine(line);
+    RunFatalHook(line);  // A server tells its clients first.
     std::_Exit(1);
   }
 }
 
 void FaultMonitor::Abort(const std::string& line) {
   WriteLine(line);
+  RunFatalHook(line);  // A server still serving tells its clients first.
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::_Exit(1);
 }

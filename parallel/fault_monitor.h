@@ -36,7 +36,9 @@
 // the step ends, if it does); one still running grace + 5 s past the limit is
 // stuck outside MPI (a kernel, a device sync), and the watchdog prints the line
 // and _Exits (it may not call MPI: MPI_THREAD_FUNNELED), which makes the
-// launcher end the job.
+// launcher end the job. Before either exit (MPI_Abort, _Exit) the process's
+// fatal hook runs (runtime/core/fatal_hook.h): a server that is still
+// serving ends every open response with the error first.
 //
 // Between steps a worker's wait for the next plan has the same limit: an
 // idle rank 0 sends a HEARTBEAT plan every quarter of the step timeout

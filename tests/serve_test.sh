@@ -54,6 +54,8 @@ stop() {  # SIGTERM, then the exit code (124 if it hangs)
 expected=$("$TESSERA" generate --model "$TMP/model" --prompt "Once upon a time" --max-tokens 24 \
   --temperature 0 --output json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")')
 
+# A drain long enough for the SIGTERM case below to finish its requests on a slow machine.
+SERVE_FLAGS=(--drain-timeout 120)
 start "$TESSERA" || exit 1
 BASE="http://127.0.0.1:$PORT"
 
@@ -174,6 +176,49 @@ if [ "$rc" -eq 0 ] && tail -n 2 "$TMP/inflight" | grep -q 'data: \[DONE\]' && [ 
 else
   fail "SIGTERM drain (exit $rc, $chunks chunks)"
   tail -5 "$TMP/serve.err"
+fi
+
+# SIGTERM with more work than the drain allows (--drain-timeout 0.3, one sequence at a time):
+# requests that finish in time end normally; the rest are aborted, and each client is told:
+# a stream gets an error event naming the drain timeout, then [DONE]; a plain request a 503
+# JSON error. A request sent during the drain gets 503. The server exits 0.
+SERVE_FLAGS=(--drain-timeout 0.3 --max-num-seqs 1)
+if start "$TESSERA"; then
+  BASE="http://127.0.0.1:$PORT"
+  for i in $(seq 8); do
+    curl -sN -w '\n%{http_code}' "$BASE/v1/completions" -d '{"model": "demo",
+      "prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true}' \
+      >"$TMP/drain$i" &
+  done
+  curl -s -w '\n%{http_code}' "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once",
+    "max_tokens": 480, "ignore_eos": true}' >"$TMP/drain.plain" &
+  sleep 0.3
+  kill -TERM "$PID"
+  sleep 0.05
+  during=$(curl -s -o /dev/null -w '%{http_code}' "$BASE/v1/completions" \
+    -d '{"model": "demo", "prompt": "x", "max_tokens": 2}')
+  for _ in $(seq 1 200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+  kill -0 "$PID" 2>/dev/null && kill -KILL "$PID"
+  wait "$PID"
+  rc=$?
+  wait
+  python3 "$RUNFILES/tessera/tests/sse_check.py" "$TMP"/drain[0-9] "$TMP/drain.plain" >"$TMP/ends"
+  # A stream aborted before its first token gets the 503 as its status (no 200 went out).
+  told='the server is shutting down and aborted this request: it did not finish within the 0.3 s drain timeout'
+  finished=$(grep -c '^finished 480$' "$TMP/ends")
+  aborted=$(grep -c "^\(error [0-9]*\|http 503\) $told" "$TMP/ends")
+  plain=$(tail -n 1 "$TMP/ends")
+  if [ "$rc" -eq 0 ] && [ $((finished + aborted)) -eq 9 ] && [ "$aborted" -ge 1 ] &&
+    { [ "$plain" = "http 503 $told (--drain-timeout)" ] || [ "$plain" = "plain 200" ]; } &&
+    [ "$during" = 503 ] &&
+    grep -q 'drain timeout: aborted [0-9]* requests in flight' "$TMP/serve.err"; then
+    pass "SIGTERM past the drain timeout: $finished finished, $aborted told (plain: ${plain:0:8})"
+  else
+    fail "SIGTERM past the drain timeout (exit $rc, during the drain $during): $(sort "$TMP/ends" | uniq -c | cut -c1-160)"
+    tail -5 "$TMP/serve.err"
+  fi
+else
+  fail "serve --drain-timeout 0.3 did not start"
 fi
 
 # --max-model-len reaches the server (/v1/models), and generation_config.json's defaults fill

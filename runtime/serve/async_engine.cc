@@ -43,6 +43,7 @@ void RequestStream::Push(const TokenEvent& event, Clock::time_point now,
   bool wake;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    if (result_.has_value()) return;  // Ended (aborted) already.
     events_.push_back(Made{event, now});
     wake = event.finished || !woken_once_ || now - last_wake_ >= interval;
     if (wake) {
@@ -129,6 +130,7 @@ AsyncEngine::SubmitGroup(std::vector<GenerationRequest> requests) {
       RequestStream& stream = *streams[i];
       stream.id_ = next_id_++;
       stream.multi_ = multi;
+      open_streams_[stream.id_] = streams[i];
       inbox_.push_back(Pending{std::move(requests[i]), streams[i]});
     }
     open_ += k;
@@ -141,8 +143,40 @@ AsyncEngine::SubmitGroup(std::vector<GenerationRequest> requests) {
 }
 
 void AsyncEngine::EndedLocked(const RequestStream& stream) {
+  // Once per request: Abort and the loop may both see it end.
+  if (open_streams_.erase(stream.id_) == 0) return;
   --open_;
   if (stream.multi_) --open_multi_;
+}
+
+int64_t AsyncEngine::Abort(const absl::Status& error) {
+  int64_t ended = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+    // Not yet in the engine: they end here and never enter it.
+    for (Pending& p : inbox_) {
+      p.stream->Finish(error);
+      EndedLocked(*p.stream);
+      ++ended;
+    }
+    inbox_.clear();
+    stats_.waiting = 0;
+    // In the engine: their readers are told now; the loop cancels them in
+    // the engine (freeing their blocks) and counts them as ended.
+    for (const auto& [id, stream] : open_streams_) {
+      stream->Finish(error);
+      cancels_.push_back(id);
+      ++ended;
+    }
+  }
+  work_.notify_one();
+  return ended;
+}
+
+int64_t AsyncEngine::open_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return open_;
 }
 
 AsyncEngine::State AsyncEngine::state() const {
@@ -241,12 +275,18 @@ absl::Status AsyncEngine::Loop() {
   // The end of the previous step, while work continued since then.
   std::optional<Clock::time_point> last_step_end;
   // The engine is unusable: end every open request with the error.
+  // Its readers are told that the engine failed (a server error, whatever
+  // the code inside: the request itself was fine).
   const auto fail = [&](const absl::Status& error) {
-    for (auto& [id, live] : live_) live.stream->Finish(error);
+    const absl::Status told = absl::InternalError(
+        absl::StrCat("the engine failed: ", error.message()));
+    for (auto& [id, live] : live_) live.stream->Finish(told);
     live_.clear();
     std::lock_guard<std::mutex> lock(mu_);
-    for (Pending& p : inbox_) p.stream->Finish(error);
+    for (Pending& p : inbox_) p.stream->Finish(told);
     inbox_.clear();
+    for (const auto& [id, stream] : open_streams_) stream->Finish(told);
+    open_streams_.clear();
     draining_ = true;
     failed_ = true;
     open_ = 0;

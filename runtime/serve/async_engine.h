@@ -22,8 +22,11 @@
 //    429 that a client would retry forever.
 // Refusals are ResourceExhausted (the server answers 429). Shutdown: Drain()
 // stops admission (Submit is Unavailable) and lets Loop() return once every
-// accepted request has finished. state() says whether the engine serves, is
-// draining, or has failed (GET /health answers 503 for the last two).
+// accepted request has finished; Abort() ends every open request at once with
+// an error (the drain's deadline passed, or the job is failing), from any
+// thread, even while the loop thread is stuck inside a step. state() says
+// whether the engine serves, is draining, or has failed (GET /health answers
+// 503 for the last two).
 #ifndef TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 #define TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 
@@ -75,7 +78,9 @@ class RequestStream {
   // adds an event made at `now` and wakes the reader per the interval
   // (above); FlushIfDue wakes it when events are held back and the last
   // wake-up is `interval` or more before `now`; Finish ends the stream and
-  // always wakes.
+  // always wakes. Only the first Finish counts, and events pushed after it
+  // are dropped: an aborted stream ends with the abort's error, whatever the
+  // engine still produces for it.
   void Push(const TokenEvent& event, Clock::time_point now,
             Clock::duration interval);
   void FlushIfDue(Clock::time_point now, Clock::duration interval);
@@ -145,6 +150,15 @@ class AsyncEngine {
   void Cancel(int64_t id);
   // Any thread: stop admitting; Loop() returns when the last request ends.
   void Drain();
+  // Any thread: stop admitting and end every open request now with `error`
+  // (its reader sees the events pushed so far, then the error); the engine
+  // frees their KV blocks at its next step boundary, and Loop() returns once
+  // it has. Works while the loop thread is blocked in a step: the streams are
+  // finished here, not by the loop. The first error a stream gets is the one
+  // it keeps. Returns how many requests it ended.
+  int64_t Abort(const absl::Status& error);
+  // Any thread: requests accepted and not yet ended.
+  int64_t open_requests() const;
 
   // The loop thread: runs until Drain() and no work is left. A request that
   // fails alone during a step (Engine: its last TokenEvent carries the
@@ -189,6 +203,8 @@ class AsyncEngine {
   int64_t open_multi_ = 0;  // Open parts of multi-part groups.
   int64_t next_id_ = 1;
   int64_t open_ = 0;  // Accepted and not finished.
+  // The same requests by our id, for Abort (which may not touch live_).
+  absl::flat_hash_map<int64_t, std::shared_ptr<RequestStream>> open_streams_;
   Stats stats_;
   Engine::Stats engine_stats_;
   // Loop thread only: our id -> (engine id, stream).

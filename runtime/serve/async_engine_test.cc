@@ -132,6 +132,26 @@ TEST(RequestStream, ZeroIntervalWakesForEveryEvent) {
   }
 }
 
+// The first Finish is the one a reader sees; events after it are dropped
+// (an aborted request whose step still produced a token).
+TEST(RequestStream, EventsAfterTheEndAreDropped) {
+  RequestStream stream;
+  const RequestStream::Clock::time_point now = RequestStream::Clock::now();
+  TokenEvent event;
+  event.token = 7;
+  stream.Push(event, now, {});
+  stream.Finish(absl::UnavailableError("aborted"));
+  event.token = 8;
+  stream.Push(event, now, {});
+  stream.Finish(absl::InternalError("later"));
+  std::optional<TokenEvent> got = stream.Next(std::chrono::milliseconds(0));
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->token, 7);
+  EXPECT_FALSE(stream.Next(std::chrono::milliseconds(0)).has_value());
+  EXPECT_TRUE(stream.done());
+  EXPECT_EQ(stream.Wait().status(), absl::UnavailableError("aborted"));
+}
+
 TEST(AsyncEngine, ConcurrentSubmittersGetTheirOwnTokens) {
   CpuOps ops;
   std::unique_ptr<LocalEngine> reference = Demo(&ops);
@@ -241,6 +261,76 @@ TEST(AsyncEngine, DrainFinishesInFlightRequests) {
     EXPECT_EQ(r->output_ids.size(), 30u);
   }
   loop.join();
+}
+
+// Abort ends every open request with its error while the loop runs: the
+// readers see the tokens so far, then the error; the engine frees their
+// blocks, admission stops, and the loop returns.
+TEST(AsyncEngine, AbortEndsEveryOpenRequestWithTheError) {
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> served = Demo(&ops);
+  ASSERT_NE(served, nullptr);
+  AsyncEngine async(&served->engine(), 8);
+  std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    auto s = async.Submit(Greedy(i, 400));
+    ASSERT_TRUE(s.ok());
+    streams.push_back(*s);
+  }
+  // Every request is decoding.
+  for (auto& s : streams) ASSERT_TRUE(s->Next(std::chrono::seconds(30)));
+  EXPECT_EQ(async.open_requests(), 4);
+  EXPECT_EQ(async.Abort(absl::UnavailableError("shutting down")), 4);
+  for (auto& s : streams) {
+    const std::vector<int32_t> rest = Drain(*s);
+    EXPECT_LT(rest.size(), 399u);
+    auto r = s->Wait();
+    EXPECT_EQ(r.status(), absl::UnavailableError("shutting down"));
+  }
+  EXPECT_EQ(async.Submit(Greedy(9, 5)).status().code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(async.state(), AsyncEngine::State::kDraining);
+  loop.join();  // Returns: the aborted requests left the engine.
+  EXPECT_EQ(async.open_requests(), 0);
+  EXPECT_EQ(async.engine_stats().blocks.num_used_blocks, 0);
+}
+
+// Abort does not need the loop thread (it may be stuck in a step): requests
+// waiting to enter and requests in the engine are told at once; a loop that
+// runs later only cleans up.
+TEST(AsyncEngine, AbortTellsReadersWithoutTheLoop) {
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> served = Demo(&ops);
+  ASSERT_NE(served, nullptr);
+  AsyncEngine async(&served->engine(), 8);
+  auto first = async.Submit(Greedy(1, 400));
+  ASSERT_TRUE(first.ok());
+  // One step's worth of admission, then the loop "hangs" (is not running).
+  std::thread one_round([&] {
+    async.Drain();  // Loop returns once nothing is open...
+    // ...which is after Abort below; until then it steps the request.
+    EXPECT_TRUE(async.Loop().ok());
+  });
+  ASSERT_TRUE((*first)->Next(std::chrono::seconds(30)));
+  auto late = async.Submit(Greedy(2, 5));  // Draining: refused.
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(async.Abort(absl::InternalError("the job failed")), 1);
+  EXPECT_EQ((*first)->Wait().status(), absl::InternalError("the job failed"));
+  one_round.join();
+  EXPECT_EQ(async.engine_stats().blocks.num_used_blocks, 0);
+
+  // Nothing running at all: the waiting requests end at once.
+  AsyncEngine idle(&served->engine(), 8);
+  auto a = idle.Submit(Greedy(3, 5));
+  auto b = idle.Submit(Greedy(4, 5));
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(idle.Abort(absl::UnavailableError("bye")), 2);
+  EXPECT_EQ((*a)->Wait().status(), absl::UnavailableError("bye"));
+  EXPECT_EQ((*b)->Wait().status(), absl::UnavailableError("bye"));
+  EXPECT_EQ(idle.open_requests(), 0);
+  EXPECT_TRUE(idle.Loop().ok());  // Nothing left: returns at once.
+  EXPECT_EQ(idle.stats().steps, 0);
 }
 
 // Renders id i as "<i>"; decoding `bad` fails (a tokenizer that cannot
@@ -367,7 +457,7 @@ TEST(AsyncEngine, ManyPartRequestsCannotStarveSingleOnes) {
   // Once the group ends, its share is free again.
   std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
   for (const auto& s : *first) async.Cancel(s->id());
-  for (const auto& s : *first) s->Wait();
+  for (const auto& s : *first) (void)s->Wait();
   bool admitted = false;
   for (int i = 0; i < 200 && !admitted; ++i) {
     auto again = async.SubmitGroup(group(3));

@@ -447,11 +447,17 @@ struct OpenAiServer::Handlers {
       if (error->http_status != 429) server->requests_error_->Increment();
       return SendError(res, *error);
     }
+    // Counted until the response is written to its end (a stream: until its
+    // provider is gone), so that a shutdown waits for the last words.
+    auto in_flight = std::make_shared<InFlight>(server);
     serve::ResponseHeader header;
     header.id = serve::ResponseId(r);
     header.created = UnixSeconds();
     header.model = r.model;
-    if (r.stream) return Stream(r, header, std::move(parts), res, arrival);
+    if (r.stream) {
+      return Stream(r, header, std::move(parts), res, arrival,
+                    std::move(in_flight));
+    }
     // Not streamed: nothing is sent until every choice is done, so that the
     // status says how the request ended. Meanwhile the connection is watched
     // (without writing): a client that goes away has its requests cancelled.
@@ -518,9 +524,21 @@ struct OpenAiServer::Handlers {
                : serve::CompletionResponse(header, choices, usage);
   }
 
+  // One response in flight (OpenAiServer::responses_in_flight) while alive.
+  struct InFlight {
+    explicit InFlight(OpenAiServer* server) : server(server) {
+      server->responses_in_flight_.fetch_add(1);
+    }
+    ~InFlight() { server->responses_in_flight_.fetch_sub(1); }
+    InFlight(const InFlight&) = delete;
+    InFlight& operator=(const InFlight&) = delete;
+    OpenAiServer* server;
+  };
+
   void Stream(const CompletionRequest& r, const serve::ResponseHeader& header,
               std::vector<Part> parts, httplib::Response& res,
-              Clock::time_point arrival) const {
+              Clock::time_point arrival,
+              std::shared_ptr<InFlight> in_flight) const {
     // The 200 goes out once every choice has its first token (or has ended):
     // a request the engine refuses as it enters still gets a real status.
     Connection* connection = HttpServer::CurrentConnection();
@@ -547,7 +565,8 @@ struct OpenAiServer::Handlers {
     const Handlers self = *this;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [self, s, r, header, shared, arrival](size_t, httplib::DataSink& sink) {
+        [self, s, r, header, shared, arrival, in_flight](
+            size_t, httplib::DataSink& sink) {
           std::vector<Part>& parts = *shared;
           Connection* connection = HttpServer::CurrentConnection();
           auto write = [&](const std::string& json) {
@@ -864,6 +883,15 @@ absl::Status OpenAiServer::Start() {
 void OpenAiServer::Stop() {
   if (http_) http_->Stop();
   if (listener_.joinable()) listener_.join();
+}
+
+bool OpenAiServer::WaitForResponses(std::chrono::milliseconds timeout) const {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (responses_in_flight_.load() > 0) {
+    if (std::chrono::steady_clock::now() >= until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
 }
 
 }  // namespace tessera

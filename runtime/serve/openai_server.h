@@ -36,6 +36,7 @@
 #define TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -93,8 +94,18 @@ class OpenAiServer {
   // The bound port (after Start).
   int port() const { return port_; }
   // Stops accepting connections and waits for the HTTP threads (call after
-  // the engine has drained, so in-flight responses finish).
+  // the engine has drained and WaitForResponses, so in-flight responses
+  // finish).
   void Stop();
+
+  // Any thread: responses being produced (submitted to the engine, and not
+  // yet written to the end or abandoned by their client).
+  int64_t responses_in_flight() const { return responses_in_flight_.load(); }
+  // Any thread: waits up to `timeout` until no response is in flight; true
+  // if none is. After the engine ends every request (drained, aborted or
+  // failed), their last events and error bodies are written within moments:
+  // a shutdown waits for that before the sockets close.
+  bool WaitForResponses(std::chrono::milliseconds timeout) const;
 
   MetricsRegistry& metrics() { return metrics_; }
 
@@ -138,6 +149,7 @@ class OpenAiServer {
   // Last engine totals mirrored into the counters above (under metrics_mu_).
   std::mutex metrics_mu_;
   int64_t seen_hits_ = 0, seen_queries_ = 0, seen_preemptions_ = 0;
+  std::atomic<int64_t> responses_in_flight_{0};
   int64_t seen_steps_ = 0, seen_refused_ = 0;
   double seen_step_seconds_ = 0;
 };
