@@ -210,8 +210,9 @@ struct ServeOptions {
 // flight finish for up to the drain timeout, aborts the rest (each client
 // gets an error: a 503 body, or an error event in its stream) and returns.
 // A job that fails while serving ends every open request with a 500 error
-// (the step's error, or the fatal hook's line) before it exits. `executor`: a parallel job on rank 0, or null to load
-// the model here. `on_listening`, when set, is called with the bound port.
+// (the step's error, or the fatal hook's line) before it exits. `executor`: a
+// parallel job on rank 0, or null to load the model here. `on_listening`, when
+// set, is called with the bound port.
 absl::Status RunServe(const ServeOptions& options, StepExecutor* executor,
                       const std::function<void(int)>& on_listening = {});
 
