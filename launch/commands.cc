@@ -1044,7 +1044,12 @@ namespace {
 // SIGTERM/SIGINT received while serving: the first drains, a second aborts
 // the drain (a lock-free atomic: safe in a signal handler).
 std::atomic<int> g_stop_signals{0};
-extern "C" void StopServing(int) { g_stop_signals.fetch_add(1); }
+std::atomic<int> g_first_stop_signal{0};  // Its number, for the clients.
+extern "C" void StopServing(int signal) {
+  int none = 0;
+  g_first_stop_signal.compare_exchange_strong(none, signal);
+  g_stop_signals.fetch_add(1);
+}
 static_assert(std::atomic<int>::is_always_lock_free);
 }  // namespace
 
@@ -1260,6 +1265,7 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     server.WaitForResponses(std::chrono::milliseconds(500));
   });
   g_stop_signals.store(0);
+  g_first_stop_signal.store(0);
   std::signal(SIGTERM, StopServing);
   std::signal(SIGINT, StopServing);
   std::atomic<bool> loop_ended{false};
@@ -1271,10 +1277,12 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     }
     if (loop_ended.load()) return;
     async.Drain();
+    const char* signal_name =
+        g_first_stop_signal.load() == SIGINT ? "SIGINT" : "SIGTERM";
     std::cerr << absl::StrFormat(
-        "[tessera] signal received: not accepting requests; %d in flight "
-        "get %.1f s to finish\n",
-        async.open_requests(), drain.seconds);
+        "[tessera] %s: not accepting requests; %d in flight get %.1f s to "
+        "finish\n",
+        signal_name, async.open_requests(), drain.seconds);
     const Clock::time_point until =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(drain.seconds));
@@ -1287,7 +1295,8 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     // died as the launcher ends the job) and cannot tell anyone.
     const bool second = g_stop_signals.load() >= 2;
     const int64_t aborted = async.Abort(absl::UnavailableError(absl::StrFormat(
-        "the server is shutting down and aborted this request: %s",
+        "the server is shutting down (%s) and aborted this request: %s",
+        signal_name,
         second ? "a second SIGTERM/SIGINT ended the drain"
                : absl::StrFormat("it did not finish within the %.1f s drain "
                                  "timeout (--drain-timeout)",

@@ -204,7 +204,7 @@ if start "$TESSERA"; then
   wait
   python3 "$RUNFILES/tessera/tests/sse_check.py" "$TMP"/drain[0-9] "$TMP/drain.plain" >"$TMP/ends"
   # A stream aborted before its first token gets the 503 as its status (no 200 went out).
-  told='the server is shutting down and aborted this request: it did not finish within the 0.3 s drain timeout'
+  told='the server is shutting down (SIGTERM) and aborted this request: it did not finish within the 0.3 s drain timeout'
   finished=$(grep -c '^finished 480$' "$TMP/ends")
   aborted=$(grep -c "^\(error [0-9]*\|http 503\) $told" "$TMP/ends")
   plain=$(tail -n 1 "$TMP/ends")

@@ -142,6 +142,54 @@ else
   echo "PASS: sbatch of a refused job (--tp 3 on 2 tasks) fails with tessera's error (exit $rc)"
 fi
 
+# (c) scancel while `srun -n 2 tessera serve --tp 2` streams: Slurm sends every task SIGTERM,
+# then SIGKILL after KillWait (5 s in this cluster). Rank 0 stops accepting, lets requests
+# finish for --drain-timeout 1.5 s (inside KillWait), aborts the rest with an error each
+# client sees, and the job ends before the kill.
+cases=$((cases + 1))
+timeout 90 srun -n 2 --immediate=60 --mpi=pmix --kill-on-bad-exit=1 --job-name tessera-serve \
+  "$TESSERA" serve --model "$DEMO" --port 0 --tp 2 --max-num-seqs 1 --drain-timeout 1.5 \
+  >"$TMP/serve.out" 2>"$TMP/serve.err" &
+srun_pid=$!
+port=""
+for _ in $(seq 1 600); do
+  port=$(grep -o 'http://127.0.0.1:[0-9]*' "$TMP/serve.err" | head -n 1 | cut -d: -f3)
+  [[ -n "$port" ]] && break
+  sleep 0.1
+done
+if [[ -z "$port" ]]; then
+  fail "scancel of srun serve" "the server did not start" "$TMP/serve.err"
+  kill "$srun_pid" 2>/dev/null
+else
+  clients=()
+  for i in $(seq 8); do
+    curl -sN -m 60 -w '\n%{http_code}' "http://127.0.0.1:$port/v1/completions" -d '{"model":
+      "stories260K", "prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true,
+      "stream": true}' >"$TMP/scancel_stream$i" 2>/dev/null &
+    clients+=($!)
+  done
+  for _ in $(seq 1 300); do
+    cat "$TMP"/scancel_stream* 2>/dev/null | grep -q '"text_completion"' && break
+    sleep 0.02
+  done
+  t0=$SECONDS
+  timeout 10 scancel --name tessera-serve
+  wait "$srun_pid"
+  took=$((SECONDS - t0))
+  wait "${clients[@]}"  # Not a bare wait: the cluster's daemons are children too.
+  python3 "$RUNFILES/tessera/tests/sse_check.py" "$TMP"/scancel_stream* >"$TMP/scancel.ends"
+  summary=$(cut -d' ' -f1 "$TMP/scancel.ends" | sort | uniq -c | tr -s ' \n' ' ')
+  if grep -q '^cut\|^bad' "$TMP/scancel.ends"; then
+    fail "scancel of srun serve" "a response ended without a word: $summary" "$TMP/serve.err"
+  elif ! grep -q '^\(error [0-9]*\|http 503\) the server is shutting down (SIGTERM) and aborted this request: it did not finish within the 1.5 s drain timeout' "$TMP/scancel.ends"; then
+    fail "scancel of srun serve" "no client was told of the abort: $summary" "$TMP/serve.err"
+  elif ! grep -q 'SIGTERM: not accepting requests' "$TMP/serve.err" || ((took >= 5)); then
+    fail "scancel of srun serve" "no drain, or it ran into KillWait ($took s)" "$TMP/serve.err"
+  else
+    echo "PASS: scancel of srun serve: drained and ended in $took s; clients: $summary"
+  fi
+fi
+
 # No job may be left behind in the queue. A finished job stays COMPLETING
 # while slurmd cleans up its step (seconds on a loaded machine), so that state
 # is waited out, for up to 30 s; any other state left is a failure.
