@@ -142,6 +142,8 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
   }
 
   RankContext context;
+  // CPU ranks of one node share its memory for their KV pools.
+  context.host_memory_sharers = world.local_size();
   GridComms* grid_comms = &worker->groups_;
   context.connect =
       [grid_comms](const Backend& backend) -> absl::StatusOr<RankComms> {

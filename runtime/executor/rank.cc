@@ -228,6 +228,16 @@ absl::StatusOr<std::unique_ptr<Rank>> BuildRank(const RankSpec& spec,
   return rank;
 }
 
+int64_t KvBudgetBaseBytes(const RankContext& context) {
+  if (context.free_bytes >= 0) return context.free_bytes;
+  if (context.measure_free_bytes) return context.measure_free_bytes();
+  // Host memory: every rank of this node sizes its pool against the same
+  // MemAvailable (the others' pools are mapped but not yet touched, so they
+  // do not show in it), so each takes only its share.
+  const int64_t host = AvailableHostMemory();
+  return host < 0 ? host : host / std::max(1, context.host_memory_sharers);
+}
+
 absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
     std::unique_ptr<Model> owned, Model* borrowed, const KvCacheOptions& kv,
     int64_t max_num_seqs, bool samples, const RankContext& context) {
@@ -246,11 +256,7 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   // against the memory left, then (in a job) the smallest count of every
   // rank, so that block ids mean the same everywhere.
   const KvPoolShape shape = model->kv_pool_shape(kv.dtype);
-  const auto free_bytes = [&context] {
-    if (context.free_bytes >= 0) return context.free_bytes;
-    return context.measure_free_bytes ? context.measure_free_bytes()
-                                      : AvailableHostMemory();
-  };
+  const auto free_bytes = [&context] { return KvBudgetBaseBytes(context); };
   const int64_t context_len = model->config().max_position_embeddings;
   ASSIGN_OR_RETURN(
       const KvLayout sizing,

@@ -121,11 +121,21 @@ struct RankContext {
   // the step scratch exist, so the KV pool takes only what is left.
   int64_t free_bytes = -1;
   std::function<int64_t()> measure_free_bytes;
+  // The ranks of the job whose KV pools come out of this host's memory
+  // (the ranks on this node, on CPUs): MemAvailable is shared among them, so
+  // each takes its share of it (KvBudgetBaseBytes). Not applied to a
+  // measured device's memory (each GPU rank has its own).
+  int host_memory_sharers = 1;
   // Capture decode CUDA graphs (runtime/executor/graph_runner.h) for buckets
   // up to max_num_seqs. BuildRank sets it for a CUDA rank unless
   // spec.cuda_graphs is off; the ops must capture (not the CPU's).
   bool decode_graphs = false;
 };
+
+// The memory a rank's default KV budget is a fraction of: context.free_bytes
+// when given, else the measured device memory, else this host's MemAvailable
+// divided among context.host_memory_sharers; -1 when unknown.
+int64_t KvBudgetBaseBytes(const RankContext& context);
 
 class Rank {
  public:

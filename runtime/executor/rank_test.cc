@@ -1,0 +1,37 @@
+#include "runtime/executor/rank.h"
+
+#include "gtest/gtest.h"
+#include "runtime/kv/kv_layout.h"
+
+namespace tessera {
+namespace {
+
+// The default KV budget's base: a given figure as it is, a measured device's
+// memory as measured, and host memory shared among the node's ranks.
+TEST(KvBudgetBaseBytesTest, HostMemoryIsSharedAmongTheNodesRanks) {
+  RankContext given;
+  given.free_bytes = 1000;
+  given.host_memory_sharers = 4;
+  EXPECT_EQ(KvBudgetBaseBytes(given), 1000);
+
+  RankContext device;
+  device.measure_free_bytes = [] { return int64_t{8} << 30; };
+  device.host_memory_sharers = 4;
+  EXPECT_EQ(KvBudgetBaseBytes(device), int64_t{8} << 30);
+
+  const int64_t host = AvailableHostMemory();
+  ASSERT_GT(host, 0) << "this test needs /proc/meminfo";
+  RankContext alone;
+  RankContext four;
+  four.host_memory_sharers = 4;
+  const int64_t one_share = KvBudgetBaseBytes(alone);
+  const int64_t quarter = KvBudgetBaseBytes(four);
+  // MemAvailable moves between the reads: compare within 5% of it.
+  EXPECT_NEAR(static_cast<double>(one_share), static_cast<double>(host),
+              0.05 * static_cast<double>(host));
+  EXPECT_NEAR(static_cast<double>(quarter), static_cast<double>(host) / 4,
+              0.05 * static_cast<double>(host) / 4);
+}
+
+}  // namespace
+}  // namespace tessera
