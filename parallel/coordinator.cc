@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "parallel/fault_monitor.h"
 #include "parallel/weight_transfer.h"
+#include "runtime/core/device_wait.h"
 #include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/model/registry.h"
@@ -349,6 +350,12 @@ int RunJob(const MpiWorld& world, const RankSpec& spec,
   if (!created.ok()) return end(RankLocal(created.status()));
   monitor = *std::move(created);
   FaultMonitor::Install(monitor.get());
+  // Device waits on this (the MPI) thread answer the fault round and the
+  // step's deadline too (runtime/core/device_wait.h).
+  ScopedDeviceWaitCheck device_waits(
+      [m = monitor.get()](absl::FunctionRef<std::string()> what) {
+        return m->Check(what);
+      });
   if (!is_coordinator) {
     proto::ModelManifest manifest;
     const absl::Status received =

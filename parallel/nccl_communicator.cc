@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include "absl/strings/str_cat.h"
+#include "runtime/core/device_wait.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -132,8 +133,21 @@ absl::Status NcclCommunicator::Barrier() {
       Check(ncclAllReduce(barrier_, barrier_, 1, ncclFloat32, ncclSum,
                           static_cast<ncclComm_t>(comm_), stream_),
             "ncclAllReduce", "a barrier"));
-  return CudaCheck(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
-                   "waiting at a barrier");
+  // Polled in a job (runtime/core/device_wait.h): a peer that never joins
+  // the barrier must not keep this rank out of the fault round.
+  return WaitForDevice(
+      [&]() -> absl::StatusOr<bool> {
+        const cudaError_t query = cudaStreamQuery(stream_);
+        if (query == cudaErrorNotReady) return false;
+        RETURN_IF_ERROR(
+            CudaCheck(query, "cudaStreamQuery", "waiting at a barrier"));
+        return true;
+      },
+      [&] {
+        return CudaCheck(cudaStreamSynchronize(stream_),
+                         "cudaStreamSynchronize", "waiting at a barrier");
+      },
+      [] { return std::string("waiting at an NCCL barrier"); });
 }
 
 }  // namespace tessera

@@ -23,6 +23,7 @@
 #include "kernels/op_checks.h"
 #include "kernels/op_timer.h"
 #include "kernels/sampling_math.h"
+#include "runtime/core/device_wait.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -209,9 +210,32 @@ CudaOps::~CudaOps() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
+namespace {
+
+// Ready when `query` (cudaStreamQuery / cudaEventQuery) says the work is done;
+// any other answer than "not ready" is the device's error.
+absl::StatusOr<bool> Finished(cudaError_t query, const char* call,
+                              const char* what) {
+  if (query == cudaSuccess) return true;
+  if (query == cudaErrorNotReady) return false;
+  return CudaStatus(query, call, what);
+}
+
+}  // namespace
+
 absl::Status CudaOps::Synchronize() {
-  return CudaStatus(cudaStreamSynchronize(stream_), "cudaStreamSynchronize",
-                    "waiting for the GPU");
+  // A polled wait in a job (runtime/core/device_wait.h): a collective that
+  // waits on a stopped peer must not keep this rank out of the fault round.
+  return WaitForDevice(
+      [&] {
+        return Finished(cudaStreamQuery(stream_), "cudaStreamQuery",
+                        "waiting for the GPU");
+      },
+      [&] {
+        return CudaStatus(cudaStreamSynchronize(stream_),
+                          "cudaStreamSynchronize", "waiting for the GPU");
+      },
+      [] { return std::string("waiting for the GPU's stream"); });
 }
 
 absl::Status CudaOps::BeginCapture() {
@@ -357,9 +381,19 @@ class CudaUploadBuffer final : public UploadBuffer {
   absl::StatusOr<void*> BeginWrite() override {
     if (pending_) {
       // The previous step's copy may still be reading the staging.
-      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(done_),
-                                 "cudaEventSynchronize",
-                                 "waiting for the last step's inputs copy"));
+      RETURN_IF_ERROR(WaitForDevice(
+          [&] {
+            return Finished(cudaEventQuery(done_), "cudaEventQuery",
+                            "waiting for the last step's inputs copy");
+          },
+          [&] {
+            return CudaStatus(cudaEventSynchronize(done_),
+                              "cudaEventSynchronize",
+                              "waiting for the last step's inputs copy");
+          },
+          [] {
+            return std::string("waiting for the last step's inputs copy");
+          }));
       pending_ = false;
     }
     return host_;
