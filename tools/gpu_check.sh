@@ -161,6 +161,27 @@ if [ "$GPUS" -ge 2 ]; then
   LAUNCH=("$T")
 fi
 
+# One rank of an MPI job: the fault monitor is installed, so every device wait on the step's
+# path is a polled wait (runtime/core/device_wait.h). Same tokens, and its decode speed beside
+# one process's.
+if command -v mpirun >/dev/null; then
+  LAUNCH=(mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH "$T")
+  for dir in tests/fixtures/golden/*/; do
+    name=$(basename "$dir")
+    extract "$dir"
+    run_case "$name mpirun -np 1 cuda f32 (polled device waits)" "$dir" 20 --dtype float32
+  done
+  LAUNCH=("$T")
+  for launch in "" "mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH"; do
+    echo "bench batch 1, ${launch:-one process}:"
+    # shellcheck disable=SC2086
+    $launch "$T" bench --model "$DEMO" --device cuda --batch-size 1 --input-len 128 \
+      --output-len 256 --iterations 3 2>&1 | grep -i "decode\|tok/s" | tail -2
+  done
+else
+  echo "SKIP: no mpirun on this machine (polled device waits not run)"
+fi
+
 "$T" bench --model "$DEMO" --device cuda --batch-size 1 --input-len 128 --output-len 128 \
   --iterations 3 2>&1 | tail -4
 "$T" bench --model "$DEMO" --device cuda --batch-size 64 --input-len 128 --output-len 128 \
