@@ -4,8 +4,9 @@
 # (--tp 2) and -np 4 (--tp 2 --pp 2). Every client must be told how its request ended: a
 # stream ends with its last chunk or an error event, then [DONE], or (refused before its first
 # token) with an error status and a JSON body; a plain request gets 200 or a 5xx JSON error.
-# Never a stream cut without a word, except where rank 0 itself is the one stopped (no one is
-# left to tell the clients; then only the bound and the line are checked). Every process must
+# Never a stream cut without a word, except where rank 0 itself is stopped or killed (no one
+# may be left to tell the clients; then only the bound, the exit code and the line naming
+# rank 0 are checked). Every process must
 # be gone within the bound, and the line naming a stopped rank must be printed.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -100,11 +101,17 @@ serve_case() {
   summary=$(cut -d' ' -f1-2 "$dir/ends" | sed 's/^\(finished\|error\) [0-9]*/\1/' | sort |
     uniq -c | tr -s ' \n' ' ')
   [ "$(echo "$took < $BOUND" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $BOUND s)"; }
-  if [ "$what" = STOP ] && [ "$victim" = 0 ]; then
-    # Rank 0 stopped: a worker ends the job and names it; the clients' connections die with
-    # rank 0 (no one left to tell them).
-    grep -q "^tessera: rank 0 (host [^,]*, tp 0, stage 0) stopped responding" "$dir/err" ||
-      { ok=0; echo "  no line naming rank 0"; }
+  if [ "$victim" = 0 ]; then
+    # Rank 0 stopped or killed: a worker (stop) or Open MPI (kill) ends the job and names it;
+    # the clients' connections die with rank 0 (no one is left to tell them).
+    if [ "$what" = STOP ]; then
+      grep -q "^tessera: rank 0 (host [^,]*, tp 0, stage 0) stopped responding" "$dir/err" ||
+        { ok=0; echo "  no line naming rank 0"; }
+    else
+      grep -q "process rank 0 .* exited on signal 9" "$dir/err" ||
+        { ok=0; echo "  no line naming rank 0"; }
+    fi
+    [ "$rc" -ne 0 ] || { ok=0; echo "  exit code 0"; }
   else
     # Every client was told; at least one stream saw an error event or an error status.
     if grep -q '^cut\|^bad' "$dir/ends"; then
@@ -143,6 +150,7 @@ serve_case "mpirun SIGTERM while streaming, --tp 2" 2 TERM-mpirun "" --tp 2
 serve_case "SIGKILL rank 1 while streaming, --tp 2" 2 KILL 1 --tp 2
 serve_case "SIGSTOP rank 1 while streaming, --tp 2" 2 STOP 1 --tp 2
 serve_case "SIGSTOP rank 0 while streaming, --pp 2" 2 STOP 0 --pp 2
+serve_case "SIGKILL rank 0 while streaming, --tp 2" 2 KILL 0 --tp 2
 serve_case "mpirun SIGTERM while streaming, --tp 2 --pp 2" 4 TERM-mpirun "" --tp 2 --pp 2
 serve_case "SIGKILL rank 3 while streaming, --tp 2 --pp 2" 4 KILL 3 --tp 2 --pp 2
 serve_case "SIGSTOP rank 3 while streaming, --tp 2 --pp 2" 4 STOP 3 --tp 2 --pp 2
