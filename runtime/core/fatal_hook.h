@@ -20,7 +20,8 @@ namespace tessera {
 using FatalHook = std::function<void(absl::string_view why)>;
 
 // Installs `hook` for its lifetime (the previous one, if any, comes back
-// after). Not copyable.
+// after). The destructor waits for a run of the hook under way to end, so a
+// hook may use what the scope owns. Not copyable.
 class ScopedFatalHook {
  public:
   explicit ScopedFatalHook(FatalHook hook);
