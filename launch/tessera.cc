@@ -426,7 +426,7 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
             "requests per connection before it closes");
   flags.Add("drain-timeout", &o.drain_timeout_s,
             "seconds requests in flight get to finish after SIGTERM/SIGINT "
-            "before they are aborted, each client told (default -1: auto, "
+            "before they are aborted, each client told (negative: auto, "
             "inside the launcher's kill timeout: mpirun's "
             "odls_base_sigkill_timeout - 0.5 s, Slurm 25 s, else 8 s)");
   flags.Add("max-logprobs", &o.max_logprobs,
