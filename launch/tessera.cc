@@ -91,6 +91,11 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "seconds a step of an MPI job may take (at least 4x the longest "
             "step seen) before the job ends naming the rank that stalled "
             "(0: off)");
+  flags.Add("startup-timeout", &e->startup_timeout,
+            "seconds an MPI job's startup (manifest, weight transfer or "
+            "loading, communicator setup, the first plan) may go without "
+            "progress on any rank (a weight chunk or layer, a setup phase) "
+            "before the job ends naming the rank that stalled (0: off)");
   flags.Add("generation-config", &e->generation_config,
             "sampling defaults for unset fields: auto (the model folder's "
             "generation_config.json), vllm or none (off), or a folder");
