@@ -37,6 +37,7 @@
 #include "launch/flag_parser.h"
 #include "launch/loadgen.h"
 #include "parallel/coordinator.h"
+#include "parallel/fault_monitor.h"
 #include "parallel/mpi_world.h"
 #include "runtime/core/status.h"
 #include "runtime/serve/version.h"
@@ -195,6 +196,10 @@ int RunParallel(
     const tessera::RankSpec& spec,
     const std::function<absl::Status(tessera::StepExecutor*)>& coordinator,
     bool workers_ignore_signals = false) {
+  // MPI_Init waits for every rank: a bounded wait until the fault monitor
+  // takes over (parallel/fault_monitor.h).
+  tessera::StartupGuard guard(
+      spec.step_timeout_seconds > 0 ? spec.startup_timeout_seconds : 0.0);
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
   if (!world.ok()) {
     std::cerr << "tessera: " << world.status().message() << "\n";

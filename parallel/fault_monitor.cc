@@ -1,9 +1,12 @@
 #include "parallel/fault_monitor.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <utility>
 
 #include "absl/strings/cord.h"
@@ -25,6 +28,8 @@ absl::Status StallFault(absl::Status status) {
 
 // Read by HTTP threads (Coordinator::making_progress), hence atomic.
 std::atomic<FaultMonitor*> g_monitor{nullptr};
+// The StartupGuard that Install disarms.
+std::atomic<StartupGuard*> g_startup_guard{nullptr};
 
 std::string Seconds(double s) { return absl::StrFormat("%.1f s", s); }
 
@@ -146,7 +151,56 @@ FaultMonitor::~FaultMonitor() {
   }
 }
 
-void FaultMonitor::Install(FaultMonitor* monitor) { g_monitor.store(monitor); }
+void FaultMonitor::Install(FaultMonitor* monitor) {
+  g_monitor.store(monitor);
+  if (monitor == nullptr) return;
+  if (StartupGuard* guard = g_startup_guard.load()) guard->Disarm();
+}
+
+StartupGuard::StartupGuard(double seconds) {
+  if (!(seconds > 0)) {
+    armed_ = false;
+    return;
+  }
+  g_startup_guard.store(this);
+  thread_ = std::thread([this, seconds] {
+    std::unique_lock<std::mutex> lock(mu_);
+    const bool disarmed =
+        wake_.wait_for(lock, std::chrono::duration<double>(seconds),
+                       [this] { return !armed_; });
+    if (disarmed) return;
+    // Before MPI_Init returns the rank is the launcher's variable.
+    const char* rank = nullptr;
+    for (const char* name :
+         {"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID"}) {
+      rank = std::getenv(name);
+      if (rank != nullptr) break;
+    }
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    WriteLine(absl::StrCat(
+        "rank ", rank != nullptr ? rank : "?", " (host ", host,
+        ") did not finish starting MPI within ", Seconds(seconds),
+        " (--startup-timeout): a rank of the job never started, or is stopped "
+        "or unreachable; exiting"));
+    std::_Exit(1);
+  });
+}
+
+StartupGuard::~StartupGuard() {
+  Disarm();
+  if (thread_.joinable()) thread_.join();
+  StartupGuard* self = this;
+  g_startup_guard.compare_exchange_strong(self, nullptr);
+}
+
+void StartupGuard::Disarm() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    armed_ = false;
+  }
+  wake_.notify_all();
+}
 FaultMonitor* FaultMonitor::Get() { return g_monitor.load(); }
 
 std::string FaultMonitor::Name(int rank) const {

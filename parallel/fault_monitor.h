@@ -71,11 +71,16 @@
 // deadline of its own, but it must fit in the workers' limit for that plan
 // (a server's idle loop sends HEARTBEATs from its start).
 //
+// Before the monitor exists (MPI_Init, whose fence waits for every rank, and
+// the communicator duplications of ControlChannel::Create and
+// FaultMonitor::Create) nothing can be polled: a StartupGuard (below) ends
+// this rank when the monitor is not installed within the startup limit.
+//
 // Limits: a worker that stalls while the server is idle is found at the next
-// step (nothing waits on it before); MPI_Init and the two communicator
-// duplications before the monitor exists (ControlChannel::Create,
-// FaultMonitor::Create) have no deadline. A killed rank is the launcher's to
-// notice (Open MPI ends the job within about a second and names the rank).
+// step (nothing waits on it before); a rank stopped before its monitor exists
+// is not named (every other rank names itself as waiting, and exits). A
+// killed rank is the launcher's to notice (Open MPI ends the job within
+// about a second and names the rank).
 //
 // One monitor per process (Install/Get), used from the MPI thread, except
 // stalled(), which any thread may read.
@@ -142,6 +147,29 @@ void StartupProgress();
 // Whether `status` is a fault that EndJobAfterFault must end (a wait's
 // deadline or a fault round).
 bool IsStallFault(const absl::Status& status);
+
+// Covers what comes before the monitor: from construction until a monitor is
+// installed (FaultMonitor::Install), a thread waits up to `seconds`; past
+// that it prints "tessera: rank R (host H) did not finish starting MPI within
+// S s (--startup-timeout): ..." and _Exits(1), which makes the launcher end
+// the job (a peer stopped in MPI_Init holds every rank there). R is the
+// launcher's rank variable (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID).
+// seconds <= 0: does nothing. One at a time per process.
+class StartupGuard {
+ public:
+  explicit StartupGuard(double seconds);
+  ~StartupGuard();  // Disarms it, and joins the thread.
+  StartupGuard(const StartupGuard&) = delete;
+  StartupGuard& operator=(const StartupGuard&) = delete;
+  // Called by FaultMonitor::Install.
+  void Disarm();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool armed_ = true;
+  std::thread thread_;
+};
 
 class FaultMonitor {
  public:

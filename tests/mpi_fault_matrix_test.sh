@@ -180,6 +180,48 @@ run_case() {  # signal, rank, weights mode, layout flags...
   fi
 }
 
+# SIGSTOP of rank 1 as soon as its process exists: usually inside MPI_Init, where nothing can be
+# polled (StartupGuard: every other rank exits after --startup-timeout, naming itself), or just
+# after (the startup deadline names rank 1). Asserts the bound, a non-zero exit and either line.
+early_case() {  # layout flags...
+  local name="start -np $NP: SIGSTOP rank 1 at exec $*"
+  : >"$TMP/err"
+  timeout -k 5 120 mpirun -np "$NP" --bind-to none "$TESSERA" generate --model "$DEMO" \
+    --prompts-file "$PROMPTS" --step-timeout "$STEP_TIMEOUT" "${FLAGS[@]}" "$@" \
+    >"$TMP/out" 2>"$TMP/err" &
+  local job=$! pid="" child="" waited=0 p
+  while [ -z "$pid" ] && [ $waited -lt 2000 ]; do
+    [ -z "$child" ] && child=$(pgrep -P "$job" | head -n 1)
+    [ -n "$child" ] && pid=$(rank_pid "$child" 1)
+    waited=$((waited + 1))
+  done
+  if [ -z "$pid" ]; then
+    failures=$((failures + 1))
+    echo "FAIL: $name: no rank 1 process"
+    kill "$job" 2>/dev/null
+    wait "$job"
+    return
+  fi
+  local t0 rc took line ok=1
+  kill -STOP "$pid"
+  t0=$(date +%s.%N)
+  wait "$job"
+  rc=$?
+  took=$(printf '%.1f' "$(echo "$(date +%s.%N) - $t0" | bc)")
+  kill -CONT "$pid" 2>/dev/null
+  line=$(grep -m 1 "^tessera: rank [0-9]* (host [^)]*) did not finish starting MPI\|^tessera: rank 1 (host [^,]*, tp [0-9]*, stage [0-9]*) stopped responding" "$TMP/err")
+  [ "$rc" -ne 0 ] || { ok=0; echo "  exit code 0"; }
+  [ "$(echo "$took < $BOUND" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $BOUND s)"; }
+  [ -n "$line" ] || { ok=0; echo "  no line"; }
+  if [ $ok = 1 ]; then
+    echo "PASS: $name: exit $rc after $took s: ${line:0:240}"
+  else
+    failures=$((failures + 1))
+    echo "FAIL: $name: exit $rc after $took s (bound $BOUND s)"
+    grep -v "^\[tessera\]" "$TMP/err" | head -c 2000
+  fi
+}
+
 # Each (signal, victim, phase) at both sizes, the layouts and weight modes alternating. At -np 2
 # the last rank is rank 1; decode at -np 2 adds rank 0 to tests/mpi_fault_test.sh's cases.
 case "$PHASE/$NP" in
@@ -195,6 +237,7 @@ case "$PHASE/$NP" in
     run_case STOP 0 local --pp 2
     run_case KILL 1 local --pp 2
     run_case KILL 0 rank0 --tp 2
+    early_case --tp 2
     ;;
   load/4)
     run_case STOP 1 rank0 --tp 4
@@ -203,6 +246,7 @@ case "$PHASE/$NP" in
     run_case KILL 1 local --tp 2 --pp 2
     run_case KILL 3 rank0 --tp 4
     run_case KILL 0 local --tp 4
+    early_case --tp 2 --pp 2
     ;;
   prefill/2)
     run_case STOP 1 rank0 --pp 2
