@@ -54,7 +54,7 @@
 // the deadline is progress-based: a startup wait is ended when no rank has
 // made progress for startup_timeout (--startup-timeout, default 60 s).
 // Progress is a phase boundary (BeginStartup), a weight chunk sent or
-// received, or a part (a layer) of the weights stored (Progress); each
+// received, or a tensor of the weights stored (Progress); each
 // restarts this rank's limit, and at most every quarter of the limit also
 // sends every other rank a beacon (kProgressTag) that restarts theirs. So the
 // rule is: the longest a rank may go without progress (one tensor read from

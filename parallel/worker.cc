@@ -90,6 +90,10 @@ class ProgressWeights final : public WeightSource {
       }
       StartupProgress();
     };
+    wrapped.on_tensor = [&options] {
+      if (options.on_tensor) options.on_tensor();
+      StartupProgress();
+    };
     return inner_->Load(config, shard, wrapped);
   }
 
