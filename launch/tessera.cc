@@ -197,9 +197,12 @@ int RunParallel(
     const std::function<absl::Status(tessera::StepExecutor*)>& coordinator,
     bool workers_ignore_signals = false) {
   // MPI_Init waits for every rank: a bounded wait until the fault monitor
-  // takes over (parallel/fault_monitor.h).
-  tessera::StartupGuard guard(
-      spec.step_timeout_seconds > 0 ? spec.startup_timeout_seconds : 0.0);
+  // takes over (parallel/fault_monitor.h). It shows no progress, and takes
+  // seconds on a loaded machine, hence at least 10 s.
+  tessera::StartupGuard guard(spec.step_timeout_seconds > 0 &&
+                                      spec.startup_timeout_seconds > 0
+                                  ? std::max(spec.startup_timeout_seconds, 10.0)
+                                  : 0.0);
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
   if (!world.ok()) {
     std::cerr << "tessera: " << world.status().message() << "\n";

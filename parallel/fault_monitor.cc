@@ -426,20 +426,38 @@ void FaultMonitor::EndJobAfterFault(const absl::Status& fault) {
     MPI_Request request = MPI_REQUEST_NULL;
     MPI_Isend(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0,
               kReportTag, comm_.get(), &request);
-    // Ranks wait a little longer the higher they are, so that when rank 0 is
-    // the one gone, usually one line (rank 1's) names it before mpirun ends
-    // the others.
+    // Ranks wait a little longer the higher they are, and the first to give
+    // up on rank 0 tells the other workers (kRank0GoneTag), so that when rank
+    // 0 is the one gone one line (usually rank 1's) names it.
     const double wait_seconds =
         2 * options_.grace_seconds + 1 + std::min(2.0, 0.25 * (me - 1));
     const Clock::time_point give_up =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(
                            std::chrono::duration<double>(wait_seconds));
-    while (Clock::now() < give_up) {
+    bool named = false;  // Another worker has named rank 0.
+    while (!named && Clock::now() < give_up) {
       int done = 0;
       if (request != MPI_REQUEST_NULL) {
         MPI_Test(&request, &done, MPI_STATUS_IGNORE);
       }
+      int found = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, kRank0GoneTag, comm_.get(), &found,
+                 MPI_STATUS_IGNORE);
+      named = found != 0;
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    if (named) {
+      // Its abort is ending the job; abort quietly if that takes long.
+      std::this_thread::sleep_for(grace);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+      std::_Exit(1);
+    }
+    static const int kGone = 1;
+    for (int r = 1; r < size; ++r) {
+      if (r == me) continue;
+      MPI_Request told = MPI_REQUEST_NULL;
+      MPI_Isend(&kGone, 1, MPI_INT, r, kRank0GoneTag, comm_.get(), &told);
+      MPI_Request_free(&told);
     }
     Abort(absl::StrCat(Name(0), " stopped responding: it did not end the job ",
                        Seconds(wait_seconds), " after ", Name(me),

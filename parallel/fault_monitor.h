@@ -29,10 +29,10 @@
 //     tessera: rank 1 (host h, tp 1, stage 0) stopped responding: ...
 //   — and ends the job with MPI_Abort (exit code 1 on every rank). A rank
 //   other than 0 reports to rank 0 and waits to be ended; if rank 0 does not
-//   end the job within 2 × grace + 1 s (+ 0.25 s × (rank − 1), at most 2 s,
-//   so that usually rank 1's line alone is printed before the launcher ends
-//   the others), rank 0 is the one that is gone, and this rank prints the
-//   line naming rank 0 and aborts itself.
+//   end the job within 2 × grace + 1 s (+ 0.25 s × (rank − 1), at most 2 s),
+//   rank 0 is the one that is gone: this rank tells the other workers
+//   (kRank0GoneTag; a worker told so stays silent), prints the line naming
+//   rank 0 and aborts itself. So one line names rank 0, usually rank 1's.
 // The watchdog thread only looks at the clock: a step that has run half its
 // limit marks the monitor stalled (rank 0's /health then answers 503 until
 // the step ends, if it does); one still running grace + 5 s past the limit is
@@ -74,7 +74,9 @@
 // Before the monitor exists (MPI_Init, whose fence waits for every rank, and
 // the communicator duplications of ControlChannel::Create and
 // FaultMonitor::Create) nothing can be polled: a StartupGuard (below) ends
-// this rank when the monitor is not installed within the startup limit.
+// this rank when the monitor is not installed within max(startup limit,
+// 10 s) (launch/tessera.cc; MPI_Init shows no progress and takes seconds on
+// a loaded machine).
 //
 // Limits: a worker that stalls while the server is idle is found at the next
 // step (nothing waits on it before); a rank stopped before its monitor exists
@@ -230,9 +232,10 @@ class FaultMonitor {
   absl::Status Check(absl::FunctionRef<std::string()> what);
 
   // The message tags on the monitor's communicator.
-  static constexpr int kQueryTag = 1;     // Rank 0 → rank: are you alive?
-  static constexpr int kReportTag = 2;    // Rank → rank 0: alive, and why.
-  static constexpr int kProgressTag = 3;  // Rank → rank: startup progress.
+  static constexpr int kQueryTag = 1;      // Rank 0 → rank: are you alive?
+  static constexpr int kReportTag = 2;     // Rank → rank 0: alive, and why.
+  static constexpr int kProgressTag = 3;   // Rank → rank: startup progress.
+  static constexpr int kRank0GoneTag = 4;  // Worker → workers: I name rank 0.
 
  private:
   using Clock = std::chrono::steady_clock;

@@ -4,8 +4,8 @@
 # prefills or decodes, under mpirun -np 2 (--tp 2, --pp 2) and -np 4 (--tp 2 --pp 2, --tp 4).
 # Usage: mpi_fault_matrix_test.sh PHASE NP (one Bazel target per pair, so they run in parallel).
 #
-# Every case asserts: every process of the job is gone within the bound (the limit in force +
-# the issue's 10 s; docs/RELIABILITY.md says what fills them), mpirun
+# Every case asserts: every process of the job is gone within the bound (the limit in force, as
+# the fault line states it, + the issue's 10 s; docs/RELIABILITY.md says what fills them), mpirun
 # exits non-zero, and a line names the rank: for SIGSTOP ours, "tessera: rank R (host H, tp T,
 # stage S) stopped responding" (rank 0 prints it for a worker, a worker for rank 0); for SIGKILL
 # ours or Open MPI's ("process rank R with PID ... exited on signal 9").
@@ -29,6 +29,14 @@ TESSERA="$RUNFILES/tessera/launch/tessera"
 DEMO="$RUNFILES/shared/models/stories260K"
 TMP="${TEST_TMPDIR:-$(mktemp -d)}/mpi_fault_matrix_${PHASE}_$NP"
 mkdir -p "$TMP"
+# Open MPI names its session directory (PMIx's shared-memory store is in it) and the vader BTL
+# its /dev/shm segments after mpirun's pid, and Bazel's sandboxes give concurrent tests the same
+# small pids: two of these targets at once then share them and fail in MPI_Init ("PMIX ERROR ...
+# dstore", "unable to reach each other") or crash in mca_btl_vader. A short directory of our own
+# for both (unix socket paths must stay under 108 bytes, TEST_TMPDIR is longer).
+MPI_TMP=$(mktemp -d /tmp/tessera-mpi.XXXXXX)
+export TMPDIR="$MPI_TMP" OMPI_MCA_btl_vader_backing_directory="$MPI_TMP"
+trap 'rm -rf "$MPI_TMP"' EXIT
 STEP_TIMEOUT=2
 STARTUP_TIMEOUT=3
 GRACE=2
@@ -73,6 +81,14 @@ rank_pid() {
   done
 }
 
+# Whether process $1 still exists and is not a zombie (one read of its state: a process reaped
+# between two looks is gone).
+rank_alive() {
+  local state
+  state=$(ps -o stat= -p "$1" 2>/dev/null)
+  [ -n "$state" ] && [ "${state:0:1}" != Z ]
+}
+
 wait_for() {  # pattern, tenths of a second
   local waited=0
   until grep -q "$1" "$TMP/err" 2>/dev/null || [ $waited -ge "$2" ]; do
@@ -94,25 +110,31 @@ run_case() {  # signal, rank, weights mode, layout flags...
     --prompts-file "$PROMPTS" --step-timeout "$STEP_TIMEOUT" --weights "$weights" \
     "${FLAGS[@]}" "$@" >"$TMP/out" 2>"$TMP/err" &
   local job=$!
+  # Every rank's pid first (the ranks are mpirun's children, mpirun is timeout's), so that the
+  # signal follows the phase's evidence at once, even on a loaded machine.
+  local pid="" child="" r p ranks=() tries=0
+  while [ ${#ranks[@]} -lt "$NP" ] && [ $tries -lt 600 ] && kill -0 "$job" 2>/dev/null; do
+    ranks=()
+    [ -z "$child" ] && child=$(pgrep -P "$job" | head -n 1)
+    if [ -n "$child" ]; then
+      for r in $(seq 0 $((NP - 1))); do
+        p=$(rank_pid "$child" "$r")
+        [ -n "$p" ] && ranks+=("$p")
+        [ "$r" = "$victim" ] && pid="$p"
+      done
+    fi
+    [ ${#ranks[@]} -lt "$NP" ] && sleep 0.1
+    tries=$((tries + 1))
+  done
   local ready=1
   if [ "$PHASE" = load ]; then
     wait_for "^tessera: test hook: rank" 600 || ready=0
-    sleep 0.5
     grep -q "grid:" "$TMP/err" && ready=0
   else
     wait_for "grid:" 600 || ready=0
     sleep 1
   fi
-  # Every rank's pid (the ranks are mpirun's children, mpirun is timeout's).
-  local pid="" child r p ranks=()
-  child=$(pgrep -P "$job" | head -n 1)
-  for r in $(seq 0 $((NP - 1))); do
-    p=$(rank_pid "$job" "$r")
-    [ -z "$p" ] && [ -n "$child" ] && p=$(rank_pid "$child" "$r")
-    [ -n "$p" ] && ranks+=("$p")
-    [ "$r" = "$victim" ] && pid="$p"
-  done
-  if [ $ready = 0 ] || [ -z "$pid" ] || ! kill -0 "$job" 2>/dev/null; then
+  if [ $ready = 0 ] || [ -z "$pid" ] || [ ${#ranks[@]} -lt "$NP" ] || ! kill -0 "$job" 2>/dev/null; then
     failures=$((failures + 1))
     echo "FAIL: $name: not in the $PHASE phase, or no rank $victim process to signal"
     head -c 1500 "$TMP/err"
@@ -128,21 +150,31 @@ run_case() {  # signal, rank, weights mode, layout flags...
   # The time until every rank process is gone too (mpirun may exit while one is still being
   # torn down).
   local alive=1 gone_by
-  gone_by=$(echo "$t0 + $BOUND" | bc)
+  gone_by=$(echo "$t0 + 10 * $STEP_TIMEOUT + 10" | bc)
   while [ $alive = 1 ] && [ "$(echo "$(date +%s.%N) < $gone_by" | bc)" = 1 ]; do
     alive=0
     for p in "${ranks[@]}"; do
-      if kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" | cut -c1)" != Z ]; then
-        alive=1
-      fi
+      rank_alive "$p" && alive=1
     done
     [ $alive = 1 ] && sleep 0.05
   done
   t1=$(date +%s.%N)
   took=$(printf '%.1f' "$(echo "$t1 - $t0" | bc)")
-  local ok=1 line lines
+  local ok=1 line lines bound=$BOUND limit
+  # A stall is found at the limit in force, which the line states: a step's is adaptive (the
+  # first step's is 10 x --step-timeout, a later one 4 x the longest step so far, which a loaded
+  # machine stretches), so the bound is 10 s past it; the limit itself must stay within the
+  # first step's 10 x.
+  if [ "$sig" = STOP ] && [ "$PHASE" != load ]; then
+    limit=$(grep -o -m 1 "its limit of [0-9.]* s" "$TMP/err" | grep -o "[0-9.]*" | head -n 1)
+    if [ -n "$limit" ]; then
+      bound=$(echo "$limit + 10" | bc)
+      [ "$(echo "$limit <= 10 * $STEP_TIMEOUT" | bc)" = 1 ] ||
+        { ok=0; echo "  a limit of $limit s, above 10 x --step-timeout"; }
+    fi
+  fi
   [ "$rc" -ne 0 ] || { ok=0; echo "  exit code 0"; }
-  [ "$(echo "$took < $BOUND" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $BOUND s)"; }
+  [ "$(echo "$took < $bound" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $bound s)"; }
   if [ "$sig" = STOP ]; then
     line=$(grep -m 1 "^tessera: rank $victim (host [^,]*, tp [0-9]*, stage [0-9]*) stopped responding" \
       "$TMP/err")
@@ -163,26 +195,30 @@ run_case() {  # signal, rank, weights mode, layout flags...
     echo "  the job finished loading: the fault did not hit the load"
   fi
   # Nothing of the job may survive it.
-  for p in "${ranks[@]}"; do
-    if kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" | cut -c1)" != Z ]; then
-      ok=0
-      echo "  rank process $p left behind"
-      kill -KILL "$p" 2>/dev/null
-    fi
-  done
+  if [ $alive = 1 ]; then
+    ok=0
+    for p in "${ranks[@]}"; do
+      if rank_alive "$p"; then
+        echo "  rank process $p left behind"
+        kill -KILL "$p" 2>/dev/null
+      fi
+    done
+  fi
   kill -CONT "$pid" 2>/dev/null
   if [ $ok = 1 ]; then
-    echo "PASS: $name: exit $rc after $took s: ${line:0:240}"
+    echo "PASS: $name: exit $rc after $took s (bound $bound s): ${line:0:240}"
   else
     failures=$((failures + 1))
-    echo "FAIL: $name: exit $rc after $took s (bound $BOUND s)"
+    echo "FAIL: $name: exit $rc after $took s (bound $bound s)"
     grep -v "^\[tessera\]" "$TMP/err" | head -c 2000
   fi
 }
 
 # SIGSTOP of rank 1 as soon as its process exists: usually inside MPI_Init, where nothing can be
-# polled (StartupGuard: every other rank exits after --startup-timeout, naming itself), or just
-# after (the startup deadline names rank 1). Asserts the bound, a non-zero exit and either line.
+# polled (StartupGuard: every other rank exits after max(--startup-timeout, 10 s), naming
+# itself), or just after (the startup deadline names rank 1). Asserts that limit + 10 s, a
+# non-zero exit and either line.
+GUARD_LIMIT=$((STARTUP_TIMEOUT > 10 ? STARTUP_TIMEOUT : 10))
 early_case() {  # layout flags...
   local name="start -np $NP: SIGSTOP rank 1 at exec $*"
   : >"$TMP/err"
@@ -202,7 +238,7 @@ early_case() {  # layout flags...
     wait "$job"
     return
   fi
-  local t0 rc took line ok=1
+  local t0 rc took line ok=1 bound=$((GUARD_LIMIT + 10))
   kill -STOP "$pid"
   t0=$(date +%s.%N)
   wait "$job"
@@ -211,13 +247,13 @@ early_case() {  # layout flags...
   kill -CONT "$pid" 2>/dev/null
   line=$(grep -m 1 "^tessera: rank [0-9]* (host [^)]*) did not finish starting MPI\|^tessera: rank 1 (host [^,]*, tp [0-9]*, stage [0-9]*) stopped responding" "$TMP/err")
   [ "$rc" -ne 0 ] || { ok=0; echo "  exit code 0"; }
-  [ "$(echo "$took < $BOUND" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $BOUND s)"; }
+  [ "$(echo "$took < $bound" | bc)" = 1 ] || { ok=0; echo "  took $took s (bound $bound s)"; }
   [ -n "$line" ] || { ok=0; echo "  no line"; }
   if [ $ok = 1 ]; then
-    echo "PASS: $name: exit $rc after $took s: ${line:0:240}"
+    echo "PASS: $name: exit $rc after $took s (bound $bound s): ${line:0:240}"
   else
     failures=$((failures + 1))
-    echo "FAIL: $name: exit $rc after $took s (bound $BOUND s)"
+    echo "FAIL: $name: exit $rc after $took s (bound $bound s)"
     grep -v "^\[tessera\]" "$TMP/err" | head -c 2000
   fi
 }
