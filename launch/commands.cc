@@ -381,6 +381,11 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
         "--step-timeout must be in [0, 86400] seconds (0: off), got ",
         f.step_timeout));
   }
+  if (!(f.startup_timeout >= 0.0 && f.startup_timeout <= 86400.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--startup-timeout must be in [0, 86400] seconds (0: off), got ",
+        f.startup_timeout));
+  }
   if (f.generation_config.empty()) {
     return absl::InvalidArgumentError(
         "--generation-config must be auto, vllm, none or a folder");
@@ -403,6 +408,7 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   rank->cuda_graphs = !f.no_graphs;
   rank->random_weights = f.random_weights;
   rank->step_timeout_seconds = f.step_timeout;
+  rank->startup_timeout_seconds = f.startup_timeout;
   // --device, --dtype, --kv-dtype, --attention: checked by the rank's rules.
   return CheckRankSpec(*rank);
 }

@@ -65,6 +65,9 @@ struct EngineFlags {
   // rank that stopped answering is named (parallel/fault_monitor.h; the
   // limit is max(this, 4 × the longest step seen)). 0: off.
   double step_timeout = 6.0;
+  // Seconds a parallel job's startup may go without progress on any rank
+  // (parallel/fault_monitor.h, "Startup"). 0: off.
+  double startup_timeout = 60.0;
 };
 
 // Checks the flags and turns them into the engine's options and the rank's

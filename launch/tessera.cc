@@ -37,6 +37,7 @@
 #include "launch/flag_parser.h"
 #include "launch/loadgen.h"
 #include "parallel/coordinator.h"
+#include "parallel/fault_monitor.h"
 #include "parallel/mpi_world.h"
 #include "runtime/core/status.h"
 #include "runtime/serve/version.h"
@@ -91,6 +92,11 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "seconds a step of an MPI job may take (at least 4x the longest "
             "step seen) before the job ends naming the rank that stalled "
             "(0: off)");
+  flags.Add("startup-timeout", &e->startup_timeout,
+            "seconds an MPI job's startup (manifest, weight transfer or "
+            "loading, communicator setup, the first plan) may go without "
+            "progress on any rank (a weight chunk or layer, a setup phase) "
+            "before the job ends naming the rank that stalled (0: off)");
   flags.Add("generation-config", &e->generation_config,
             "sampling defaults for unset fields: auto (the model folder's "
             "generation_config.json), vllm or none (off), or a folder");
@@ -190,6 +196,13 @@ int RunParallel(
     const tessera::RankSpec& spec,
     const std::function<absl::Status(tessera::StepExecutor*)>& coordinator,
     bool workers_ignore_signals = false) {
+  // MPI_Init waits for every rank: a bounded wait until the fault monitor
+  // takes over (parallel/fault_monitor.h). It shows no progress, and takes
+  // seconds on a loaded machine, hence at least 10 s.
+  tessera::StartupGuard guard(spec.step_timeout_seconds > 0 &&
+                                      spec.startup_timeout_seconds > 0
+                                  ? std::max(spec.startup_timeout_seconds, 10.0)
+                                  : 0.0);
   auto world = tessera::MpiWorld::Init(nullptr, nullptr);
   if (!world.ok()) {
     std::cerr << "tessera: " << world.status().message() << "\n";

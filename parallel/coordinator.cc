@@ -147,8 +147,15 @@ class SentWeights final : public WeightSource {
       const int rank = static_cast<int>(i) + 1;
       ASSIGN_OR_RETURN(const WeightTable table,
                        ModelWeightTable(config, theirs_[i]));
-      const absl::Status sent =
-          SendShard(*control_, *ckpt, table, rank, options.on_part);
+      ControlChannel* control = control_;
+      // Each chunk sent is progress (fault_monitor.h, "Startup").
+      const absl::Status sent = SendShard(
+          [control, rank](const proto::ShardChunk& chunk) -> absl::Status {
+            RETURN_IF_ERROR(control->Send(chunk, rank, kShardTag));
+            StartupProgress();
+            return absl::OkStatus();
+          },
+          *ckpt, table, options.on_part);
       if (!sent.ok()) {
         return Annotate(sent,
                         absl::StrCat("sending rank ", rank, " its weights"));
@@ -344,6 +351,7 @@ int RunJob(const MpiWorld& world, const RankSpec& spec,
   // Every rank reads the same flags, so every rank has the same options.
   FaultMonitorOptions fault_options;
   fault_options.step_timeout_seconds = spec.step_timeout_seconds;
+  fault_options.startup_timeout_seconds = spec.startup_timeout_seconds;
   fault_options.tp = std::max(1, spec.tp);
   absl::StatusOr<std::unique_ptr<FaultMonitor>> created =
       FaultMonitor::Create(world, fault_options);
@@ -356,6 +364,9 @@ int RunJob(const MpiWorld& world, const RankSpec& spec,
       [m = monitor.get()](absl::FunctionRef<std::string()> what) {
         return m->Check(what);
       });
+  // Startup has a progress-based deadline from here on (fault_monitor.h).
+  monitor->BeginStartup(is_coordinator ? "broadcasting the manifest"
+                                       : "waiting for the manifest");
   if (!is_coordinator) {
     proto::ModelManifest manifest;
     const absl::Status received =
@@ -377,6 +388,9 @@ int RunJob(const MpiWorld& world, const RankSpec& spec,
   absl::StatusOr<std::unique_ptr<Coordinator>> coordinator =
       Coordinator::Create(world, &*control, spec);
   if (!coordinator.ok()) return end(coordinator.status());
+  // Rank 0's startup ends here; the workers' wait for the first plan keeps
+  // its limit.
+  monitor->EndStartup();
   const absl::Status status = command(**coordinator);
   // A failed step left the other ranks inside it: only an abort ends them.
   if (IsRankLocal(status)) return end(status);

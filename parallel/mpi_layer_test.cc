@@ -742,6 +742,67 @@ absl::Status CheckFaultDeadline(const MpiWorld& world) {
   return comm->Barrier();
 }
 
+// Startup's progress-based deadline (fault_monitor.h, "Startup"): a peer's
+// progress beacons keep a wait alive past the limit; without progress the
+// wait ends at the limit, naming the phase.
+absl::Status CheckFaultStartup(const MpiWorld& world) {
+  ASSIGN_OR_RETURN(auto comm, WorldCommunicator(world));
+  const int partner = Partner(*comm);
+  FaultMonitorOptions options;
+  options.step_timeout_seconds = 0.5;
+  options.startup_timeout_seconds = 0.4;
+  ASSIGN_OR_RETURN(std::unique_ptr<FaultMonitor> monitor,
+                   FaultMonitor::Create(world, options));
+  FaultMonitor::Install(monitor.get());
+  absl::Cleanup uninstall = [] { FaultMonitor::Install(nullptr); };
+  RETURN_IF_ERROR(comm->Barrier());
+  float value = 0;
+  const TensorView view(&value, DType::kF32, Shape{1});
+  using Clock = std::chrono::steady_clock;
+  const auto seconds_since = [](Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  };
+  if (partner >= 0) {
+    // The lower rank of the pair "loads" for 1.2 s (three limits), making
+    // progress every 20 ms, then sends; the higher one waits all along.
+    monitor->BeginStartup("test phase");
+    const auto start = Clock::now();
+    if (comm->rank() < partner) {
+      while (seconds_since(start) < 1.2) {
+        monitor->Progress();
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      RETURN_IF_ERROR(comm->Send(view, partner));
+    } else {
+      RETURN_IF_ERROR(comm->Recv(view, partner));
+      const double took = seconds_since(start);
+      RETURN_IF_ERROR(Require(
+          took >= 1.1, absl::StrCat("the wait ended after ", took, " s")));
+    }
+  }
+  monitor->EndStartup();
+  RETURN_IF_ERROR(comm->Barrier());
+  if (partner >= 0) {
+    // Nobody makes progress: both ranks' waits end at the limit.
+    monitor->BeginStartup("test phase");
+    const auto start = Clock::now();
+    const absl::Status waited = comm->Recv(view, partner);
+    const double took = seconds_since(start);
+    monitor->EndStartup();
+    RETURN_IF_ERROR(
+        Require(IsStallFault(waited) && IsRankLocal(waited),
+                absl::StrCat("not a stall fault: ", waited.ToString())));
+    RETURN_IF_ERROR(ExpectError(
+        waited, absl::StatusCode::kDeadlineExceeded,
+        {"startup (test phase) made no progress on any rank for 0.4 s",
+         "Recv of", absl::StrCat("from rank ", partner)}));
+    RETURN_IF_ERROR(
+        Require(took >= 0.35 && took < 3.0,
+                absl::StrCat("the deadline hit after ", took, " s")));
+  }
+  return comm->Barrier();
+}
+
 // ---- --large: tensors beyond an int count of bytes
 // --------------------------- Not part of the Bazel test (a few GiB per rank
 // and seconds of copying): mpirun -np 2 mpi_layer_test_bin --large, on a
@@ -883,6 +944,7 @@ int RunSuite(MpiWorld& world) {
   suite.Run("pipeline_send_recv", [&] { return CheckPipeline(world); });
   suite.Run("barrier", [&] { return CheckBarrier(world); });
   suite.Run("fault_deadline", [&] { return CheckFaultDeadline(world); });
+  suite.Run("fault_startup", [&] { return CheckFaultStartup(world); });
 
   if (r == 0) {
     std::printf("mpi_layer_test: %d ranks: %d passed, %d failed\n", n,

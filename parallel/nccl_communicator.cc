@@ -4,6 +4,7 @@
 #include <nccl.h>
 
 #include "absl/strings/str_cat.h"
+#include "parallel/fault_monitor.h"
 #include "runtime/core/device_wait.h"
 #include "runtime/core/status.h"
 
@@ -29,12 +30,21 @@ absl::StatusOr<std::unique_ptr<NcclCommunicator>> NcclCommunicator::Create(
                        group.Describe(), ": ", ncclGetErrorString(r)));
     }
   }
-  const int rc = MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, group.get());
-  if (rc != MPI_SUCCESS) {
-    return MpiError(
-        rc, "MPI_Bcast",
-        absl::StrCat("broadcasting the NCCL id of ", group.Describe()));
-  }
+  // Polled waits (fault_monitor.h): ncclCommInitRank blocks until every
+  // rank of the group joins, so every rank must be known to have arrived
+  // first (a stalled one is then found by the fault round, not inside NCCL).
+  const auto what = [&] {
+    return absl::StrCat("broadcasting the NCCL id of ", group.Describe());
+  };
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc =
+      MPI_Ibcast(&id, sizeof(id), MPI_BYTE, 0, group.get(), &request);
+  if (rc != MPI_SUCCESS) return MpiError(rc, "MPI_Ibcast", what());
+  RETURN_IF_ERROR(WaitRequest(&request, nullptr, what));
+  RETURN_IF_ERROR(PolledBarrier(group.get(), [&] {
+    return absl::StrCat("the barrier before ncclCommInitRank over ",
+                        group.Describe());
+  }));
   ncclComm_t comm;
   const ncclResult_t r =
       ncclCommInitRank(&comm, group.size(), id, group.rank());

@@ -1,7 +1,12 @@
 #include "parallel/worker.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -31,12 +36,73 @@ class ReceivedWeights final : public WeightSource {
                                  const ShardSpec& shard,
                                  const WeightLoadOptions& options) override {
     ASSIGN_OR_RETURN(WeightTable table, ModelWeightTable(config, shard));
-    return ReceiveShard(*control_, std::move(table), options.device,
-                        options.matrix_dtype);
+    ControlChannel* control = control_;
+    // Each chunk is progress (fault_monitor.h, "Startup").
+    return ReceiveShard(
+        [control](proto::ShardChunk* chunk) -> absl::Status {
+          RETURN_IF_ERROR(
+              control->Recv(ProcessGrid::kCoordinatorRank, kShardTag, chunk));
+          StartupProgress();
+          return absl::OkStatus();
+        },
+        std::move(table), options.device, options.matrix_dtype);
   }
 
  private:
   ControlChannel* control_;
+};
+
+// Any source, with startup's progress (fault_monitor.h) after each part and
+// the test-only load delay: TESSERA_TEST_LOAD_DELAY_MS=N sleeps N ms after
+// each part this rank loads or sends (tests/mpi_fault_matrix_test.sh uses it
+// to catch a job while it loads; never set it otherwise).
+class ProgressWeights final : public WeightSource {
+ public:
+  ProgressWeights(WeightSource* inner, std::string phase, int rank)
+      : inner_(inner), phase_(std::move(phase)), rank_(rank) {
+    const char* delay = std::getenv("TESSERA_TEST_LOAD_DELAY_MS");
+    if (delay != nullptr) delay_ms_ = std::max(0, std::atoi(delay));
+  }
+
+  std::string ProgressLabel() const override { return inner_->ProgressLabel(); }
+  int64_t ProgressParts(const ModelConfig& config,
+                        const ShardSpec& shard) const override {
+    return inner_->ProgressParts(config, shard);
+  }
+
+  absl::StatusOr<WeightSet> Load(const ModelConfig& config,
+                                 const ShardSpec& shard,
+                                 const WeightLoadOptions& options) override {
+    StartupPhase(phase_);
+    WeightLoadOptions wrapped = options;
+    wrapped.on_part = [this, &options] {
+      if (options.on_part) options.on_part();
+      if (delay_ms_ > 0) {
+        if (!announced_) {
+          announced_ = true;
+          const std::string line = absl::StrCat(
+              "tessera: test hook: rank ", rank_, " sleeps ", delay_ms_,
+              " ms after each weight part (TESSERA_TEST_LOAD_DELAY_MS)\n");
+          std::fwrite(line.data(), 1, line.size(), stderr);
+          std::fflush(stderr);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms_));
+      }
+      StartupProgress();
+    };
+    wrapped.on_tensor = [&options] {
+      if (options.on_tensor) options.on_tensor();
+      StartupProgress();
+    };
+    return inner_->Load(config, shard, wrapped);
+  }
+
+ private:
+  WeightSource* inner_;
+  std::string phase_;
+  int rank_;
+  int delay_ms_ = 0;
+  bool announced_ = false;
 };
 
 }  // namespace
@@ -99,7 +165,14 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
                      " computed a shard that differs from rank 0's layout")));
   }
 
-  // From here on a failure is this rank's alone.
+  // From here on a failure is this rank's alone. MPI_Comm_split blocks, and
+  // has no nonblocking form: a polled barrier first, so that a rank that
+  // never arrives is found (fault_monitor.h).
+  StartupPhase("splitting the grid's communicators");
+  const absl::Status arrived = PolledBarrier(world.comm().get(), [] {
+    return std::string("the barrier before splitting the grid");
+  });
+  if (!arrived.ok()) return RankLocal(arrived);
   absl::StatusOr<GridComms> groups = SplitGrid(worker->grid_, world.rank());
   if (!groups.ok()) return RankLocal(groups.status());
   worker->groups_ = *std::move(groups);
@@ -140,6 +213,13 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
     return RankLocal(absl::InternalError(
         "rank 0 joined a job that sends weights without a source for them"));
   }
+  ProgressWeights progress(weights,
+                           spec.random_weights  ? "making random weights"
+                           : spec.weights_local ? "reading this rank's weights"
+                           : world.rank() == ProcessGrid::kCoordinatorRank
+                               ? "sending every rank its weights"
+                               : "receiving weights from rank 0",
+                           world.rank());
 
   RankContext context;
   // CPU ranks of one node share its memory for their KV pools.
@@ -148,6 +228,7 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
   context.connect =
       [grid_comms](const Backend& backend) -> absl::StatusOr<RankComms> {
     // Tensor traffic: NCCL on a GPU, MPI collectives on the CPU.
+    StartupPhase("connecting the tensor communicators");
     ASSIGN_OR_RETURN(TensorComms comms, CreateTensorComms(grid_comms, backend));
     RankComms rank_comms;
     rank_comms.tp = std::move(comms.tp);
@@ -157,14 +238,20 @@ absl::StatusOr<std::unique_ptr<Worker>> Worker::Join(
   const MpiComm* world_comm = &world.comm();
   context.agree_kv_blocks =
       [world_comm](int64_t blocks) -> absl::StatusOr<int64_t> {
-    const int rc = MPI_Allreduce(MPI_IN_PLACE, &blocks, 1, MPI_INT64_T, MPI_MIN,
-                                 world_comm->get());
+    // The slowest rank's load ends here: a polled wait (fault_monitor.h).
+    StartupPhase("agreeing on the KV block count");
+    MPI_Request request = MPI_REQUEST_NULL;
+    const int rc = MPI_Iallreduce(MPI_IN_PLACE, &blocks, 1, MPI_INT64_T,
+                                  MPI_MIN, world_comm->get(), &request);
     if (rc != MPI_SUCCESS) {
-      return MpiError(rc, "MPI_Allreduce", "agreeing on the KV block count");
+      return MpiError(rc, "MPI_Iallreduce", "agreeing on the KV block count");
     }
+    RETURN_IF_ERROR(WaitRequest(&request, nullptr, [] {
+      return std::string("agreeing on the KV block count (MPI_Iallreduce)");
+    }));
     return blocks;
   };
-  ASSIGN_OR_RETURN(worker->rank_, BuildRank(spec, *weights, context));
+  ASSIGN_OR_RETURN(worker->rank_, BuildRank(spec, progress, context));
   const absl::Status gathered = worker->GatherReports(world);
   if (!gathered.ok()) return RankLocal(gathered);
   return worker;
@@ -190,12 +277,17 @@ absl::Status Worker::GatherReports(const MpiWorld& world) {
   mine.graphs_bytes = rank_->memory_breakdown().graphs_bytes;
   const bool root = world_rank_ == ProcessGrid::kCoordinatorRank;
   std::vector<Wire> all(root ? world.size() : 0);
-  const int rc =
-      MPI_Gather(&mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire),
-                 MPI_BYTE, ProcessGrid::kCoordinatorRank, world.comm().get());
+  StartupPhase("collecting each rank's placement");
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Igather(
+      &mine, sizeof(Wire), MPI_BYTE, all.data(), sizeof(Wire), MPI_BYTE,
+      ProcessGrid::kCoordinatorRank, world.comm().get(), &request);
   if (rc != MPI_SUCCESS) {
-    return MpiError(rc, "MPI_Gather", "collecting each rank's placement");
+    return MpiError(rc, "MPI_Igather", "collecting each rank's placement");
   }
+  RETURN_IF_ERROR(WaitRequest(&request, nullptr, [] {
+    return std::string("collecting each rank's placement (MPI_Igather)");
+  }));
   std::vector<int> leaders;  // Node index = position of its leader here.
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
     const Wire& w = all[r];
@@ -233,10 +325,16 @@ absl::Status Worker::ServeSteps() {
   for (int64_t step = 0;; ++step) {
     // From the first plan on, rank 0 sends a plan (a step or, while idle, a
     // HEARTBEAT) at least every quarter of the step timeout, so a wait for
-    // the next one that outlasts the limit means rank 0 is stalled. Before
-    // the first, rank 0 may still be preparing (no deadline). Every wait
+    // the next one that outlasts the limit means rank 0 is stalled. The first
+    // is startup's last wait (its limit, from the last progress). Every wait
     // answers a fault round (fault_monitor.h).
-    if (monitor != nullptr && step > 0) monitor->BeginWaitForPlan(step);
+    if (monitor != nullptr) {
+      if (step > 0) {
+        monitor->BeginWaitForPlan(step);
+      } else {
+        monitor->BeginStartup("waiting for the first plan");
+      }
+    }
     const absl::Status received =
         control_->Broadcast(&plan, ProcessGrid::kCoordinatorRank);
     if (!received.ok()) return RankLocal(received);

@@ -36,6 +36,8 @@ run_case() {  # signal, rank, layout flags...
   local sig="$1" victim="$2"
   shift 2
   local name="SIG$sig rank $victim $*"
+  # Emptied first: the previous case's "grid:" must not be taken for this job's.
+  : >"$TMP/err"
   timeout -k 5 120 mpirun -np 2 --bind-to none "$TESSERA" generate --model "$DEMO" \
     --prompts-file "$TMP/prompts.jsonl" --max-tokens 450 --temperature 1 --seed 3 \
     --max-num-seqs 8 --step-timeout "$STEP_TIMEOUT" "$@" >"$TMP/out" 2>"$TMP/err" &

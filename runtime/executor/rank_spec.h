@@ -73,6 +73,9 @@ struct RankSpec {
   // A parallel job's step deadline in seconds (parallel/fault_monitor.h);
   // every rank reads it from its own flags. 0: none.
   double step_timeout_seconds = 6.0;
+  // Its startup's progress deadline in seconds (parallel/fault_monitor.h,
+  // "Startup"). 0: none.
+  double startup_timeout_seconds = 60.0;
 };
 
 // Checks the spec's values before anything is read: InvalidArgument naming

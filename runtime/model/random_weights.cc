@@ -244,6 +244,7 @@ absl::StatusOr<WeightSet> MakeRandomWeightSet(const ModelConfig& config,
     }
     RETURN_IF_ERROR(set.Store(i, TensorView(buffer, dtype, local), upload,
                               options.matrix_dtype));
+    if (options.on_tensor) options.on_tensor();
     const bool part_done =
         i + 1 == set.size() || set.table()[i + 1].part != spec.part;
     if (part_done && options.on_part) options.on_part();

@@ -392,6 +392,7 @@ absl::StatusOr<WeightSet> LoadWeightSet(const Checkpoint& ckpt,
     const WeightSpec& spec = set.table()[i];
     ASSIGN_OR_RETURN(const TensorView host, ReadSlice(ckpt, spec, &staging));
     RETURN_IF_ERROR(set.Store(i, host, upload, options.matrix_dtype));
+    if (options.on_tensor) options.on_tensor();
     const bool part_done =
         i + 1 == set.size() || set.table()[i + 1].part != spec.part;
     if (part_done && options.on_part) options.on_part();

@@ -187,6 +187,10 @@ struct WeightLoadOptions {
   DType matrix_dtype = DType::kF32;
   // Called after each part of the table (see WeightSpec::part) is stored.
   std::function<void()> on_part;
+  // Called after each tensor is stored: finer than on_part, so that a
+  // parallel job's startup deadline (parallel/fault_monitor.h) counts a
+  // layer's tensors read from a slow disk as progress one by one.
+  std::function<void()> on_tensor;
   // Non-empty (the model folder): one process keeps the whole checkpoint in
   // host memory as f32 (the CPU backend), so loading first refuses, before
   // reading any tensor, a checkpoint that cannot fit (CheckHostMemoryForF32).

@@ -248,9 +248,17 @@ void ExpectNoF32HostCopy(int tp_rank, int tp_size) {
     worst_growth = std::max(worst_growth, HeapInUse() - baseline);
     return Tensor::Adopt(fake_device, dtype, host.shape(), [](void*) {});
   };
+  // on_tensor: once per tensor, right after it is stored (a parallel job's
+  // startup deadline counts it as progress).
+  int64_t tensors_done = 0;
+  options.on_tensor = [&] {
+    ++tensors_done;
+    EXPECT_EQ(tensors_done, calls) << "on_tensor before its tensor's upload";
+  };
   auto set = LoadWeightSet(**ckpt, table, options);
   ASSERT_TRUE(set.ok()) << set.status();
   EXPECT_EQ(calls, static_cast<int64_t>(table.size()));
+  EXPECT_EQ(tensors_done, static_cast<int64_t>(table.size()));
   int64_t shard_bf16 = 0;
   for (const WeightSpec& spec : table)
     shard_bf16 += SliceBytes(spec, DType::kBF16);
