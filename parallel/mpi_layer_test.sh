@@ -4,6 +4,12 @@
 # that can never complete). Every mpirun has a timeout, so nothing can hang CI.
 set -uo pipefail
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI names its session directory and the vader BTL's /dev/shm segments after mpirun's pid,
+# and Bazel's sandboxes give concurrent tests the same small pids: a short directory of this
+# test's own for both (unix socket paths must stay under 108 bytes; TEST_TMPDIR is longer).
+MPI_TMP=$(mktemp -d /tmp/tessera-mpi.XXXXXX)
+export TMPDIR="$MPI_TMP" OMPI_MCA_btl_vader_backing_directory="$MPI_TMP"
+trap 'rm -rf "$MPI_TMP"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1
 bin="$TEST_SRCDIR/tessera/parallel/mpi_layer_test_bin"
 # More checks mean a larger number here: a check that silently stops running

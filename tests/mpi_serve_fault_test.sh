@@ -10,6 +10,12 @@
 # be gone within the bound, and the line naming a stopped rank must be printed.
 set -u
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# Open MPI names its session directory and the vader BTL's /dev/shm segments after mpirun's pid,
+# and Bazel's sandboxes give concurrent tests the same small pids: a short directory of this
+# test's own for both (unix socket paths must stay under 108 bytes; TEST_TMPDIR is longer).
+MPI_TMP=$(mktemp -d /tmp/tessera-mpi.XXXXXX)
+export TMPDIR="$MPI_TMP" OMPI_MCA_btl_vader_backing_directory="$MPI_TMP"
+trap 'rm -rf "$MPI_TMP"' EXIT
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 RUNFILES="${TEST_SRCDIR:-$PWD/..}"
 TESSERA="$RUNFILES/tessera/launch/tessera"
