@@ -161,6 +161,52 @@ serve_case "mpirun SIGTERM while streaming, --tp 2 --pp 2" 4 TERM-mpirun "" --tp
 serve_case "SIGKILL rank 3 while streaming, --tp 2 --pp 2" 4 KILL 3 --tp 2 --pp 2
 serve_case "SIGSTOP rank 3 while streaming, --tp 2 --pp 2" 4 STOP 3 --tp 2 --pp 2
 
+# serve while it loads (the server is not listening yet): a stopped worker is named at the
+# startup limit (--startup-timeout 3; TESSERA_TEST_LOAD_DELAY_MS slows each weight part, test
+# only), and the job ends within that + the round + 10 s.
+serve_load_case() {
+  local name="serve: SIGSTOP rank 1 while loading, --tp 2"
+  local dir="$TMP/serve_load"
+  mkdir -p "$dir"
+  TESSERA_TEST_LOAD_DELAY_MS=400 timeout -k 5 120 mpirun -np 2 --bind-to none \
+    -x TESSERA_TEST_LOAD_DELAY_MS "$TESSERA" serve --model "$DEMO" --port 0 --tp 2 \
+    --step-timeout "$STEP_TIMEOUT" --startup-timeout 3 >"$dir/out" 2>"$dir/err" &
+  local job=$! i pid=""
+  for i in $(seq 1 600); do
+    grep -q "^tessera: test hook: rank" "$dir/err" 2>/dev/null && break
+    sleep 0.05
+  done
+  pid=$(rank_pid "$job" 1)
+  if [ -z "$pid" ] || grep -q "serving .* on http" "$dir/err"; then
+    echo "FAIL: $name: not caught while loading"
+    head -c 1500 "$dir/err"
+    kill "$job" 2>/dev/null
+    wait "$job"
+    failures=$((failures + 1))
+    return
+  fi
+  local t0 t1 rc took ok=1
+  t0=$(date +%s.%N)
+  kill -STOP "$pid"
+  wait "$job"
+  rc=$?
+  t1=$(date +%s.%N)
+  kill -CONT "$pid" 2>/dev/null
+  took=$(echo "$t1 - $t0" | bc)
+  [ "$rc" -ne 0 ] || ok=0
+  [ "$(echo "$took < 3 + 2 + 10" | bc)" = 1 ] || ok=0
+  grep -q "^tessera: rank 1 (host [^,]*, tp 1, stage 0) stopped responding" "$dir/err" || ok=0
+  grep -q "serving .* on http" "$dir/err" && ok=0
+  if [ $ok = 1 ]; then
+    echo "PASS: $name: exit $rc after $took s: $(grep -m 1 'stopped responding' "$dir/err" | cut -c1-160)"
+  else
+    failures=$((failures + 1))
+    echo "FAIL: $name: exit $rc after $took s"
+    grep -v "^\[tessera\]" "$dir/err" | head -c 1500
+  fi
+}
+serve_load_case
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures case(s) failed"
   exit 1
