@@ -24,7 +24,9 @@
 #   TESSERA_MPIRUN_ARGS     more mpirun options, split at spaces (e.g. "--mca plm_rsh_agent X").
 #   MPIRUN                  the mpirun to run (default: mpirun from PATH).
 # Every NCCL_*, OMP_* and OPENBLAS_* variable set here is passed to every rank (-x): ranks
-# started on other hosts through ssh do not inherit this shell's environment.
+# started on other hosts through ssh do not inherit this shell's environment. So are the
+# sanitizers' ASAN_OPTIONS, LSAN_OPTIONS, UBSAN_OPTIONS and TSAN_OPTIONS (a build made with
+# --config=asan or tsan: their suppression files, docs/RELIABILITY.md "Sanitizers").
 set -u
 
 usage() {
@@ -63,7 +65,7 @@ if [ -n "${TESSERA_MPI_IF:-}" ]; then
 fi
 while IFS= read -r name; do
   args+=(-x "$name")
-done < <(compgen -e | grep -E '^(NCCL|OMP|OPENBLAS)_')
+done < <(compgen -e | grep -E '^(NCCL|OMP|OPENBLAS)_|^(A|L|UB|T)SAN_OPTIONS$')
 if [ -n "${TESSERA_MPIRUN_ARGS:-}" ]; then
   read -r -a extra <<<"$TESSERA_MPIRUN_ARGS"
   args+=("${extra[@]}")

@@ -101,7 +101,9 @@ TestMessage MakeMessage(int id, size_t payload_bytes) {
   msg.set_text(absl::StrCat("message ", id));
   msg.set_payload(Pattern(payload_bytes, 1000 + id));
   msg.add_values(id);
-  msg.add_values(-int64_t{id} << 33);
+  // -id * 2^33, a value past 32 bits (as a product: a left shift of a
+  // negative value is undefined behaviour, and UBSan stops on it).
+  msg.add_values(int64_t{id} * -(int64_t{1} << 33));
   return msg;
 }
 

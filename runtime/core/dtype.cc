@@ -1,11 +1,23 @@
 #include "runtime/core/dtype.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
 namespace tessera {
+namespace {
+
+// Element i of an array of T at `bytes`, which may be unaligned for T.
+template <typename T>
+T Load(const unsigned char* bytes, size_t i) {
+  T value;
+  std::memcpy(&value, bytes + i * sizeof(T), sizeof(T));
+  return value;
+}
+
+}  // namespace
 
 size_t DTypeSize(DType dtype) {
   switch (dtype) {
@@ -150,25 +162,31 @@ uint16_t F32ToF16(float value) {
 
 absl::Status ConvertToF32(DType dtype, const void* src, size_t count,
                           float* dst) {
+  // Elements are read with memcpy: a safetensors tensor may start at any byte
+  // offset of the mapped file, so `src` need not be aligned for its dtype
+  // (dereferencing it as uint16_t*/double* would be undefined behaviour).
+  const auto* bytes = static_cast<const unsigned char*>(src);
   switch (dtype) {
     case DType::kF32:
-      std::memcpy(dst, src, count * sizeof(float));
+      // memcpy with a null pointer is undefined even for 0 bytes, and an empty
+      // tensor's data may be null.
+      if (count > 0) std::memcpy(dst, src, count * sizeof(float));
       return absl::OkStatus();
-    case DType::kBF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = Bf16ToF32(in[i]);
+    case DType::kBF16:
+      for (size_t i = 0; i < count; ++i) {
+        dst[i] = Bf16ToF32(Load<uint16_t>(bytes, i));
+      }
       return absl::OkStatus();
-    }
-    case DType::kF16: {
-      const auto* in = static_cast<const uint16_t*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = F16ToF32(in[i]);
+    case DType::kF16:
+      for (size_t i = 0; i < count; ++i) {
+        dst[i] = F16ToF32(Load<uint16_t>(bytes, i));
+      }
       return absl::OkStatus();
-    }
-    case DType::kF64: {
-      const auto* in = static_cast<const double*>(src);
-      for (size_t i = 0; i < count; ++i) dst[i] = static_cast<float>(in[i]);
+    case DType::kF64:
+      for (size_t i = 0; i < count; ++i) {
+        dst[i] = static_cast<float>(Load<double>(bytes, i));
+      }
       return absl::OkStatus();
-    }
     default:
       return absl::InvalidArgumentError(
           absl::StrCat("cannot convert ", DTypeName(dtype), " to f32"));

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <utf8proc.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -824,7 +825,9 @@ TEST_F(Qwen3Test, LongInputsAndThreads) {
   EXPECT_EQ(*tok_->Decode(*expected), text);
   // Encode is const and thread-safe: every thread sees the same ids.
   std::vector<std::thread> threads;
-  std::vector<bool> same(4, false);
+  // One bool object per thread: std::vector<bool> packs them into one word,
+  // and four threads writing its bits race (TSan).
+  std::array<bool, 4> same{};
   for (int t = 0; t < 4; ++t) {
     threads.emplace_back([&, t] {
       bool ok = true;
