@@ -63,9 +63,9 @@ serve_case() {
     return
   fi
   local base="http://127.0.0.1:$port"
-  # Twelve streams and one plain request, two decoding at a time: some run, some wait, more
-  # than a 0.5 s drain can finish.
-  for i in $(seq 12); do
+  # Twenty-four streams and one plain request, two decoding at a time: some run, some wait,
+  # seconds of work even on a fast machine (more than mpirun's 1 s + a 0.5 s drain finish).
+  for i in $(seq 24); do
     curl -sN -m 60 -w '\n%{http_code}' "$base/v1/completions" -d '{"model": "stories260K",
       "prompt": "Once upon a time", "max_tokens": 480, "ignore_eos": true, "stream": true}' \
       >"$dir/stream$i" 2>/dev/null &

@@ -5,6 +5,16 @@
 # the workspace: bazel test --config=asan -- $(tools/sanitizers/asan_targets.sh)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-bazel query --noshow_progress \
-  'kind(cc_test, tests(//...)) except attr(tags, "gpu|slurm", tests(//...))' 2>/dev/null
+query='kind(cc_test, tests(//...)) except attr(tags, "gpu|slurm", tests(//...))'
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+# Bazel's messages go to a file, shown only if the query fails (twice: a server that was just
+# restarted by another command can refuse the first).
+if ! bazel query --noshow_progress "$query" 2>"$err"; then
+  sleep 5
+  if ! bazel query --noshow_progress "$query" 2>>"$err"; then
+    cat "$err" >&2
+    exit 1
+  fi
+fi
 grep -v '^#' tools/sanitizers/asan_tests.txt
