@@ -20,7 +20,9 @@ OUTPUT_BASE=${FUZZ_OUTPUT_BASE:-$HOME/.cache/bazel-tessera-fuzz}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
 labels=()
 for t in $TARGETS; do labels+=("//tests/fuzz:${t}_fuzzer"); done
-if ! bazel --output_base="$OUTPUT_BASE" build -c opt \
+# --symlink_prefix=/: no bazel-* links, so the workspace's links keep pointing at the gcc build's
+# output base (links to this one would make `bazel query //...` there descend into them).
+if ! bazel --output_base="$OUTPUT_BASE" build -c opt --symlink_prefix=/ \
   --repo_env=CC="$CLANG" --copt=-g --copt=-fno-omit-frame-pointer \
   --copt=-fsanitize=fuzzer-no-link $(for f in $SAN; do echo "--copt=$f --linkopt=$f"; done) \
   --linkopt=-fsanitize-link-c++-runtime \
