@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "parallel/fault_monitor.h"
 #include "parallel/tensor_comms.h"
@@ -61,7 +62,10 @@ class ProgressWeights final : public WeightSource {
   ProgressWeights(WeightSource* inner, std::string phase, int rank)
       : inner_(inner), phase_(std::move(phase)), rank_(rank) {
     const char* delay = std::getenv("TESSERA_TEST_LOAD_DELAY_MS");
-    if (delay != nullptr) delay_ms_ = std::max(0, std::atoi(delay));
+    int parsed = 0;
+    if (delay != nullptr && absl::SimpleAtoi(delay, &parsed)) {
+      delay_ms_ = std::clamp(parsed, 0, 60000);
+    }
   }
 
   std::string ProgressLabel() const override { return inner_->ProgressLabel(); }
