@@ -1,0 +1,146 @@
+// CompiledGrammar and GrammarMatcher: a Grammar (grammar.h) turned into the
+// per-step set of tokens a sequence may draw next.
+//
+// The matcher keeps the set of parse stacks the output so far allows (a
+// nondeterministic pushdown automaton over bytes; stacks share their tails in
+// an arena). The allowed tokens of a state are found the way xgrammar's
+// "adaptive token mask cache" finds them, because walking the whole
+// vocabulary per step costs tens of milliseconds:
+//  - Once per grammar position (a byte-set element) and vocabulary, lazily,
+//    every token is classified by walking the vocabulary's shared prefixes
+//    from that position with the rest of the stack unknown: accepted (some
+//    path consumes all its bytes inside the position's rule), rejected (every
+//    path fails there), or uncertain (a path reaches the rule's end with
+//    bytes left, so the answer depends on what is below).
+//  - Per step, for each stack: its top position's accepted set is ORed into
+//    the mask, and only its uncertain tokens are walked with the real stack.
+// In JSON, the uncertain tokens are the few that close a string or a value,
+// so a step costs a few hundred token checks rather than the vocabulary.
+//
+// Bounds: a stack is at most kMaxStackDepth frames (deeper paths are
+// dropped, so nesting that deep is refused rather than followed); a state
+// holds at most kMaxStacks stacks (an ambiguous grammar that exceeds it fails
+// the request with an error rather than growing).
+//
+// Threads: a CompiledGrammar is shared and thread-safe (its caches fill
+// under once-flags); a GrammarMatcher belongs to one sequence and one thread
+// at a time.
+#ifndef TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
+#define TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "runtime/grammar/grammar.h"
+#include "runtime/grammar/token_vocabulary.h"
+
+namespace tessera {
+namespace grammar {
+
+inline constexpr int32_t kMaxStackDepth = 1000;
+namespace internal {
+class Arena;
+}
+inline constexpr size_t kMaxStacks = 4096;
+
+class CompiledGrammar {
+ public:
+  CompiledGrammar(Grammar grammar,
+                  std::shared_ptr<const TokenVocabulary> vocabulary);
+  ~CompiledGrammar();
+
+  const Grammar& grammar() const { return grammar_; }
+  const TokenVocabulary& vocabulary() const { return *vocabulary_; }
+
+  // One position's token classes (see above), filled on first use.
+  struct PositionCache {
+    // Accepted ids: a bitmask of vocabulary().mask_words() words when there
+    // are many, else a list.
+    std::vector<uint32_t> accepted_bits;
+    std::vector<int32_t> accepted_ids;
+    // Uncertain tokens as indices into vocabulary().sorted(), ascending (so
+    // a walk over them shares prefixes).
+    std::vector<int32_t> uncertain;
+  };
+  const PositionCache& Cache(int32_t position) const;
+
+  // Positions whose caches are filled (tests, statistics).
+  int64_t cached_positions() const;
+
+ private:
+  Grammar grammar_;
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  std::unique_ptr<std::once_flag[]> once_;
+  mutable std::vector<std::unique_ptr<PositionCache>> caches_;
+};
+
+// Compiles `ebnf` for `vocabulary`, or returns the one compiled before
+// (keyed by the text; at most `capacity` kept, least recently used dropped).
+class GrammarCache {
+ public:
+  GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
+               size_t capacity = 256);
+  absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(
+      const std::string& ebnf);
+  const std::shared_ptr<const TokenVocabulary>& vocabulary() const {
+    return vocabulary_;
+  }
+
+ private:
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  size_t capacity_;
+  std::mutex mu_;
+  struct Entry {
+    std::shared_ptr<const CompiledGrammar> grammar;
+    uint64_t last_used = 0;
+  };
+  absl::flat_hash_map<std::string, Entry> entries_;
+  uint64_t clock_ = 0;
+};
+
+class GrammarMatcher {
+ public:
+  // `end_ids`: the ids that end the sequence (EOS, stop_token_ids): allowed
+  // exactly when the grammar is complete.
+  GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
+                 std::vector<int32_t> end_ids);
+  ~GrammarMatcher();
+  GrammarMatcher(const GrammarMatcher&) = delete;
+  GrammarMatcher& operator=(const GrammarMatcher&) = delete;
+
+  // Writes the next draw's allowed ids as a bitmask of mask_words() words.
+  // FailedPrecondition when no token is allowed (the vocabulary cannot
+  // continue the grammar) or the state grew past kMaxStacks.
+  absl::Status FillNextTokenMask(absl::Span<uint32_t> mask);
+  // Advances by `token`; InvalidArgument when the grammar does not allow it
+  // (the state is unchanged then).
+  absl::Status Accept(int32_t token);
+
+  // The output so far is a complete sentence of the grammar.
+  bool CanEnd() const { return can_end_; }
+  // An end id was accepted.
+  bool terminated() const { return terminated_; }
+  int32_t mask_words() const { return grammar_->vocabulary().mask_words(); }
+
+ private:
+  std::shared_ptr<const CompiledGrammar> grammar_;
+  std::vector<int32_t> end_ids_;
+  // The stacks' arena (matcher.cc): the committed state's nodes, then
+  // scratch that each call discards.
+  std::unique_ptr<internal::Arena> arena_;
+  std::vector<int32_t> state_;  // Its byte-topped stacks (arena nodes).
+  bool can_end_ = false;
+  bool terminated_ = false;
+};
+
+}  // namespace grammar
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_GRAMMAR_MATCHER_H_

@@ -1,0 +1,214 @@
+#include "runtime/grammar/matcher.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/grammar/grammar.h"
+#include "runtime/grammar/token_vocabulary.h"
+
+namespace tessera {
+namespace grammar {
+namespace {
+
+// Any JSON value, written the way the schema converter writes it.
+constexpr char kJson[] = R"(
+root   ::= value
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( "," ws member )* )? "}"
+member ::= string ws ":" ws value ws
+array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
+string ::= "\"" char* "\""
+char   ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,3} )?
+ws     ::= [ \t\n]{0,20}
+)";
+
+// 256 one-byte tokens, then an end token (id 256).
+std::shared_ptr<const TokenVocabulary> ByteVocabulary() {
+  std::vector<std::string> bytes;
+  for (int b = 0; b < 256; ++b) bytes.push_back(std::string(1, char(b)));
+  bytes.push_back("</s>");
+  std::vector<bool> excluded(bytes.size(), false);
+  excluded[256] = true;
+  return *TokenVocabulary::Create(bytes, excluded);
+}
+
+std::shared_ptr<const CompiledGrammar> Compile(
+    const std::string& ebnf, std::shared_ptr<const TokenVocabulary> vocab) {
+  auto g = ParseEbnf(ebnf);
+  EXPECT_TRUE(g.ok()) << g.status();
+  return std::make_shared<CompiledGrammar>(*std::move(g), std::move(vocab));
+}
+
+// Whether the grammar matches `text` exactly, fed byte by byte.
+bool Matches(const std::string& ebnf, const std::string& text) {
+  GrammarMatcher m(Compile(ebnf, ByteVocabulary()), {256});
+  for (char c : text) {
+    if (!m.Accept(static_cast<uint8_t>(c)).ok()) return false;
+  }
+  return m.CanEnd();
+}
+
+TEST(MatcherTest, LiteralsClassesAndRepetition) {
+  EXPECT_TRUE(Matches(R"(root ::= "ab" "c")", "abc"));
+  EXPECT_FALSE(Matches(R"(root ::= "ab" "c")", "ab"));
+  EXPECT_FALSE(Matches(R"(root ::= "ab" "c")", "abcd"));
+  EXPECT_TRUE(Matches(R"(root ::= [a-c]+ "!")", "abcba!"));
+  EXPECT_FALSE(Matches(R"(root ::= [a-c]+ "!")", "!"));
+  EXPECT_TRUE(Matches(R"(root ::= "x"{2,3})", "xx"));
+  EXPECT_TRUE(Matches(R"(root ::= "x"{2,3})", "xxx"));
+  EXPECT_FALSE(Matches(R"(root ::= "x"{2,3})", "x"));
+  EXPECT_FALSE(Matches(R"(root ::= "x"{2,3})", "xxxx"));
+  EXPECT_TRUE(Matches(R"(root ::= "x"{2,})", "xxxxxxx"));
+  EXPECT_TRUE(Matches(R"(root ::= ("a" | "b" "c")* "d"?)", "abcad"));
+  EXPECT_TRUE(Matches(R"(root ::= ("a" | "b" "c")* "d"?)", ""));
+  EXPECT_FALSE(Matches(R"(root ::= ("a" | "b" "c")* "d"?)", "abd"));
+  EXPECT_TRUE(Matches("root ::= a b\na ::= \"1\"\nb ::= \"2\" | a", "11"));
+}
+
+TEST(MatcherTest, Utf8ClassesMatchWholeCharacters) {
+  // é is C3 A9; ÿ is C3 BF; 😀 is F0 9F 98 80.
+  EXPECT_TRUE(Matches(R"(root ::= [à-ÿ])", "é"));
+  EXPECT_FALSE(Matches(R"(root ::= [à-ÿ])", "e"));
+  EXPECT_TRUE(Matches(R"(root ::= [^a])", "é"));
+  EXPECT_TRUE(Matches(R"(root ::= [^a])", "😀"));
+  EXPECT_FALSE(Matches(R"(root ::= [^a])", "a"));
+  EXPECT_FALSE(Matches(R"(root ::= [^a])", "\xC3"));  // half a character
+  EXPECT_TRUE(Matches(R"(root ::= .+)", "a😀é\n"));
+  EXPECT_TRUE(Matches(R"(root ::= "\u00e9\U0001F600")", "é😀"));
+  // Every code point of a wide range, spot-checked at the encoding edges.
+  const std::string ebnf = R"(root ::= [\u0080-\U0010FFFF])";
+  for (const char* s :
+       {"\xC2\x80", "\xDF\xBF", "\xE0\xA0\x80", "\xED\x9F\xBF", "\xEE\x80\x80",
+        "\xEF\xBF\xBF", "\xF0\x90\x80\x80", "\xF4\x8F\xBF\xBF"}) {
+    EXPECT_TRUE(Matches(ebnf, s)) << s;
+  }
+  // Surrogates and overlong forms are not UTF-8.
+  EXPECT_FALSE(Matches(ebnf, "\xED\xA0\x80"));
+  EXPECT_FALSE(Matches(ebnf, "\xC0\x80"));
+}
+
+TEST(MatcherTest, JsonGrammarAcceptsJsonOnly) {
+  EXPECT_TRUE(Matches(kJson, R"({"a": [1, -2.5e3, true, null], "b": {}})"));
+  EXPECT_TRUE(Matches(kJson, R"("caf\u00e9 é")"));
+  EXPECT_FALSE(Matches(kJson, R"({"a": 01})"));
+  EXPECT_FALSE(Matches(kJson, R"({"a" 1})"));
+  EXPECT_FALSE(Matches(kJson, "\"tab\there\""));
+}
+
+TEST(MatcherTest, RightRecursionDoesNotGrowTheStack) {
+  // 100,000 characters of one string: far past kMaxStackDepth frames if each
+  // repetition kept one.
+  std::string text = "\"" + std::string(100000, 'x') + "\"";
+  EXPECT_TRUE(Matches(kJson, text));
+}
+
+TEST(MatcherTest, NestingPastTheStackBoundIsRefused) {
+  const std::string deep(kMaxStackDepth, '[');
+  GrammarMatcher m(Compile(kJson, ByteVocabulary()), {256});
+  absl::Status s;
+  for (char c : deep) {
+    s = m.Accept(static_cast<uint8_t>(c));
+    if (!s.ok()) break;
+  }
+  EXPECT_FALSE(s.ok());
+}
+
+TEST(MatcherTest, EndTokenOnlyWhenComplete) {
+  GrammarMatcher m(Compile(R"(root ::= "ab")", ByteVocabulary()), {256});
+  std::vector<uint32_t> mask(m.mask_words());
+  ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+  EXPECT_FALSE(mask[256 >> 5] & 1u);
+  EXPECT_FALSE(m.Accept(256).ok());
+  ASSERT_TRUE(m.Accept('a').ok());
+  EXPECT_FALSE(m.Accept('c').ok());  // refused, state unchanged
+  ASSERT_TRUE(m.Accept('b').ok());
+  ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+  int allowed = 0;
+  for (int id = 0; id < 257; ++id) allowed += (mask[id >> 5] >> (id & 31)) & 1;
+  EXPECT_EQ(allowed, 1);
+  EXPECT_TRUE(mask[256 >> 5] & 1u);
+  ASSERT_TRUE(m.Accept(256).ok());
+  EXPECT_TRUE(m.terminated());
+}
+
+// The cached mask against the direct answer (a fresh matcher replaying the
+// output, then Accept of each token), along random walks through JSON with a
+// vocabulary of multi-byte pieces that cross every kind of boundary.
+TEST(MatcherTest, MaskEqualsDirectCheckOnRandomWalks) {
+  std::mt19937 rng(7);
+  const std::vector<std::string> samples = {
+      R"({"name": "Ada \u00e9", "tags": ["x", "y"], "n": -12.5e2})",
+      R"([true, false, null, {"k": [1, 2, {"z": "\"q\""}]}])",
+      R"({"a":{"b":{"c":[0,1.25,"é😀"]}}, "d" : "\\n"})"};
+  std::vector<std::string> tokens;
+  for (int b = 0; b < 128; ++b) tokens.push_back(std::string(1, char(b)));
+  for (const std::string& s : samples) {
+    for (int i = 0; i < 200; ++i) {
+      const size_t at = rng() % s.size();
+      const size_t len = 1 + rng() % 6;
+      tokens.push_back(s.substr(at, len));
+    }
+  }
+  tokens.push_back("\xC3");  // a lone lead byte: half of é
+  tokens.push_back("\xA9\"");
+  const int32_t end_id = static_cast<int32_t>(tokens.size());
+  tokens.push_back("<eos>");
+  std::vector<bool> excluded(tokens.size(), false);
+  excluded[end_id] = true;
+  auto vocab = *TokenVocabulary::Create(tokens, excluded);
+  auto grammar = Compile(kJson, vocab);
+  for (int walk = 0; walk < 12; ++walk) {
+    GrammarMatcher m(grammar, {end_id});
+    std::vector<int32_t> output;
+    for (int step = 0; step < 60 && !m.terminated(); ++step) {
+      std::vector<uint32_t> mask(m.mask_words());
+      ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+      std::vector<int32_t> allowed;
+      for (int32_t id = 0; id < vocab->size(); ++id) {
+        const bool in_mask = (mask[id >> 5] >> (id & 31)) & 1;
+        GrammarMatcher direct(grammar, {end_id});
+        for (int32_t t : output) ASSERT_TRUE(direct.Accept(t).ok());
+        const bool ok = direct.Accept(id).ok();
+        ASSERT_EQ(in_mask, ok) << "walk " << walk << " step " << step
+                               << " token " << id << " '" << tokens[id] << "'";
+        if (ok) allowed.push_back(id);
+      }
+      ASSERT_FALSE(allowed.empty());
+      // Prefer the end once allowed half the time, so walks finish.
+      int32_t pick = allowed[rng() % allowed.size()];
+      if (m.CanEnd() && rng() % 2 == 0) pick = end_id;
+      ASSERT_TRUE(m.Accept(pick).ok());
+      output.push_back(pick);
+    }
+    if (m.terminated()) {
+      std::string text;
+      for (int32_t t : output) {
+        if (t != end_id) text += tokens[t];
+      }
+      EXPECT_TRUE(nlohmann::json::accept(text)) << text;
+    }
+  }
+  EXPECT_GT(grammar->cached_positions(), 10);
+}
+
+TEST(GrammarCacheTest, SameTextSameGrammar) {
+  GrammarCache cache(ByteVocabulary(), 2);
+  auto a = cache.Get(R"(root ::= "a")");
+  auto b = cache.Get(R"(root ::= "a")");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->get(), b->get());
+  EXPECT_FALSE(cache.Get("root ::= undefined_rule").ok());
+  ASSERT_TRUE(cache.Get(R"(root ::= "b")").ok());
+  ASSERT_TRUE(cache.Get(R"(root ::= "c")").ok());  // "a" is the oldest: gone
+  auto a2 = cache.Get(R"(root ::= "a")");
+  ASSERT_TRUE(a2.ok());
+  EXPECT_NE(a->get(), a2->get());
+}
+
+}  // namespace
+}  // namespace grammar
+}  // namespace tessera

@@ -1,0 +1,53 @@
+// TokenVocabulary: what a grammar needs to know of a tokenizer, prepared
+// once per tokenizer and shared by every compiled grammar: each id's bytes
+// (what the token adds to the text in the middle of a sequence), which ids a
+// grammar may never produce (special tokens, empty ones, ids past the
+// tokenizer's end), and the ids in byte order with each one's common prefix
+// with the one before, so that a grammar walks shared prefixes once.
+#ifndef TESSERA_RUNTIME_GRAMMAR_TOKEN_VOCABULARY_H_
+#define TESSERA_RUNTIME_GRAMMAR_TOKEN_VOCABULARY_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace tessera {
+namespace grammar {
+
+class TokenVocabulary {
+ public:
+  // `bytes[id]` for every id of the model's logits (size = the vocabulary the
+  // sampler sees); `excluded[id]` (same size) marks ids a grammar never
+  // allows. Empty tokens are excluded too (they would not move a grammar).
+  static absl::StatusOr<std::shared_ptr<const TokenVocabulary>> Create(
+      std::vector<std::string> bytes, std::vector<bool> excluded);
+
+  int32_t size() const { return static_cast<int32_t>(bytes_.size()); }
+  // Words of a bitmask over the ids (bit id % 32 of word id / 32).
+  int32_t mask_words() const { return (size() + 31) / 32; }
+  const std::string& bytes(int32_t id) const { return bytes_[id]; }
+  bool excluded(int32_t id) const { return excluded_[id]; }
+
+  // The allowed ids sorted by their bytes; lcp(i) is the length of the
+  // common prefix of sorted(i - 1) and sorted(i) (0 for i = 0).
+  const std::vector<int32_t>& sorted() const { return sorted_; }
+  int32_t lcp(size_t i) const { return lcp_[i]; }
+  // The longest token, in bytes.
+  int32_t max_token_bytes() const { return max_token_bytes_; }
+
+ private:
+  TokenVocabulary() = default;
+  std::vector<std::string> bytes_;
+  std::vector<bool> excluded_;
+  std::vector<int32_t> sorted_;
+  std::vector<int32_t> lcp_;
+  int32_t max_token_bytes_ = 0;
+};
+
+}  // namespace grammar
+}  // namespace tessera
+
+#endif  // TESSERA_RUNTIME_GRAMMAR_TOKEN_VOCABULARY_H_
