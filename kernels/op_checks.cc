@@ -486,6 +486,12 @@ absl::Status CheckSample(const OpSupport& support, const TensorView& logits,
       return absl::InvalidArgumentError(
           absl::StrCat("Sample: row ", i, ": ", valid.message()));
     }
+    const int64_t words = (logits.shape()[1] + 31) / 32;
+    if (!r.allowed.empty() && static_cast<int64_t>(r.allowed.size()) != words) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Sample: row ", i, "'s allowed-token mask has ", r.allowed.size(),
+          " words; ", words, " cover the ", logits.shape()[1], " logits"));
+    }
     if (r.top_logprobs < 0) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Sample: row ", i, " asks for ", r.top_logprobs, " top logprobs"));

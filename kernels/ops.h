@@ -126,6 +126,10 @@ struct SampleRow {
   // Ids whose logits are -inf for this draw, after the penalties (min_tokens
   // masks EOS and stop ids); ids outside the vocabulary are ignored.
   absl::Span<const int32_t> masked;
+  // Structured output (runtime/grammar): a bitmask of the ids this draw may
+  // take (bit id % 32 of word id / 32; (V + 31) / 32 words for V logits); the
+  // others' logits are -inf, after the penalties. Empty: every id.
+  absl::Span<const uint32_t> allowed;
   // How many alternatives to report: >= 0; a backend may refuse more than it
   // can rank (CUDA: 20, cuda::kMaxTopLogprobs), as vLLM's --max-logprobs.
   int32_t top_logprobs = 0;

@@ -538,6 +538,7 @@ TEST(EngineErrors, RefusedAtSubmission) {
 // tokenizer file or an id it cannot render would.
 class FakeTokenizer final : public Tokenizer {
  public:
+  std::string TokenBytes(int32_t) const override { return std::string(); }
   explicit FakeTokenizer(int32_t vocab, int32_t bad = -1,
                          std::vector<int32_t> special = {})
       : vocab_(vocab), bad_(bad), special_(std::move(special)) {}

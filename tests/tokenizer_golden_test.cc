@@ -72,6 +72,38 @@ TEST_P(TokenizerGoldenTest, IdsAndDecodeMatchTheReference) {
             << " decode mismatches\n";
 }
 
+// What a grammar matches the output against: the tokens' bytes, end to end,
+// spell the decoded text (a SentencePiece text's first word-boundary space
+// aside, which decoding drops).
+TEST_P(TokenizerGoldenTest, TokenBytesSpellTheDecodedText) {
+  const GoldenSet& set = GetParam();
+  auto tokenizer =
+      LoadTokenizer(RunfilesRoot() + "/" + set.dir, /*config_bos_id=*/-1);
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  std::ifstream in(FixturesDir() + "/tokenizer/" + set.name + ".jsonl");
+  std::string line;
+  int checked = 0;
+  while (std::getline(in, line)) {
+    const nlohmann::json golden = nlohmann::json::parse(line);
+    const std::vector<int32_t> ids = golden["ids"];
+    std::string bytes;
+    bool special = false;
+    for (int32_t id : ids) {
+      special = special || (*tokenizer)->IsSpecial(id);
+      bytes += (*tokenizer)->TokenBytes(id);
+    }
+    if (special) continue;
+    const std::string decoded = golden["decoded"];
+    if (bytes != decoded && !bytes.empty() && bytes[0] == ' ' &&
+        bytes.substr(1) == decoded) {
+      bytes = decoded;
+    }
+    EXPECT_EQ(bytes, decoded) << set.name << ": " << golden["text"].dump();
+    ++checked;
+  }
+  EXPECT_GE(checked, 20) << set.name;
+}
+
 INSTANTIATE_TEST_SUITE_P(Tokenizers, TokenizerGoldenTest,
                          ::testing::ValuesIn(Sets()),
                          [](const auto& info) { return info.param.name; });

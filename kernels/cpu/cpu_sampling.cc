@@ -77,7 +77,7 @@ int32_t CpuSampleToken(absl::Span<const float> raw, const SampleRow& row,
 
   // 1. Penalties, then the mask.
   absl::Span<const float> logits = raw;
-  if (p.has_penalties() || !row.masked.empty()) {
+  if (p.has_penalties() || !row.masked.empty() || !row.allowed.empty()) {
     s->logits.assign(raw.begin(), raw.end());
     if (p.has_penalties()) {
       s->counts.assign(vocab, 0);
@@ -97,6 +97,13 @@ int32_t CpuSampleToken(absl::Span<const float> raw, const SampleRow& row,
     }
     for (int32_t id : row.masked) {
       if (valid(id)) s->logits[id] = -INFINITY;
+    }
+    if (!row.allowed.empty()) {
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (!((row.allowed[i >> 5] >> (i & 31)) & 1u)) {
+          s->logits[i] = -INFINITY;
+        }
+      }
     }
     logits = s->logits;
   }

@@ -7,7 +7,8 @@
 //     multiplies negative logits of every token in the prompt or the output
 //     (once per token), then every output token loses frequency_penalty *
 //     count + presence_penalty. Then the row's masked ids become -inf
-//     (min_tokens; ids outside the vocabulary are ignored).
+//     (min_tokens; ids outside the vocabulary are ignored), and so do the
+//     ids its allowed-token bitmask leaves out (structured output).
 //  2. temperature == 0: the argmax of the penalized logits (ArgMax's rules).
 //  3. Otherwise t = logit / temperature; min-p keeps t >= max + log(min_p);
 //     top-k keeps the k best survivors (ties by lower id); top-p keeps the

@@ -536,6 +536,7 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   }
   std::vector<cuda::DeviceSamplingParams> params(n);
   bool penalties = false;
+  bool constrained = false;
   int32_t top_n = 0;
   // Every row's masked ids, ascending and distinct, one list after another.
   sample_masked_.clear();
@@ -564,6 +565,8 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
         sample_masked_.end());
     p.masked_begin = static_cast<int32_t>(begin);
     p.masked_end = static_cast<int32_t>(sample_masked_.size());
+    p.constrained = r.allowed.empty() ? 0 : 1;
+    constrained = constrained || !r.allowed.empty();
     penalties = penalties || sp.has_penalties();
     top_n = std::max(top_n, r.top_logprobs);
   }
@@ -601,6 +604,21 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
                                    sample_masked_.size() * sizeof(int32_t)));
     d_masked = static_cast<const int32_t*>(m);
   }
+  const uint32_t* d_allowed = nullptr;
+  if (constrained) {
+    // One bitmask per row, rows without a constraint left out of use (their
+    // params say so) but kept in place so the kernel indexes by row.
+    const size_t words = static_cast<size_t>((vocab + 31) / 32);
+    sample_allowed_.assign(static_cast<size_t>(n) * words, 0u);
+    for (int64_t i = 0; i < n; ++i) {
+      const absl::Span<const uint32_t> bits = rows[i].allowed;
+      std::copy(bits.begin(), bits.end(), sample_allowed_.begin() + i * words);
+    }
+    ASSIGN_OR_RETURN(
+        void* a, CopySamplingInput(kSampleAllowed, sample_allowed_.data(),
+                                   sample_allowed_.size() * sizeof(uint32_t)));
+    d_allowed = static_cast<const uint32_t*>(a);
+  }
   ASSIGN_OR_RETURN(void* scratch,
                    Grow(kSampleScratch, static_cast<size_t>(n * vocab) * 4));
   // Everything the host reads back sits in one buffer, so one copy (and one
@@ -613,12 +631,13 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   float* d_log_z = d_chosen + n;
   int32_t* d_top_ids = reinterpret_cast<int32_t*>(d_log_z + n);
   float* d_top_lp = reinterpret_cast<float*>(d_top_ids + n * top_n);
-  RETURN_IF_ERROR(Launch(
-      cuda::LaunchSample(
-          logits.data_as<const float>(), n, vocab,
-          static_cast<const cuda::DeviceSamplingParams*>(d_params), d_counts,
-          d_mask, d_masked, static_cast<float*>(scratch), d_tokens, stream_),
-      "Sample"));
+  RETURN_IF_ERROR(
+      Launch(cuda::LaunchSample(
+                 logits.data_as<const float>(), n, vocab,
+                 static_cast<const cuda::DeviceSamplingParams*>(d_params),
+                 d_counts, d_mask, d_masked, d_allowed,
+                 static_cast<float*>(scratch), d_tokens, stream_),
+             "Sample"));
   const size_t workspace_bytes = cuda::LogprobsWorkspaceBytes(n, vocab, top_n);
   ASSIGN_OR_RETURN(void* workspace, Grow(kLogprobWorkspace, workspace_bytes));
   RETURN_IF_ERROR(Launch(

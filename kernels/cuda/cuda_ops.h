@@ -131,6 +131,7 @@ class CudaOps final : public Ops {
     kSampleCounts,
     kSampleMask,
     kSampleMasked,
+    kSampleAllowed,  // Structured output's per-row allowed-token bitmasks.
     kSampleScratch,
     kSampleResults,     // Tokens, their logits, log_z, top ids and values.
     kLogprobWorkspace,  // LaunchLogprobs' per-chunk partial results.
@@ -192,6 +193,7 @@ class CudaOps final : public Ops {
   Scratch scratch_[kNumBuffers];
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_masked_;
+  std::vector<uint32_t> sample_allowed_;
   std::vector<uint8_t> sample_mask_;
   // The packed results of one DoSample (kSampleResults' layout).
   std::vector<int32_t> sample_results_;

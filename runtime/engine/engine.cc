@@ -67,6 +67,10 @@ absl::Status Engine::CheckRequest(const GenerationRequest& request) const {
     return absl::InvalidArgumentError(
         "stop strings need a tokenizer, and the model folder has none");
   }
+  if (!request.grammar.empty() && tokenizer_ == nullptr) {
+    return absl::InvalidArgumentError(
+        "structured output needs a tokenizer, and the model folder has none");
+  }
   if (request.top_logprobs > config.vocab_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("top_logprobs ", request.top_logprobs,
@@ -106,6 +110,7 @@ absl::StatusOr<SeqId> Engine::Submit(const GenerationRequest& request,
   const int64_t max_total =
       static_cast<int64_t>(request.prompt_ids.size()) + r.max_new_tokens - 1;
   RETURN_IF_ERROR(scheduler_->Add(id, request.prompt_ids, max_total));
+  if (!request.grammar.empty()) need_vocabulary_ = true;
   if (tokenizer_ != nullptr) {
     DecodeOptions decode;
     decode.skip_special_tokens = request.skip_special_tokens;
@@ -197,6 +202,7 @@ absl::Status Engine::Step() {
     }
     r.runner_started = true;
   }
+  if (need_vocabulary_ && !vocabulary_sent_) RETURN_IF_ERROR(SendVocabulary());
   phase.emplace(trace_, "execute", "engine", trace_pid_, "sequences",
                 plan_.seqs_size());
   RETURN_IF_ERROR(executor_->Execute(plan_, &result_));
@@ -206,6 +212,27 @@ absl::Status Engine::Step() {
     RETURN_IF_ERROR(
         OnSampled(static_cast<SeqId>(sampled.sequence_id()), sampled));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SendVocabulary() {
+  // Submit refuses a grammar without a tokenizer.
+  const int64_t vocab = executor_->config().vocab_size;
+  proto::StepPlan plan;
+  plan.set_kind(proto::StepPlan::VOCABULARY);
+  proto::TokenVocabulary* v = plan.mutable_vocabulary();
+  v->mutable_tokens()->Reserve(static_cast<int>(vocab));
+  for (int64_t id = 0; id < vocab; ++id) {
+    const int32_t i = static_cast<int32_t>(id);
+    // Ids past the tokenizer's (a padded embedding) stay empty: never
+    // allowed.
+    const bool known = i < tokenizer_->vocab_size();
+    v->add_tokens(known ? tokenizer_->TokenBytes(i) : std::string());
+    if (known && tokenizer_->IsSpecial(i)) v->add_excluded_ids(i);
+  }
+  proto::StepResult ignored;
+  RETURN_IF_ERROR(executor_->Execute(plan, &ignored));
+  vocabulary_sent_ = true;
   return absl::OkStatus();
 }
 
@@ -276,6 +303,10 @@ absl::StatusOr<std::optional<FinishReason>> Engine::Advance(
     SeqId id, Request& r, const proto::SampledToken& sampled,
     TokenEvent& event) {
   const ModelConfig& config = executor_->config();
+  if (!sampled.error().empty()) {
+    // This sequence alone failed on the sampling rank (its grammar).
+    return absl::FailedPreconditionError(sampled.error());
+  }
   const TokenId token = sampled.token();
   GenerationResult& result = r.result;
   if (result.output_ids.empty()) {

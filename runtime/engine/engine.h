@@ -249,6 +249,9 @@ class Engine final : public TokenGenerator {
   // include_stop_str_in_output, and it becomes the stop_reason). With
   // `check` false only appends.
   bool AddText(Request& r, const std::string& piece, bool check = true);
+  // Gives the sampling rank the tokenizer's bytes per id (a VOCABULARY
+  // plan), once, before the first step that runs a grammar.
+  absl::Status SendVocabulary();
   // The event's text: what may be released now (all of it when finishing).
   std::string ReleaseText(Request& r, bool finishing);
   void Finish(SeqId id, Request& r, FinishReason reason);
@@ -262,7 +265,11 @@ class Engine final : public TokenGenerator {
   absl::flat_hash_map<SeqId, Request> requests_;  // Unfinished.
   absl::flat_hash_map<SeqId, absl::StatusOr<GenerationResult>> finished_;
   std::vector<SeqId> released_;  // For the next plan.
-  proto::StepPlan plan_;         // Reused every step (see plan.h).
+  // Structured output: a request with a grammar was submitted / the
+  // sampling rank has the vocabulary.
+  bool need_vocabulary_ = false;
+  bool vocabulary_sent_ = false;
+  proto::StepPlan plan_;  // Reused every step (see plan.h).
   proto::StepResult result_;
 };
 

@@ -70,6 +70,11 @@ struct GenerationRequest {
   // slow tokenizers (and vLLM) decode them.
   bool skip_special_tokens = true;
   bool spaces_between_special_tokens = true;
+  // Structured output: every token must continue this grammar (EBNF,
+  // runtime/grammar/grammar.h; what a JSON schema, regex or choice became),
+  // and EOS / stop_token_ids are allowed exactly when it is complete. Needs
+  // a tokenizer. Empty: unconstrained.
+  std::string grammar;
 };
 
 // What ended a sequence with finish_reason "stop", when it was not EOS:

@@ -81,6 +81,20 @@ absl::Status BuildStepPlan(const SchedulerOutput& output,
         step->mutable_prompt()->Add(request.prompt_ids.begin(),
                                     request.prompt_ids.end());
       }
+      if (!request.grammar.empty()) {
+        step->set_grammar(request.grammar);
+        // What ends the sequence ends the grammar; with ignore_eos and no
+        // stop ids, EOS still closes a complete output (the engine then
+        // goes on to max_tokens, each draw EOS again).
+        SetMinTokensStopIds(request, eos_ids, step->mutable_grammar_end_ids());
+        if (step->grammar_end_ids_size() == 0) {
+          for (int64_t id : eos_ids) {
+            if (id >= 0 && id <= INT32_MAX) {
+              step->add_grammar_end_ids(static_cast<TokenId>(id));
+            }
+          }
+        }
+      }
     }
     step->set_top_logprobs(request.top_logprobs);
     step->set_return_logits(s.sample && request.return_prefill_logits &&

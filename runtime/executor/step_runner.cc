@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
 #include "runtime/sampler/sampling_params_proto.h"
@@ -79,6 +81,11 @@ StepRunner::StepRunner(Model* model, KvPool pool, AttentionBackend backend,
 absl::Status StepRunner::Run(const proto::StepPlan& plan,
                              proto::StepResult* result) {
   result->Clear();
+  if (plan.kind() == proto::StepPlan::VOCABULARY) {
+    return SetVocabulary(plan.vocabulary());
+  }
+  // Nothing of the last step's masks may be running when states go.
+  if (mask_pool_ != nullptr) mask_pool_->Wait();
   for (uint64_t id : plan.released()) seqs_.erase(id);
   if (plan.seqs_size() == 0) return absl::OkStatus();
   ScopedTrace trace(trace_, "forward", "rank", trace_pid_, "sequences",
@@ -110,9 +117,29 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
       state->min_tokens_stop_ids.assign(
           step.sampling().min_tokens_stop_ids().begin(),
           step.sampling().min_tokens_stop_ids().end());
+      if (!step.grammar().empty()) {
+        if (grammars_ == nullptr) {
+          state->grammar_status = absl::FailedPreconditionError(
+              "structured output: the sampling rank has no vocabulary (no "
+              "tokenizer was loaded)");
+        } else if (auto g = grammars_->Get(step.grammar()); !g.ok()) {
+          state->grammar_status = g.status();
+        } else {
+          state->matcher = std::make_unique<grammar::GrammarMatcher>(
+              *std::move(g),
+              std::vector<int32_t>(step.grammar_end_ids().begin(),
+                                   step.grammar_end_ids().end()));
+          state->allowed.assign(state->matcher->mask_words(), 0u);
+        }
+      }
       seqs_[step.sequence_id()] = std::move(state);
     }
   }
+  if (samples_) StartGrammarMasks(plan);
+  // Whatever returns from here on, the masks' threads are done first.
+  const absl::Cleanup wait_for_masks = [this] {
+    if (mask_pool_ != nullptr) mask_pool_->Wait();
+  };
   const int32_t bucket = GraphBucket(plan);
   RETURN_IF_ERROR(inputs_->Fill(
       slices_, static_cast<int32_t>(pool_.block_size()), pool_.num_blocks(),
@@ -136,6 +163,50 @@ absl::Status StepRunner::Run(const proto::StepPlan& plan,
   return Sample(plan, logits, result);
 }
 
+absl::Status StepRunner::SetVocabulary(
+    const proto::TokenVocabulary& vocabulary) {
+  if (!samples_) return absl::OkStatus();
+  const int64_t vocab = model_->config().vocab_size;
+  if (vocabulary.tokens_size() != vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the tokenizer vocabulary has ", vocabulary.tokens_size(),
+                     " ids; the model's logits have ", vocab));
+  }
+  std::vector<std::string> bytes(vocabulary.tokens().begin(),
+                                 vocabulary.tokens().end());
+  std::vector<bool> excluded(bytes.size(), false);
+  for (int32_t id : vocabulary.excluded_ids()) {
+    if (id >= 0 && id < vocab) excluded[id] = true;
+  }
+  ASSIGN_OR_RETURN(
+      std::shared_ptr<const grammar::TokenVocabulary> v,
+      grammar::TokenVocabulary::Create(std::move(bytes), std::move(excluded)));
+  grammars_ = std::make_shared<grammar::GrammarCache>(std::move(v));
+  return absl::OkStatus();
+}
+
+void StepRunner::StartGrammarMasks(const proto::StepPlan& plan) {
+  std::vector<GrammarMaskPool::Job> jobs;
+  for (const proto::SequenceStep& step : plan.seqs()) {
+    if (!step.sample()) continue;
+    auto it = seqs_.find(step.sequence_id());
+    if (it == seqs_.end()) continue;  // Sample reports it.
+    SequenceState& state = *it->second;
+    if (state.matcher == nullptr || !state.grammar_status.ok()) continue;
+    jobs.push_back({state.matcher.get(), absl::MakeSpan(state.allowed),
+                    &state.grammar_status});
+  }
+  if (jobs.empty()) return;
+  if (mask_pool_ == nullptr) {
+    // A few threads: a mask is a few hundred token checks, and the forward
+    // they hide behind needs the cores too on the CPU.
+    const int threads = std::clamp<int>(
+        static_cast<int>(std::thread::hardware_concurrency()) / 4, 1, 8);
+    mask_pool_ = std::make_unique<GrammarMaskPool>(threads);
+  }
+  mask_pool_->Start(std::move(jobs));
+}
+
 int32_t StepRunner::GraphBucket(const proto::StepPlan& plan) const {
   if (graphs_ == nullptr) return 0;
   for (const proto::SequenceStep& step : plan.seqs()) {
@@ -157,6 +228,7 @@ absl::Status StepRunner::CaptureGraphs(
 absl::Status StepRunner::Sample(const proto::StepPlan& plan,
                                 const TensorView& logits,
                                 proto::StepResult* result) {
+  if (mask_pool_ != nullptr) mask_pool_->Wait();
   sample_rows_.clear();
   for (const proto::SequenceStep& step : plan.seqs()) {
     if (!step.sample()) continue;
@@ -174,6 +246,9 @@ absl::Status StepRunner::Sample(const proto::StepPlan& plan,
     row.prompt = state.prompt;
     row.output = state.output;
     row.masked = state.Masked();
+    if (state.matcher != nullptr && state.grammar_status.ok()) {
+      row.allowed = state.allowed;
+    }
     row.top_logprobs = step.top_logprobs();
     sample_rows_.push_back(row);
   }
@@ -195,6 +270,13 @@ absl::Status StepRunner::Sample(const proto::StepPlan& plan,
     state.output.push_back(sample.token);
     proto::SampledToken* out = result->add_tokens();
     out->set_sequence_id(step.sequence_id());
+    if (state.matcher != nullptr && state.grammar_status.ok()) {
+      state.grammar_status = state.matcher->Accept(sample.token);
+    }
+    if (!state.grammar_status.ok()) {
+      out->set_error(
+          absl::StrCat("structured output: ", state.grammar_status.message()));
+    }
     out->set_token(sample.token);
     out->set_logprob(sample.logprob);
     for (const auto& [id, logprob] : sample.top) {

@@ -31,8 +31,10 @@
 #include "kernels/ops.h"
 #include "proto/tessera.pb.h"
 #include "runtime/core/trace_ring.h"
+#include "runtime/executor/grammar_masks.h"
 #include "runtime/executor/graph_runner.h"
 #include "runtime/executor/step_inputs.h"
+#include "runtime/grammar/matcher.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/model.h"
 #include "runtime/sampler/sampling_params.h"
@@ -65,6 +67,13 @@ class StepRunner {
   // SampledToken per sampled sequence, in plan order; elsewhere it is left
   // empty. InvalidArgument for an inconsistent plan (a block outside the pool,
   // a sampled sequence the runner has no sampler for, ...).
+  //
+  // Structured output: a sequence started with a grammar draws only tokens
+  // that continue it (runtime/grammar/matcher.h), its mask computed on
+  // GrammarMaskPool threads while the forward runs. A sequence whose grammar
+  // cannot go on (no token of the vocabulary continues it, or it is too
+  // ambiguous) gets SampledToken::error and fails alone. A VOCABULARY plan
+  // gives the sampling rank the tokenizer's bytes the grammars match.
   absl::Status Run(const proto::StepPlan& plan, proto::StepResult* result);
 
   // Records each Run as a "forward" event of process `pid` (the rank) in
@@ -110,6 +119,11 @@ class StepRunner {
     // min_tokens: these ids are masked while output has fewer tokens.
     int64_t min_tokens = 0;
     std::vector<int32_t> min_tokens_stop_ids;
+    // Structured output: the grammar's state, the next draw's allowed ids
+    // and, once it cannot go on, why.
+    std::unique_ptr<grammar::GrammarMatcher> matcher;
+    std::vector<uint32_t> allowed;
+    absl::Status grammar_status;
     // The ids masked for the next draw (empty once min_tokens are out).
     absl::Span<const int32_t> Masked() const {
       return static_cast<int64_t>(output.size()) < min_tokens
@@ -126,6 +140,10 @@ class StepRunner {
   // follow: a padded graph step's), in one Ops::Sample call.
   absl::Status Sample(const proto::StepPlan& plan, const TensorView& logits,
                       proto::StepResult* result);
+  // The VOCABULARY plan's tokenizer bytes (the sampling rank keeps them).
+  absl::Status SetVocabulary(const proto::TokenVocabulary& vocabulary);
+  // Starts the masks of `plan`'s constrained sampled sequences.
+  void StartGrammarMasks(const proto::StepPlan& plan);
   // The bucket a pure-decode `plan` replays, or 0 (eager).
   int32_t GraphBucket(const proto::StepPlan& plan) const;
 
@@ -135,6 +153,9 @@ class StepRunner {
   bool samples_;
   absl::flat_hash_map<uint64_t, std::unique_ptr<SequenceState>> seqs_;
   std::unique_ptr<StepInputs> inputs_;
+  // Structured output (the sampling rank, after a VOCABULARY plan).
+  std::shared_ptr<grammar::GrammarCache> grammars_;
+  std::unique_ptr<GrammarMaskPool> mask_pool_;
   // After inputs_ and pool_: destroyed before them.
   std::unique_ptr<GraphRunner> graphs_;
   // Reused between steps.

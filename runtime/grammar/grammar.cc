@@ -7,15 +7,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/grammar/code_ranges.h"
 
 namespace tessera {
 namespace grammar {
 namespace {
 
-constexpr char32_t kMaxCodePoint = 0x10FFFF;
-
 using Sequence = std::vector<Element>;
-using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
@@ -27,24 +25,6 @@ int HexValue(char c) {
   if (c >= 'a' && c <= 'f') return c - 'a' + 10;
   if (c >= 'A' && c <= 'F') return c - 'A' + 10;
   return -1;
-}
-
-void AppendUtf8(char32_t cp, std::string* out) {
-  if (cp < 0x80) {
-    out->push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out->push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out->push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out->push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out->push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
 }
 
 // The byte ranges of the UTF-8 encodings of the code points [lo, hi] (no
@@ -88,47 +68,6 @@ void Utf8Sequences(char32_t lo, char32_t hi,
     seq.push_back({static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])});
   }
   out->push_back(std::move(seq));
-}
-
-// Sorted, merged, surrogates removed.
-CodeRanges Normalize(CodeRanges ranges) {
-  CodeRanges cut;
-  for (auto [lo, hi] : ranges) {
-    if (lo > hi) continue;
-    if (lo < 0xD800 && hi > 0xDFFF) {
-      cut.push_back({lo, 0xD7FF});
-      cut.push_back({0xE000, hi});
-    } else if (lo >= 0xD800 && hi <= 0xDFFF) {
-      continue;
-    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
-      cut.push_back({0xE000, hi});
-    } else if (hi >= 0xD800 && hi <= 0xDFFF) {
-      cut.push_back({lo, 0xD7FF});
-    } else {
-      cut.push_back({lo, hi});
-    }
-  }
-  std::sort(cut.begin(), cut.end());
-  CodeRanges merged;
-  for (auto r : cut) {
-    if (!merged.empty() && r.first <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, r.second);
-    } else {
-      merged.push_back(r);
-    }
-  }
-  return merged;
-}
-
-CodeRanges Complement(const CodeRanges& ranges) {
-  CodeRanges out;
-  char32_t next = 0;
-  for (auto [lo, hi] : ranges) {
-    if (lo > next) out.push_back({next, lo - 1});
-    next = hi + 1;
-  }
-  if (next <= kMaxCodePoint) out.push_back({next, kMaxCodePoint});
-  return Normalize(std::move(out));
 }
 
 class Parser {
@@ -364,14 +303,14 @@ class Parser {
         }
         ranges.push_back({lo, hi});
       }
-      ranges = Normalize(std::move(ranges));
-      if (negated) ranges = Complement(ranges);
+      ranges = NormalizeRanges(std::move(ranges));
+      if (negated) ranges = ComplementRanges(ranges);
       if (ranges.empty()) return Error("a character class matches nothing");
       return ClassUnit(ranges);
     }
     if (c == '.') {
       ++pos_;
-      return ClassUnit(Normalize({{0, kMaxCodePoint}}));
+      return ClassUnit(NormalizeRanges({{0, kMaxCodePoint}}));
     }
     if (c == '(') {
       if (depth + 1 > kMaxGrammarNesting) {

@@ -23,7 +23,7 @@ array  ::= "[" ws ( value ws ( "," ws value ws )* )? "]"
 string ::= "\"" char* "\""
 char   ::= [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
 number ::= "-"? ( "0" | [1-9] [0-9]{0,15} ) ( "." [0-9]{1,15} )? ( [eE] [-+]? [0-9]{1,3} )?
-ws     ::= [ \t\n]{0,20}
+ws     ::= ( " " | "\n" [ \t]{0,24} )?
 )";
 
 // 256 one-byte tokens, then an end token (id 256).

@@ -337,6 +337,7 @@ TEST(AsyncEngine, AbortTellsReadersWithoutTheLoop) {
 // render one id).
 class FailingTokenizer final : public Tokenizer {
  public:
+  std::string TokenBytes(int32_t) const override { return std::string(); }
   explicit FailingTokenizer(int32_t bad) : bad_(bad) {}
   absl::StatusOr<std::vector<int32_t>> Encode(
       absl::string_view) const override {

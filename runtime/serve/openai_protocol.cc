@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/core/json_limits.h"
+#include "runtime/grammar/structured_output.h"
 
 namespace tessera {
 namespace serve {
@@ -453,29 +454,185 @@ MaybeError ParseStopTokenIds(const Json& body, CompletionRequest* request) {
   return std::nullopt;
 }
 
-MaybeError ParseResponseFormat(const Json& body) {
-  const Json* format = Field(body, "response_format");
-  if (format == nullptr) return std::nullopt;
-  if (!format->is_object()) {
-    return TypeError("response_format", "an object", *format);
+// A grammar spec's EBNF, or a 400 naming `param` with the converter's
+// message (an invalid schema, regex or grammar).
+MaybeError ToGrammar(const grammar::StructuredOutput& spec,
+                     const std::string& param, CompletionRequest* request) {
+  absl::StatusOr<std::string> ebnf = grammar::StructuredOutputEbnf(spec);
+  if (!ebnf.ok()) {
+    return InvalidRequest(absl::StrCat("Invalid value for '", param,
+                                       "': ", ebnf.status().message()),
+                          param, "invalid_value");
   }
-  const Json* type = Field(*format, "type");
-  if (type == nullptr) return Missing("response_format.type");
-  if (!type->is_string()) {
-    return TypeError("response_format.type", "a string", *type);
+  request->grammar = *std::move(ebnf);
+  return std::nullopt;
+}
+
+// A schema given as an object or as its JSON text (vLLM takes both).
+MaybeError ReadSchema(const Json& value, const std::string& param,
+                      grammar::StructuredOutput* spec) {
+  spec->kind = grammar::StructuredOutput::Kind::kJsonSchema;
+  if (value.is_object() || value.is_boolean()) {
+    spec->schema = value;
+    return std::nullopt;
   }
-  const std::string& name = type->get_ref<const std::string&>();
-  if (name == "text") return std::nullopt;
-  if (name == "json_object" || name == "json_schema" ||
-      name == "structural_tag") {
-    return Unsupported(
-        "response_format",
-        absl::StrCat("response_format ", Quote(*type), " (structured output)"));
+  if (value.is_string()) {
+    const std::string& text = value.get_ref<const std::string&>();
+    if (!CheckJsonNesting(text).ok()) {
+      return ValueError(param, "a JSON schema nested at most 64 levels", value);
+    }
+    spec->schema = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (spec->schema.is_discarded()) {
+      return ValueError(param, "a JSON schema (its text is not JSON)", value);
+    }
+    return std::nullopt;
   }
-  return ValueError("response_format.type",
-                    "\"text\", \"json_object\", \"json_schema\" or "
-                    "\"structural_tag\"",
-                    *type);
+  return TypeError(param, "a JSON schema (an object or its JSON text)", value);
+}
+
+MaybeError ReadChoices(const Json& value, const std::string& param,
+                       grammar::StructuredOutput* spec) {
+  if (!value.is_array() || value.empty()) {
+    return TypeError(param, "a non-empty array of strings", value);
+  }
+  spec->kind = grammar::StructuredOutput::Kind::kChoice;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (!value[i].is_string() ||
+        value[i].get_ref<const std::string&>().empty()) {
+      return TypeError(absl::StrCat(param, ".[", i, "]"), "a non-empty string",
+                       value[i]);
+    }
+    spec->choices.push_back(value[i].get<std::string>());
+  }
+  return std::nullopt;
+}
+
+MaybeError ReadText(const Json& value, const std::string& param,
+                    grammar::StructuredOutput::Kind kind,
+                    grammar::StructuredOutput* spec) {
+  if (!value.is_string() || value.get_ref<const std::string&>().empty()) {
+    return TypeError(param, "a non-empty string", value);
+  }
+  spec->kind = kind;
+  spec->text = value.get<std::string>();
+  return std::nullopt;
+}
+
+// Structured output, in any of the three spellings clients use (at most one
+// per request): OpenAI's response_format (json_object, json_schema with
+// name / schema / strict), vLLM's structured_outputs object (json, regex,
+// choice, grammar, json_object) and its older guided_json / guided_regex /
+// guided_choice / guided_grammar fields. Sets request->grammar.
+MaybeError ParseStructuredOutput(const Json& body, CompletionRequest* request) {
+  std::vector<std::pair<std::string, grammar::StructuredOutput>> specs;
+  if (const Json* format = Field(body, "response_format")) {
+    if (!format->is_object()) {
+      return TypeError("response_format", "an object", *format);
+    }
+    const Json* type = Field(*format, "type");
+    if (type == nullptr) return Missing("response_format.type");
+    if (!type->is_string()) {
+      return TypeError("response_format.type", "a string", *type);
+    }
+    const std::string& name = type->get_ref<const std::string&>();
+    grammar::StructuredOutput spec;
+    if (name == "json_object") {
+      spec.kind = grammar::StructuredOutput::Kind::kJsonObject;
+      specs.push_back({"response_format", spec});
+    } else if (name == "json_schema") {
+      const Json* js = Field(*format, "json_schema");
+      if (js == nullptr) return Missing("response_format.json_schema");
+      if (!js->is_object()) {
+        return TypeError("response_format.json_schema", "an object", *js);
+      }
+      if (const Json* strict = Field(*js, "strict");
+          strict != nullptr && !strict->is_boolean()) {
+        return TypeError("response_format.json_schema.strict", "a boolean",
+                         *strict);
+      }
+      // strict or not, the output follows the schema exactly (xgrammar's
+      // behaviour in vLLM); no schema means any JSON value.
+      const Json* schema = Field(*js, "schema");
+      TESSERA_API_RETURN_IF_ERROR(
+          ReadSchema(schema != nullptr ? *schema : Json(true),
+                     "response_format.json_schema.schema", &spec));
+      specs.push_back({"response_format.json_schema.schema", spec});
+    } else if (name == "structural_tag") {
+      return Unsupported("response_format",
+                         "response_format \"structural_tag\"");
+    } else if (name != "text") {
+      return ValueError("response_format.type",
+                        "\"text\", \"json_object\", \"json_schema\" or "
+                        "\"structural_tag\"",
+                        *type);
+    }
+  }
+  using Kind = grammar::StructuredOutput::Kind;
+  bool compact = false;
+  if (const Json* so = Field(body, "structured_outputs")) {
+    if (!so->is_object()) {
+      return TypeError("structured_outputs", "an object", *so);
+    }
+    for (auto it = so->begin(); it != so->end(); ++it) {
+      if (it->is_null()) continue;
+      const std::string param = "structured_outputs." + it.key();
+      grammar::StructuredOutput spec;
+      if (it.key() == "json") {
+        TESSERA_API_RETURN_IF_ERROR(ReadSchema(*it, param, &spec));
+      } else if (it.key() == "regex") {
+        TESSERA_API_RETURN_IF_ERROR(ReadText(*it, param, Kind::kRegex, &spec));
+      } else if (it.key() == "choice") {
+        TESSERA_API_RETURN_IF_ERROR(ReadChoices(*it, param, &spec));
+      } else if (it.key() == "grammar") {
+        TESSERA_API_RETURN_IF_ERROR(
+            ReadText(*it, param, Kind::kGrammar, &spec));
+      } else if (it.key() == "json_object") {
+        if (!it->is_boolean()) return TypeError(param, "a boolean", *it);
+        if (!it->get<bool>()) continue;
+        spec.kind = Kind::kJsonObject;
+      } else if (it.key() == "disable_any_whitespace") {
+        if (!it->is_boolean()) return TypeError(param, "a boolean", *it);
+        compact = it->get<bool>();
+        continue;
+      } else if (it.key() == "disable_fallback" ||
+                 it.key() == "disable_additional_properties") {
+        // Tessera never falls back to another backend, and allows no
+        // undeclared property unless the schema says so.
+        if (!it->is_boolean()) return TypeError(param, "a boolean", *it);
+        continue;
+      } else {
+        return Unsupported(param, absl::StrCat("'", param, "'"));
+      }
+      specs.push_back({param, spec});
+    }
+  }
+  for (const char* key :
+       {"guided_json", "guided_regex", "guided_choice", "guided_grammar"}) {
+    const Json* value = Field(body, key);
+    if (value == nullptr) continue;
+    grammar::StructuredOutput spec;
+    const std::string k = key;
+    if (k == "guided_json") {
+      TESSERA_API_RETURN_IF_ERROR(ReadSchema(*value, k, &spec));
+    } else if (k == "guided_regex") {
+      TESSERA_API_RETURN_IF_ERROR(ReadText(*value, k, Kind::kRegex, &spec));
+    } else if (k == "guided_choice") {
+      TESSERA_API_RETURN_IF_ERROR(ReadChoices(*value, k, &spec));
+    } else {
+      TESSERA_API_RETURN_IF_ERROR(ReadText(*value, k, Kind::kGrammar, &spec));
+    }
+    specs.push_back({k, spec});
+  }
+  if (specs.empty()) return std::nullopt;
+  specs[0].second.any_whitespace = !compact;
+  if (specs.size() > 1) {
+    return InvalidRequest(
+        absl::StrCat("Only one kind of structured output may be given per "
+                     "request; got '",
+                     specs[0].first, "' and '", specs[1].first, "'."),
+        specs[1].first, "invalid_value");
+  }
+  return ToGrammar(specs[0].second, specs[0].first, request);
 }
 
 // Fields vLLM implements and Tessera does not. Flags and lists: a 400 unless
@@ -489,18 +646,8 @@ constexpr const char* kUnsupportedUnlessNoOp[] = {
 // The rest: a 400 for any value but null (prompt_logprobs 0 still asks for
 // the prompt's log-probabilities, allowed_token_ids [] is an error in vLLM).
 constexpr const char* kUnsupportedCommon[] = {
-    "prompt_logprobs",
-    "truncate_prompt_tokens",
-    "allowed_token_ids",
-    "cache_salt",
-    "guided_json",
-    "guided_regex",
-    "guided_choice",
-    "guided_grammar",
-    "guided_decoding_backend",
-    "guided_whitespace_pattern",
-    "structural_tag",
-    "structured_outputs",
+    "prompt_logprobs", "truncate_prompt_tokens",    "allowed_token_ids",
+    "cache_salt",      "guided_whitespace_pattern", "structural_tag",
 };
 constexpr const char* kUnsupportedCompletions[] = {"prompt_embeds"};
 constexpr const char* kUnsupportedChat[] = {"chat_template"};
@@ -530,6 +677,11 @@ constexpr const char* kHandledCommon[] = {
     "best_of",
     "logit_bias",
     "response_format",
+    "structured_outputs",
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
     "request_id",
     "echo",
     "max_tokens",
@@ -715,7 +867,7 @@ MaybeError ParseCommon(Json& body, CompletionRequest* request) {
     if (!bias->is_object()) return TypeError("logit_bias", "an object", *bias);
     if (!bias->empty()) return Unsupported("logit_bias", "logit_bias");
   }
-  TESSERA_API_RETURN_IF_ERROR(ParseResponseFormat(body));
+  TESSERA_API_RETURN_IF_ERROR(ParseStructuredOutput(body, request));
   if (const Json* id = Field(body, "request_id")) {
     if (!id->is_string()) return TypeError("request_id", "a string", *id);
     const std::string& text = id->get_ref<const std::string&>();
@@ -1302,6 +1454,7 @@ GenerationRequest ToGenerationRequest(const CompletionRequest& request,
   out.include_stop_str_in_output = request.include_stop_str_in_output;
   out.skip_special_tokens = request.skip_special_tokens;
   out.spaces_between_special_tokens = request.spaces_between_special_tokens;
+  out.grammar = request.grammar;
   return out;
 }
 

@@ -24,19 +24,23 @@
 //  - Fields vLLM implements and Tessera does not are a 400 naming the field
 //    with code "unsupported_parameter": any non-null value of
 //    prompt_embeds, prompt_logprobs (0 too: it asks for the prompt's),
-//    truncate_prompt_tokens, allowed_token_ids, cache_salt, guided_json /
-//    guided_regex / guided_choice / guided_grammar / guided_decoding_backend
-//    / guided_whitespace_pattern / structural_tag / structured_outputs, and
+//    truncate_prompt_tokens, allowed_token_ids, cache_salt,
+//    guided_whitespace_pattern, structural_tag, and
 //    chat's chat_template (a per-request template); any value but the no-op
 //    one (null, false, 0, an empty list or object) of use_beam_search,
 //    bad_words, logits_processors, return_tokens_as_token_ids,
 //    return_token_ids, kv_transfer_params, priority (no priority
 //    scheduling) and stream_options.continuous_usage_stats; and best_of > n,
-//    a non-empty suffix or logit_bias, response_format other than
-//    {"type": "text"} (json_object / json_schema / structural_tag), echo
+//    a non-empty suffix or logit_bias, response_format structural_tag, echo
 //    with logprobs (prompt log-probabilities), chat's tool_choice "auto" or
 //    "required" (with tools) or a named function, and content parts other
 //    than text.
+//  - Structured output, on both endpoints: response_format json_object /
+//    json_schema (name, schema, strict), structured_outputs {json, regex,
+//    choice, grammar, json_object}, guided_json / guided_regex /
+//    guided_choice / guided_grammar; at most one per request; a bad schema,
+//    regex or grammar is a 400 naming the field (CompletionRequest::grammar).
+//    guided_decoding_backend is accepted and ignored (vLLM deprecated it).
 //  - Fields vLLM accepts and ignores (user, parallel_tool_calls,
 //    length_penalty without beam search, reasoning_effort, include_reasoning,
 //    mm_processor_kwargs, vllm_xargs) and unknown fields (store, metadata,
@@ -93,12 +97,12 @@
 //    `tools` (array), `documents` (array) and `chat_template_kwargs`
 //    (object) are kept for the chat template; tool calls in the output are
 //    not parsed, so with tools tool_choice may only be absent or "none" (vLLM
-//    refuses "auto" without a tool-call parser too). add_generation_prompt and continue_final_message
-//    both true is a 400 (vLLM's rule; add_generation_prompt defaults to
-//    true), and continue_final_message needs a final assistant message.
-//    `echo` (vLLM): the reply starts with the final message's content when
-//    that message is the assistant's (see echo_text); the reply's role is
-//    always "assistant".
+//    refuses "auto" without a tool-call parser too). add_generation_prompt and
+//    continue_final_message both true is a 400 (vLLM's rule;
+//    add_generation_prompt defaults to true), and continue_final_message needs
+//    a final assistant message. `echo` (vLLM): the reply starts with the final
+//    message's content when that message is the assistant's (see echo_text);
+//    the reply's role is always "assistant".
 //  - Completions with several prompts and n > 1: choice index
 //    prompt_index * n + j, as OpenAI numbers them. ToGenerationRequest seeds
 //    choice i with seed + i (wrapping), so n > 1 choices differ and repeat.
@@ -267,6 +271,11 @@ struct CompletionRequest {
   // Fields present in the body that have no effect (see the policy above),
   // in body order.
   std::vector<std::string> ignored_fields;
+  // Structured output (response_format json_object / json_schema,
+  // structured_outputs, guided_json / guided_regex / guided_choice /
+  // guided_grammar): the grammar every choice's output follows, as EBNF
+  // (runtime/grammar); empty when the request has none.
+  std::string grammar;
 };
 
 using ParseResult = std::variant<CompletionRequest, ApiError>;

@@ -503,6 +503,45 @@ TEST(FieldTest, SupportedValuesOfUnsupportedFeatures) {
   Ok(ParseCompletionRequest(CompletionBody(R"("prompt_embeds": null)")));
 }
 
+// Structured output: every spelling becomes the one grammar the sampler
+// enforces.
+TEST(FieldTest, StructuredOutputBecomesAGrammar) {
+  for (
+      const char* extra : {
+          R"("response_format": {"type": "json_object"})",
+          R"("response_format": {"type": "json_schema", "json_schema": {"name": "x", "strict": true, "schema": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}}})",
+          R"("guided_json": {"type": "array", "items": {"enum": [1, 2]}})",
+          R"("guided_json": "{\"type\": \"string\", \"maxLength\": 3}")",
+          R"("guided_regex": "[a-z]{2,4}@x\\.com")",
+          R"("guided_choice": ["yes", "no"])",
+          R"("guided_grammar": "root ::= \"a\" root | \"b\"")",
+          R"("structured_outputs": {"json": {"type": "boolean"}})",
+          R"("structured_outputs": {"regex": "[0-9]+"})",
+          R"("structured_outputs": {"choice": ["x"]})",
+          R"("structured_outputs": {"grammar": "root ::= [a-z]+"})",
+          R"("structured_outputs": {"json_object": true})",
+      }) {
+    for (bool chat : {false, true}) {
+      CompletionRequest r =
+          Ok(chat ? ParseChatRequest(ChatBody(extra))
+                  : ParseCompletionRequest(CompletionBody(extra)));
+      EXPECT_NE(r.grammar.find("root ::="), std::string::npos) << extra;
+      GenerationRequest g = ToGenerationRequest(r, {1, 2}, 0, {});
+      EXPECT_EQ(g.grammar, r.grammar);
+    }
+  }
+  EXPECT_TRUE(
+      Ok(ParseChatRequest(ChatBody(R"("response_format": {"type": "text"})")))
+          .grammar.empty());
+  // The old backend selector is accepted and listed as ignored, as vLLM
+  // deprecated it.
+  CompletionRequest r = Ok(ParseCompletionRequest(
+      CompletionBody(R"("guided_decoding_backend": "xgrammar")")));
+  EXPECT_TRUE(r.grammar.empty());
+  EXPECT_EQ(r.ignored_fields,
+            std::vector<std::string>({"guided_decoding_backend"}));
+}
+
 TEST(FieldTest, ToolsAndTemplateKwargsKept) {
   CompletionRequest r = Ok(ParseChatRequest(ChatBody(
       R"("tools": [{"type": "function", "function": {"name": "f"}}],
@@ -615,10 +654,25 @@ constexpr BadCase kCommonBad[] = {
     {R"("echo": 1)", "echo", "invalid_type"},
     {R"("request_id": 5)", "request_id", "invalid_type"},
     {R"("request_id": "")", "request_id", "invalid_value"},
-    {R"("response_format": {"type": "json_object"})", "response_format",
+    {R"("response_format": {"type": "json_schema"})",
+     "response_format.json_schema", "missing_required_parameter"},
+    {R"("response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "strange"}}})",
+     "response_format.json_schema.schema", "invalid_value"},
+    {R"("response_format": {"type": "structural_tag"})", "response_format",
      "unsupported_parameter"},
-    {R"("response_format": {"type": "json_schema", "json_schema": {}})",
-     "response_format", "unsupported_parameter"},
+    {R"("guided_regex": "a(b")", "guided_regex", "invalid_value"},
+    {R"("guided_regex": 5)", "guided_regex", "invalid_type"},
+    {R"("guided_choice": [])", "guided_choice", "invalid_type"},
+    {R"("guided_choice": ["a", 1])", "guided_choice.[1]", "invalid_type"},
+    {R"("guided_grammar": "root ::= undefined")", "guided_grammar",
+     "invalid_value"},
+    {R"("guided_json": "{not json")", "guided_json", "invalid_value"},
+    {R"("structured_outputs": {"regex": "x", "choice": ["a"]})",
+     "structured_outputs.choice", "invalid_value"},
+    {R"("guided_json": {}, "response_format": {"type": "json_object"})",
+     "guided_json", "invalid_value"},
+    {R"("structured_outputs": {"whitespace_pattern": " "})",
+     "structured_outputs.whitespace_pattern", "unsupported_parameter"},
     {R"("response_format": {"type": "yaml"})", "response_format.type",
      "invalid_value"},
     {R"("response_format": {})", "response_format.type",
@@ -1593,17 +1647,9 @@ TEST(UnsupportedTest, NamedWithUnsupportedParameter) {
           {R"("kv_transfer_params": {"a": 1})", "kv_transfer_params", true,
            true},
           {R"("priority": 1)", "priority", true, true},
-          {R"("guided_json": {"type": "object"})", "guided_json", true, true},
-          {R"("guided_regex": "a+")", "guided_regex", true, true},
-          {R"("guided_choice": ["a", "b"])", "guided_choice", true, true},
-          {R"("guided_grammar": "root ::= x")", "guided_grammar", true, true},
-          {R"("guided_decoding_backend": "xgrammar")",
-           "guided_decoding_backend", true, true},
           {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern",
            true, true},
           {R"("structural_tag": "{}")", "structural_tag", true, true},
-          {R"("structured_outputs": {"json": {}})", "structured_outputs", true,
-           true},
           {R"("logit_bias": {"1": 5})", "logit_bias", true, true},
           {R"("best_of": 3)", "best_of", true, true},
           {R"("stream": true, "stream_options": {"continuous_usage_stats": true})",

@@ -582,14 +582,25 @@ class ByteLevelDecoder final : public Decoder {
         bytes += token;
       }
     }
-    tokens->assign(1, unicode::Utf8Lossy(bytes));
+    tokens->assign(1, lossy_ ? unicode::Utf8Lossy(bytes) : bytes);
     return absl::OkStatus();
   }
+  absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const override {
+    return ByteLevelDecoder(/*lossy=*/false).DecodeChain(tokens);
+  }
+  explicit ByteLevelDecoder(bool lossy = true) : lossy_(lossy) {}
+
+ private:
+  bool lossy_;
 };
 
 class MetaspaceDecoder final : public Decoder {
  public:
-  explicit MetaspaceDecoder(MetaspaceConfig config) : config_(config) {}
+  explicit MetaspaceDecoder(MetaspaceConfig config, bool raw = false)
+      : config_(config), raw_(raw) {}
+  absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const override {
+    return MetaspaceDecoder(config_, /*raw=*/true).DecodeChain(tokens);
+  }
   absl::Status DecodeChain(std::vector<std::string>* tokens) const override {
     for (size_t i = 0; i < tokens->size(); ++i) {
       const std::string& token = (*tokens)[i];
@@ -601,7 +612,7 @@ class MetaspaceDecoder final : public Decoder {
         const char32_t cp = unicode::NextCodePoint(token, &pos);
         if (cp != config_.replacement) {
           out.append(token, begin, pos - begin);
-        } else if (i != 0 || config_.scheme == PrependScheme::kNever) {
+        } else if (i != 0 || raw_ || config_.scheme == PrependScheme::kNever) {
           out.push_back(' ');
         }
         // HF drops every replacement character of the first token (not only
@@ -614,17 +625,22 @@ class MetaspaceDecoder final : public Decoder {
 
  private:
   MetaspaceConfig config_;
+  bool raw_;
 };
 
 class ByteFallbackDecoder final : public Decoder {
  public:
+  explicit ByteFallbackDecoder(bool raw = false) : raw_(raw) {}
+  absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const override {
+    return ByteFallbackDecoder(/*raw=*/true).DecodeChain(tokens);
+  }
   absl::Status DecodeChain(std::vector<std::string>* tokens) const override {
     std::vector<std::string> out;
     out.reserve(tokens->size());
     std::string pending;
     const auto flush = [&] {
       if (pending.empty()) return;
-      if (unicode::IsValidUtf8(pending)) {
+      if (raw_ || unicode::IsValidUtf8(pending)) {
         out.push_back(pending);
       } else {
         // One U+FFFD per byte, not per invalid sequence: HF's rule.
@@ -663,6 +679,7 @@ class ByteFallbackDecoder final : public Decoder {
     const int l = HexDigit(lo);
     return h < 0 || l < 0 ? -1 : h * 16 + l;
   }
+  bool raw_;
 };
 
 class FuseDecoder final : public Decoder {
@@ -679,6 +696,12 @@ class StripDecoder final : public Decoder {
  public:
   StripDecoder(char32_t content, size_t start, size_t stop)
       : content_(content), start_(start), stop_(stop) {}
+  // Strip cuts a text's ends (after Fuse, the whole text's), which a token
+  // in the middle does not touch.
+  absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const override {
+    (void)tokens;
+    return absl::OkStatus();
+  }
   absl::Status DecodeChain(std::vector<std::string>* tokens) const override {
     for (std::string& token : *tokens) {
       // Character boundaries of the token, to cut by characters as HF does.
@@ -747,6 +770,12 @@ class SequenceDecoder final : public Decoder {
       : parts_(std::move(parts)) {}
   absl::Status DecodeChain(std::vector<std::string>* tokens) const override {
     for (const auto& part : parts_) RETURN_IF_ERROR(part->DecodeChain(tokens));
+    return absl::OkStatus();
+  }
+  absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const override {
+    for (const auto& part : parts_) {
+      RETURN_IF_ERROR(part->DecodeChainRaw(tokens));
+    }
     return absl::OkStatus();
   }
 

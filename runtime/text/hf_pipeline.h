@@ -64,6 +64,12 @@ class Decoder {
   // HF's decode_chain: token strings in, token strings out (joined by the
   // caller).
   virtual absl::Status DecodeChain(std::vector<std::string>* tokens) const = 0;
+  // The same for one token in the middle of a text, before any cleanup: raw
+  // bytes (no U+FFFD for a partial UTF-8 character), no first-token or
+  // whole-text stripping. Tokenizer::TokenBytes.
+  virtual absl::Status DecodeChainRaw(std::vector<std::string>* tokens) const {
+    return DecodeChain(tokens);
+  }
 };
 
 // Each parser takes the component's JSON object (not null) and returns

@@ -525,6 +525,7 @@ class HfTokenizer final : public Tokenizer {
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids,
                                      bool skip_special_tokens) const override;
   int32_t vocab_size() const override { return vocab_size_; }
+  std::string TokenBytes(int32_t id) const override;
   bool IsSpecial(int32_t id) const override {
     const auto it = added_by_id_.find(id);
     return it != added_by_id_.end() && added_[it->second].special;
@@ -968,6 +969,21 @@ absl::StatusOr<std::string> HfTokenizer::Decode(
   }
   if (clean_up_) out = CleanUpTokenization(std::move(out));
   return out;
+}
+
+std::string HfTokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size_ || IsSpecial(id)) return std::string();
+  const std::string* text = nullptr;
+  if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+    text = &added_[it->second].decode_text;
+  } else {
+    text = model_->IdToToken(id);
+  }
+  if (text == nullptr) return std::string();
+  if (decoder_ == nullptr) return *text;
+  std::vector<std::string> tokens = {*text};
+  if (!decoder_->DecodeChainRaw(&tokens).ok()) return std::string();
+  return absl::StrJoin(tokens, "");
 }
 
 }  // namespace

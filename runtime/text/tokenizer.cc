@@ -8,8 +8,10 @@
 #include <sstream>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "runtime/core/model_file.h"
 #include "runtime/core/status.h"
 #include "runtime/text/hf_tokenizer.h"
@@ -204,6 +206,23 @@ class SentencePieceTokenizer final : public Tokenizer {
 
   bool IsSpecial(int32_t id) const override {
     return id >= 0 && id < vocab_size() && processor_.IsControl(id);
+  }
+
+  std::string TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= vocab_size() || processor_.IsControl(id) ||
+        id == processor_.UnkId()) {
+      return std::string();
+    }
+    const std::string piece = processor_.IdToPiece(id);
+    if (piece.size() == 6 && piece.compare(0, 3, "<0x") == 0 &&
+        piece[5] == '>') {
+      int byte = 0;
+      if (absl::SimpleHexAtoi(piece.substr(3, 2), &byte)) {
+        return std::string(1, static_cast<char>(byte));
+      }
+    }
+    // U+2581 stands for the space before a word.
+    return absl::StrReplaceAll(piece, {{"\xE2\x96\x81", " "}});
   }
 
   int32_t TokenToId(absl::string_view token) const override {

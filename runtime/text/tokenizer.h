@@ -81,6 +81,12 @@ class Tokenizer {
 
   // Number of ids (the base vocabulary plus added tokens).
   virtual int32_t vocab_size() const = 0;
+  // The bytes `id` adds to the text in the middle of a sequence, before any
+  // cleanup: a byte-level token's raw bytes (maybe part of a UTF-8
+  // character), a SentencePiece piece with its word-boundary space, a byte
+  // fallback token's byte. Empty for special and unknown tokens and unused
+  // ids. What a grammar (runtime/grammar) matches the output against.
+  virtual std::string TokenBytes(int32_t id) const = 0;
   // Whether `id` is a special token (skipped by Decode(..., true)).
   virtual bool IsSpecial(int32_t id) const = 0;
   // The id of a token's exact text ("<|im_end|>"), or -1.

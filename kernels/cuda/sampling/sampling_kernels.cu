@@ -333,6 +333,7 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
                              const int32_t* __restrict__ token_counts,
                              const uint8_t* __restrict__ prompt_mask,
                              const int32_t* __restrict__ masked_ids,
+                             const uint32_t* __restrict__ allowed_bits,
                              float* __restrict__ scratch,
                              int32_t* __restrict__ out_tokens) {
   __shared__ ValId shared_best[33];
@@ -355,6 +356,9 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
       p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   const bool greedy = p.temperature == 0.0f;
   const bool masking = masked_ids != nullptr && p.masked_end > p.masked_begin;
+  const uint32_t* allow = allowed_bits != nullptr && p.constrained != 0
+                              ? allowed_bits + row * ((vocab + 31) / 32)
+                              : nullptr;
 
   // Pass 1: penalties, the argmax of the penalized logits and (sampling) the
   // tempered logits and their maximum.
@@ -368,6 +372,9 @@ __global__ void SampleKernel(const float* __restrict__ logits, int64_t vocab,
           p.repetition_penalty, p.presence_penalty, p.frequency_penalty);
     }
     if (masking && IsMasked(masked_ids, p.masked_begin, p.masked_end, i)) {
+      v = -INFINITY;
+    }
+    if (allow != nullptr && !((allow[i >> 5] >> (i & 31)) & 1u)) {
       v = -INFINITY;
     }
     if (v > best.v) best = {v, static_cast<int32_t>(i)};
@@ -530,13 +537,13 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab,
                          const DeviceSamplingParams* params,
                          const int32_t* token_counts,
                          const uint8_t* prompt_mask, const int32_t* masked_ids,
-                         float* scratch, int32_t* out_tokens,
-                         cudaStream_t stream) {
+                         const uint32_t* allowed_bits, float* scratch,
+                         int32_t* out_tokens, cudaStream_t stream) {
   if (vocab <= 0 || vocab > INT32_MAX) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   SampleKernel<<<static_cast<unsigned>(rows), kSampleThreads, 0, stream>>>(
-      logits, vocab, params, token_counts, prompt_mask, masked_ids, scratch,
-      out_tokens);
+      logits, vocab, params, token_counts, prompt_mask, masked_ids,
+      allowed_bits, scratch, out_tokens);
   return cudaGetLastError();
 }
 

@@ -66,6 +66,9 @@ struct DeviceSamplingParams {
   // distinct, in [0, vocab). Their logits count as -inf (min_tokens).
   int32_t masked_begin = 0;
   int32_t masked_end = 0;
+  // Non-zero: the row's allowed-token bitmask is allowed_bits[row] (see
+  // LaunchSample); ids it leaves out count as -inf, as the masked ones.
+  int32_t constrained = 0;
 };
 
 // Samples one token per row of logits [rows, vocab] into out_tokens[rows],
@@ -79,7 +82,9 @@ struct DeviceSamplingParams {
 //     sampling::PenalizeLogit, without fused multiply-adds, so penalized logits
 //     are bit-identical. Then the row's masked ids (masked_ids, see
 //     DeviceSamplingParams; may be null when no row has any) become -inf, as
-//     the CPU sampler's `masked`.
+//     the CPU sampler's `masked`; so do the ids a constrained row's bitmask
+//     leaves out (allowed_bits: device [rows, (vocab + 31) / 32] words, bit
+//     id % 32 of word id / 32; may be null when no row is constrained).
 //  2. temperature == 0: the argmax of the penalized logits (ArgMax's rules), so
 //     greedy decoding equals the CPU exactly.
 //  3. Otherwise logits / temperature; min-p drops tokens below
@@ -102,8 +107,8 @@ cudaError_t LaunchSample(const float* logits, int64_t rows, int64_t vocab,
                          const DeviceSamplingParams* params,
                          const int32_t* token_counts,
                          const uint8_t* prompt_mask, const int32_t* masked_ids,
-                         float* scratch, int32_t* out_tokens,
-                         cudaStream_t stream);
+                         const uint32_t* allowed_bits, float* scratch,
+                         int32_t* out_tokens, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

@@ -73,7 +73,8 @@ int32_t CpuDraw(const float* logits, int64_t vocab,
                 const DeviceSamplingParams& d,
                 absl::Span<const int32_t> prompt = {},
                 absl::Span<const int32_t> output = {},
-                absl::Span<const int32_t> masked = {}) {
+                absl::Span<const int32_t> masked = {},
+                absl::Span<const uint32_t> allowed = {}) {
   const SamplingParams params = ToCpu(d);
   EXPECT_TRUE(params.Validate().ok());
   SampleRow row;
@@ -83,6 +84,7 @@ int32_t CpuDraw(const float* logits, int64_t vocab,
   row.prompt = prompt;
   row.output = output;
   row.masked = masked;
+  row.allowed = allowed;
   CpuSampleScratch scratch;
   return CpuSampleToken(absl::MakeConstSpan(logits, vocab), row, &scratch);
 }
@@ -165,8 +167,11 @@ class CudaSamplingTest : public ::testing::Test {
                               const std::vector<DeviceSamplingParams>& params,
                               const std::vector<int32_t>* counts = nullptr,
                               const std::vector<uint8_t>* mask = nullptr,
-                              const std::vector<int32_t>* masked = nullptr) {
+                              const std::vector<int32_t>* masked = nullptr,
+                              const std::vector<uint32_t>* allowed = nullptr) {
     DeviceArray<float> d_logits(logits);
+    DeviceArray<uint32_t> d_allowed(
+        allowed != nullptr ? *allowed : std::vector<uint32_t>());
     DeviceArray<int32_t> d_masked(masked != nullptr ? *masked
                                                     : std::vector<int32_t>());
     // The host's log(min_p), as CudaOps fills it.
@@ -185,6 +190,7 @@ class CudaSamplingTest : public ::testing::Test {
                                  counts != nullptr ? d_counts.get() : nullptr,
                                  mask != nullptr ? d_mask.get() : nullptr,
                                  masked != nullptr ? d_masked.get() : nullptr,
+                                 allowed != nullptr ? d_allowed.get() : nullptr,
                                  d_scratch.get(), d_out.get(), nullptr),
               cudaSuccess);
     return d_out.Download();
@@ -509,6 +515,61 @@ TEST_F(CudaSamplingTest, MaskedIdsAreNeverDrawnAndGreedyEqualsCpuSampler) {
             ReferenceWeights(l.data(), vocab, unpenalized, nullptr, nullptr);
         EXPECT_GT(w[got[r]], 0.0) << "vocab=" << vocab << " row=" << r;
       }
+    }
+  }
+}
+
+// Structured output: a constrained row draws only ids its bitmask allows
+// (here a random tenth of the vocabulary, never the row's best token), and
+// the token equals the CPU sampler's with the same mask; unconstrained rows
+// beside it are untouched.
+TEST_F(CudaSamplingTest, AllowedBitmaskRowsDrawOnlyAllowedIdsAsTheCpu) {
+  for (int64_t vocab : {151936, 517, 33}) {
+    const int64_t rows = 24;
+    const int64_t words = (vocab + 31) / 32;
+    std::vector<float> logits = RandomLogits(rows * vocab);
+    std::vector<DeviceSamplingParams> params(rows);
+    std::vector<uint32_t> allowed(rows * words, 0u);
+    std::uniform_int_distribution<uint64_t> any_u64;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = logits.data() + r * vocab;
+      const int32_t best =
+          static_cast<int32_t>(std::max_element(row, row + vocab) - row);
+      DeviceSamplingParams& p = params[r];
+      p.temperature = r % 2 == 0 ? 0.0f : 0.9f;
+      p.top_k = r % 3 == 0 ? 0 : 5;
+      p.top_p = r % 5 == 0 ? 0.8f : 1.0f;
+      p.seed = any_u64(rng_);
+      p.step = any_u64(rng_) % 1000;
+      p.constrained = r % 4 != 3;
+      if (!p.constrained) continue;
+      uint32_t* bits = allowed.data() + r * words;
+      for (int64_t i = 0; i < vocab; ++i) {
+        if (i != best && rng_() % 10 == 0) bits[i >> 5] |= 1u << (i & 31);
+      }
+      if (r % 8 == 1) {
+        // One allowed id only.
+        std::fill(bits, bits + words, 0u);
+        const int64_t only = (best + 1) % vocab;
+        bits[only >> 5] |= 1u << (only & 31);
+      }
+    }
+    const std::vector<int32_t> got = Sample(
+        logits, rows, vocab, params, nullptr, nullptr, nullptr, &allowed);
+    for (int64_t r = 0; r < rows; ++r) {
+      const DeviceSamplingParams& p = params[r];
+      const float* row = logits.data() + r * vocab;
+      const absl::Span<const uint32_t> bits =
+          p.constrained ? absl::MakeConstSpan(allowed.data() + r * words, words)
+                        : absl::Span<const uint32_t>();
+      ASSERT_GE(got[r], 0);
+      ASSERT_LT(got[r], vocab);
+      if (p.constrained) {
+        EXPECT_TRUE((bits[got[r] >> 5] >> (got[r] & 31)) & 1u)
+            << "drew disallowed token " << got[r] << ", row " << r;
+      }
+      EXPECT_EQ(got[r], CpuDraw(row, vocab, p, {}, {}, {}, bits))
+          << "vocab=" << vocab << " row=" << r;
     }
   }
 }
