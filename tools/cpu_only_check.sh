@@ -15,7 +15,9 @@
 # Each check prints PASS: or FAIL:; the exit status is the number of failures. The copy has an
 # output base of its own (Bazel's, for its path: the main tree's bazel-* links and build are
 # untouched), whose server is shut down at the end; the disk cache of ~/.bazelrc is shared, so
-# after the first run only what changed is rebuilt.
+# after the first run only what changed is rebuilt. Measured on 2 shared cores: 12 s again with
+# its output base in place, 35 s with a fresh one (a new CI machine's clone, disk cache warm);
+# a change to a header under the backend rebuilds its dependents once (about a minute more).
 #   CPU_ONLY_DIR=/tmp/x bash tools/cpu_only_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
