@@ -118,11 +118,11 @@ if check_ids "sbatch tessera.sbatch -N 1 -n 2 generate --tp 2" "$TMP/job_tp.out"
   "$TMP/sbatch.err"; then
   cases=$((cases + 1))
   if grep -q '^tessera.sbatch: job [0-9]* (tessera-test) on 1 node(s) .*2 task(s)' \
-    "$TMP/job_tp.out"; then
+    "$TMP/job_tp.out" && grep -qx "tessera.sbatch: rank 0 on $(hostname -s)" "$TMP/job_tp.out"; then
     echo "PASS: sbatch header"
   else
-    fail "sbatch header" "no 'tessera.sbatch: job N (tessera-test) on 1 node(s) ... 2 task(s)'" \
-      "$TMP/job_tp.out"
+    fail "sbatch header" "no 'tessera.sbatch: job N (tessera-test) on 1 node(s) ... 2 task(s)' \
+or no 'tessera.sbatch: rank 0 on $(hostname -s)'" "$TMP/job_tp.out"
   fi
 fi
 

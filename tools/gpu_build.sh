@@ -4,6 +4,13 @@
 # binaries, the shared libraries the GPU machine lacks, and the demo checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# The GPU tests are targets only in a build with the CUDA toolkit (third_party/cuda.bzl).
+cuda=${TESSERA_CUDA_PATH:-${CUDA_PATH:-/usr/local/cuda}}
+if [[ ! -x "$cuda/bin/nvcc" ]]; then
+  echo "tools/gpu_build.sh: no CUDA toolkit at $cuda (no bin/nvcc): install CUDA 13 or set" \
+    "TESSERA_CUDA_PATH; without it the CUDA backend and its tests are not built" >&2
+  exit 1
+fi
 TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
   //kernels/cuda:sampling_kernels_test //kernels/cuda:attention_kernels_test
   //kernels/cuda:cuda_memory_source_test //kernels/cuda:cuda_ops_test

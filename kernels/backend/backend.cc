@@ -1,14 +1,11 @@
 #include "kernels/backend/backend.h"
 
-#include <cuda_runtime_api.h>
-
 #include <cstdlib>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend/cuda_backend.h"
 #include "kernels/cpu/cpu_ops.h"
-#include "kernels/cuda/cuda_memory_source.h"
-#include "kernels/cuda/cuda_ops.h"
-#include "kernels/cuda/cuda_status.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -22,12 +19,8 @@ Backend::~Backend() {
 
 int64_t Backend::FreeDeviceBytes() const {
   if (!is_cuda()) return -1;
-  size_t free_bytes = 0, total = 0;
-  if (cudaMemGetInfo(&free_bytes, &total) != cudaSuccess) return -1;
-  return static_cast<int64_t>(free_bytes);
+  return backend_internal::CudaFreeBytes();
 }
-
-int VisibleCudaDevices() { return CudaDeviceCount(); }
 
 absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
                                       int gpus_per_node) {
@@ -46,7 +39,9 @@ absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be cpu or cuda, got \"", device, "\""));
   }
-  const int count = CudaDeviceCount();
+  // Before the device count: a build without CUDA says that, not "no GPU".
+  RETURN_IF_ERROR(CudaUnavailableError());
+  const int count = VisibleCudaDevices();
   if (count == 0) {
     return absl::FailedPreconditionError(
         "--device cuda: no CUDA device is visible on this host");
@@ -60,15 +55,8 @@ absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
             : "unset",
         ")"));
   }
-  b.gpu = local_rank % (gpus_per_node > 0 ? gpus_per_node : count);
-  RETURN_IF_ERROR(CudaStatus(cudaSetDevice(b.gpu), "cudaSetDevice",
-                             absl::StrCat("selecting GPU ", b.gpu)));
-  b.source = std::make_unique<CudaMemorySource>(b.gpu);
-  b.allocator = std::make_unique<PinnableBlockAllocator>(b.source.get());
-  ASSIGN_OR_RETURN(std::unique_ptr<CudaOps> ops,
-                   CudaOps::Create(b.gpu, b.allocator.get()));
-  b.stream = ops->stream();
-  b.ops = std::move(ops);
+  RETURN_IF_ERROR(backend_internal::InitCudaBackend(
+      local_rank % (gpus_per_node > 0 ? gpus_per_node : count), b));
   return b;
 }
 

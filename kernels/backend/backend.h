@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
 #include "runtime/core/memory.h"
@@ -40,13 +41,27 @@ struct Backend {
 // is > 0 (the GPUs this node gives the job: --gpus-per-node) and otherwise the
 // number of visible devices (CUDA_VISIBLE_DEVICES, as Slurm sets it, applies).
 // InvalidArgument for an unknown name or gpus_per_node < 0;
-// FailedPrecondition when CUDA is asked for and no GPU is visible, or fewer
-// than gpus_per_node are.
+// FailedPrecondition when CUDA is asked for and this build has no CUDA
+// backend (CudaUnavailableError), no GPU is visible, or fewer than
+// gpus_per_node are.
 absl::StatusOr<Backend> CreateBackend(const std::string& device, int local_rank,
                                       int gpus_per_node = 0);
 
-// The number of visible CUDA devices (0 without a driver or a device).
+// The number of visible CUDA devices (0 without a driver or a device, and
+// always 0 in a build without CUDA).
 int VisibleCudaDevices();
+
+// Whether this binary has the CUDA backend: the CUDA toolkit was found when it
+// was built (third_party/cuda_configure.bzl). Without it every request for
+// "cuda" fails with CudaUnavailableError().
+bool BuiltWithCuda();
+
+// The FailedPrecondition a build without CUDA answers "--device cuda" with,
+// naming where the toolkit was looked for: "--device cuda: this tessera was
+// built without CUDA (no CUDA toolkit found at /usr/local/cuda when it was
+// built; install CUDA 13, or set TESSERA_CUDA_PATH to it, and rebuild)". OK in
+// a build with CUDA.
+absl::Status CudaUnavailableError();
 
 }  // namespace tessera
 

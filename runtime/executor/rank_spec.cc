@@ -1,6 +1,7 @@
 #include "runtime/executor/rank_spec.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/backend/backend.h"
 #include "runtime/core/status.h"
 #include "runtime/executor/rank.h"
 #include "runtime/kv/kv_layout.h"
@@ -12,6 +13,8 @@ absl::StatusOr<DType> RankWeightDType(const RankSpec& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("--device must be cpu or cuda, got \"", s.device, "\""));
   }
+  // A build without the CUDA backend refuses "cuda" here, before any load.
+  if (s.device == "cuda") RETURN_IF_ERROR(CudaUnavailableError());
   const std::string& d = s.weight_dtype;
   if (d == "float32" || d == "f32") return DType::kF32;
   if (d != "auto" && d != "bfloat16" && d != "bf16") {

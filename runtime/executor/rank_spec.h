@@ -80,8 +80,10 @@ struct RankSpec {
 
 // Checks the spec's values before anything is read: InvalidArgument naming
 // the flag ("--dtype must be auto, bfloat16 or float32, got ...", "--kv-dtype
-// bfloat16 needs --device cuda", ...). BuildRank calls it first; launch/ calls
-// it while parsing flags, so a bad value costs no load.
+// bfloat16 needs --device cuda", ...), or FailedPrecondition for --device
+// cuda in a build without the CUDA backend (CudaUnavailableError,
+// kernels/backend/backend.h). BuildRank calls it first; launch/ calls it while
+// parsing flags, so a bad value costs no load.
 absl::Status CheckRankSpec(const RankSpec& spec);
 
 // The spec checked as CheckRankSpec does, with "auto" resolved: weight_dtype
