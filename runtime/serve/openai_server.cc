@@ -1033,7 +1033,7 @@ absl::Status OpenAiServer::Start() {
                                  "(malformed chunked or compressed data, too "
                                  "slow, or cut short)"));
       }
-      const std::vector<std::string>* ignored = nullptr;
+      std::vector<std::string> ignored;
       if (detokenize) {
         const int64_t vocab =
             std::max<int64_t>(tokenizer_->vocab_size(), config_.vocab_size);
@@ -1041,18 +1041,18 @@ absl::Status OpenAiServer::Start() {
             serve::ParseDetokenizeRequest(body, vocab);
         if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
         const auto& d = std::get<serve::DetokenizeRequest>(parsed);
-        ignored = &d.ignored_fields;
+        ignored = d.ignored_fields;
         handlers.DetokenizeEndpoint(d, res);
       } else {
         serve::TokenizeParseResult parsed = serve::ParseTokenizeRequest(body);
         if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
         const auto& t = std::get<serve::TokenizeRequest>(parsed);
-        ignored = &t.request.ignored_fields;
+        ignored = t.request.ignored_fields;
         handlers.TokenizeEndpoint(t, res);
       }
-      if (!ignored->empty()) {
+      if (!ignored.empty()) {
         CompletionRequest names;
-        names.ignored_fields = *ignored;
+        names.ignored_fields = std::move(ignored);
         std::cerr << "[tessera] warning: " << serve::IgnoredFieldsWarning(names)
                   << "\n";
       }
