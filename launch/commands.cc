@@ -24,9 +24,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "launch/drain_timeout.h"
+#include "launch/startup_summary.h"
 #include "runtime/core/fatal_hook.h"
 #include "runtime/core/json_limits.h"
 #include "runtime/core/model_file.h"
@@ -36,8 +38,10 @@
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/local_executor.h"
+#include "runtime/serve/access.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
+#include "runtime/serve/stats_logger.h"
 #include "runtime/serve/version.h"
 #include "runtime/text/chat_template.h"
 #include "runtime/text/detokenizer.h"
@@ -259,6 +263,38 @@ void ApplyGenerationDefaults(const GenerationDefaults& d, GenerateOptions* o) {
   if (unset.max_tokens && d.max_tokens) o->max_tokens = *d.max_tokens;
 }
 
+// What every command says once the model is loaded (startup_summary.h), on
+// stderr; this runs on rank 0 only (the other ranks of a job serve steps).
+void PrintStartupSummary(const EngineFlags& flags, const RankSpec& spec,
+                         const StepExecutor& executor) {
+  StartupFacts f;
+  f.device = flags.device;
+  absl::StatusOr<RankSpec> resolved = ResolveRankSpec(spec);
+  f.weight_dtype = resolved.ok() ? resolved->weight_dtype : flags.dtype;
+  f.kv_dtype = resolved.ok() ? resolved->kv_dtype : flags.kv_dtype;
+  f.ranks = executor.trace_processes();
+  const MemoryBreakdown memory = executor.memory_breakdown();
+  f.weight_bytes = memory.weights_bytes;
+  f.kv_bytes = memory.kv_bytes;
+  const KvLayout layout = executor.kv_layout();
+  f.num_kv_blocks = layout.num_blocks;
+  f.block_size = layout.block_size;
+  f.static_layout = layout.static_layout;
+  f.max_model_len = executor.config().max_position_embeddings;
+  f.graph_buckets = executor.decode_graph_buckets();
+  if (f.graph_buckets.empty()) {
+    f.no_graphs_reason = flags.device != "cuda"
+                             ? "CPU: decode steps run eagerly"
+                         : flags.no_graphs             ? "--no-graphs"
+                         : flags.attention == "static" ? "static attention"
+                         : f.ranks > 1 ? "parallel ranks run eagerly"
+                                       : "";
+  }
+  for (const std::string& line : StartupSummaryLines(f)) {
+    std::cerr << line << "\n";
+  }
+}
+
 // `announce_defaults`: print the generation_config.json defaults in force
 // (commands whose requests take them).
 absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
@@ -309,6 +345,7 @@ absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(
   ASSIGN_OR_RETURN(loaded->engine,
                    Engine::Create(loaded->executor, engine_options,
                                   loaded->tokenizer.get()));
+  PrintStartupSummary(flags, spec, *loaded->executor);
   if (!flags.trace_file.empty()) {
     loaded->trace = std::make_unique<TraceRing>(kTraceEvents);
     loaded->trace_file = flags.trace_file;
@@ -1169,6 +1206,42 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
         absl::StrCat("--keep-alive-max-requests must be >= 1, got ",
                      o.keep_alive_max_requests));
   }
+  if (!(o.log_stats_interval_s >= 0.0 && o.log_stats_interval_s <= 86400.0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-stats-interval must be in [0, 86400] seconds (0: "
+                     "off), got ",
+                     o.log_stats_interval_s));
+  }
+  // Access control, checked before the model loads.
+  std::string api_key = o.api_key;
+  const char* api_key_from = "--api-key";
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("TESSERA_API_KEY"); env != nullptr) {
+      api_key = env;
+      api_key_from = "TESSERA_API_KEY";
+    }
+  }
+  for (char c : api_key) {
+    // A header value cannot carry these: such a key could never match.
+    if (static_cast<unsigned char>(c) < 0x21 ||
+        static_cast<unsigned char>(c) == 0x7f) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(api_key_from,
+                       ": the API key must be printable ASCII without spaces"));
+    }
+  }
+  serve::CorsOptions cors;
+  ASSIGN_OR_RETURN(cors.allowed_origins,
+                   serve::ParseListFlag("allowed-origins", o.allowed_origins));
+  ASSIGN_OR_RETURN(cors.allowed_methods,
+                   serve::ParseListFlag("allowed-methods", o.allowed_methods));
+  ASSIGN_OR_RETURN(cors.allowed_headers,
+                   serve::ParseListFlag("allowed-headers", o.allowed_headers));
+  cors.allow_credentials = o.allow_credentials;
+  if (cors.allow_credentials && cors.allowed_origins.empty()) {
+    return absl::InvalidArgumentError(
+        "--allow-credentials needs --allowed-origins");
+  }
   ASSIGN_OR_RETURN(
       std::unique_ptr<LoadedModel> loaded,
       LoadModel(o.model_dir, o.engine, /*need_tokenizer=*/true, executor));
@@ -1238,6 +1311,9 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
                      " top log-probabilities this device's sampler ranks"));
   }
   server_options.max_logprobs = static_cast<int32_t>(o.max_logprobs);
+  server_options.api_key = api_key;
+  server_options.cors = cors;
+  server_options.access_log = o.access_log;
   AsyncEngine async(loaded->engine.get(), o.max_pending,
                     std::chrono::microseconds(static_cast<int64_t>(
                         std::llround(o.stream_interval_ms * 1000.0))));
@@ -1254,6 +1330,27 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
       "request head and body\n",
       o.max_pending, async.max_group_parts(), max_connections,
       o.max_request_bytes, o.request_timeout_s);
+  std::cerr << "[tessera] access: "
+            << (api_key.empty()
+                    ? std::string("no API key (--api-key or TESSERA_API_KEY "
+                                  "to require one)")
+                    : absl::StrCat("/v1/*, /tokenize and /detokenize need "
+                                   "\"Authorization: Bearer\" with the key "
+                                   "from ",
+                                   api_key_from))
+            << "; CORS "
+            << (cors.allowed_origins.empty()
+                    ? std::string("off")
+                    : absl::StrCat("for ",
+                                   absl::StrJoin(cors.allowed_origins, ", ")))
+            << "; access log " << (o.access_log ? "on" : "off") << "\n";
+  // The stats line while serving (quiet while idle).
+  std::optional<StatsLogger> stats_logger;
+  if (!o.disable_log_stats && o.log_stats_interval_s > 0) {
+    stats_logger.emplace(
+        &async, std::chrono::milliseconds(std::max<int64_t>(
+                    1, std::llround(o.log_stats_interval_s * 1000.0))));
+  }
   const DrainTimeout drain =
       ResolveDrainTimeout(o.drain_timeout_s, [](const char* name) {
         return static_cast<const char*>(std::getenv(name));
@@ -1314,6 +1411,7 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
   const absl::Status looped = async.Loop();
   loop_ended.store(true);  // An engine failure ends the watcher too.
   watcher.join();
+  if (stats_logger) stats_logger->Stop();
   // Every request has ended (finished, aborted or failed): their last
   // events and error bodies go out before the sockets close.
   if (!server.WaitForResponses(std::chrono::seconds(1))) {

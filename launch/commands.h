@@ -205,6 +205,22 @@ struct ServeOptions {
   // A Jinja file, or the template text itself (vLLM's --chat-template);
   // empty: the model's (or the --tokenizer folder's).
   std::string chat_template;
+  // Access (runtime/serve/access.h). The key /v1/*, /tokenize and
+  // /detokenize need; empty: the TESSERA_API_KEY environment variable's,
+  // else none.
+  std::string api_key;
+  // CORS: a comma list or a JSON list (vLLM's '["*"]'); empty origins: no
+  // CORS headers.
+  std::string allowed_origins;
+  std::string allowed_methods = "*";
+  std::string allowed_headers = "*";
+  bool allow_credentials = false;
+  // Seconds between stats lines (runtime/serve/stats_logger.h); 0 or
+  // disable_log_stats: none.
+  double log_stats_interval_s = 10.0;
+  bool disable_log_stats = false;
+  // One line per request on stderr.
+  bool access_log = false;
   EngineFlags engine;
 };
 

@@ -17,6 +17,8 @@
 //   --num-kv-blocks --kv-cache-memory --kv-cache-fraction --kv-dtype
 //   --attention paged|static --no-prefix-cache --no-graphs --max-model-len N
 //   --generation-config auto|vllm|none|DIR --random-weights
+//   tessera serve    --model DIR [--port 8000] [--api-key KEY]
+//   [--allowed-origins LIST] [--log-stats-interval S] [--access-log] ...
 //
 // Every failure prints one line, "tessera: <what went wrong>", on stderr and
 // exits non-zero.
@@ -450,6 +452,33 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("tokenizer", &o.engine.tokenizer_dir,
             "a folder with the tokenizer files (and chat template) to use "
             "instead of the model's");
+  flags.Add("api-key", &o.api_key,
+            "require \"Authorization: Bearer KEY\" on /v1/*, /tokenize and "
+            "/detokenize (401 otherwise; /health, /metrics, /version stay "
+            "open). Default: the TESSERA_API_KEY environment variable, which "
+            "keeps the key out of the process list");
+  flags.Add("allowed-origins", &o.allowed_origins,
+            "CORS: origins browsers may call from, a comma list or a JSON "
+            "list ('[\"*\"]' allows any); empty: no CORS headers");
+  flags.Add("allowed-methods", &o.allowed_methods,
+            "CORS: methods a preflight allows (comma or JSON list)");
+  flags.Add("allowed-headers", &o.allowed_headers,
+            "CORS: request headers a preflight allows (comma or JSON list)");
+  flags.Add("allow-credentials", &o.allow_credentials,
+            "CORS: allow credentialed requests (the origin is then echoed, "
+            "never \"*\")");
+  flags.Add("log-stats-interval", &o.log_stats_interval_s,
+            "seconds between stats lines (throughput, running/waiting, KV "
+            "cache usage, prefix cache hit rate) while requests are served; 0: "
+            "off");
+  flags.Add("disable-log-stats", &o.disable_log_stats,
+            "no stats lines (vLLM's flag)");
+  flags.Add("access-log", &o.access_log,
+            "one stderr line per request: client, method, path, status, "
+            "seconds, tokens. Off by default (vLLM's uvicorn logs access "
+            "unless --disable-uvicorn-access-log): at serving rates a line per "
+            "request drowns the startup, stats and error lines, and "
+            "deployments behind a proxy have its access log already");
   bool version = false;
   flags.Add("version", &version, "print the version and exit");
   AddEngineFlags(flags, &o.engine);

@@ -59,6 +59,10 @@ class Coordinator final : public StepExecutor {
     return rank().max_top_logprobs();
   }
   KvLayout kv_layout() const override { return rank().kv_layout(); }
+  // Rank 0's (every rank captures the same buckets).
+  std::vector<int32_t> decode_graph_buckets() const override {
+    return rank().decode_graph_buckets();
+  }
 
   // Runs one plan across the job (see StepExecutor). Any failure once the
   // plan is out is RankLocal: the other ranks are in the step, so the rank

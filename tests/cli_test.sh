@@ -48,6 +48,11 @@ expect_error() {
   local name="$1" needle="$2"
   shift 2
   run_tessera "$@"
+  # A failure after the model loaded follows the startup summary (dtype, KV
+  # cache, graphs): those lines aside, the error is one line.
+  grep -v -e '^\[tessera\] model: ' -e '^\[tessera\] KV cache: ' \
+    -e '^\[tessera\] decode CUDA graphs: ' "$TMP/err" >"$TMP/err.only"
+  mv "$TMP/err.only" "$TMP/err"
   local lines
   lines=$(wc -l <"$TMP/err")
   if [ "$RC" -eq 0 ]; then
@@ -412,6 +417,25 @@ else
 fi
 expect_error "tokenize: no tokenizer in the folder" "no tokenizer.json or tokenizer.model" \
   tokenize --model "$FIXTURE"
+
+# The startup summary, in generate and bench alike: dtype and weight bytes,
+# the KV cache in tokens with vLLM's "Maximum concurrency" line, the context,
+# and the graphs (none on the CPU).
+name="startup summary (generate, bench)"
+ok=1
+for cmd in "generate --prompt-ids 1,2 --max-tokens 2 --num-kv-blocks 64" \
+  "bench --batch-size 1 --input-len 4 --output-len 2 --iterations 1 --num-kv-blocks 64"; do
+  # shellcheck disable=SC2086
+  run_tessera $cmd --model "$DEMO"
+  if [ "$RC" -ne 0 ] ||
+    ! grep -Eq '^\[tessera\] model: float32 weights, [0-9.]+ MiB \([0-9]+ bytes\) on cpu; context 512 tokens$' "$TMP/err" ||
+    ! grep -q '^\[tessera\] KV cache: 64 blocks x 16 tokens = 1024 tokens (float32, .*); Maximum concurrency for 512 tokens per request: 2.00x$' "$TMP/err" ||
+    ! grep -q '^\[tessera\] decode CUDA graphs: none (CPU: decode steps run eagerly)$' "$TMP/err"; then
+    ok=0
+    echo "$cmd: exit $RC: $(cat "$TMP/err")"
+  fi
+done
+[ "$ok" = 1 ] && pass "$name" || fail "$name" "see above"
 
 echo
 if [ "$failures" -ne 0 ]; then

@@ -216,6 +216,14 @@ TEST(EnginePrefixCache, SharedPrefixComputedOnceOutputsUnchanged) {
   int64_t queried = 0;
   for (const GenerationRequest& r : requests) queried += r.prompt_ids.size();
   EXPECT_EQ(stats.blocks.queried_tokens, queried);
+  // Prompt work counts what steps computed (the hits are not), generation
+  // every sampled token; without the cache, every prompt token.
+  int64_t generated = 0;
+  for (const GenerationResult& r : want) generated += r.output_ids.size();
+  EXPECT_EQ(stats.prompt_tokens, queried - 9 * 64);
+  EXPECT_EQ(stats.generation_tokens, generated);
+  EXPECT_EQ(uncached->engine().stats().prompt_tokens, queried);
+  EXPECT_EQ(uncached->engine().stats().generation_tokens, generated);
 }
 
 // Acceptance (4): the int8 cache (per slot and head scales, read inside the

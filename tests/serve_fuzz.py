@@ -28,6 +28,8 @@ import threading
 import time
 
 API_PATHS = ["/v1/completions", "/v1/chat/completions"]
+# vLLM's tokenizer routes: 200s are checked for their own shapes.
+TOKENIZER_PATHS = ["/tokenize", "/detokenize"]
 # Fields of both endpoints with values of every kind, valid and not.
 FIELD_VALUES = {
     "temperature": [0, 0.5, 1.0, 2.5, -1, 1e309, "hot", None, True, [1], 1e-30],
@@ -190,9 +192,35 @@ class Case:
         self.trickle = trickle    # Sent a few bytes at a time.
 
 
+def tokenizer_body(rng, path):
+    if path == "/detokenize":
+        tokens = rng.choice([
+            [rng.randrange(0, 600) for _ in range(rng.randrange(0, 40))],
+            [1, -1], [2**31], [2**64], [1.5], ["1"], [None], [[1]], [1e308],
+            "1 2", None, {}])
+        return {"model": rng.choice(["demo", "other", None, 3]),
+                "tokens": tokens}
+    body = {"model": rng.choice(["demo", None, "other"])}
+    if rng.random() < 0.5:
+        body["messages"] = random_messages(rng)
+        if rng.random() < 0.3:
+            body["continue_final_message"] = rng.choice([True, 1, None])
+    else:
+        body["prompt"] = random_prompt(rng)
+    for key in ("add_special_tokens", "return_token_strs",
+                "add_generation_prompt"):
+        if rng.random() < 0.3:
+            body[key] = rng.choice([True, False, 0, "yes", None])
+    return body
+
+
 def make_case(rng, big_bytes):
     r = rng.random()
     path = rng.choice(API_PATHS)
+    if r < 0.05:
+        path = rng.choice(TOKENIZER_PATHS)
+        body = json.dumps(tokenizer_body(rng, path), allow_nan=True).encode()
+        return Case("tokenizer", http_request("POST", path, body), path)
     if r < 0.45:
         body = json.dumps(random_body(rng, path), allow_nan=True).encode()
         return Case("fields", http_request("POST", path, body), path)
@@ -374,7 +402,9 @@ def check(case, response):
     status, headers, body = response
     if status >= 500:
         return "HTTP %d: %r" % (status, body[:300])
-    api = case.path.split("?")[0] in API_PATHS or case.path.startswith("/v1")
+    route = case.path.split("?")[0]
+    api = (route in API_PATHS or route in TOKENIZER_PATHS or
+           case.path.startswith("/v1"))
     if 400 <= status < 500 and api and case.complete and body:
         try:
             error = json.loads(body)
@@ -382,6 +412,18 @@ def check(case, response):
                 return "HTTP %d without an error object: %r" % (status, body[:200])
         except ValueError:
             return "HTTP %d with a non-JSON body: %r" % (status, body[:200])
+    if status == 200 and route in TOKENIZER_PATHS:
+        try:
+            reply = json.loads(body)
+        except ValueError:
+            return "200 with a non-JSON body: %r" % body[:200]
+        if route == "/tokenize":
+            if (not isinstance(reply.get("tokens"), list) or
+                    reply.get("count") != len(reply["tokens"])):
+                return "/tokenize 200 without tokens and count: %r" % body[:200]
+        elif not isinstance(reply.get("prompt"), str):
+            return "/detokenize 200 without a prompt: %r" % body[:200]
+        return None
     if status == 200 and case.path.split("?")[0] in API_PATHS:
         if headers.get("content-type", "").startswith("text/event-stream"):
             text = body.decode("utf-8", "replace")

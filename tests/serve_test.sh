@@ -249,6 +249,116 @@ else
 fi
 rm -f "$TMP/model/generation_config.json"
 
+# Endpoints and access (issue 18): /tokenize and /detokenize round trip; --api-key (401 without
+# it, probes open); a CORS preflight without the key; Retry-After on a 429 (--max-pending 1 and
+# one long request holding the place); one connection for 20 requests (keep-alive); the startup
+# summary, a stats line (--log-stats-interval 0.5) and access log lines in the log.
+SERVE_FLAGS=(--api-key sk-e2e --allowed-origins '["http://app.test"]' --log-stats-interval 0.5
+  --access-log --max-pending 1)
+if start "$TESSERA"; then
+  BASE="http://127.0.0.1:$PORT"
+  KEY=(-H 'Authorization: Bearer sk-e2e')
+  tok=$(curl -s "${KEY[@]}" "$BASE/tokenize" -d '{"model": "demo", "prompt": "Once upon a time",
+    "add_special_tokens": false, "return_token_strs": true}')
+  ids=$(echo "$tok" | python3 -c 'import json,sys; r=json.load(sys.stdin); assert r["count"] == len(r["tokens"]) and r["max_model_len"] == 512 and len(r["token_strs"]) == r["count"]; print(json.dumps(r["tokens"]))')
+  back=$(curl -s "${KEY[@]}" "$BASE/detokenize" -d "{\"model\": \"demo\", \"tokens\": $ids}" |
+    python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt"], end="")')
+  chat=$(curl -s "${KEY[@]}" "$BASE/tokenize" -d '{"messages": [{"role": "user", "content": "Hi"}]}' |
+    python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["count"] > 0 and r["token_strs"] is None)')
+  bad=$(curl -s -o /dev/null -w '%{http_code}' "${KEY[@]}" "$BASE/detokenize" -d '{"tokens": [99999999]}')
+  other=$(curl -s -o /dev/null -w '%{http_code}' "${KEY[@]}" "$BASE/tokenize" -d '{"model": "x", "prompt": "a"}')
+  [ "$back" = "Once upon a time" ] && [ "$chat" = True ] && [ "$bad" = 400 ] && [ "$other" = 404 ] &&
+    pass "/tokenize and /detokenize round trip (chat form, 400, 404)" ||
+    fail "/tokenize /detokenize: '$tok' -> '$back', chat $chat, bad id $bad, other model $other"
+
+  guarded() {  # curl's arguments: the status, and whether the body is OpenAI's 401
+    local code
+    code=$(curl -s -o "$TMP/401.json" -w '%{http_code}' "$@")
+    python3 -c 'import json,sys; e=json.load(open(sys.argv[1]))["error"]; assert e["code"] == "invalid_api_key"' \
+      "$TMP/401.json" 2>/dev/null && echo "$code" || echo "$code(body: $(head -c 200 "$TMP/401.json"))"
+  }
+  codes="$(guarded "$BASE/v1/models") $(guarded -H 'Authorization: Bearer wrong' "$BASE/v1/models")"
+  codes+=" $(guarded "$BASE/v1/completions" -d '{}') $(guarded "$BASE/tokenize" -d '{}')"
+  codes+=" $(guarded "$BASE/v1/nope")"
+  open=""
+  for path in /health /metrics /version; do
+    open+="$(curl -s -o /dev/null -w '%{http_code}' "$BASE$path") "
+  done
+  good=$(curl -s -o /dev/null -w '%{http_code}' "${KEY[@]}" "$BASE/v1/models")
+  [ "$codes" = "401 401 401 401 401" ] && [ "$open" = "200 200 200 " ] && [ "$good" = 200 ] &&
+    pass "--api-key: 401 without the key, probes open" ||
+    fail "--api-key: guarded '$codes', open '$open', with the key $good"
+
+  pre=$(curl -s -D - -o /dev/null -X OPTIONS "$BASE/v1/chat/completions" -H 'Origin: http://app.test' \
+    -H 'Access-Control-Request-Method: POST' -H 'Access-Control-Request-Headers: authorization' | tr -d '\r')
+  simple=$(curl -s -D - -o /dev/null "${KEY[@]}" -H 'Origin: http://app.test' "$BASE/v1/models" | tr -d '\r')
+  if echo "$pre" | grep -q '^HTTP/1.1 200' &&
+    echo "$pre" | grep -qi '^access-control-allow-origin: http://app.test$' &&
+    echo "$pre" | grep -qi '^access-control-allow-headers: authorization$' &&
+    echo "$simple" | grep -qi '^access-control-allow-origin: http://app.test$'; then
+    pass "CORS preflight without the key, headers on responses"
+  else
+    fail "CORS: preflight $(echo "$pre" | head -c 400) / simple $(echo "$simple" | head -c 300)"
+  fi
+
+  # A long request holds the only place; the next one is 429 with Retry-After.
+  curl -sN "${KEY[@]}" "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time",
+    "max_tokens": 480, "ignore_eos": true, "stream": true}' >"$TMP/hold" &
+  HOLD=$!
+  for _ in $(seq 1 100); do [ -s "$TMP/hold" ] && break; sleep 0.02; done
+  rejected=$(curl -s -D - -o /dev/null "${KEY[@]}" "$BASE/v1/completions" \
+    -d '{"model": "demo", "prompt": "x", "max_tokens": 2}' | tr -d '\r')
+  wait "$HOLD"
+  echo "$rejected" | grep -q '^HTTP/1.1 429' && echo "$rejected" | grep -qi '^retry-after: 1$' &&
+    pass "429 with Retry-After" || fail "429 with Retry-After: $(echo "$rejected" | head -c 400)"
+
+  # Keep-alive: 20 requests, one connection (http.client opens a new one if the server closes).
+  if python3 - "$PORT" <<'PY'
+import http.client, sys
+c = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]), timeout=10)
+c.connect()
+first = c.sock
+for i in range(20):
+    c.request("GET", "/health")
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200 and c.sock is first, f"request {i}: a new connection"
+PY
+  then pass "keep-alive: one connection serves 20 requests"; else fail "keep-alive"; fi
+
+  # A completion for the access log, then a stats interval for its stats line.
+  curl -s "${KEY[@]}" "$BASE/v1/completions" -d '{"model": "demo", "prompt": "Once upon a time",
+    "max_tokens": 8, "ignore_eos": true}' >/dev/null
+  sleep 1.2
+  stop
+  if grep -Eq '^\[tessera\] model: float32 weights, .* on cpu; context 512 tokens$' "$TMP/serve.err" &&
+    grep -Eq '^\[tessera\] KV cache: [0-9]+ blocks x 16 tokens = [0-9]+ tokens .*; Maximum concurrency for 512 tokens per request: [0-9.]+x$' "$TMP/serve.err" &&
+    grep -q '^\[tessera\] decode CUDA graphs: none (CPU' "$TMP/serve.err"; then
+    pass "startup summary in the serve log"
+  else
+    fail "startup summary: $(head -c 600 "$TMP/serve.err")"
+  fi
+  grep -Eq '^\[tessera\] stats: Avg prompt throughput: [0-9.]+ tokens/s, Avg generation throughput: [0-9.]+ tokens/s, Running: [0-9]+ reqs, Waiting: [0-9]+ reqs, KV cache usage: [0-9.]+%, Prefix cache hit rate: [0-9.]+%$' "$TMP/serve.err" &&
+    pass "stats line in the serve log" || fail "stats line: $(grep stats "$TMP/serve.err" | head -3)"
+  grep -Eq '^\[tessera\] access: 127\.0\.0\.1:[0-9]+ "POST /v1/completions" 200 [0-9.]+s prompt_tokens=5 generation_tokens=8$' "$TMP/serve.err" &&
+    grep -Eq '^\[tessera\] access: 127\.0\.0\.1:[0-9]+ "GET /v1/models" 401 ' "$TMP/serve.err" &&
+    pass "access log lines" || fail "access log: $(grep access: "$TMP/serve.err" | head -5)"
+else
+  fail "serve --api-key did not start"
+fi
+
+# TESSERA_API_KEY: the same check without the flag (the key stays out of `ps`).
+SERVE_FLAGS=()
+if start env TESSERA_API_KEY=sk-env "$TESSERA"; then
+  without=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/v1/models")
+  with=$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer sk-env' "http://127.0.0.1:$PORT/v1/models")
+  stop
+  [ "$without" = 401 ] && [ "$with" = 200 ] && grep -q 'key from TESSERA_API_KEY' "$TMP/serve.err" &&
+    pass "TESSERA_API_KEY" || fail "TESSERA_API_KEY: without $without, with $with"
+else
+  fail "serve with TESSERA_API_KEY did not start"
+fi
+
 # Two ranks (TP2): the same greedy text; SIGTERM stops every rank.
 SERVE_FLAGS=(--tp 2)
 if start timeout 120 mpirun -np 2 --bind-to none "$TESSERA"; then

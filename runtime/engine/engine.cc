@@ -201,11 +201,16 @@ absl::Status Engine::Step() {
       r.result.cached_prompt_tokens = s.context_len;
     }
     r.runner_started = true;
+    // A decode feeds back the one token sampled last; anything else is
+    // prompt work (a prefill chunk, a preempted sequence's recompute).
+    const bool decode = s.num_tokens == 1 && !r.result.output_ids.empty();
+    if (!decode) prompt_tokens_ += s.num_tokens;
   }
   if (need_vocabulary_ && !vocabulary_sent_) RETURN_IF_ERROR(SendVocabulary());
   phase.emplace(trace_, "execute", "engine", trace_pid_, "sequences",
                 plan_.seqs_size());
   RETURN_IF_ERROR(executor_->Execute(plan_, &result_));
+  generation_tokens_ += result_.tokens_size();
   phase.emplace(trace_, "apply", "engine", trace_pid_, "sampled",
                 result_.tokens_size());
   for (const proto::SampledToken& sampled : result_.tokens()) {
@@ -409,8 +414,9 @@ int64_t Engine::NumGenerated(SeqId id) const {
 }
 
 Engine::Stats Engine::stats() const {
-  return Stats{scheduler_->stats(), blocks_->stats(), scheduler_->num_running(),
-               scheduler_->num_waiting()};
+  return Stats{
+      scheduler_->stats(),       blocks_->stats(), scheduler_->num_running(),
+      scheduler_->num_waiting(), prompt_tokens_,   generation_tokens_};
 }
 
 absl::StatusOr<GenerationResult> Engine::Generate(

@@ -73,6 +73,10 @@ class StepExecutor {
   virtual int32_t max_top_logprobs() const {
     return std::numeric_limits<int32_t>::max();
   }
+  // The decode batch sizes this process's rank replays as CUDA graphs
+  // (runtime/executor/graph_runner.h), ascending; empty when its decode
+  // steps run eagerly (the CPU, --no-graphs, parallel ranks for now).
+  virtual std::vector<int32_t> decode_graph_buckets() const { return {}; }
   // Runs `plan` on every rank; `result` gets the sampling rank's result.
   virtual absl::Status Execute(const proto::StepPlan& plan,
                                proto::StepResult* result) = 0;
@@ -152,6 +156,11 @@ class Engine final : public TokenGenerator {
     BlockManager::Stats blocks;
     int64_t running = 0;  // Sequences holding KV now.
     int64_t waiting = 0;  // Queued (new or preempted).
+    // Tokens steps ran as prompt work (prefill chunks, and the recompute of
+    // preempted sequences; not the prefix cache's hits) and tokens sampled,
+    // since creation: the throughputs of the server's stats line.
+    int64_t prompt_tokens = 0;
+    int64_t generation_tokens = 0;
   };
 
   // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
@@ -264,7 +273,9 @@ class Engine final : public TokenGenerator {
   SeqId next_id_ = 1;
   absl::flat_hash_map<SeqId, Request> requests_;  // Unfinished.
   absl::flat_hash_map<SeqId, absl::StatusOr<GenerationResult>> finished_;
-  std::vector<SeqId> released_;  // For the next plan.
+  std::vector<SeqId> released_;    // For the next plan.
+  int64_t prompt_tokens_ = 0;      // Stats::prompt_tokens.
+  int64_t generation_tokens_ = 0;  // Stats::generation_tokens.
   // Structured output: a request with a grammar was submitted / the
   // sampling rank has the vocabulary.
   bool need_vocabulary_ = false;

@@ -44,6 +44,9 @@ class LocalExecutor final : public StepExecutor {
     return rank_->max_top_logprobs();
   }
   KvLayout kv_layout() const override { return rank_->kv_layout(); }
+  std::vector<int32_t> decode_graph_buckets() const override {
+    return rank_->decode_graph_buckets();
+  }
   absl::Status Execute(const proto::StepPlan& plan,
                        proto::StepResult* result) override {
     return rank_->runner().Run(plan, result);

@@ -160,6 +160,11 @@ class Rank {
   // memory_breakdown().graphs_bytes). Counted by construction: the KV pool
   // was sized while graphs of the same buckets existed (see AssembleRank).
   int64_t graph_bytes() const { return memory_.graphs_bytes; }
+  // The decode batch sizes replayed as CUDA graphs, ascending (empty: eager).
+  std::vector<int32_t> decode_graph_buckets() const {
+    const GraphRunner* graphs = runner_->graphs();
+    return graphs != nullptr ? graphs->buckets() : std::vector<int32_t>();
+  }
   AllocatorStats memory_stats() const { return model_->memory_stats(); }
   // Where the rank's memory went when it was built (memory_breakdown.h).
   MemoryBreakdown memory_breakdown() const { return memory_; }

@@ -1627,6 +1627,175 @@ std::string VersionResponse(absl::string_view version) {
   return Dump(json);
 }
 
+// ---------------------------------------------------------------------------
+// POST /tokenize and POST /detokenize (vLLM's; see the header).
+
+namespace {
+
+constexpr const char* kTokenizePromptFields[] = {
+    "model", "prompt", "add_special_tokens", "return_token_strs"};
+constexpr const char* kTokenizeChatFields[] = {"model",
+                                               "messages",
+                                               "add_generation_prompt",
+                                               "continue_final_message",
+                                               "add_special_tokens",
+                                               "return_token_strs",
+                                               "tools",
+                                               "documents",
+                                               "chat_template_kwargs",
+                                               "chat_template"};
+constexpr const char* kDetokenizeFields[] = {"model", "tokens"};
+
+// /tokenize's and /detokenize's "model": optional (vLLM's Optional[str]:
+// absent or null is the served model), else a non-empty string.
+MaybeError ReadOptionalModel(const Json& body, std::string* model) {
+  const Json* value = Field(body, "model");
+  if (value == nullptr) return std::nullopt;
+  if (!value->is_string()) return TypeError("model", "a string", *value);
+  *model = value->get<std::string>();
+  if (model->empty()) return ValueError("model", "a non-empty string", *value);
+  return std::nullopt;
+}
+
+template <size_t N>
+void CollectUnknown(const Json& body, const char* const (&known)[N],
+                    std::vector<std::string>* ignored) {
+  for (auto it = body.begin(); it != body.end(); ++it) {
+    bool found = false;
+    for (const char* name : known) found = found || it.key() == name;
+    if (!found) ignored->push_back(it.key());
+  }
+}
+
+}  // namespace
+
+TokenizeParseResult ParseTokenizeRequest(absl::string_view text) {
+  Json body;
+  TESSERA_API_RETURN_IF_ERROR(ParseBody(text, &body));
+  TokenizeRequest out;
+  CompletionRequest& request = out.request;
+  TESSERA_API_RETURN_IF_ERROR(ReadOptionalModel(body, &request.model));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "return_token_strs", &out.return_token_strs));
+  const bool chat = body.contains("messages");
+  if (chat && body.contains("prompt")) {
+    return InvalidRequest(
+        "Give either 'prompt' or 'messages' to tokenize, not both.", "prompt",
+        "invalid_value");
+  }
+  if (!chat) {
+    request.endpoint = Endpoint::kCompletions;
+    request.add_special_tokens = true;
+    Json* prompt = MutableField(body, "prompt");
+    if (prompt == nullptr) {
+      return InvalidRequest("you must provide a prompt parameter (or messages)",
+                            "prompt", "missing_required_parameter");
+    }
+    if (!prompt->is_string()) {
+      return TypeError("prompt", "a string", *prompt);
+    }
+    request.prompts.emplace_back(std::move(prompt->get_ref<std::string&>()));
+    TESSERA_API_RETURN_IF_ERROR(
+        ReadBool(body, "add_special_tokens", &request.add_special_tokens));
+    CollectUnknown(body, kTokenizePromptFields, &request.ignored_fields);
+    return out;
+  }
+  request.endpoint = Endpoint::kChat;
+  request.add_special_tokens = false;  // The template adds them (vLLM's).
+  TESSERA_API_RETURN_IF_ERROR(ParseMessages(body, &request));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "add_special_tokens", &request.add_special_tokens));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "add_generation_prompt", &request.add_generation_prompt));
+  TESSERA_API_RETURN_IF_ERROR(ReadBool(body, "continue_final_message",
+                                       &request.continue_final_message));
+  if (Json* tools = MutableField(body, "tools")) {
+    if (!tools->is_array()) return TypeError("tools", "an array", *tools);
+    request.tools = std::move(*tools);
+  }
+  if (Json* documents = MutableField(body, "documents")) {
+    if (!documents->is_array()) {
+      return TypeError("documents", "an array of objects", *documents);
+    }
+    for (size_t i = 0; i < documents->size(); ++i) {
+      if (!(*documents)[i].is_object()) {
+        return TypeError(absl::StrCat("documents.[", i, "]"), "an object",
+                         (*documents)[i]);
+      }
+    }
+    request.documents = std::move(*documents);
+  }
+  if (Json* kwargs = MutableField(body, "chat_template_kwargs")) {
+    if (!kwargs->is_object()) {
+      return TypeError("chat_template_kwargs", "an object", *kwargs);
+    }
+    request.chat_template_kwargs = std::move(*kwargs);
+  }
+  if (request.continue_final_message) {
+    if (request.add_generation_prompt) {
+      return InvalidRequest(
+          "Cannot set both `continue_final_message` and "
+          "`add_generation_prompt` to True (add_generation_prompt defaults to "
+          "true; set it to false).",
+          "continue_final_message", "invalid_value");
+    }
+    const Json& last = request.messages.back();
+    if (last["role"].get_ref<const std::string&>() != "assistant") {
+      return InvalidRequest(
+          "`continue_final_message` needs the final message to be the "
+          "assistant's, to be continued.",
+          "continue_final_message", "invalid_value");
+    }
+  }
+  TESSERA_API_RETURN_IF_ERROR(CheckUnsupported(body, kUnsupportedChat));
+  CollectUnknown(body, kTokenizeChatFields, &request.ignored_fields);
+  return out;
+}
+
+DetokenizeParseResult ParseDetokenizeRequest(absl::string_view text,
+                                             int64_t vocab_size) {
+  Json body;
+  TESSERA_API_RETURN_IF_ERROR(ParseBody(text, &body));
+  DetokenizeRequest out;
+  TESSERA_API_RETURN_IF_ERROR(ReadOptionalModel(body, &out.model));
+  const Json* tokens = Field(body, "tokens");
+  if (tokens == nullptr) return Missing("tokens");
+  if (!tokens->is_array()) {
+    return TypeError("tokens", "an array of token ids", *tokens);
+  }
+  out.tokens.reserve(tokens->size());
+  for (size_t i = 0; i < tokens->size(); ++i) {
+    const std::string param = absl::StrCat("tokens.[", i, "]");
+    int64_t id = 0;
+    TESSERA_API_RETURN_IF_ERROR(AsInt64((*tokens)[i], param, &id));
+    if (id < 0 || id >= vocab_size) {
+      return ValueError(param,
+                        absl::StrCat("a token id in [0, ", vocab_size - 1, "]"),
+                        (*tokens)[i]);
+    }
+    out.tokens.push_back(static_cast<int32_t>(id));
+  }
+  CollectUnknown(body, kDetokenizeFields, &out.ignored_fields);
+  return out;
+}
+
+std::string TokenizeResponse(
+    const std::vector<int32_t>& tokens, int64_t max_model_len,
+    const std::optional<std::vector<std::string>>& token_strs) {
+  Json json = Json::object();
+  json["count"] = static_cast<int64_t>(tokens.size());
+  json["max_model_len"] = max_model_len;
+  json["tokens"] = tokens;
+  json["token_strs"] = token_strs ? Json(*token_strs) : Json(nullptr);
+  return Dump(json);
+}
+
+std::string DetokenizeResponse(absl::string_view prompt) {
+  Json json = Json::object();
+  json["prompt"] = std::string(prompt);
+  return Dump(json);
+}
+
 #undef TESSERA_API_RETURN_IF_ERROR
 
 }  // namespace serve

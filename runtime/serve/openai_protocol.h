@@ -468,6 +468,55 @@ std::string ModelsResponse(const std::string& model_name, int64_t created);
 // GET /version: {"version": "<version>"} (vLLM's).
 std::string VersionResponse(absl::string_view version);
 
+// ---------------------------------------------------------------------------
+// POST /tokenize and POST /detokenize: vLLM's request and response shapes
+// (not part of OpenAI's API).
+//
+// /tokenize takes a prompt,
+//   {"model", "prompt": "...", "add_special_tokens" (default true),
+//    "return_token_strs" (default false)}
+// or a conversation, told apart by the presence of "messages" (vLLM's union;
+// both is a 400),
+//   {"model", "messages", "add_generation_prompt" (default true),
+//    "continue_final_message" (default false), "add_special_tokens" (default
+//    false: the template adds them), "tools", "documents",
+//    "chat_template_kwargs", "return_token_strs"}
+// with messages, tools, documents and chat_template_kwargs checked as
+// ParseChatRequest checks them (the same rules for add_generation_prompt and
+// continue_final_message; "chat_template" is unsupported). "model" may be
+// absent or null (vLLM's Optional: the served model). Other fields are
+// listed in ignored_fields. Sizes are bounded by the request body's limit;
+// the server bounds the token count (openai_server.h).
+struct TokenizeRequest {
+  // As the completion path (endpoint kCompletions, prompts = {prompt}) or
+  // the chat path (endpoint kChat, messages and the template fields)
+  // renders and tokenizes it; only the fields above are set. model: empty
+  // when not given.
+  CompletionRequest request;
+  bool return_token_strs = false;
+};
+using TokenizeParseResult = std::variant<TokenizeRequest, ApiError>;
+TokenizeParseResult ParseTokenizeRequest(absl::string_view body);
+
+// /detokenize: {"model", "tokens": [ids]}; every id an integer (16.0 too) in
+// [0, vocab_size), else a 400 naming "tokens.[i]". model as /tokenize's.
+struct DetokenizeRequest {
+  std::string model;  // Empty when not given.
+  std::vector<int32_t> tokens;
+  std::vector<std::string> ignored_fields;
+};
+using DetokenizeParseResult = std::variant<DetokenizeRequest, ApiError>;
+DetokenizeParseResult ParseDetokenizeRequest(absl::string_view body,
+                                             int64_t vocab_size);
+
+// {"count", "max_model_len", "tokens": [...], "token_strs": null or [...]}
+// (vLLM's TokenizeResponse, in its field order).
+std::string TokenizeResponse(
+    const std::vector<int32_t>& tokens, int64_t max_model_len,
+    const std::optional<std::vector<std::string>>& token_strs);
+// {"prompt": "..."} (vLLM's DetokenizeResponse).
+std::string DetokenizeResponse(absl::string_view prompt);
+
 }  // namespace serve
 }  // namespace tessera
 

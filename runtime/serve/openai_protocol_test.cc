@@ -1942,6 +1942,163 @@ TEST(HelpersTest, TemplateErrorsAre400) {
   }
 }
 
+// ---------------------------------------------------------------------------
+// /tokenize and /detokenize.
+
+TokenizeRequest TokOk(const TokenizeParseResult& result) {
+  if (const ApiError* error = std::get_if<ApiError>(&result)) {
+    ADD_FAILURE() << "unexpected error: " << ErrorBody(*error);
+    return {};
+  }
+  return std::get<TokenizeRequest>(result);
+}
+
+ApiError TokErr(const TokenizeParseResult& result) {
+  if (std::holds_alternative<TokenizeRequest>(result)) {
+    ADD_FAILURE() << "expected an error, got a request";
+    return {};
+  }
+  return std::get<ApiError>(result);
+}
+
+TEST(TokenizeRequestTest, PromptFormAndItsDefaults) {
+  const TokenizeRequest t =
+      TokOk(ParseTokenizeRequest(R"({"model": "m", "prompt": "hi there"})"));
+  EXPECT_EQ(t.request.endpoint, Endpoint::kCompletions);
+  EXPECT_EQ(t.request.model, "m");
+  ASSERT_EQ(t.request.prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(t.request.prompts[0]), "hi there");
+  EXPECT_TRUE(t.request.add_special_tokens);  // vLLM's default for prompts.
+  EXPECT_FALSE(t.return_token_strs);
+  const TokenizeRequest u = TokOk(ParseTokenizeRequest(
+      R"({"prompt": "", "add_special_tokens": false,
+          "return_token_strs": true, "user": "x"})"));
+  EXPECT_EQ(u.request.model, "");  // Absent: the served model.
+  EXPECT_FALSE(u.request.add_special_tokens);
+  EXPECT_TRUE(u.return_token_strs);
+  EXPECT_EQ(u.request.ignored_fields, std::vector<std::string>{"user"});
+}
+
+TEST(TokenizeRequestTest, ChatFormAndItsDefaults) {
+  const TokenizeRequest t = TokOk(ParseTokenizeRequest(
+      R"({"model": "m", "messages": [{"role": "user", "content":
+          [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]}],
+          "chat_template_kwargs": {"enable_thinking": false},
+          "tools": [{"type": "function"}]})"));
+  EXPECT_EQ(t.request.endpoint, Endpoint::kChat);
+  EXPECT_FALSE(t.request.add_special_tokens);  // The template adds them.
+  EXPECT_TRUE(t.request.add_generation_prompt);
+  EXPECT_FALSE(t.request.continue_final_message);
+  EXPECT_EQ(t.request.messages[0]["content"], "a\nb");  // Parts joined.
+  EXPECT_EQ(t.request.chat_template_kwargs["enable_thinking"], false);
+  EXPECT_TRUE(t.request.tools.is_array());
+  const TokenizeRequest c = TokOk(ParseTokenizeRequest(
+      R"({"messages": [{"role": "user", "content": "q"},
+                       {"role": "assistant", "content": "The"}],
+          "add_generation_prompt": false, "continue_final_message": true,
+          "add_special_tokens": true})"));
+  EXPECT_TRUE(c.request.continue_final_message);
+  EXPECT_FALSE(c.request.add_generation_prompt);
+  EXPECT_TRUE(c.request.add_special_tokens);
+}
+
+TEST(TokenizeRequestTest, BadRequestsNameTheField) {
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"model": 3, "prompt": "x"})", "model"},
+      {R"({"model": "", "prompt": "x"})", "model"},
+      {R"({"prompt": ["a", "b"]})", "prompt"},
+      {R"({"prompt": [1, 2]})", "prompt"},
+      {R"({})", "prompt"},
+      {R"({"prompt": "x", "messages": []})", "prompt"},
+      {R"({"prompt": "x", "add_special_tokens": 1})", "add_special_tokens"},
+      {R"({"prompt": "x", "return_token_strs": "yes"})", "return_token_strs"},
+      {R"({"messages": []})", "messages"},
+      {R"({"messages": [{"content": "x"}]})", "messages.[0].role"},
+      {R"({"messages": [{"role": "user", "content": 5}]})",
+       "messages.[0].content"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "continue_final_message": true})",
+       "continue_final_message"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "add_generation_prompt": false, "continue_final_message": true})",
+       "continue_final_message"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
+       "tools"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "chat_template_kwargs": []})",
+       "chat_template_kwargs"},
+      {R"({"messages": [{"role": "user", "content": "x"}],
+           "chat_template": "{{ x }}"})",
+       "chat_template"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = TokErr(ParseTokenizeRequest(c.body));
+    EXPECT_EQ(e.http_status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+  }
+  // Not JSON, not an object, nested too deep: 400 without a param.
+  EXPECT_EQ(TokErr(ParseTokenizeRequest("{")).http_status, 400);
+  EXPECT_EQ(TokErr(ParseTokenizeRequest("[1]")).http_status, 400);
+  EXPECT_EQ(TokErr(ParseTokenizeRequest(std::string(100000, '[') +
+                                        std::string(100000, ']')))
+                .http_status,
+            400);
+}
+
+TEST(DetokenizeRequestTest, IdsInRangeElseA400NamingTheElement) {
+  auto parsed = ParseDetokenizeRequest(
+      R"({"model": "m", "tokens": [1, 2.0, 31999], "x": 1})", 32000);
+  ASSERT_TRUE(std::holds_alternative<DetokenizeRequest>(parsed))
+      << ErrorBody(std::get<ApiError>(parsed));
+  const DetokenizeRequest& d = std::get<DetokenizeRequest>(parsed);
+  EXPECT_EQ(d.model, "m");
+  EXPECT_EQ(d.tokens, (std::vector<int32_t>{1, 2, 31999}));
+  EXPECT_EQ(d.ignored_fields, std::vector<std::string>{"x"});
+  EXPECT_TRUE(std::holds_alternative<DetokenizeRequest>(
+      ParseDetokenizeRequest(R"({"tokens": []})", 10)));
+  struct Case {
+    const char* body;
+    const char* param;
+  };
+  const Case cases[] = {
+      {R"({"tokens": [1, 32000]})", "tokens.[1]"},
+      {R"({"tokens": [-1]})", "tokens.[0]"},
+      {R"({"tokens": [1.5]})", "tokens.[0]"},
+      {R"({"tokens": ["1"]})", "tokens.[0]"},
+      {R"({"tokens": [true]})", "tokens.[0]"},
+      {R"({"tokens": [18446744073709551615]})", "tokens.[0]"},
+      {R"({"tokens": [1e300]})", "tokens.[0]"},
+      {R"({"tokens": "1 2"})", "tokens"},
+      {R"({"model": "m"})", "tokens"},
+      {R"({"model": 1, "tokens": []})", "model"},
+  };
+  for (const Case& c : cases) {
+    auto r = ParseDetokenizeRequest(c.body, 32000);
+    ASSERT_TRUE(std::holds_alternative<ApiError>(r)) << c.body;
+    EXPECT_EQ(std::get<ApiError>(r).http_status, 400) << c.body;
+    EXPECT_EQ(std::get<ApiError>(r).param, c.param) << c.body;
+  }
+}
+
+TEST(TokenizeResponseTest, VllmShapes) {
+  EXPECT_EQ(TokenizeResponse({1, 2, 3}, 512, std::nullopt),
+            R"({"count":3,"max_model_len":512,"tokens":[1,2,3],)"
+            R"("token_strs":null})");
+  EXPECT_EQ(TokenizeResponse({}, 8, std::vector<std::string>{}),
+            R"({"count":0,"max_model_len":8,"tokens":[],"token_strs":[]})");
+  EXPECT_EQ(TokenizeResponse({5}, 8, std::vector<std::string>{"\xE2\x96\x81O"}),
+            "{\"count\":1,\"max_model_len\":8,\"tokens\":[5],"
+            "\"token_strs\":[\"\xE2\x96\x81O\"]}");
+  EXPECT_EQ(DetokenizeResponse("Once \"upon\""),
+            R"({"prompt":"Once \"upon\""})");
+  // Invalid UTF-8 (a token cut mid-character) is written as U+FFFD.
+  EXPECT_EQ(DetokenizeResponse("a\xE2"), "{\"prompt\":\"a\xEF\xBF\xBD\"}");
+}
+
 }  // namespace
 }  // namespace serve
 }  // namespace tessera

@@ -6,13 +6,16 @@
 #include <chrono>
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <thread>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "runtime/serve/access.h"
 #include "runtime/serve/openai_protocol.h"
 
 namespace tessera {
@@ -29,7 +32,28 @@ constexpr std::chrono::milliseconds kPollInterval{50};
 
 void SendError(httplib::Response& res, const ApiError& error) {
   res.status = error.http_status;
+  // A full queue: when to come back (access.h says why this long).
+  if (error.http_status == 429) {
+    res.set_header("Retry-After", std::to_string(serve::kRetryAfterSeconds));
+  }
   res.set_content(serve::ErrorBody(error), "application/json");
+}
+
+// What the access log line of the request this thread handles says beyond
+// the request and response themselves: when its head was in, and its token
+// counts once known. httplib calls the pre-routing handler, the handler, the
+// content provider and the logger on the connection's thread, in that order.
+struct AccessRecord {
+  bool started = false;
+  Clock::time_point start;
+  std::optional<int64_t> prompt_tokens;
+  std::optional<int64_t> generation_tokens;
+};
+thread_local AccessRecord t_access;
+
+void RecordUsage(const serve::Usage& usage) {
+  t_access.prompt_tokens = usage.prompt_tokens;
+  t_access.generation_tokens = usage.completion_tokens;
 }
 
 // The client will not get the response (it went away); the connection
@@ -109,6 +133,8 @@ constexpr Route kRoutes[] = {
     {"/v1/models/", true, "GET"},
     {"/v1/completions", false, "POST"},
     {"/v1/chat/completions", false, "POST"},
+    {"/tokenize", false, "POST"},
+    {"/detokenize", false, "POST"},
 };
 
 // Whether the request carries a body (that a refusal leaves unread).
@@ -143,6 +169,7 @@ OpenAiServer::OpenAiServer(ServerOptions options, AsyncEngine* engine,
       config_(config),
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
+      cors_(options_.cors),
       http_(std::make_unique<HttpServer>(options_.http)) {
   RegisterMetrics();
 }
@@ -274,6 +301,93 @@ struct OpenAiServer::Handlers {
     return WithBos(r, *std::move(ids));
   }
 
+  // A chat request's messages through the chat template (with the
+  // generation prompt, or cut for continue_final_message).
+  std::variant<std::string, ApiError> RenderChat(
+      const CompletionRequest& r) const {
+    if (!server->chat_template_) {
+      return serve::InvalidRequest(
+          "the model has no chat template; use /v1/completions or start "
+          "the server with --chat-template",
+          "messages");
+    }
+    absl::StatusOr<std::string> text = server->chat_template_->Render(
+        r.messages, r.add_generation_prompt, serve::ChatTemplateContext(r));
+    if (text.ok() && r.continue_final_message) {
+      text = serve::ContinueFinalMessage(*text, r.messages);
+    }
+    // Whatever the template's complaint (a raise_exception, a resource
+    // limit), it is about this request: a 400, never a 429 that clients
+    // would retry.
+    if (!text.ok()) return serve::ApiErrorFromTemplateStatus(text.status());
+    return *std::move(text);
+  }
+
+  // POST /tokenize: the ids the request's prompt (or rendered messages)
+  // would be sent to the model as, counted up to a bound.
+  void TokenizeEndpoint(const serve::TokenizeRequest& t,
+                        httplib::Response& res) const {
+    const CompletionRequest& r = t.request;
+    if (!r.model.empty() && r.model != server->options_.served_model_name) {
+      return SendError(res, serve::ModelNotFound(r.model));
+    }
+    std::string text;
+    if (r.endpoint == Endpoint::kChat) {
+      std::variant<std::string, ApiError> rendered = RenderChat(r);
+      if (auto* e = std::get_if<ApiError>(&rendered)) {
+        return SendError(res, *e);
+      }
+      text = std::get<std::string>(std::move(rendered));
+    } else {
+      text = std::get<std::string>(r.prompts.front());
+    }
+    const int64_t limit = std::max(Context(), kMaxTokenizeTokens);
+    const bool bos = r.add_special_tokens && server->tokenizer_->add_bos();
+    absl::StatusOr<std::vector<int32_t>> ids =
+        server->tokenizer_->EncodeAtMost(text, limit - (bos ? 1 : 0));
+    if (!ids.ok()) {
+      if (absl::IsOutOfRange(ids.status())) {
+        return SendError(
+            res, serve::InvalidRequest(
+                     absl::StrCat("the text has more than ", limit,
+                                  " tokens, the most /tokenize counts"),
+                     r.endpoint == Endpoint::kChat ? "messages" : "prompt",
+                     "invalid_value"));
+      }
+      return SendError(res, serve::ApiErrorFromStatus(ids.status()));
+    }
+    std::vector<int32_t> tokens = WithBos(r, *std::move(ids));
+    std::optional<std::vector<std::string>> strs;
+    if (t.return_token_strs) {
+      strs.emplace();
+      strs->reserve(tokens.size());
+      for (int32_t id : tokens) {
+        strs->push_back(server->tokenizer_->IdToToken(id));
+      }
+    }
+    t_access.prompt_tokens = static_cast<int64_t>(tokens.size());
+    res.set_content(serve::TokenizeResponse(tokens, Context(), strs),
+                    "application/json");
+  }
+
+  // POST /detokenize: the ids as text, special tokens included (Hugging
+  // Face's decode, which vLLM's /detokenize calls).
+  void DetokenizeEndpoint(const serve::DetokenizeRequest& d,
+                          httplib::Response& res) const {
+    if (!d.model.empty() && d.model != server->options_.served_model_name) {
+      return SendError(res, serve::ModelNotFound(d.model));
+    }
+    DecodeOptions options;
+    options.skip_special_tokens = false;
+    options.spaces_between_special_tokens = true;
+    absl::StatusOr<std::string> text =
+        server->tokenizer_->Decode(d.tokens, options);
+    if (!text.ok())
+      return SendError(res, serve::ApiErrorFromStatus(text.status()));
+    t_access.prompt_tokens = static_cast<int64_t>(d.tokens.size());
+    res.set_content(serve::DetokenizeResponse(*text), "application/json");
+  }
+
   // Token ids of each prompt of the request (chat: the rendered template)
   // and the text echo repeats, each checked against the context.
   std::variant<std::vector<std::pair<std::vector<int32_t>, std::string>>,
@@ -291,22 +405,9 @@ struct OpenAiServer::Handlers {
       return std::nullopt;
     };
     if (r.endpoint == Endpoint::kChat) {
-      if (!server->chat_template_) {
-        return serve::InvalidRequest(
-            "the model has no chat template; use /v1/completions or start "
-            "the server with --chat-template",
-            "messages");
-      }
-      absl::StatusOr<std::string> text = server->chat_template_->Render(
-          r.messages, r.add_generation_prompt, serve::ChatTemplateContext(r));
-      if (text.ok() && r.continue_final_message) {
-        text = serve::ContinueFinalMessage(*text, r.messages);
-      }
-      // Whatever the template's complaint (a raise_exception, a resource
-      // limit), it is about this request: a 400, never a 429 that clients
-      // would retry.
-      if (!text.ok()) return serve::ApiErrorFromTemplateStatus(text.status());
-      auto ids = Tokenize(r, *text);
+      std::variant<std::string, ApiError> text = RenderChat(r);
+      if (auto* e = std::get_if<ApiError>(&text)) return *e;
+      auto ids = Tokenize(r, std::get<std::string>(text));
       if (auto* e = std::get_if<ApiError>(&ids)) return *e;
       if (auto e = checked(std::get<0>(std::move(ids)), r.echo_text)) {
         return *e;
@@ -515,6 +616,7 @@ struct OpenAiServer::Handlers {
       usage.completion_tokens +=
           static_cast<int64_t>(result->output_ids.size());
     }
+    RecordUsage(usage);
     server->prompt_tokens_->Increment(static_cast<double>(usage.prompt_tokens));
     server->generation_tokens_->Increment(
         static_cast<double>(usage.completion_tokens));
@@ -672,6 +774,7 @@ struct OpenAiServer::Handlers {
           }
           sink.write(serve::kSseDone.data(), serve::kSseDone.size());
           sink.done();
+          RecordUsage(usage);
           s->prompt_tokens_->Increment(
               static_cast<double>(usage.prompt_tokens));
           s->generation_tokens_->Increment(
@@ -707,6 +810,45 @@ absl::Status OpenAiServer::Start() {
   http_->set_pre_routing_handler([this, max_body](const httplib::Request& req,
                                                   httplib::Response& res) {
     if (Connection* c = HttpServer::CurrentConnection()) c->BodyStarted();
+    t_access = AccessRecord{};
+    t_access.started = true;
+    t_access.start = Clock::now();
+    // CORS first: a preflight is answered without the key (browsers send
+    // none), and every other answer, a 401 too, carries the headers that
+    // let the page read it.
+    if (cors_.enabled()) {
+      const std::string origin = req.get_header_value("Origin");
+      if (cors_.IsPreflight(
+              req.method, origin,
+              req.get_header_value("Access-Control-Request-Method"))) {
+        const serve::CorsPolicy::Preflight answer = cors_.AnswerPreflight(
+            origin, req.get_header_value("Access-Control-Request-Method"),
+            req.get_header_value("Access-Control-Request-Headers"));
+        if (HasBody(req)) CloseAfter(res);
+        for (const auto& [name, value] : answer.headers) {
+          res.set_header(name.c_str(), value);
+        }
+        res.status = answer.status;
+        res.set_content(answer.body, "text/plain; charset=utf-8");
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      for (const auto& [name, value] :
+           cors_.SimpleHeaders(origin, req.has_header("Cookie"))) {
+        res.set_header(name.c_str(), value);
+      }
+    }
+    // The key, before routing (vLLM's middleware): without it, a guarded
+    // path is 401 whether or not it exists.
+    if (!options_.api_key.empty() && serve::NeedsApiKey(req.path) &&
+        !serve::ApiKeyMatches(req.get_header_value("Authorization"),
+                              options_.api_key)) {
+      if (HasBody(req)) CloseAfter(res);
+      res.status = 401;
+      res.set_header("WWW-Authenticate", "Bearer");
+      res.set_content(serve::UnauthorizedBody(req.has_header("Authorization")),
+                      "application/json");
+      return httplib::Server::HandlerResponse::Handled;
+    }
     const std::string method = req.method == "HEAD" ? "GET" : req.method;
     const Route* route = nullptr;
     for (const Route& r : kRoutes) {
@@ -867,6 +1009,82 @@ absl::Status OpenAiServer::Start() {
   };
   http_->Post("/v1/completions", post(Endpoint::kCompletions));
   http_->Post("/v1/chat/completions", post(Endpoint::kChat));
+  // vLLM's tokenizer endpoints. Nothing reaches the engine.
+  auto tokenizer_post = [this, handlers, max_body](bool detokenize) {
+    return [this, handlers, max_body, detokenize](
+               const httplib::Request&, httplib::Response& res,
+               const httplib::ContentReader& reader) {
+      std::string body;
+      bool too_large = false;
+      const bool read = reader([&](const char* data, size_t n) {
+        if (body.size() + n > static_cast<size_t>(max_body)) {
+          too_large = true;
+          return false;
+        }
+        body.append(data, n);
+        return true;
+      });
+      if (too_large || !read) {
+        CloseAfter(res);
+        return SendError(
+            res, too_large ? TooLarge(max_body)
+                           : serve::InvalidRequest(
+                                 "the request body could not be read "
+                                 "(malformed chunked or compressed data, too "
+                                 "slow, or cut short)"));
+      }
+      std::vector<std::string> ignored;
+      if (detokenize) {
+        const int64_t vocab =
+            std::max<int64_t>(tokenizer_->vocab_size(), config_.vocab_size);
+        serve::DetokenizeParseResult parsed =
+            serve::ParseDetokenizeRequest(body, vocab);
+        if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+        const auto& d = std::get<serve::DetokenizeRequest>(parsed);
+        ignored = d.ignored_fields;
+        handlers.DetokenizeEndpoint(d, res);
+      } else {
+        serve::TokenizeParseResult parsed = serve::ParseTokenizeRequest(body);
+        if (auto* e = std::get_if<ApiError>(&parsed)) return SendError(res, *e);
+        const auto& t = std::get<serve::TokenizeRequest>(parsed);
+        ignored = t.request.ignored_fields;
+        handlers.TokenizeEndpoint(t, res);
+      }
+      if (!ignored.empty()) {
+        CompletionRequest names;
+        names.ignored_fields = std::move(ignored);
+        std::cerr << "[tessera] warning: " << serve::IgnoredFieldsWarning(names)
+                  << "\n";
+      }
+    };
+  };
+  http_->Post("/tokenize", tokenizer_post(/*detokenize=*/false));
+  http_->Post("/detokenize", tokenizer_post(/*detokenize=*/true));
+  if (options_.access_log) {
+    http_->set_logger(
+        [this](const httplib::Request& req, const httplib::Response& res) {
+          serve::AccessLogEntry entry;
+          entry.remote_addr = req.remote_addr;
+          entry.remote_port = req.remote_port;
+          entry.method = req.method;
+          entry.path = req.path;
+          entry.status = res.status;
+          if (t_access.started) {
+            entry.seconds =
+                std::chrono::duration<double>(Clock::now() - t_access.start)
+                    .count();
+            entry.prompt_tokens = t_access.prompt_tokens;
+            entry.generation_tokens = t_access.generation_tokens;
+          }
+          t_access = AccessRecord{};
+          const std::string line = serve::AccessLogLine(entry) + "\n";
+          if (options_.log) {
+            options_.log(line);
+          } else {
+            std::cerr << line;
+          }
+        });
+  }
 
   port_ = http_->Bind(options_.host, options_.port);
   if (port_ <= 0) {

@@ -4,6 +4,7 @@
 //   POST /v1/completions, POST /v1/chat/completions  ("stream": true gives
 //        server-sent events ending in "data: [DONE]")
 //   GET  /v1/models, /v1/models/{id}, /health, /version, /metrics
+//   POST /tokenize, /detokenize  (vLLM's; openai_protocol.h has the shapes)
 //   anything else: a JSON 404 (unknown path) or 405 (known path, wrong
 //   method, with an Allow header), OpenAI-shaped.
 //
@@ -32,12 +33,22 @@
 //
 // GET /health is 200 while serving and 503 while draining (after SIGTERM) or
 // once the engine loop has failed.
+//
+// Access (access.h): with an API key, /v1/*, /tokenize and /detokenize need
+// "Authorization: Bearer KEY" (401 otherwise, before routing, as vLLM's
+// middleware); with allowed origins, CORS headers go on every response to a
+// request with an Origin (streams too: they are set before the body), and
+// preflights (OPTIONS with Access-Control-Request-Method) are answered
+// before the key is checked. A 429 carries Retry-After (kRetryAfterSeconds).
+// /tokenize counts at most max(the context, kMaxTokenizeTokens) tokens (a
+// 400 beyond), so a body of the largest size costs a bounded reply.
 #ifndef TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 #define TESSERA_RUNTIME_SERVE_OPENAI_SERVER_H_
 
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,6 +58,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/model/config.h"
+#include "runtime/serve/access.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/metrics.h"
@@ -77,7 +89,18 @@ struct ServerOptions {
   // generation_config.json's sampling defaults for fields a request leaves
   // unset (empty: the API's own).
   GenerationDefaults generation_defaults;
+  // Non-empty: the key /v1/*, /tokenize and /detokenize need (access.h).
+  std::string api_key;
+  // CORS (access.h); no allowed origins: no CORS headers.
+  serve::CorsOptions cors;
+  // One access log line per request (serve::AccessLogLine) to `log`, or to
+  // stderr when `log` is unset.
+  bool access_log = false;
+  std::function<void(const std::string&)> log;
 };
+
+// The most tokens /tokenize counts when the context is smaller.
+inline constexpr int64_t kMaxTokenizeTokens = int64_t{1} << 20;
 
 class OpenAiServer {
  public:
@@ -122,6 +145,7 @@ class OpenAiServer {
   const ModelConfig& config_;
   const Tokenizer* tokenizer_;
   std::optional<ChatTemplate> chat_template_;
+  serve::CorsPolicy cors_;
   std::unique_ptr<HttpServer> http_;
   std::thread listener_;
   int port_ = 0;

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <thread>
@@ -66,6 +67,9 @@ struct StartOptions {
   int fail_after_steps = -1;  // >= 0: the engine fails after so many steps.
   std::optional<ChatTemplate> chat_template;
   HttpLimits http;
+  std::string api_key;
+  serve::CorsOptions cors;
+  bool access_log = false;
 };
 
 class ServerTest : public ::testing::Test {
@@ -104,6 +108,13 @@ class ServerTest : public ::testing::Test {
     server_options.version = "test-version";
     server_options.max_request_bytes = o.max_request_bytes;
     server_options.http = o.http;
+    server_options.api_key = o.api_key;
+    server_options.cors = o.cors;
+    server_options.access_log = o.access_log;
+    server_options.log = [this](const std::string& line) {
+      std::lock_guard<std::mutex> lock(log_mu_);
+      log_ += line;
+    };
     server_ = std::make_unique<OpenAiServer>(
         server_options, async_.get(), local_->model().config(),
         tokenizer_.get(), std::move(o.chat_template));
@@ -173,6 +184,8 @@ class ServerTest : public ::testing::Test {
   std::unique_ptr<AsyncEngine> async_;
   std::unique_ptr<OpenAiServer> server_;
   std::thread loop_;
+  std::mutex log_mu_;
+  std::string log_;  // The access log lines.
 };
 
 TEST_F(ServerTest, CompletionsEqualOfflineGenerationStreamedOrNot) {
@@ -399,6 +412,8 @@ TEST_F(ServerTest, FullQueueAnswers429) {
       "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 429) << res->body;
+  // When to come back (serve::kRetryAfterSeconds).
+  EXPECT_EQ(res->get_header_value("Retry-After"), "1");
   hog.join();
 }
 
@@ -738,6 +753,326 @@ TEST_F(ServerTest, AChatTemplateErrorIsA400) {
   res = Client().Post("/v1/chat/completions", one.dump(), "application/json");
   ASSERT_TRUE(res);
   EXPECT_EQ(res->status, 200) << res->body;
+}
+
+// POST /tokenize and /detokenize: vLLM's shapes, ids as the completion path
+// makes them (BOS as the tokenizer says), a round trip back to the text, the
+// chat form through the template, token_strs, and hostile input refused
+// with a 400 naming the field (or 404 for another model).
+TEST_F(ServerTest, TokenizeAndDetokenizeRoundTrip) {
+  StartOptions o;
+  auto t = ChatTemplate::FromString(
+      "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n"
+      "{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}",
+      {});
+  ASSERT_TRUE(t.ok()) << t.status();
+  o.chat_template = *std::move(t);
+  Start(std::move(o));
+  auto expected = tokenizer_->Encode("Once upon a time");
+  ASSERT_TRUE(expected.ok());
+  std::vector<int32_t> with_bos = *expected;
+  with_bos.insert(with_bos.begin(), 1);
+
+  auto res = Client().Post("/tokenize",
+                           R"({"model": "demo", "prompt": "Once upon a time"})",
+                           "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  json reply = json::parse(res->body);
+  EXPECT_EQ(reply["tokens"].get<std::vector<int32_t>>(), with_bos);
+  EXPECT_EQ(reply["count"], with_bos.size());
+  EXPECT_EQ(reply["max_model_len"], 512);
+  EXPECT_TRUE(reply["token_strs"].is_null());
+  // Keys in vLLM's order.
+  std::vector<std::string> keys;
+  for (auto it = reply.begin(); it != reply.end(); ++it)
+    keys.push_back(it.key());
+  EXPECT_EQ(keys.size(), 4u);
+
+  res = Client().Post("/tokenize",
+                      R"({"prompt": "Once upon a time",
+                          "add_special_tokens": false,
+                          "return_token_strs": true})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  reply = json::parse(res->body);
+  EXPECT_EQ(reply["tokens"].get<std::vector<int32_t>>(), *expected);
+  ASSERT_EQ(reply["token_strs"].size(), expected->size());
+  for (size_t i = 0; i < expected->size(); ++i) {
+    EXPECT_EQ(reply["token_strs"][i], tokenizer_->IdToToken((*expected)[i]));
+  }
+  EXPECT_EQ(reply["token_strs"][0], "\xE2\x96\x81Once");
+
+  // Back to text: special tokens kept (Hugging Face's decode).
+  res = Client().Post("/detokenize",
+                      json({{"model", "demo"}, {"tokens", with_bos}}).dump(),
+                      "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(json::parse(res->body)["prompt"], "<s> Once upon a time");
+  res = Client().Post("/detokenize", json({{"tokens", *expected}}).dump(),
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["prompt"], "Once upon a time");
+
+  // The chat form: the template's text, then the tokenizer (no BOS unless
+  // asked).
+  const json chat = {{"model", "demo"},
+                     {"messages", {{{"role", "user"}, {"content", "Hi"}}}}};
+  res = Client().Post("/tokenize", chat.dump(), "application/json");
+  ASSERT_TRUE(res);
+  ASSERT_EQ(res->status, 200) << res->body;
+  auto rendered = tokenizer_->Encode("[user] Hi\n[assistant]");
+  ASSERT_TRUE(rendered.ok());
+  EXPECT_EQ(json::parse(res->body)["tokens"].get<std::vector<int32_t>>(),
+            *rendered);
+
+  // Refusals.
+  struct Case {
+    const char* path;
+    std::string body;
+    int status;
+    const char* param;
+  };
+  const Case cases[] = {
+      {"/tokenize", R"({"model": "other", "prompt": "x"})", 404, "model"},
+      {"/detokenize", R"({"model": "other", "tokens": [1]})", 404, "model"},
+      {"/tokenize", R"({"prompt": 7})", 400, "prompt"},
+      {"/tokenize", R"({"messages": "hi"})", 400, "messages"},
+      {"/detokenize", R"({"tokens": [1, 32000]})", 400, "tokens.[1]"},
+      {"/detokenize", R"({"tokens": [-5]})", 400, "tokens.[0]"},
+      {"/detokenize", R"({"tokens": [1e30]})", 400, "tokens.[0]"},
+      {"/detokenize", R"({})", 400, "tokens"},
+      {"/tokenize", "not json", 400, ""},
+  };
+  for (const Case& c : cases) {
+    res = Client().Post(c.path, c.body, "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, c.status) << c.path << " " << c.body;
+    const json e = json::parse(res->body)["error"];
+    EXPECT_EQ(e["param"].is_null() ? "" : e["param"].get<std::string>(),
+              c.param)
+        << res->body;
+  }
+  // GET is 405 with Allow.
+  res = Client().Get("/tokenize");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  EXPECT_EQ(res->get_header_value("Allow"), "POST");
+}
+
+// A text past the bound /tokenize counts is a 400 without tokenizing it all.
+TEST_F(ServerTest, TokenizeCountsUpToABound) {
+  StartOptions o;
+  o.max_request_bytes = int64_t{16} << 20;
+  Start(std::move(o));
+  std::string words;
+  while (words.size() < (size_t{9} << 20)) words += "a b ";
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = Client().Post("/tokenize", json({{"prompt", words}}).dump(),
+                           "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400) << res->body.substr(0, 300);
+  EXPECT_EQ(json::parse(res->body)["error"]["param"], "prompt");
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(30));
+}
+
+// --api-key: /v1/* and the tokenizer routes need "Bearer KEY" (401 with an
+// OpenAI-shaped body otherwise, even for a path that does not exist);
+// /health, /metrics and /version stay open.
+TEST_F(ServerTest, ApiKeyGuardsV1AndTokenizerRoutes) {
+  StartOptions o;
+  o.api_key = "sk-test-123";
+  Start(std::move(o));
+  const std::string completion =
+      json({{"model", "demo"}, {"prompt", "Once"}, {"max_tokens", 2}}).dump();
+  struct Case {
+    const char* method;
+    const char* path;
+  };
+  for (const Case& c :
+       {Case{"GET", "/v1/models"}, Case{"GET", "/v1/nope"},
+        Case{"POST", "/v1/completions"}, Case{"POST", "/v1/chat/completions"},
+        Case{"POST", "/tokenize"}, Case{"POST", "/detokenize"}}) {
+    for (const char* auth : {"", "Bearer wrong", "Bearer sk-test-1234",
+                             "Basic sk-test-123", "sk-test-123"}) {
+      httplib::Headers headers;
+      if (*auth != '\0') headers.emplace("Authorization", auth);
+      httplib::Client client = Client();
+      auto res =
+          std::string(c.method) == "GET"
+              ? client.Get(c.path, headers)
+              : client.Post(c.path, headers, completion, "application/json");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 401) << c.path << " with '" << auth << "'";
+      const json e = json::parse(res->body)["error"];
+      EXPECT_EQ(e["type"], "invalid_request_error");
+      EXPECT_EQ(e["code"], "invalid_api_key");
+      EXPECT_EQ(res->get_header_value("WWW-Authenticate"), "Bearer");
+    }
+  }
+  const httplib::Headers good = {{"Authorization", "Bearer sk-test-123"}};
+  auto res = Client().Get("/v1/models", good);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  res = Client().Post("/v1/completions", good, completion, "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  res = Client().Post("/tokenize", good, R"({"prompt": "x"})",
+                      "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  for (const char* open : {"/health", "/metrics", "/version"}) {
+    res = Client().Get(open);
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << open;
+  }
+  // An unknown path outside /v1 is a 404, as without a key.
+  res = Client().Get("/nope");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 404);
+}
+
+// --allowed-origins: preflights answered without the key, CORS headers on
+// plain, streamed and 401 responses; none without an Origin.
+TEST_F(ServerTest, CorsPreflightAndHeadersOnEveryResponse) {
+  StartOptions o;
+  o.api_key = "k";
+  o.cors.allowed_origins = {"http://app.test"};
+  Start(std::move(o));
+  httplib::Headers preflight = {
+      {"Origin", "http://app.test"},
+      {"Access-Control-Request-Method", "POST"},
+      {"Access-Control-Request-Headers", "authorization, content-type"}};
+  auto res = Client().Options("/v1/chat/completions", preflight);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200) << res->body;
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"),
+            "http://app.test");
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Headers"),
+            "authorization, content-type");
+  EXPECT_NE(res->get_header_value("Access-Control-Allow-Methods").find("POST"),
+            std::string::npos);
+  // Another origin: 400, no Allow-Origin.
+  preflight.erase("Origin");
+  preflight.emplace("Origin", "http://evil.test");
+  res = Client().Options("/v1/chat/completions", preflight);
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+  // Plain OPTIONS (no preflight): the routes' 405, after the key.
+  res = Client().Options("/health");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+
+  const httplib::Headers origin = {{"Origin", "http://app.test"}};
+  res = Client().Get("/v1/models", origin);  // No key: 401, readable.
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 401);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"),
+            "http://app.test");
+  EXPECT_EQ(res->get_header_value("Vary"), "Origin");
+  const httplib::Headers both = {{"Origin", "http://app.test"},
+                                 {"Authorization", "Bearer k"}};
+  const json body = {{"model", "demo"},
+                     {"prompt", "Once"},
+                     {"max_tokens", 3},
+                     {"stream", true}};
+  res = Client().Post("/v1/completions", both, body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(res->get_header_value("Access-Control-Allow-Origin"),
+            "http://app.test");
+  EXPECT_NE(res->body.find("[DONE]"), std::string::npos);
+  res = Client().Get("/health");
+  ASSERT_TRUE(res);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+}
+
+// Without --allowed-origins: no CORS headers, and a preflight is a 405 (no
+// crash, no answer that would let a page in).
+TEST_F(ServerTest, NoCorsWithoutAllowedOrigins) {
+  Start();
+  auto res = Client().Options("/v1/completions",
+                              {{"Origin", "http://app.test"},
+                               {"Access-Control-Request-Method", "POST"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 405);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+  res = Client().Get("/v1/models", {{"Origin", "http://app.test"}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_FALSE(res->has_header("Access-Control-Allow-Origin"));
+}
+
+// The access log: one line per request with the client, the request line,
+// the status, the time and the tokens of a completion (streamed too).
+TEST_F(ServerTest, AccessLogHasOneLinePerRequest) {
+  StartOptions o;
+  o.access_log = true;
+  Start(std::move(o));
+  ASSERT_TRUE(Client().Get("/health"));
+  ASSERT_TRUE(Client().Post("/v1/completions",
+                            json({{"model", "demo"},
+                                  {"prompt", "Once upon a time"},
+                                  {"max_tokens", 4},
+                                  {"ignore_eos", true}})
+                                .dump(),
+                            "application/json"));
+  ASSERT_TRUE(Client().Post("/v1/completions",
+                            json({{"model", "demo"},
+                                  {"prompt", "Once upon a time"},
+                                  {"max_tokens", 3},
+                                  {"ignore_eos", true},
+                                  {"stream", true}})
+                                .dump(),
+                            "application/json"));
+  ASSERT_TRUE(Client().Get("/nope"));
+  std::string log;
+  {
+    std::lock_guard<std::mutex> lock(log_mu_);
+    log = log_;
+  }
+  const std::vector<std::string> lines =
+      absl::StrSplit(log, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 4u) << log;
+  EXPECT_TRUE(absl::StartsWith(lines[0], "[tessera] access: 127.0.0.1:"))
+      << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[0], "\"GET /health\" 200 ")) << lines[0];
+  EXPECT_TRUE(absl::StrContains(lines[1], "\"POST /v1/completions\" 200 "));
+  EXPECT_TRUE(absl::EndsWith(lines[1], "s prompt_tokens=5 generation_tokens=4"))
+      << lines[1];
+  EXPECT_TRUE(absl::EndsWith(lines[2], "s prompt_tokens=5 generation_tokens=3"))
+      << lines[2];
+  EXPECT_TRUE(absl::StrContains(lines[3], "\"GET /nope\" 404 ")) << lines[3];
+  EXPECT_FALSE(absl::StrContains(lines[3], "tokens")) << lines[3];
+}
+
+// Keep-alive: one connection carries many requests (httplib's default closed
+// it after 5).
+TEST_F(ServerTest, OneConnectionServesManyRequests) {
+  Start();
+  const int fd = Connect(server_->port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "GET /health HTTP/1.1\r\nHost: x\r\n\r\n";
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    std::string response;
+    while (response.find("\r\n\r\n") == std::string::npos) {
+      pollfd p{fd, POLLIN, 0};
+      ASSERT_GT(::poll(&p, 1, 10000), 0) << "request " << i;
+      char buffer[4096];
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      ASSERT_GT(n, 0) << "the server closed the connection after " << i
+                      << " requests";
+      response.append(buffer, static_cast<size_t>(n));
+    }
+    EXPECT_TRUE(absl::StartsWith(response, "HTTP/1.1 200")) << response;
+    EXPECT_FALSE(absl::StrContains(response, "Connection: close")) << response;
+  }
+  ::close(fd);
 }
 
 }  // namespace

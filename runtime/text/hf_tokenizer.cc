@@ -535,6 +535,13 @@ class HfTokenizer final : public Tokenizer {
     if (it != added_by_content_.end()) return added_[it->second].id;
     return model_->TokenToId(token);
   }
+  std::string IdToToken(int32_t id) const override {
+    if (const auto it = added_by_id_.find(id); it != added_by_id_.end()) {
+      return added_[it->second].content;
+    }
+    const std::string* token = model_->IdToToken(id);
+    return token != nullptr ? *token : std::string();
+  }
   int32_t bos_id() const override { return bos_id_; }
   int32_t eos_id() const override { return eos_id_; }
 

@@ -484,6 +484,11 @@ TEST(SmallTokenizerTest, BosFromTemplateAndConfig) {
   EXPECT_EQ(tok->TokenToId("\u2581hello"), 270);
   EXPECT_EQ(tok->TokenToId("</s>"), 2);
   EXPECT_EQ(tok->TokenToId("nope"), -1);
+  // IdToToken is TokenToId's inverse (vLLM's token_strs), added tokens too.
+  EXPECT_EQ(tok->IdToToken(270), "\u2581hello");
+  EXPECT_EQ(tok->IdToToken(2), "</s>");
+  EXPECT_EQ(tok->IdToToken(-1), "");
+  EXPECT_EQ(tok->IdToToken(278), "");
 
   tok = MustLoad("bos_config", t["metaspace"],
                  {{"add_bos_token", false},

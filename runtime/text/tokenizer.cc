@@ -232,6 +232,11 @@ class SentencePieceTokenizer final : public Tokenizer {
     return id;
   }
 
+  std::string IdToToken(int32_t id) const override {
+    if (id < 0 || id >= vocab_size()) return std::string();
+    return processor_.IdToPiece(id);
+  }
+
   int32_t vocab_size() const override { return processor_.PieceSize(); }
   int32_t bos_id() const override { return processor_.BosId(); }
   int32_t eos_id() const override { return processor_.EosId(); }

@@ -91,6 +91,15 @@ class Tokenizer {
   virtual bool IsSpecial(int32_t id) const = 0;
   // The id of a token's exact text ("<|im_end|>"), or -1.
   virtual int32_t TokenToId(absl::string_view token) const = 0;
+  // The vocabulary's text of `id` as stored (SentencePiece's "\u2581Once",
+  // byte-level BPE's "\u0120the", an added token's content): Hugging Face's
+  // convert_ids_to_tokens, which vLLM's /tokenize returns as token_strs.
+  // Empty for an id the vocabulary does not hold (negative, beyond
+  // vocab_size(), an unused id) and for tokenizers without a vocabulary.
+  virtual std::string IdToToken(int32_t id) const {
+    (void)id;
+    return std::string();
+  }
 
   // -1 when the tokenizer has none.
   virtual int32_t bos_id() const = 0;

@@ -222,6 +222,12 @@ TEST_F(VllmSentencePieceDecodeTest, EmptyRunIsStillASegment) {
   // "▁" alone decodes to "" at the start of a run; " ".join keeps it.
   const int32_t space = tok_->TokenToId("\xE2\x96\x81");
   ASSERT_GE(space, 0);
+  // IdToToken is TokenToId's inverse (the piece as stored: vLLM's
+  // token_strs), and empty outside the vocabulary.
+  EXPECT_EQ(tok_->IdToToken(space), "\xE2\x96\x81");
+  EXPECT_EQ(tok_->IdToToken(kBos), "<s>");
+  EXPECT_EQ(tok_->IdToToken(-1), "");
+  EXPECT_EQ(tok_->IdToToken(tok_->vocab_size()), "");
   EXPECT_EQ(Decode({kBos, space, kEos}, false, true), "<s>  </s>");
   EXPECT_EQ(Decode({kBos, space, kEos}, false, false), "<s></s>");
 }

@@ -1,5 +1,6 @@
 // The OpenAI request parser (runtime/serve/openai_protocol.h): any body on
-// either endpoint gives a request or an API error.
+// any endpoint (completions, chat, tokenize, detokenize) gives a request or
+// an API error.
 #include "absl/strings/string_view.h"
 #include "runtime/serve/openai_protocol.h"
 #include "tests/fuzz/fuzz_target.h"
@@ -8,5 +9,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view body(reinterpret_cast<const char*>(data), size);
   (void)tessera::serve::ParseCompletionRequest(body);
   (void)tessera::serve::ParseChatRequest(body);
+  (void)tessera::serve::ParseTokenizeRequest(body);
+  (void)tessera::serve::ParseDetokenizeRequest(body, 32000);
   return 0;
 }

@@ -22,6 +22,9 @@ class DelegatingExecutor : public StepExecutor {
     return inner_->memory_breakdown();
   }
   KvLayout kv_layout() const override { return inner_->kv_layout(); }
+  std::vector<int32_t> decode_graph_buckets() const override {
+    return inner_->decode_graph_buckets();
+  }
   int64_t max_step_tokens() const override { return inner_->max_step_tokens(); }
   int64_t max_step_seqs() const override { return inner_->max_step_seqs(); }
   int32_t max_top_logprobs() const override {
