@@ -101,6 +101,71 @@ await check('chat stream', async () => {
   assert(finish === 'length' || finish === 'stop', finish);
 });
 
+// Structured output through the client's own helpers.
+const personSchema = {
+  type: 'object',
+  properties: {
+    name: {type: 'string', maxLength: 12},
+    age: {type: 'integer', minimum: 0, maximum: 120},
+    pets: {type: 'array', maxItems: 3, items: {enum: ['cat', 'dog']}}
+  },
+  required: ['name', 'age', 'pets'],
+  additionalProperties: false
+};
+function isPerson(p) {
+  return p && typeof p.name === 'string' && p.name.length <= 12 &&
+      Number.isInteger(p.age) && p.age >= 0 && p.age <= 120 &&
+      Array.isArray(p.pets) && p.pets.length <= 3 &&
+      p.pets.every((x) => x === 'cat' || x === 'dog') &&
+      Object.keys(p).length === 3;
+}
+
+await check('chat.completions.parse with a strict json_schema', async () => {
+  const r = await client.chat.completions.parse({
+    model, messages: [{role: 'user', content: 'Describe a person'}],
+    max_completion_tokens: 300, temperature: 0.7, seed: 11,
+    response_format: {
+      type: 'json_schema',
+      json_schema: {name: 'person', strict: true, schema: personSchema}
+    }
+  });
+  const m = r.choices[0].message;
+  assert(r.choices[0].finish_reason === 'stop', r.choices[0].finish_reason);
+  assert(isPerson(m.parsed), JSON.stringify(m));
+});
+
+await check('streamed completion with response_format json_object', async () => {
+  const stream = await client.completions.create({
+    model, prompt: 'Once upon a time', max_tokens: 300, temperature: 0.8,
+    seed: 5, stream: true, response_format: {type: 'json_object'}
+  });
+  let text = '', finish = null;
+  for await (const chunk of stream) {
+    text += chunk.choices[0]?.text ?? '';
+    if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  if (finish === 'stop') {
+    const v = JSON.parse(text);
+    assert(v && typeof v === 'object' && !Array.isArray(v), text);
+  } else {
+    assert(finish === 'length' && text.startsWith('{'), `${finish} ${text}`);
+  }
+});
+
+await check('streamed chat with guided_choice (a vLLM field)', async () => {
+  const stream = await client.chat.completions.create({
+    model, messages: [{role: 'user', content: 'Happy or sad?'}],
+    max_completion_tokens: 20, stream: true, guided_choice: ['happy', 'sad']
+  });
+  let content = '', finish = null;
+  for await (const chunk of stream) {
+    content += chunk.choices[0]?.delta?.content ?? '';
+    if (chunk.choices[0]?.finish_reason) finish = chunk.choices[0].finish_reason;
+  }
+  assert(finish === 'stop' && (content === 'happy' || content === 'sad'),
+         `${finish} ${JSON.stringify(content)}`);
+});
+
 await check('a bad parameter is a 400 naming it', async () => {
   try {
     await client.completions.create(

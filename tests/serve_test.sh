@@ -81,6 +81,20 @@ else
   echo "SKIP: node is not installed"
 fi
 
+# Structured output (tests/structured_output_check.py): many JSON schemas, regexes, choices and a
+# grammar on both endpoints, plain and streamed, each output validated with jsonschema.
+if python3 -c 'import jsonschema' 2>/dev/null; then
+  if timeout 600 python3 "$RUNFILES/tessera/tests/structured_output_check.py" "$BASE" demo \
+      >"$TMP/structured.out" 2>&1; then
+    pass "structured output ($(grep -c '^PASS' "$TMP/structured.out") checks)"
+  else
+    fail "structured output"
+    grep -v '^PASS' "$TMP/structured.out" | head -60
+  fi
+else
+  fail "structured output: python3-jsonschema is not installed (tools/setup.sh --test)"
+fi
+
 # curl: a completion, the health check, the model list.
 got=$(curl -s "$BASE/v1/completions" -H 'Content-Type: application/json' \
   -d '{"model": "demo", "prompt": "Once upon a time", "max_tokens": 24, "temperature": 0}' |

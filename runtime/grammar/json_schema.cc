@@ -67,8 +67,11 @@ constexpr const char* kUnsupported[] = {"not",
 
 // Formats as JSON-safe regexes (RFC 3339, RFC 4122, a practical email).
 const char* FormatRegex(const std::string& format) {
+  // Years 0001-9999; days that every year has (no February 29th).
   static constexpr char kDate[] =
-      "[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])";
+      "([0-9]{3}[1-9]|[0-9]{2}[1-9][0-9]|[0-9][1-9][0-9]{2}|[1-9][0-9]{3})-"
+      "((0[1-9]|1[0-2])-(0[1-9]|1[0-9]|2[0-8])|(0[13-9]|1[0-2])-(29|30)|"
+      "(0[13578]|1[02])-31)";
   static constexpr char kTime[] =
       "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,9})?"
       "(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])";
@@ -302,6 +305,25 @@ class Converter {
     }
     Json merged = s;
     merged.erase("allOf");
+    // additionalProperties counts only the properties of its own schema, so
+    // it does not survive a merge of several schemas' properties.
+    int with_properties = s.contains("properties") ? 1 : 0;
+    bool additional = s.contains("additionalProperties");
+    for (const Json& part : all) {
+      if (!part.is_object()) continue;
+      with_properties += part.contains("properties") ? 1 : 0;
+      additional = additional || part.contains("additionalProperties");
+    }
+    if (additional && with_properties + (s.contains("additionalProperties") &&
+                                                 !s.contains("properties")
+                                             ? 1
+                                             : 0) >
+                          1) {
+      return Error(
+          "additionalProperties beside allOf schemas that declare properties "
+          "is not supported (it would apply to each schema's own properties "
+          "only)");
+    }
     for (const Json& part0 : all) {
       const Json* part = &part0;
       if (part->is_object() && part->contains("$ref")) {
