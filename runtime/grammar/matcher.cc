@@ -258,60 +258,65 @@ using internal::TokenClass;
 
 CompiledGrammar::CompiledGrammar(
     Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary)
-    : grammar_(std::move(grammar)),
-      vocabulary_(std::move(vocabulary)),
-      once_(new std::once_flag[grammar_.elements.size()]),
-      caches_(grammar_.elements.size()) {}
+    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
 
 CompiledGrammar::~CompiledGrammar() = default;
 
 const CompiledGrammar::PositionCache& CompiledGrammar::Cache(
-    int32_t position) const {
-  std::call_once(once_[position], [&] {
-    auto cache = std::make_unique<PositionCache>();
-    const TokenVocabulary& vocab = *vocabulary_;
-    Arena arena(&grammar_);
-    const int32_t start = arena.Intern(position, kUnknown);
-    std::vector<int32_t> accepted;
-    const std::vector<int32_t>& all = vocab.sorted();
-    std::vector<int32_t> indices(all.size());
-    for (size_t i = 0; i < indices.size(); ++i) {
-      indices[i] = static_cast<int32_t>(i);
+    const std::vector<int32_t>& frames, bool exact) const {
+  std::vector<int32_t> key = frames;
+  key.push_back(exact ? 1 : 0);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = caches_.find(key); it != caches_.end()) return *it->second;
+  }
+  // Filled outside the lock (a walk of the vocabulary); two threads may fill
+  // the same key at once, and the first stored wins.
+  auto cache = std::make_unique<PositionCache>();
+  const TokenVocabulary& vocab = *vocabulary_;
+  Arena arena(&grammar_);
+  int32_t node = exact ? kBottom : kUnknown;
+  for (size_t i = frames.size(); i-- > 0;) {
+    node = arena.Intern(frames[i], node);
+  }
+  std::vector<int32_t> accepted;
+  const std::vector<int32_t>& all = vocab.sorted();
+  std::vector<int32_t> indices(all.size());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    indices[i] = static_cast<int32_t>(i);
+  }
+  // Overflow here only loses precision: an overflowing walk's missing
+  // stacks make tokens look rejected, so treat them all as uncertain.
+  const bool complete = internal::WalkTokens(
+      &arena, vocab, {node}, indices.data(), indices.size(),
+      /*list_is_all=*/true, [&](int32_t index, TokenClass c) {
+        if (c == TokenClass::kAccepted) {
+          accepted.push_back(all[index]);
+        } else if (c == TokenClass::kUncertain) {
+          cache->uncertain.push_back(index);
+        }
+      });
+  if (!complete) {
+    accepted.clear();
+    cache->uncertain = indices;
+  }
+  if (accepted.size() > static_cast<size_t>(vocab.mask_words())) {
+    cache->accepted_bits.assign(vocab.mask_words(), 0);
+    for (int32_t id : accepted) {
+      cache->accepted_bits[id >> 5] |= uint32_t{1} << (id & 31);
     }
-    // Overflow here only loses precision: an overflowing walk's missing
-    // stacks make tokens look rejected, so treat them all as uncertain.
-    const bool complete = internal::WalkTokens(
-        &arena, vocab, {start}, indices.data(), indices.size(),
-        /*list_is_all=*/true, [&](int32_t index, TokenClass c) {
-          if (c == TokenClass::kAccepted) {
-            accepted.push_back(all[index]);
-          } else if (c == TokenClass::kUncertain) {
-            cache->uncertain.push_back(index);
-          }
-        });
-    if (!complete) {
-      accepted.clear();
-      cache->uncertain = indices;
-    }
-    if (accepted.size() > static_cast<size_t>(vocab.mask_words())) {
-      cache->accepted_bits.assign(vocab.mask_words(), 0);
-      for (int32_t id : accepted) {
-        cache->accepted_bits[id >> 5] |= uint32_t{1} << (id & 31);
-      }
-    } else {
-      std::sort(accepted.begin(), accepted.end());
-      cache->accepted_ids = std::move(accepted);
-    }
-    caches_[position] = std::move(cache);
-  });
-  return *caches_[position];
+  } else {
+    std::sort(accepted.begin(), accepted.end());
+    cache->accepted_ids = std::move(accepted);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [it, inserted] = caches_.emplace(std::move(key), std::move(cache));
+  return *it->second;
 }
 
 int64_t CompiledGrammar::cached_positions() const {
-  // Read after the fills a test waited for; no fill runs concurrently then.
-  int64_t n = 0;
-  for (const auto& c : caches_) n += c != nullptr;
-  return n;
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int64_t>(caches_.size());
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
@@ -377,13 +382,22 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
     if (id >= 0 && id < vocab.size()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   };
   if (!terminated_) {
-    std::vector<int32_t> seen_positions;
+    std::vector<std::vector<int32_t>> seen;
+    std::vector<int32_t> frames;
     for (int32_t id : state_) {
-      const int32_t pos = arena_->node(id).pos;
-      const CompiledGrammar::PositionCache& cache = grammar_->Cache(pos);
-      if (std::find(seen_positions.begin(), seen_positions.end(), pos) ==
-          seen_positions.end()) {
-        seen_positions.push_back(pos);
+      // The stack's top frames: its cache key.
+      frames.clear();
+      int32_t n = id;
+      while (n >= 0 && static_cast<int>(frames.size()) < kCacheFrames) {
+        frames.push_back(arena_->node(n).pos);
+        n = arena_->node(n).parent;
+      }
+      const bool exact = n == kBottom;
+      const CompiledGrammar::PositionCache& cache =
+          grammar_->Cache(frames, exact);
+      frames.push_back(exact ? 1 : 0);
+      if (std::find(seen.begin(), seen.end(), frames) == seen.end()) {
+        seen.push_back(frames);
         if (!cache.accepted_bits.empty()) {
           for (size_t w = 0; w < mask.size(); ++w) {
             mask[w] |= cache.accepted_bits[w];

@@ -6,12 +6,12 @@
 // an arena). The allowed tokens of a state are found the way xgrammar's
 // "adaptive token mask cache" finds them, because walking the whole
 // vocabulary per step costs tens of milliseconds:
-//  - Once per grammar position (a byte-set element) and vocabulary, lazily,
-//    every token is classified by walking the vocabulary's shared prefixes
-//    from that position with the rest of the stack unknown: accepted (some
-//    path consumes all its bytes inside the position's rule), rejected (every
-//    path fails there), or uncertain (a path reaches the rule's end with
-//    bytes left, so the answer depends on what is below).
+//  - Once per stack top (the top kCacheFrames frames' positions) and
+//    vocabulary, lazily, every token is classified by walking the
+//    vocabulary's shared prefixes from those frames with the rest of the
+//    stack unknown: accepted (some path consumes all its bytes above the
+//    unknown rest), rejected (every path fails there), or uncertain (a path
+//    pops into the unknown rest with bytes left).
 //  - Per step, for each stack: its top position's accepted set is ORed into
 //    the mask, and only its uncertain tokens are walked with the real stack.
 // In JSON, the uncertain tokens are the few that close a string or a value,
@@ -45,6 +45,12 @@ namespace tessera {
 namespace grammar {
 
 inline constexpr int32_t kMaxStackDepth = 1000;
+// How many of a stack's top frames key its token classes. One frame (the
+// position alone) leaves every token that leaves the position's rule
+// uncertain: in a JSON string that is nearly all of them, since each
+// character is its own rule. Four frames reach past the string's closing
+// quote, so only the tokens that end a value stay uncertain.
+inline constexpr int kCacheFrames = 4;
 namespace internal {
 class Arena;
 }
@@ -59,7 +65,10 @@ class CompiledGrammar {
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
 
-  // One position's token classes (see above), filled on first use.
+  // The token classes (see above) of a stack whose top frames are
+  // `frames` (top first, at most kCacheFrames positions); `exact`: those
+  // are the whole stack (the root's end below them), else the rest is
+  // unknown. Filled on first use.
   struct PositionCache {
     // Accepted ids: a bitmask of vocabulary().mask_words() words when there
     // are many, else a list.
@@ -69,20 +78,22 @@ class CompiledGrammar {
     // a walk over them shares prefixes).
     std::vector<int32_t> uncertain;
   };
-  const PositionCache& Cache(int32_t position) const;
+  const PositionCache& Cache(const std::vector<int32_t>& frames,
+                             bool exact) const;
 
-  // Positions whose caches are filled (tests, statistics).
+  // Stacks whose classes are filled (tests, statistics).
   int64_t cached_positions() const;
 
  private:
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
-  std::unique_ptr<std::once_flag[]> once_;
-  mutable std::vector<std::unique_ptr<PositionCache>> caches_;
+  mutable std::mutex mu_;
+  // Key: the frames, then 1 for exact or 0.
+  mutable absl::flat_hash_map<std::vector<int32_t>,
+                              std::unique_ptr<const PositionCache>>
+      caches_;
 };
 
-// Compiles `ebnf` for `vocabulary`, or returns the one compiled before
-// (keyed by the text; at most `capacity` kept, least recently used dropped).
 class GrammarCache {
  public:
   GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,

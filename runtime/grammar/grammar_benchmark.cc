@@ -1,0 +1,128 @@
+// The structured-output engine's costs, on a real vocabulary:
+//   TESSERA_TOKENIZER_DIR=../shared/tokenizers/qwen3 \
+//     bazel run -c opt //runtime/grammar:grammar_benchmark
+// - BM_CompileSchema: a JSON schema to EBNF to a parsed grammar (what rank 0
+//   does per request).
+// - BM_ColdMasks: a fresh compiled grammar's masks along one JSON output,
+//   every position's token cache filled on first use (a new schema's first
+//   request).
+// - BM_WarmMaskAndAccept: one step's mask and accept with the caches filled
+//   (every later request with the schema); the per-token time is what a
+//   decode step waits for when the forward does not hide it.
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "benchmark/benchmark.h"
+#include "runtime/grammar/json_schema.h"
+#include "runtime/grammar/matcher.h"
+#include "runtime/text/tokenizer.h"
+
+namespace tessera {
+namespace grammar {
+namespace {
+
+constexpr char kSchema[] = R"({
+  "type": "object",
+  "properties": {
+    "name": {"type": "string", "maxLength": 40},
+    "age": {"type": "integer", "minimum": 0, "maximum": 150},
+    "email": {"type": "string", "format": "email"},
+    "tags": {"type": "array", "items": {"type": "string"}, "maxItems": 8},
+    "address": {"type": "object",
+                "properties": {"city": {"type": "string"},
+                               "zip": {"type": "string",
+                                       "pattern": "[0-9]{5}"}},
+                "required": ["city", "zip"], "additionalProperties": false},
+    "role": {"enum": ["admin", "user", "guest"]}
+  },
+  "required": ["name", "age", "tags", "address", "role"],
+  "additionalProperties": false})";
+
+constexpr char kOutput[] =
+    R"({"name": "Ada Lovelace, the first programmer", "age": 36, "tags": ["math", "engines", "poetry of science"], "address": {"city": "London", "zip": "12345"}, "role": "admin"})";
+
+struct Setup {
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::shared_ptr<const TokenVocabulary> vocab;
+  std::vector<int32_t> output_ids;
+  std::string ebnf;
+};
+
+const Setup& GetSetup() {
+  static Setup* setup = [] {
+    auto* s = new Setup();
+    const char* dir = std::getenv("TESSERA_TOKENIZER_DIR");
+    auto tok =
+        LoadTokenizer(dir != nullptr ? dir : "../shared/tokenizers/qwen3", -1);
+    if (!tok.ok()) {
+      std::fprintf(stderr, "%s\n", std::string(tok.status().message()).c_str());
+      std::exit(1);
+    }
+    s->tokenizer = *std::move(tok);
+    std::vector<std::string> bytes;
+    std::vector<bool> excluded;
+    for (int32_t id = 0; id < s->tokenizer->vocab_size(); ++id) {
+      bytes.push_back(s->tokenizer->TokenBytes(id));
+      excluded.push_back(s->tokenizer->IsSpecial(id));
+    }
+    s->vocab = *TokenVocabulary::Create(bytes, excluded);
+    s->output_ids = *s->tokenizer->Encode(kOutput);
+    s->ebnf = *JsonSchemaTextToEbnf(kSchema);
+    return s;
+  }();
+  return *setup;
+}
+
+void BM_CompileSchema(benchmark::State& state) {
+  for (auto _ : state) {
+    auto ebnf = JsonSchemaTextToEbnf(kSchema);
+    auto g = ParseEbnf(*ebnf);
+    benchmark::DoNotOptimize(g);
+  }
+}
+BENCHMARK(BM_CompileSchema)->Unit(benchmark::kMicrosecond);
+
+// Walks the output: mask, then accept, token by token.
+void Walk(const std::shared_ptr<const CompiledGrammar>& g) {
+  const Setup& s = GetSetup();
+  GrammarMatcher m(g, {s.tokenizer->eos_id()});
+  std::vector<uint32_t> mask(m.mask_words());
+  for (int32_t id : s.output_ids) {
+    if (!m.FillNextTokenMask(absl::MakeSpan(mask)).ok() ||
+        !((mask[id >> 5] >> (id & 31)) & 1u) || !m.Accept(id).ok()) {
+      std::fprintf(stderr, "the output does not follow the schema\n");
+      std::exit(1);
+    }
+  }
+}
+
+void BM_ColdMasks(benchmark::State& state) {
+  const Setup& s = GetSetup();
+  for (auto _ : state) {
+    auto g =
+        std::make_shared<const CompiledGrammar>(*ParseEbnf(s.ebnf), s.vocab);
+    Walk(g);
+  }
+  state.counters["tokens"] = static_cast<double>(s.output_ids.size());
+}
+BENCHMARK(BM_ColdMasks)->Unit(benchmark::kMillisecond);
+
+void BM_WarmMaskAndAccept(benchmark::State& state) {
+  const Setup& s = GetSetup();
+  auto g = std::make_shared<const CompiledGrammar>(*ParseEbnf(s.ebnf), s.vocab);
+  Walk(g);  // fills the caches
+  for (auto _ : state) Walk(g);
+  state.counters["per_token_us"] =
+      benchmark::Counter(static_cast<double>(s.output_ids.size()) * 1e-6,
+                         benchmark::Counter::kIsIterationInvariantRate |
+                             benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_WarmMaskAndAccept)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace grammar
+}  // namespace tessera
+
+BENCHMARK_MAIN();
