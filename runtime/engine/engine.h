@@ -152,6 +152,9 @@ class Engine final : public TokenGenerator {
     BlockManager::Stats blocks;
     int64_t running = 0;  // Sequences holding KV now.
     int64_t waiting = 0;  // Queued (new or preempted).
+    // Tokens the last step ran: prompt chunks plus decodes (vLLM's
+    // iteration tokens); 0 before the first step.
+    int64_t last_step_tokens = 0;
   };
 
   // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
@@ -218,6 +221,7 @@ class Engine final : public TokenGenerator {
     TokenCallback on_token;
     int64_t max_new_tokens = 0;
     bool runner_started = false;  // The sampling rank has its sampler.
+    bool scheduled = false;       // A step has run it (queue_seconds is set).
     GenerationResult result;
     Clock::time_point submitted, first_token;
     // Text (with a tokenizer): everything final so far, and how much of it
@@ -259,6 +263,7 @@ class Engine final : public TokenGenerator {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   SeqId next_id_ = 1;
+  int64_t last_step_tokens_ = 0;
   absl::flat_hash_map<SeqId, Request> requests_;  // Unfinished.
   absl::flat_hash_map<SeqId, absl::StatusOr<GenerationResult>> finished_;
   std::vector<SeqId> released_;  // For the next plan.
