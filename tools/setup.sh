@@ -16,6 +16,7 @@ packages=(
   libopenblas-dev
   nlohmann-json3-dev
   libcpp-httplib-dev
+  prometheus-cpp-dev
   prometheus
   slurmctld slurmd slurm-client munge  # tests/slurm_test.sh starts its own one-node cluster
   clang-format
