@@ -496,6 +496,49 @@ TEST(EngineCancel, FreesBlocksAndLeavesOthersAlone) {
   EXPECT_EQ(engine.stats().blocks.num_used_blocks, 0);
 }
 
+// The per-request times the server's metrics read (vLLM's phases): queue
+// (submission to the first step that ran it) is part of prefill (submission
+// to the first token). With one sequence at a time, the second request waits
+// for the whole of the first; one cancelled before it ran queued until then.
+TEST(EngineTimes, QueueIsSubmissionToFirstScheduledStep) {
+  std::mt19937 rng(21);
+  CpuOps ops;
+  EngineSetup s;
+  s.max_num_seqs = 1;
+  std::unique_ptr<LocalEngine> local = DemoEngine(&ops, s);
+  ASSERT_NE(local, nullptr);
+  Engine& engine = local->engine();
+  EXPECT_EQ(engine.stats().last_step_tokens, 0);
+  GenerationRequest r = Greedy(RandomPrompt(rng, 20), 40);
+  r.ignore_eos = true;
+  auto first = engine.Submit(r);
+  auto second = engine.Submit(r);
+  auto third = engine.Submit(r);
+  ASSERT_TRUE(first.ok() && second.ok() && third.ok());
+  ASSERT_TRUE(engine.Step().ok());
+  EXPECT_EQ(engine.stats().last_step_tokens, 20);  // The first's prompt.
+  ASSERT_TRUE(engine.Step().ok());
+  EXPECT_EQ(engine.stats().last_step_tokens, 1);  // Its first decode.
+  ASSERT_TRUE(engine.Cancel(*third).ok());
+  ASSERT_TRUE(engine.RunUntilIdle().ok());
+  auto a = engine.TakeResult(*first);
+  auto b = engine.TakeResult(*second);
+  auto c = engine.TakeResult(*third);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  for (const GenerationResult* x : {&*a, &*b}) {
+    EXPECT_GE(x->queue_seconds, 0.0);
+    EXPECT_LE(x->queue_seconds, x->prefill_seconds);
+    EXPECT_GT(x->decode_seconds, 0.0);
+  }
+  // The second waited while the first ran to its end.
+  EXPECT_GE(b->queue_seconds, a->prefill_seconds + a->decode_seconds);
+  EXPECT_LT(a->queue_seconds, b->queue_seconds);
+  // Never ran: all of its time was queue.
+  EXPECT_TRUE(c->output_ids.empty());
+  EXPECT_GT(c->queue_seconds, 0.0);
+  EXPECT_DOUBLE_EQ(c->queue_seconds, c->prefill_seconds);
+}
+
 // Requests the pool could never hold, or that break the rules, are refused
 // at submission with a clear error; nothing is left queued.
 TEST(EngineErrors, RefusedAtSubmission) {

@@ -27,7 +27,7 @@ for t in "${TARGETS[@]}"; do
 done
 for lib in libopenblas.so.0 libgfortran.so.5 libquadmath.so.0 libutf8proc.so.2 \
   libsentencepiece.so.0 libpcre2-8.so.0 libcpp-httplib.so.0.11 libbrotlicommon.so.1 \
-  libbrotlidec.so.1 libbrotlienc.so.1 libbenchmark.so.1debian; do
+  libbrotlidec.so.1 libbrotlienc.so.1 libbenchmark.so.1debian libprometheus-cpp-core.so.1.0; do
   cp -L "/lib/x86_64-linux-gnu/$lib" .carry/gpu/lib/
 done
 cp -r ../shared/models/stories260K .carry/gpu/stories260K

@@ -146,6 +146,10 @@ void Engine::Finish(SeqId id, Request& r, FinishReason reason) {
   r.result.finish_reason = reason;
   if (r.result.text.has_value()) *r.result.text = r.text;
   const Clock::time_point now = Clock::now();
+  if (!r.scheduled) {
+    r.result.queue_seconds =
+        std::chrono::duration<double>(now - r.submitted).count();
+  }
   if (r.result.output_ids.empty()) {
     r.result.prefill_seconds =
         std::chrono::duration<double>(now - r.submitted).count();
@@ -195,8 +199,15 @@ absl::Status Engine::Step() {
       &plan_));
   released_.clear();
   // What the plan implies for the requests (BuildStepPlan changes none).
+  const Clock::time_point scheduled_at = Clock::now();
+  last_step_tokens_ = out.num_tokens;
   for (const ScheduledSequence& s : out.seqs) {
     Request& r = requests_.find(s.seq_id)->second;  // Looked up above.
+    if (!r.scheduled) {
+      r.scheduled = true;
+      r.result.queue_seconds =
+          std::chrono::duration<double>(scheduled_at - r.submitted).count();
+    }
     if (s.first_chunk && r.result.output_ids.empty()) {
       r.result.cached_prompt_tokens = s.context_len;
     }
@@ -416,7 +427,8 @@ int64_t Engine::NumGenerated(SeqId id) const {
 Engine::Stats Engine::stats() const {
   return Stats{
       scheduler_->stats(),       blocks_->stats(), scheduler_->num_running(),
-      scheduler_->num_waiting(), prompt_tokens_,   generation_tokens_};
+      scheduler_->num_waiting(), prompt_tokens_,   generation_tokens_,
+      last_step_tokens_};
 }
 
 absl::StatusOr<GenerationResult> Engine::Generate(

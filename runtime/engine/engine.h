@@ -161,6 +161,9 @@ class Engine final : public TokenGenerator {
     // since creation: the throughputs of the server's stats line.
     int64_t prompt_tokens = 0;
     int64_t generation_tokens = 0;
+    // Tokens the last step ran: prompt chunks plus decodes (vLLM's
+    // iteration tokens); 0 before the first step.
+    int64_t last_step_tokens = 0;
   };
 
   // `executor` and `tokenizer` (null: no text, no stop strings) must outlive
@@ -227,6 +230,7 @@ class Engine final : public TokenGenerator {
     TokenCallback on_token;
     int64_t max_new_tokens = 0;
     bool runner_started = false;  // The sampling rank has its sampler.
+    bool scheduled = false;       // A step has run it (queue_seconds is set).
     GenerationResult result;
     Clock::time_point submitted, first_token;
     // Text (with a tokenizer): everything final so far, and how much of it
@@ -271,6 +275,7 @@ class Engine final : public TokenGenerator {
   std::unique_ptr<BlockManager> blocks_;
   std::unique_ptr<Scheduler> scheduler_;
   SeqId next_id_ = 1;
+  int64_t last_step_tokens_ = 0;
   absl::flat_hash_map<SeqId, Request> requests_;  // Unfinished.
   absl::flat_hash_map<SeqId, absl::StatusOr<GenerationResult>> finished_;
   std::vector<SeqId> released_;    // For the next plan.

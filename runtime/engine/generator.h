@@ -98,7 +98,11 @@ struct GenerationResult {
   std::vector<float> prefill_logits;
   int64_t cached_prompt_tokens = 0;  // Served from the prefix cache.
   double prefill_seconds = 0.0;      // Submission to the first token.
-  double decode_seconds = 0.0;       // First token to the last.
+  // Submission to the first step that ran the request (vLLM's queue time; a
+  // part of prefill_seconds, so scheduled to first token is their
+  // difference). A request that ended before it ran: submission to its end.
+  double queue_seconds = 0.0;
+  double decode_seconds = 0.0;  // First token to the last.
 };
 
 // Something that turns a request into generated tokens.

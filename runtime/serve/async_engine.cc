@@ -93,7 +93,10 @@ absl::StatusOr<std::shared_ptr<RequestStream>> AsyncEngine::Submit(
 }
 
 absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>>
-AsyncEngine::SubmitGroup(std::vector<GenerationRequest> requests) {
+AsyncEngine::SubmitGroup(
+    std::vector<GenerationRequest> requests,
+    std::optional<RequestStream::Clock::time_point> arrival) {
+  const RequestStream::Clock::time_point now = RequestStream::Clock::now();
   const int64_t k = static_cast<int64_t>(requests.size());
   if (k == 0) return absl::InvalidArgumentError("no requests to submit");
   if (k > max_group_parts_) {
@@ -105,7 +108,13 @@ AsyncEngine::SubmitGroup(std::vector<GenerationRequest> requests) {
   std::vector<std::shared_ptr<RequestStream>> streams;
   streams.reserve(requests.size());
   for (int64_t i = 0; i < k; ++i) {
-    streams.push_back(std::make_shared<RequestStream>());
+    auto stream = std::make_shared<RequestStream>();
+    stream->arrival_ = arrival.value_or(now);
+    stream->submitted_ = now;
+    stream->prompt_tokens_ =
+        static_cast<int64_t>(requests[i].prompt_ids.size());
+    stream->max_tokens_ = requests[i].max_tokens;
+    streams.push_back(std::move(stream));
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -147,6 +156,49 @@ void AsyncEngine::EndedLocked(const RequestStream& stream) {
   if (open_streams_.erase(stream.id_) == 0) return;
   --open_;
   if (stream.multi_) --open_multi_;
+  RecordEndLocked(stream);
+}
+
+void AsyncEngine::RecordEndLocked(const RequestStream& stream) {
+  if (observer_ == nullptr) return;
+  using Clock = RequestStream::Clock;
+  auto seconds = [](Clock::duration d) {
+    return std::chrono::duration<double>(d).count();
+  };
+  const Clock::time_point now = Clock::now();
+  RequestEnd end;
+  end.prompt_tokens = stream.prompt_tokens_;
+  end.max_tokens = stream.max_tokens_;
+  end.generation_tokens = stream.generated_;
+  end.e2e_seconds = seconds(now - stream.arrival_);
+  {
+    std::lock_guard<std::mutex> lock(stream.mu_);
+    const GenerationResult* r =
+        stream.result_.has_value() && stream.result_->ok() ? &**stream.result_
+                                                           : nullptr;
+    if (r == nullptr) {
+      end.finish_reason = "error";
+    } else {
+      end.finish_reason = FinishReasonName(r->finish_reason);
+      end.has_phases = true;
+      end.generation_tokens = static_cast<int64_t>(r->output_ids.size());
+      // The engine's clock starts at its Submit; the wait for admission
+      // before it is queue time too.
+      const double admission =
+          stream.admitted_set_ ? seconds(stream.admitted_ - stream.submitted_)
+                               : 0.0;
+      end.queue_seconds = admission + r->queue_seconds;
+      end.prefill_seconds =
+          std::max(0.0, r->prefill_seconds - r->queue_seconds);
+      end.decode_seconds = r->decode_seconds;
+    }
+  }
+  observer_->OnRequestEnd(end);
+}
+
+void AsyncEngine::set_observer(std::shared_ptr<EngineObserver> observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(observer);
 }
 
 int64_t AsyncEngine::Abort(const absl::Status& error) {
@@ -221,15 +273,36 @@ void AsyncEngine::Admit() {
     inbox.swap(inbox_);
     cancels.swap(cancels_);
     stats_.waiting = 0;
+    loop_observer_ = observer_;
   }
+  const RequestStream::Clock::time_point admitted = RequestStream::Clock::now();
   std::vector<std::shared_ptr<RequestStream>> ended;
   for (Pending& p : inbox) {
     const int64_t id = p.stream->id_;
     std::shared_ptr<RequestStream> stream = p.stream;
+    stream->admitted_ = admitted;
+    stream->admitted_set_ = true;
     // The engine calls back on this thread, inside Step().
     absl::StatusOr<int64_t> engine_id =
         engine_->Submit(p.request, [this, id, stream](const TokenEvent& event) {
-          stream->Push(event, RequestStream::Clock::now(), stream_interval_);
+          const RequestStream::Clock::time_point now =
+              RequestStream::Clock::now();
+          if (event.error.ok()) {  // A token (not a failure's last event).
+            if (loop_observer_ != nullptr) {
+              const std::chrono::duration<double> since =
+                  now - (stream->generated_ == 0 ? stream->arrival_
+                                                 : stream->last_token_);
+              if (stream->generated_ == 0) {
+                loop_observer_->OnFirstToken(stream->prompt_tokens_,
+                                             since.count());
+              } else {
+                loop_observer_->OnNextToken(since.count());
+              }
+            }
+            ++stream->generated_;
+            stream->last_token_ = now;
+          }
+          stream->Push(event, now, stream_interval_);
           if (!event.finished) return;
           auto it = live_.find(id);
           if (it == live_.end()) return;
@@ -285,7 +358,10 @@ absl::Status AsyncEngine::Loop() {
     std::lock_guard<std::mutex> lock(mu_);
     for (Pending& p : inbox_) p.stream->Finish(told);
     inbox_.clear();
-    for (const auto& [id, stream] : open_streams_) stream->Finish(told);
+    for (const auto& [id, stream] : open_streams_) {
+      stream->Finish(told);
+      RecordEndLocked(*stream);
+    }
     open_streams_.clear();
     draining_ = true;
     failed_ = true;
@@ -302,6 +378,10 @@ absl::Status AsyncEngine::Loop() {
       {
         std::lock_guard<std::mutex> lock(mu_);
         engine_stats_ = engine_->stats();
+        if (stepped.ok() && observer_ != nullptr &&
+            engine_stats_.last_step_tokens > 0) {
+          observer_->OnStep(engine_stats_.last_step_tokens);
+        }
         ++stats_.steps;
         stats_.step_seconds += seconds(step_end - step_start);
         if (last_step_end) {

@@ -26,7 +26,8 @@
 // an error (the drain's deadline passed, or the job is failing), from any
 // thread, even while the loop thread is stuck inside a step. state() says
 // whether the engine serves, is draining, or has failed (GET /health answers
-// 503 for the last two).
+// 503 for the last two). Metrics: set_observer's EngineObserver
+// (engine_observer.h) hears of every step, token and request end.
 #ifndef TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 #define TESSERA_RUNTIME_SERVE_ASYNC_ENGINE_H_
 
@@ -43,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "runtime/engine/engine.h"
+#include "runtime/serve/engine_observer.h"
 
 namespace tessera {
 
@@ -102,6 +104,15 @@ class RequestStream {
   Clock::time_point last_wake_;  // When the reader was last woken.
   bool held_back_ = false;       // Events pushed since then, not yet woken.
   std::optional<absl::StatusOr<GenerationResult>> result_;
+
+  // For the EngineObserver. Set by SubmitGroup before the stream is shared;
+  // then written only by the loop thread (admitted_, last_token_,
+  // generated_), and read when the request ends (RecordEndLocked).
+  Clock::time_point arrival_, submitted_, admitted_, last_token_;
+  bool admitted_set_ = false;
+  int64_t prompt_tokens_ = 0;
+  int64_t max_tokens_ = 0;
+  int64_t generated_ = 0;
 };
 
 class AsyncEngine {
@@ -134,9 +145,11 @@ class AsyncEngine {
       GenerationRequest request);
   // Any thread: the parts of one HTTP request, admitted together under the
   // rule above (streams in the order of `requests`); InvalidArgument for an
-  // empty group or one larger than max_group_parts().
+  // empty group or one larger than max_group_parts(). `arrival`: when the
+  // HTTP request arrived (its metrics' e2e and TTFT start there); unset: now.
   absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> SubmitGroup(
-      std::vector<GenerationRequest> requests);
+      std::vector<GenerationRequest> requests,
+      std::optional<RequestStream::Clock::time_point> arrival = std::nullopt);
   int64_t max_pending() const { return max_pending_; }
   int64_t max_group_parts() const { return max_group_parts_; }
   // Any thread: the checks the engine will make when the request enters
@@ -175,6 +188,10 @@ class AsyncEngine {
   // Engine statistics, refreshed by the loop after every step and every
   // admission (any thread).
   Engine::Stats engine_stats() const;
+  // Any thread: who hears of steps, tokens and request ends from now on
+  // (null: nobody). The engine keeps its own reference while a step may
+  // still use it, so the observer may be replaced or dropped at any time.
+  void set_observer(std::shared_ptr<EngineObserver> observer);
 
  private:
   struct Pending {
@@ -189,6 +206,8 @@ class AsyncEngine {
 
   // One accepted request has ended (under mu_).
   void EndedLocked(const RequestStream& stream);
+  // Tells the observer how a request that just ended went (under mu_).
+  void RecordEndLocked(const RequestStream& stream);
 
   Engine* engine_;
   const int64_t max_pending_;
@@ -207,6 +226,10 @@ class AsyncEngine {
   absl::flat_hash_map<int64_t, std::shared_ptr<RequestStream>> open_streams_;
   Stats stats_;
   Engine::Stats engine_stats_;
+  std::shared_ptr<EngineObserver> observer_;  // Under mu_.
+  // The loop thread's copy of observer_, taken at every admission, for the
+  // token callbacks inside a step (which run without mu_).
+  std::shared_ptr<EngineObserver> loop_observer_;
   // Loop thread only: our id -> (engine id, stream).
   struct Live {
     int64_t engine_id;

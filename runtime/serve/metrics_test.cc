@@ -1,395 +1,434 @@
+// ServingMetrics: vLLM's families, labels and buckets; what a request's
+// lifecycle records (driven by hand, and through a real AsyncEngine on the
+// demo checkpoint); engine snapshots as counter increments; the process
+// collector; and text that stays within what prometheus-cpp serializes
+// correctly (no escapes in HELP, no NaN).
 #include "runtime/serve/metrics.h"
 
-#include <cmath>
-#include <limits>
+#include <fcntl.h>
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <ctime>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
+#include "runtime/executor/local_executor.h"
+#include "runtime/serve/async_engine.h"
+#include "tests/test_paths.h"
 
 namespace tessera {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-TEST(MetricsFormatTest, Values) {
-  EXPECT_EQ(FormatMetricValue(0), "0");
-  EXPECT_EQ(FormatMetricValue(-0.0), "0");
-  EXPECT_EQ(FormatMetricValue(1), "1");
-  EXPECT_EQ(FormatMetricValue(-7), "-7");
-  EXPECT_EQ(FormatMetricValue(1234567), "1234567");
-  EXPECT_EQ(FormatMetricValue(9007199254740991.0), "9007199254740991");
-  EXPECT_EQ(FormatMetricValue(2.5), "2.5");
-  EXPECT_EQ(FormatMetricValue(0.1 + 0.2), "0.30000000000000004");
-  EXPECT_EQ(FormatMetricValue(1e300), "1e+300");
-  EXPECT_EQ(FormatMetricValue(1.5e-7), "1.5e-07");
-  EXPECT_EQ(FormatMetricValue(kNaN), "NaN");
-  EXPECT_EQ(FormatMetricValue(kInf), "+Inf");
-  EXPECT_EQ(FormatMetricValue(-kInf), "-Inf");
-  // Every value round-trips.
-  for (double v : {0.1, 1.0 / 3, 2.0 / 3 * 1e10, 123456.789, 5e-324, 1.7e308,
-                   -0.005, 4503599627370496.5, 1e16}) {
-    EXPECT_EQ(std::strtod(FormatMetricValue(v).c_str(), nullptr), v) << v;
+// The family `name` of `m`'s registry; fails the test when absent.
+prometheus::MetricFamily Family(ServingMetrics& m, const std::string& name) {
+  for (prometheus::MetricFamily& f : m.registry().Collect()) {
+    if (f.name == name) return f;
   }
+  ADD_FAILURE() << "no family " << name;
+  return {};
 }
 
-TEST(MetricsFormatTest, BucketBoundsLikeGo) {
-  // strconv.FormatFloat(v, 'g', -1, 64).
-  EXPECT_EQ(FormatBucketBound(0.005), "0.005");
-  EXPECT_EQ(FormatBucketBound(0.001), "0.001");
-  EXPECT_EQ(FormatBucketBound(0.0001), "0.0001");
-  EXPECT_EQ(FormatBucketBound(0.00001), "1e-05");
-  EXPECT_EQ(FormatBucketBound(1), "1");
-  EXPECT_EQ(FormatBucketBound(2.5), "2.5");
-  EXPECT_EQ(FormatBucketBound(10), "10");
-  EXPECT_EQ(FormatBucketBound(2560), "2560");
-  EXPECT_EQ(FormatBucketBound(100000), "100000");
-  EXPECT_EQ(FormatBucketBound(123456.5), "123456.5");
-  EXPECT_EQ(FormatBucketBound(1e6), "1e+06");
-  EXPECT_EQ(FormatBucketBound(1234567), "1.234567e+06");
-  EXPECT_EQ(FormatBucketBound(1e100), "1e+100");
-  EXPECT_EQ(FormatBucketBound(-0.25), "-0.25");
-  EXPECT_EQ(FormatBucketBound(0), "0");
-  EXPECT_EQ(FormatBucketBound(kInf), "+Inf");
-}
-
-TEST(MetricsFormatTest, Escapes) {
-  EXPECT_EQ(EscapeLabelValue("a\\b\"c\nd\te"), "a\\\\b\\\"c\\nd\te");
-  EXPECT_EQ(EscapeHelp("a\\b\"c\nd"), "a\\\\b\"c\\nd");
-}
-
-TEST(MetricsRegistryTest, EmptyRendersNothing) {
-  MetricsRegistry registry;
-  EXPECT_EQ(registry.Render(), "");
-}
-
-TEST(MetricsRegistryTest, RendersExactText) {
-  MetricsRegistry registry;
-  Counter* stop =
-      *registry.AddCounter("tessera_request_success_total",
-                           "Finished requests.", {{"finish_reason", "stop"}});
-  Gauge* running =
-      *registry.AddGauge("tessera_num_requests_running", "Running requests.");
-  Counter* length =
-      *registry.AddCounter("tessera_request_success_total",
-                           "Finished requests.", {{"finish_reason", "length"}});
-  Histogram* ttft = *registry.AddHistogram("tessera_ttft_seconds",
-                                           "Time to first token.\nSeconds.",
-                                           {0.005, 0.5, 1}, {{"model", "m"}});
-  stop->Increment(3);
-  length->Increment();
-  running->Set(2);
-  ttft->Observe(0.001);
-  ttft->Observe(0.5);
-  ttft->Observe(0.75);
-  ttft->Observe(30);
-  EXPECT_EQ(registry.Render(),
-            "# HELP tessera_request_success_total Finished requests.\n"
-            "# TYPE tessera_request_success_total counter\n"
-            "tessera_request_success_total{finish_reason=\"stop\"} 3\n"
-            "tessera_request_success_total{finish_reason=\"length\"} 1\n"
-            "# HELP tessera_num_requests_running Running requests.\n"
-            "# TYPE tessera_num_requests_running gauge\n"
-            "tessera_num_requests_running 2\n"
-            "# HELP tessera_ttft_seconds Time to first token.\\nSeconds.\n"
-            "# TYPE tessera_ttft_seconds histogram\n"
-            "tessera_ttft_seconds_bucket{model=\"m\",le=\"0.005\"} 1\n"
-            "tessera_ttft_seconds_bucket{model=\"m\",le=\"0.5\"} 2\n"
-            "tessera_ttft_seconds_bucket{model=\"m\",le=\"1\"} 3\n"
-            "tessera_ttft_seconds_bucket{model=\"m\",le=\"+Inf\"} 4\n"
-            "tessera_ttft_seconds_sum{model=\"m\"} 31.251\n"
-            "tessera_ttft_seconds_count{model=\"m\"} 4\n");
-}
-
-TEST(MetricsRegistryTest, HistogramWithoutLabelsAndEmptyBounds) {
-  MetricsRegistry registry;
-  Histogram* h = *registry.AddHistogram("x_seconds", "X.", {});
-  h->Observe(1);
-  h->Observe(2);
-  EXPECT_EQ(registry.Render(),
-            "# HELP x_seconds X.\n"
-            "# TYPE x_seconds histogram\n"
-            "x_seconds_bucket{le=\"+Inf\"} 2\n"
-            "x_seconds_sum 3\n"
-            "x_seconds_count 2\n");
-}
-
-TEST(MetricsRegistryTest, LabelsAreSortedAndEscaped) {
-  MetricsRegistry registry;
-  Gauge* g = *registry.AddGauge(
-      "g", "Help with \\ backslash.",
-      {{"zeta", "1"}, {"alpha", "quote \" back \\ nl \n end"}});
-  g->Set(-1.5);
-  EXPECT_EQ(registry.Render(),
-            "# HELP g Help with \\\\ backslash.\n"
-            "# TYPE g gauge\n"
-            "g{alpha=\"quote \\\" back \\\\ nl \\n end\",zeta=\"1\"} -1.5\n");
-}
-
-TEST(MetricsRegistryTest, SpecialValues) {
-  MetricsRegistry registry;
-  Gauge* a = *registry.AddGauge("a", "A.", {{"k", "nan"}});
-  Gauge* b = *registry.AddGauge("a", "A.", {{"k", "inf"}});
-  Gauge* c = *registry.AddGauge("a", "A.", {{"k", "ninf"}});
-  a->Set(kNaN);
-  b->Set(kInf);
-  c->Set(-kInf);
-  EXPECT_EQ(registry.Render(),
-            "# HELP a A.\n# TYPE a gauge\n"
-            "a{k=\"nan\"} NaN\na{k=\"inf\"} +Inf\na{k=\"ninf\"} -Inf\n");
-}
-
-TEST(MetricsRegistryTest, CounterRejectsNegativeAndNaN) {
-  MetricsRegistry registry;
-  Counter* c = *registry.AddCounter("c_total", "C.");
-  EXPECT_TRUE(c->Increment());
-  EXPECT_TRUE(c->Increment(0.5));
-  EXPECT_FALSE(c->Increment(-1));
-  EXPECT_FALSE(c->Increment(kNaN));
-  EXPECT_EQ(c->value(), 1.5);
-}
-
-TEST(MetricsRegistryTest, GaugeOperations) {
-  MetricsRegistry registry;
-  Gauge* g = *registry.AddGauge("g", "G.");
-  g->Set(10);
-  g->Add(2.5);
-  g->Increment();
-  g->Decrement();
-  g->Decrement();
-  g->Add(-0.5);
-  EXPECT_EQ(g->value(), 11);
-}
-
-TEST(MetricsRegistryTest, HistogramCumulativeCounts) {
-  MetricsRegistry registry;
-  Histogram* h =
-      *registry.AddHistogram("h_seconds", "H.", {0.1, 0.2, 0.4, kInf});
-  EXPECT_EQ(h->bounds(),
-            (std::vector<double>{0.1, 0.2, 0.4}));  // +Inf dropped.
-  for (double v : {0.05, 0.1, 0.1000001, 0.2, 0.3, 0.4, 0.5, 100.0, -1.0}) {
-    h->Observe(v);
+std::string Label(const prometheus::ClientMetric& c, const std::string& name) {
+  for (const prometheus::ClientMetric::Label& l : c.label) {
+    if (l.name == name) return l.value;
   }
-  h->Observe(kNaN);  // Ignored.
-  HistogramSnapshot s = h->Snapshot();
-  EXPECT_EQ(s.bounds, (std::vector<double>{0.1, 0.2, 0.4}));
-  // <=0.1: 0.05, 0.1, -1; <=0.2: +0.1000001, 0.2; <=0.4: +0.3, 0.4; +Inf: all.
-  EXPECT_EQ(s.cumulative, (std::vector<uint64_t>{3, 5, 7, 9}));
-  EXPECT_EQ(s.count, 9u);
-  EXPECT_DOUBLE_EQ(
-      s.sum, 0.05 + 0.1 + 0.1000001 + 0.2 + 0.3 + 0.4 + 0.5 + 100.0 - 1.0);
-  h->Observe(kInf);
-  s = h->Snapshot();
-  EXPECT_EQ(s.cumulative.back(), 10u);
-  EXPECT_EQ(s.cumulative[2], 7u);
-  EXPECT_EQ(s.sum, kInf);
+  return "<none>";
 }
 
-TEST(MetricsRegistryTest, ConcurrentUpdatesSumExactly) {
-  MetricsRegistry registry;
-  Counter* c = *registry.AddCounter("c_total", "C.");
-  Gauge* g = *registry.AddGauge("g", "G.");
-  Histogram* h = *registry.AddHistogram("h", "H.", {0.5, 1.5});
-  constexpr int kThreads = 8;
-  constexpr int kPerThread = 100000;
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; ++i) {
-        c->Increment();
-        g->Add(t % 2 == 0 ? 2 : -1);
-        h->Observe(i % 2);  // 0 and 1, exact sums.
-      }
-    });
+// The one sample of a family without variable labels.
+prometheus::ClientMetric One(ServingMetrics& m, const std::string& name) {
+  prometheus::MetricFamily f = Family(m, name);
+  EXPECT_EQ(f.metric.size(), 1u) << name;
+  return f.metric.empty() ? prometheus::ClientMetric() : f.metric[0];
+}
+
+double Success(ServingMetrics& m, const std::string& reason) {
+  for (const auto& c : Family(m, "vllm:request_success_total").metric) {
+    if (Label(c, "finished_reason") == reason) return c.counter.value;
   }
-  // Renders and registrations concurrently with the updates.
-  std::thread scraper([&] {
-    for (int i = 0; i < 50; ++i) {
-      (void)registry.Render();
-      ASSERT_TRUE(
-          registry.AddGauge("g2", "G2.", {{"i", std::to_string(i)}}).ok());
-    }
-  });
-  for (auto& t : threads) t.join();
-  scraper.join();
-  EXPECT_EQ(c->value(), kThreads * kPerThread);
-  EXPECT_EQ(g->value(), kThreads / 2 * kPerThread);
-  const HistogramSnapshot s = h->Snapshot();
-  EXPECT_EQ(s.count, uint64_t{kThreads} * kPerThread);
-  EXPECT_EQ(s.cumulative[0], uint64_t{kThreads} * kPerThread / 2);
-  EXPECT_EQ(s.cumulative[1], uint64_t{kThreads} * kPerThread);
-  EXPECT_EQ(s.sum, kThreads * kPerThread / 2);
+  ADD_FAILURE() << "no finished_reason " << reason;
+  return -1;
 }
 
-TEST(MetricsRegistryTest, InvalidNames) {
-  MetricsRegistry registry;
-  for (const char* name :
-       {"", "1abc_total", "a-b_total", "a b_total", "é_total", "a.b_total"}) {
-    EXPECT_EQ(registry.AddCounter(name, "x").status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << name;
+// The cumulative count of the bucket with upper bound `le`.
+uint64_t Bucket(const prometheus::ClientMetric& c, double le) {
+  for (const auto& b : c.histogram.bucket) {
+    if (b.upper_bound == le) return b.cumulative_count;
   }
-  EXPECT_TRUE(registry.AddCounter("_a:b_c9_total", "x").ok());
-  EXPECT_TRUE(registry.AddGauge("vllm:num_requests_running", "x").ok());
-  // Label names.
-  for (const char* label : {"", "1a", "a:b", "__reserved", "a-b", "é"}) {
-    EXPECT_EQ(registry.AddGauge("g", "x", {{label, "v"}}).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << label;
-  }
-  EXPECT_TRUE(registry.AddGauge("g", "x", {{"_a9", "v"}}).ok());
-  EXPECT_EQ(
-      registry.AddGauge("g2", "x", {{"a", "1"}, {"a", "2"}}).status().code(),
-      absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1}, {{"le", "1"}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  // Invalid UTF-8 in help or in a label value.
-  EXPECT_EQ(registry.AddGauge("g3", "bad \xff").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddGauge("g3", "x", {{"a", "\xc3"}}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(
-      registry.AddGauge("g3", "caf\xc3\xa9", {{"a", "\xe2\x82\xac"}}).ok());
+  ADD_FAILURE() << "no bucket le=" << le;
+  return 0;
 }
 
-TEST(MetricsRegistryTest, SuffixRules) {
-  MetricsRegistry registry;
-  EXPECT_EQ(registry.AddCounter("requests", "x").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddGauge("requests_total", "x").status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("latency_total", "x", {1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  for (const char* name : {"g_bucket", "g_sum", "g_count"}) {
-    EXPECT_EQ(registry.AddGauge(name, "x").status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << name;
-  }
-}
-
-TEST(MetricsRegistryTest, InvalidBounds) {
-  MetricsRegistry registry;
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {2, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1, kNaN}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {-kInf, 1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddHistogram("h", "x", {1, kInf, kInf}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(registry.AddHistogram("h", "x", {-1, 0, 1}).ok());
-  EXPECT_EQ(registry.Render().find("# HELP h x\n"),
-            0u);  // Failures left no trace.
-}
-
-TEST(MetricsRegistryTest, DuplicateRegistration) {
-  MetricsRegistry registry;
-  Counter* a = *registry.AddCounter("a_total", "A.", {{"k", "1"}});
-  // Same name, type, help and labels: the same child.
-  EXPECT_EQ(*registry.AddCounter("a_total", "A.", {{"k", "1"}}), a);
-  // Other label values: another child of the same family.
-  Counter* a2 = *registry.AddCounter("a_total", "A.", {{"k", "2"}});
-  EXPECT_NE(a2, a);
-  // Different type, help or label names.
-  EXPECT_EQ(registry.AddGauge("a_total", "A.").status().code(),
-            absl::StatusCode::kInvalidArgument);  // Gauge may not end _total.
-  EXPECT_EQ(registry.AddHistogram("a_total", "A.", {1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(registry.AddCounter("a_total", "Other help.", {{"k", "3"}})
-                .status()
-                .code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("a_total", "A.").status().code(),
-            absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddCounter("a_total", "A.", {{"k", "3"}, {"j", "1"}})
-                .status()
-                .code(),
-            absl::StatusCode::kAlreadyExists);
-
-  Gauge* g = *registry.AddGauge("g", "G.");
-  EXPECT_EQ(*registry.AddGauge("g", "G."), g);
-  EXPECT_EQ(registry.AddHistogram("g", "G.", {1}).status().code(),
-            absl::StatusCode::kAlreadyExists);
-
-  // Histograms: bounds must match too.
-  Histogram* h = *registry.AddHistogram("h", "H.", {1, 2}, {{"k", "1"}});
-  EXPECT_EQ(*registry.AddHistogram("h", "H.", {1, 2, kInf}, {{"k", "1"}}), h);
-  EXPECT_TRUE(registry.AddHistogram("h", "H.", {1, 2}, {{"k", "2"}}).ok());
-  EXPECT_EQ(
-      registry.AddHistogram("h", "H.", {1, 3}, {{"k", "3"}}).status().code(),
-      absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(registry.AddGauge("h", "H.").status().code(),
-            absl::StatusCode::kAlreadyExists);
-
-  // Sample names collide across families.
-  EXPECT_TRUE(registry.AddHistogram("x", "X.", {1}).ok());
-  EXPECT_EQ(registry.AddCounter("x_count_total", "X.").ok(), true);
-  EXPECT_EQ(registry.AddHistogram("x_count", "X.", {1}).status().code(),
-            absl::StatusCode::kAlreadyExists);  // x_count is x's sample.
-  EXPECT_TRUE(registry.AddHistogram("y_seconds", "Y.", {1}).ok());
-  EXPECT_EQ(registry.AddHistogram("y", "Y.", {1}).ok(), true);
-  EXPECT_EQ(
-      registry.AddHistogram("y_seconds_bucket", "Y.", {1}).status().code(),
-      absl::StatusCode::kAlreadyExists);
-
-  // One HELP/TYPE block per family, children in registration order.
-  const std::string text = registry.Render();
-  EXPECT_NE(text.find("# TYPE a_total counter\n"
-                      "a_total{k=\"1\"} 0\n"
-                      "a_total{k=\"2\"} 0\n"
-                      "# HELP g G.\n"),
-            std::string::npos)
-      << text;
-  EXPECT_EQ(text.find("# HELP a_total"), text.rfind("# HELP a_total"));
-}
-
-TEST(MetricsRegistryTest, HandlesAreStable) {
-  MetricsRegistry registry;
-  Counter* first = *registry.AddCounter("c_total", "C.", {{"i", "0"}});
-  first->Increment(7);
-  for (int i = 1; i < 1000; ++i) {
-    ASSERT_TRUE(
-        registry.AddCounter("c_total", "C.", {{"i", std::to_string(i)}}).ok());
-    ASSERT_TRUE(registry.AddGauge("g" + std::to_string(i), "G.").ok());
-  }
-  EXPECT_EQ(*registry.AddCounter("c_total", "C.", {{"i", "0"}}), first);
-  EXPECT_EQ(first->value(), 7);
-}
-
-TEST(MetricsBucketsTest, Exponential) {
-  EXPECT_EQ(ExponentialBuckets(1, 2, 4), (std::vector<double>{1, 2, 4, 8}));
-  EXPECT_EQ(ExponentialBuckets(0.001, 2, 3),
-            (std::vector<double>{0.001, 0.002, 0.004}));
-  EXPECT_TRUE(ExponentialBuckets(1, 2, 0).empty());
-  EXPECT_TRUE(ExponentialBuckets(0, 2, 3).empty());
-  EXPECT_TRUE(ExponentialBuckets(1, 1, 3).empty());
-  EXPECT_TRUE(ExponentialBuckets(kNaN, 2, 3).empty());
-  EXPECT_EQ(LinearBuckets(0.5, 0.5, 3), (std::vector<double>{0.5, 1, 1.5}));
-  EXPECT_TRUE(LinearBuckets(0, 0, 3).empty());
-}
-
-TEST(MetricsBucketsTest, VllmDefaults) {
-  const std::vector<double> ttft = DefaultTimeToFirstTokenBuckets();
+TEST(Buckets, AreVllms) {
+  const std::vector<double> ttft = TimeToFirstTokenBuckets();
   ASSERT_EQ(ttft.size(), 22u);
   EXPECT_EQ(ttft.front(), 0.001);
-  EXPECT_EQ(ttft.back(), 2560);
-  const std::vector<double> itl = DefaultInterTokenLatencyBuckets();
+  EXPECT_EQ(ttft[8], 0.25);
+  EXPECT_EQ(ttft.back(), 2560.0);
+  const std::vector<double> itl = InterTokenLatencyBuckets();
   ASSERT_EQ(itl.size(), 19u);
   EXPECT_EQ(itl.front(), 0.01);
-  EXPECT_EQ(itl.back(), 80);
-  const std::vector<double> e2e = DefaultRequestLatencyBuckets();
+  EXPECT_EQ(itl.back(), 80.0);
+  const std::vector<double> e2e = RequestLatencyBuckets();
   ASSERT_EQ(e2e.size(), 21u);
   EXPECT_EQ(e2e.front(), 0.3);
-  EXPECT_EQ(e2e.back(), 7680);
-  MetricsRegistry registry;
-  EXPECT_TRUE(registry.AddHistogram("t", "T.", ttft).ok());
-  EXPECT_TRUE(registry.AddHistogram("i", "I.", itl).ok());
-  EXPECT_TRUE(registry.AddHistogram("e", "E.", e2e).ok());
+  EXPECT_EQ(e2e[19], 1920.0);
+  EXPECT_EQ(e2e.back(), 7680.0);
+  EXPECT_EQ(IterationTokensBuckets(),
+            (std::vector<double>{1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048,
+                                 4096, 8192, 16384}));
+  EXPECT_EQ(RequestParamsNBuckets(), (std::vector<double>{1, 2, 5, 10, 20}));
+  EXPECT_EQ(OneTwoFiveBuckets(100),
+            (std::vector<double>{1, 2, 5, 10, 20, 50, 100}));
+  EXPECT_EQ(OneTwoFiveBuckets(512),
+            (std::vector<double>{1, 2, 5, 10, 20, 50, 100, 200, 500}));
+  EXPECT_EQ(OneTwoFiveBuckets(1), (std::vector<double>{1}));
+  EXPECT_TRUE(OneTwoFiveBuckets(0).empty());
+  EXPECT_EQ(OneTwoFiveBuckets(131072).back(), 100000.0);
+}
+
+// Every family carries model_name, and the vLLM ones are all there.
+TEST(ServingMetrics, EveryFamilyIsLabelledWithTheModel) {
+  ServingMetrics m("my-model", 4096);
+  int vllm = 0;
+  for (const prometheus::MetricFamily& f : m.registry().Collect()) {
+    vllm += absl::StartsWith(f.name, "vllm:");
+    ASSERT_FALSE(f.metric.empty()) << f.name;
+    for (const auto& c : f.metric) {
+      EXPECT_EQ(Label(c, "model_name"), "my-model") << f.name;
+    }
+  }
+  EXPECT_EQ(vllm, 21);
+  const prometheus::ClientMetric len = One(m, "vllm:request_prompt_tokens");
+  // 1-2-5 up to max_model_len, then +Inf.
+  EXPECT_EQ(len.histogram.bucket.size(), 11u + 1u);
+  EXPECT_EQ(len.histogram.bucket[10].upper_bound, 2000.0);
+}
+
+// One request driven by hand through its lifecycle, as the AsyncEngine
+// reports it.
+TEST(ServingMetrics, RequestLifecycleFillsVllmsHistograms) {
+  ServingMetrics m("demo", 2048);
+  m.ObserveRequestN(2);
+  m.OnStep(12);
+  m.OnFirstToken(/*prompt_tokens=*/12, /*ttft_seconds=*/0.05);
+  for (int i = 0; i < 3; ++i) {
+    m.OnStep(1);
+    m.OnNextToken(0.02);
+  }
+  RequestEnd end;
+  end.finish_reason = "stop";
+  end.has_phases = true;
+  end.prompt_tokens = 12;
+  end.generation_tokens = 4;
+  end.max_tokens = 16;
+  end.e2e_seconds = 0.9;
+  end.queue_seconds = 0.1;
+  end.prefill_seconds = 0.3;
+  end.decode_seconds = 0.5;
+  m.OnRequestEnd(end);
+
+  EXPECT_EQ(One(m, "vllm:prompt_tokens_total").counter.value, 12);
+  EXPECT_EQ(One(m, "vllm:generation_tokens_total").counter.value, 4);
+  EXPECT_EQ(Success(m, "stop"), 1);
+  EXPECT_EQ(Success(m, "length"), 0);
+  EXPECT_EQ(Success(m, "abort"), 0);
+  EXPECT_EQ(Success(m, "error"), 0);
+
+  const prometheus::ClientMetric ttft =
+      One(m, "vllm:time_to_first_token_seconds");
+  EXPECT_EQ(ttft.histogram.sample_count, 1u);
+  EXPECT_DOUBLE_EQ(ttft.histogram.sample_sum, 0.05);
+  EXPECT_EQ(Bucket(ttft, 0.04), 0u);
+  EXPECT_EQ(Bucket(ttft, 0.06), 1u);
+  const prometheus::ClientMetric itl =
+      One(m, "vllm:inter_token_latency_seconds");
+  EXPECT_EQ(itl.histogram.sample_count, 3u);
+  EXPECT_DOUBLE_EQ(itl.histogram.sample_sum, 0.06);
+  EXPECT_EQ(Bucket(itl, 0.01), 0u);
+  EXPECT_EQ(Bucket(itl, 0.025), 3u);
+
+  struct Want {
+    const char* name;
+    double sum;
+    double empty_below;  // The largest bound whose bucket is still empty.
+    double full_at;      // The smallest bound whose bucket has it.
+  };
+  for (const Want& w :
+       {Want{"vllm:e2e_request_latency_seconds", 0.9, 0.8, 1.0},
+        Want{"vllm:request_queue_time_seconds", 0.1, 0, 0.3},
+        Want{"vllm:request_prefill_time_seconds", 0.3, 0, 0.3},
+        Want{"vllm:request_decode_time_seconds", 0.5, 0.3, 0.5},
+        Want{"vllm:request_inference_time_seconds", 0.8, 0.5, 0.8}}) {
+    const prometheus::ClientMetric h = One(m, w.name);
+    EXPECT_EQ(h.histogram.sample_count, 1u) << w.name;
+    EXPECT_NEAR(h.histogram.sample_sum, w.sum, 1e-12) << w.name;
+    if (w.empty_below > 0) {
+      EXPECT_EQ(Bucket(h, w.empty_below), 0u) << w.name;
+    }
+    // Upper bounds are inclusive (le): 0.3 is in le="0.3".
+    EXPECT_EQ(Bucket(h, w.full_at), 1u) << w.name;
+  }
+  const prometheus::ClientMetric prompt = One(m, "vllm:request_prompt_tokens");
+  EXPECT_EQ(prompt.histogram.sample_count, 1u);
+  EXPECT_EQ(prompt.histogram.sample_sum, 12);
+  EXPECT_EQ(Bucket(prompt, 10), 0u);
+  EXPECT_EQ(Bucket(prompt, 20), 1u);
+  EXPECT_EQ(One(m, "vllm:request_generation_tokens").histogram.sample_sum, 4);
+  EXPECT_EQ(One(m, "vllm:request_params_max_tokens").histogram.sample_sum, 16);
+  const prometheus::ClientMetric n = One(m, "vllm:request_params_n");
+  EXPECT_EQ(n.histogram.sample_count, 1u);
+  EXPECT_EQ(Bucket(n, 1), 0u);
+  EXPECT_EQ(Bucket(n, 2), 1u);
+  const prometheus::ClientMetric it = One(m, "vllm:iteration_tokens_total");
+  EXPECT_EQ(it.histogram.sample_count, 4u);
+  EXPECT_EQ(it.histogram.sample_sum, 15);
+  EXPECT_EQ(Bucket(it, 1), 3u);
+  EXPECT_EQ(Bucket(it, 16), 4u);
+
+  // A failed request: counted, its e2e and lengths recorded, no phases.
+  RequestEnd failed;
+  failed.finish_reason = "error";
+  failed.e2e_seconds = 2.0;
+  m.OnRequestEnd(failed);
+  EXPECT_EQ(Success(m, "error"), 1);
+  EXPECT_EQ(One(m, "vllm:e2e_request_latency_seconds").histogram.sample_count,
+            2u);
+  EXPECT_EQ(One(m, "vllm:request_queue_time_seconds").histogram.sample_count,
+            1u);
+  EXPECT_EQ(One(m, "vllm:request_params_max_tokens").histogram.sample_count,
+            1u);
+}
+
+TEST(ServingMetrics, SnapshotsSetGaugesAndAdvanceCounters) {
+  ServingMetrics m("demo", 2048);
+  ServingSnapshot s;
+  s.running = 3;
+  s.waiting = 2;
+  s.kv_used_blocks = 96;
+  s.kv_free_blocks = 160;
+  s.prefix_queried_tokens = 100;
+  s.prefix_hit_tokens = 40;
+  s.preemptions = 1;
+  s.steps = 10;
+  s.step_seconds = 0.5;
+  s.http_refused = 2;
+  s.http_connections = 4;
+  s.http_threads = 5;
+  m.Update(s);
+  s.prefix_queried_tokens = 150;
+  s.steps = 12;
+  s.step_seconds = 0.75;
+  m.Update(s);
+  EXPECT_EQ(One(m, "vllm:num_requests_running").gauge.value, 3);
+  EXPECT_EQ(One(m, "vllm:num_requests_waiting").gauge.value, 2);
+  EXPECT_DOUBLE_EQ(One(m, "vllm:kv_cache_usage_perc").gauge.value, 0.375);
+  EXPECT_EQ(One(m, "tessera_kv_blocks_used").gauge.value, 96);
+  EXPECT_EQ(One(m, "tessera_kv_blocks_free").gauge.value, 160);
+  EXPECT_EQ(One(m, "vllm:prefix_cache_queries_total").counter.value, 150);
+  EXPECT_EQ(One(m, "vllm:prefix_cache_hits_total").counter.value, 40);
+  EXPECT_EQ(One(m, "vllm:num_preemptions_total").counter.value, 1);
+  EXPECT_EQ(One(m, "tessera_engine_steps_total").counter.value, 12);
+  EXPECT_DOUBLE_EQ(One(m, "tessera_engine_step_seconds_total").counter.value,
+                   0.75);
+  EXPECT_EQ(One(m, "tessera_http_connections_refused_total").counter.value, 2);
+  EXPECT_EQ(One(m, "tessera_http_connections").gauge.value, 4);
+  EXPECT_EQ(One(m, "tessera_http_threads").gauge.value, 5);
+  // A total that went down (a restarted engine) does not move the counter.
+  s.steps = 3;
+  m.Update(s);
+  EXPECT_EQ(One(m, "tessera_engine_steps_total").counter.value, 12);
+  // No blocks at all: usage 0, not NaN.
+  m.Update(ServingSnapshot{});
+  EXPECT_EQ(One(m, "vllm:kv_cache_usage_perc").gauge.value, 0);
+
+  m.CountHttpRequest(ServingMetrics::HttpOutcome::kOk);
+  m.CountHttpRequest(ServingMetrics::HttpOutcome::kOk);
+  m.CountHttpRequest(ServingMetrics::HttpOutcome::kRejected);
+  for (const auto& c : Family(m, "tessera_requests_total").metric) {
+    const std::string status = Label(c, "status");
+    EXPECT_EQ(c.counter.value, status == "ok"         ? 2
+                               : status == "rejected" ? 1
+                                                      : 0)
+        << status;
+  }
+}
+
+// What prometheus-cpp 1.0.1's serializer would get wrong never reaches it:
+// HELP texts without '\' or a newline, and no NaN ("Nan" in its output).
+TEST(ServingMetrics, RenderHasEveryFamilyAndNothingTheSerializerMangles) {
+  ServingMetrics m("demo", 2048);
+  m.Update(ServingSnapshot{});
+  const std::string text = m.Render();
+  int help = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (absl::StartsWith(line, "# HELP ")) {
+      ++help;
+      EXPECT_FALSE(absl::StrContains(line, "\\")) << line;
+    } else if (!line.empty()) {
+      EXPECT_TRUE(absl::StartsWith(line, "# TYPE ") ||
+                  absl::StrContains(line, " "))
+          << "a HELP text spilled onto its own line: " << line;
+      EXPECT_FALSE(absl::EndsWith(line, " Nan")) << line;
+    }
+  }
+  EXPECT_EQ(help, 29 + 6);  // Our families and the process ones.
+  EXPECT_TRUE(absl::StrContains(
+      text, "vllm:num_requests_running{model_name=\"demo\"} 0\n"))
+      << text;
+  EXPECT_TRUE(
+      absl::StrContains(text,
+                        "vllm:request_success_total{model_name=\"demo\","
+                        "finished_reason=\"abort\"} 0\n"));
+  EXPECT_TRUE(
+      absl::StrContains(text, "# TYPE process_cpu_seconds_total counter"));
+  EXPECT_TRUE(absl::StrContains(text, "\nprocess_max_fds "));
+  EXPECT_EQ(ServingMetrics::kContentType,
+            "text/plain; version=0.0.4; charset=utf-8");
+}
+
+TEST(ProcessStats, ParsesAStatLineWhoseCommandHasSpacesAndParens) {
+  // Fields 1..24 (proc(5)); the command is "a) (b c".
+  const std::string line =
+      "4242 (a) (b c) S 1 4242 4242 0 -1 4194560 100 0 0 0 "
+      "250 50 0 0 20 0 7 0 123456 987654321 3000 18446744073709551615 1 1";
+  absl::StatusOr<ProcStat> s = ParseProcStat(line);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->utime_ticks, 250u);
+  EXPECT_EQ(s->stime_ticks, 50u);
+  EXPECT_EQ(s->start_ticks, 123456u);
+  EXPECT_EQ(s->vsize_bytes, 987654321u);
+  EXPECT_EQ(s->rss_pages, 3000);
+  EXPECT_FALSE(ParseProcStat("4242 (a) S 1 2 3").ok());
+  EXPECT_FALSE(ParseProcStat("no parenthesis at all").ok());
+}
+
+TEST(ProcessStats, ReadsThisProcess) {
+  absl::StatusOr<ProcessStats> a = ReadProcessStats();
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_GT(a->resident_bytes, 1 << 20);
+  EXPECT_GE(a->virtual_bytes, a->resident_bytes);
+  const double now = static_cast<double>(std::time(nullptr));
+  EXPECT_LE(a->start_time_seconds, now + 1);
+  EXPECT_GT(a->start_time_seconds, now - 3600);  // This test started it.
+  rlimit limit{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &limit), 0);
+  if (limit.rlim_cur != RLIM_INFINITY) {
+    EXPECT_EQ(a->max_fds, static_cast<double>(limit.rlim_cur));
+  }
+  // Two more descriptors are seen as two more.
+  const int f1 = open("/proc/self/stat", O_RDONLY);
+  const int f2 = open("/proc/self/stat", O_RDONLY);
+  ASSERT_GE(f1, 0);
+  ASSERT_GE(f2, 0);
+  absl::StatusOr<ProcessStats> b = ReadProcessStats();
+  close(f1);
+  close(f2);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(b->open_fds, a->open_fds + 2);
+  // CPU time only grows, and a busy loop moves it.
+  const auto until =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+  volatile double x = 0;
+  while (std::chrono::steady_clock::now() < until) x = x + 1;
+  absl::StatusOr<ProcessStats> c = ReadProcessStats();
+  ASSERT_TRUE(c.ok());
+  EXPECT_GT(c->cpu_seconds, a->cpu_seconds);
+}
+
+// The real thing: an AsyncEngine on the demo checkpoint reports to the
+// metrics as it runs. Two requests run to max_tokens; a third is cancelled
+// before the loop starts, so it ends in its first admission, never run.
+TEST(ServingMetrics, AsyncEngineReportsEveryStepTokenAndEnd) {
+  CpuOps ops;
+  EngineOptions options;
+  options.scheduler.max_num_seqs = 4;
+  options.scheduler.max_num_batched_tokens = 256;
+  KvCacheOptions kv;
+  kv.memory_bytes = int64_t{32} << 20;
+  auto local = LocalEngine::Load(DemoModelDir(), &ops, options, kv);
+  ASSERT_TRUE(local.ok()) << local.status();
+  AsyncEngine async(&(*local)->engine(), /*max_pending=*/8);
+  auto metrics = std::make_shared<ServingMetrics>("demo", 512);
+  async.set_observer(metrics);
+
+  GenerationRequest r;
+  r.prompt_ids = {1, 20, 30, 40, 50, 60, 70};
+  r.max_tokens = 8;
+  r.ignore_eos = true;
+  r.sampling.temperature = 0.0f;
+  const auto arrival =
+      RequestStream::Clock::now() - std::chrono::milliseconds(200);
+  std::vector<GenerationRequest> two = {r, r};
+  auto streams = async.SubmitGroup(two, arrival);
+  ASSERT_TRUE(streams.ok()) << streams.status();
+  GenerationRequest long_one = r;
+  long_one.max_tokens = 400;
+  auto cancelled = async.Submit(long_one);
+  ASSERT_TRUE(cancelled.ok());
+  async.Cancel((*cancelled)->id());
+  std::thread loop([&] { EXPECT_TRUE(async.Loop().ok()); });
+  for (auto& s : *streams) ASSERT_TRUE(s->Wait().ok());
+  auto result = (*cancelled)->Wait();
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_EQ(result->finish_reason, FinishReason::kAbort);
+  EXPECT_TRUE(result->output_ids.empty());
+  async.Drain();
+  loop.join();
+
+  ServingMetrics& m = *metrics;
+  EXPECT_EQ(Success(m, "length"), 2);
+  EXPECT_EQ(Success(m, "abort"), 1);
+  EXPECT_EQ(Success(m, "stop"), 0);
+  EXPECT_EQ(Success(m, "error"), 0);
+  // Prompt tokens count at the first token: the cancelled one had none.
+  EXPECT_EQ(One(m, "vllm:prompt_tokens_total").counter.value, 2 * 7);
+  EXPECT_EQ(One(m, "vllm:generation_tokens_total").counter.value, 16);
+  const prometheus::ClientMetric ttft =
+      One(m, "vllm:time_to_first_token_seconds");
+  EXPECT_EQ(ttft.histogram.sample_count, 2u);
+  // The given arrival counts: both waited 200 ms before submission.
+  EXPECT_GT(ttft.histogram.sample_sum, 0.4);
+  EXPECT_EQ(One(m, "vllm:inter_token_latency_seconds").histogram.sample_count,
+            14u);
+  const prometheus::ClientMetric e2e =
+      One(m, "vllm:e2e_request_latency_seconds");
+  EXPECT_EQ(e2e.histogram.sample_count, 3u);
+  EXPECT_GT(e2e.histogram.sample_sum, 0.4);
+  for (const char* phase :
+       {"vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds",
+        "vllm:request_decode_time_seconds",
+        "vllm:request_inference_time_seconds"}) {
+    const prometheus::ClientMetric h = One(m, phase);
+    EXPECT_EQ(h.histogram.sample_count, 3u) << phase;
+    EXPECT_GE(h.histogram.sample_sum, 0.0) << phase;
+    // Each phase is a part of e2e, which also holds the 200 ms before
+    // submission.
+    EXPECT_LT(h.histogram.sample_sum, e2e.histogram.sample_sum - 0.4) << phase;
+  }
+  EXPECT_GT(One(m, "vllm:request_decode_time_seconds").histogram.sample_sum,
+            0.0);
+  const prometheus::ClientMetric gen = One(m, "vllm:request_generation_tokens");
+  EXPECT_EQ(gen.histogram.sample_sum, 16);
+  EXPECT_EQ(Bucket(gen, 5), 1u);  // The cancelled one's 0.
+  EXPECT_EQ(Bucket(gen, 10), 3u);
+  const prometheus::ClientMetric it = One(m, "vllm:iteration_tokens_total");
+  // Each request ran its 7 prompt tokens and 7 decodes (the 8th token is
+  // never run).
+  EXPECT_GE(it.histogram.sample_count, 8u);
+  EXPECT_EQ(it.histogram.sample_sum, 2 * (7 + 7));
+  EXPECT_EQ(One(m, "vllm:request_params_max_tokens").histogram.sample_sum,
+            8 + 8 + 400);
 }
 
 }  // namespace

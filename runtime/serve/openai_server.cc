@@ -27,6 +27,13 @@ using serve::Choice;
 using serve::CompletionRequest;
 using serve::Endpoint;
 
+constexpr ServingMetrics::HttpOutcome kHttpOk =
+    ServingMetrics::HttpOutcome::kOk;
+constexpr ServingMetrics::HttpOutcome kHttpError =
+    ServingMetrics::HttpOutcome::kError;
+constexpr ServingMetrics::HttpOutcome kHttpRejected =
+    ServingMetrics::HttpOutcome::kRejected;
+
 // How often a waiting HTTP thread looks at its connection.
 constexpr std::chrono::milliseconds kPollInterval{50};
 
@@ -170,89 +177,37 @@ OpenAiServer::OpenAiServer(ServerOptions options, AsyncEngine* engine,
       tokenizer_(tokenizer),
       chat_template_(std::move(chat_template)),
       cors_(options_.cors),
-      http_(std::make_unique<HttpServer>(options_.http)) {
-  RegisterMetrics();
+      http_(std::make_unique<HttpServer>(options_.http)),
+      metrics_(std::make_shared<ServingMetrics>(
+          options_.served_model_name, options_.max_model_len > 0
+                                          ? options_.max_model_len
+                                          : config.max_position_embeddings)) {
+  engine_->set_observer(metrics_);
 }
 
-OpenAiServer::~OpenAiServer() { Stop(); }
-
-void OpenAiServer::RegisterMetrics() {
-  auto gauge = [&](const char* name, const char* help) {
-    return *metrics_.AddGauge(name, help);
-  };
-  auto counter = [&](const char* name, const char* help,
-                     MetricLabels labels = {}) {
-    return *metrics_.AddCounter(name, help, std::move(labels));
-  };
-  running_ = gauge("tessera_requests_running",
-                   "Sequences holding KV cache blocks now.");
-  waiting_ = gauge("tessera_requests_waiting",
-                   "Sequences queued for admission (new or preempted).");
-  kv_used_ = gauge("tessera_kv_blocks_used", "KV cache blocks in use.");
-  kv_free_ = gauge("tessera_kv_blocks_free",
-                   "KV cache blocks free (including cached ones).");
-  prefix_hits_ = counter("tessera_prefix_cache_hit_tokens_total",
-                         "Prompt tokens served from the prefix cache.");
-  prefix_queries_ = counter("tessera_prefix_cache_queried_tokens_total",
-                            "Prompt tokens looked up in the prefix cache.");
-  preemptions_ = counter("tessera_preemptions_total",
-                         "Sequences preempted (to be recomputed).");
-  prompt_tokens_ =
-      counter("tessera_prompt_tokens_total", "Prompt tokens received.");
-  generation_tokens_ =
-      counter("tessera_generation_tokens_total", "Tokens generated.");
-  steps_ = counter("tessera_engine_steps_total", "Engine steps run.");
-  step_seconds_ = counter("tessera_engine_step_seconds_total",
-                          "Wall time spent inside engine steps.");
-  requests_ok_ = counter("tessera_requests_total", "Finished HTTP requests.",
-                         {{"status", "ok"}});
-  requests_error_ = counter("tessera_requests_total", "Finished HTTP requests.",
-                            {{"status", "error"}});
-  requests_rejected_ =
-      counter("tessera_requests_total", "Finished HTTP requests.",
-              {{"status", "rejected"}});
-  http_connections_ =
-      gauge("tessera_http_connections", "Open HTTP connections.");
-  http_threads_ = gauge("tessera_http_threads",
-                        "HTTP threads (one per busy connection, plus idle "
-                        "ones not yet retired).");
-  http_refused_ =
-      counter("tessera_http_connections_refused_total",
-              "Connections refused with 503 because too many were open.");
-  ttft_ = *metrics_.AddHistogram("tessera_time_to_first_token_seconds",
-                                 "From request arrival to its first token.",
-                                 DefaultTimeToFirstTokenBuckets());
-  itl_ = *metrics_.AddHistogram("tessera_inter_token_latency_seconds",
-                                "Between consecutive tokens of a request.",
-                                DefaultInterTokenLatencyBuckets());
+OpenAiServer::~OpenAiServer() {
+  Stop();
+  engine_->set_observer(nullptr);
 }
 
 void OpenAiServer::RefreshEngineMetrics() {
   const Engine::Stats s = engine_->engine_stats();
-  running_->Set(static_cast<double>(s.running));
-  waiting_->Set(static_cast<double>(s.waiting + engine_->stats().waiting));
-  kv_used_->Set(s.blocks.num_used_blocks);
-  kv_free_->Set(s.blocks.num_free_blocks);
-  std::lock_guard<std::mutex> lock(metrics_mu_);
-  prefix_hits_->Increment(
-      static_cast<double>(s.blocks.hit_tokens - seen_hits_));
-  prefix_queries_->Increment(
-      static_cast<double>(s.blocks.queried_tokens - seen_queries_));
-  preemptions_->Increment(
-      static_cast<double>(s.scheduler.preemptions - seen_preemptions_));
   const AsyncEngine::Stats a = engine_->stats();
-  steps_->Increment(static_cast<double>(a.steps - seen_steps_));
-  step_seconds_->Increment(a.step_seconds - seen_step_seconds_);
-  seen_steps_ = a.steps;
-  seen_step_seconds_ = a.step_seconds;
   const ElasticTaskQueue::Stats q = http_->queue_stats();
-  http_connections_->Set(static_cast<double>(http_->open_connections()));
-  http_threads_->Set(static_cast<double>(q.threads));
-  http_refused_->Increment(static_cast<double>(q.refused - seen_refused_));
-  seen_refused_ = q.refused;
-  seen_hits_ = s.blocks.hit_tokens;
-  seen_queries_ = s.blocks.queried_tokens;
-  seen_preemptions_ = s.scheduler.preemptions;
+  ServingSnapshot snap;
+  snap.running = s.running;
+  snap.waiting = s.waiting + a.waiting;
+  snap.kv_used_blocks = s.blocks.num_used_blocks;
+  snap.kv_free_blocks = s.blocks.num_free_blocks;
+  snap.prefix_queried_tokens = s.blocks.queried_tokens;
+  snap.prefix_hit_tokens = s.blocks.hit_tokens;
+  snap.preemptions = s.scheduler.preemptions;
+  snap.steps = a.steps;
+  snap.step_seconds = a.step_seconds;
+  snap.http_refused = q.refused;
+  snap.http_connections = http_->open_connections();
+  snap.http_threads = q.threads;
+  metrics_->Update(snap);
 }
 
 struct OpenAiServer::Handlers {
@@ -467,7 +422,9 @@ struct OpenAiServer::Handlers {
 
   // Validates every (prompt, choice) pair and submits them as one group; on
   // failure fills *error (nothing is left submitted).
+  // `arrival`: when the HTTP request came (the metrics' e2e and TTFT start).
   std::vector<Part> Submit(const CompletionRequest& r,
+                           Clock::time_point arrival,
                            std::optional<ApiError>* error) const {
     const int64_t prompts = r.endpoint == Endpoint::kChat
                                 ? 1
@@ -508,14 +465,15 @@ struct OpenAiServer::Handlers {
       }
     }
     absl::StatusOr<std::vector<std::shared_ptr<RequestStream>>> streams =
-        server->engine_->SubmitGroup(std::move(requests));
+        server->engine_->SubmitGroup(std::move(requests), arrival);
     if (!streams.ok()) {
       *error = SubmitError(streams.status());
       if (absl::IsResourceExhausted(streams.status())) {
-        server->requests_rejected_->Increment();
+        server->metrics_->CountHttpRequest(kHttpRejected);
       }
       return {};
     }
+    server->metrics_->ObserveRequestN(r.n);
     const Clock::time_point now = Clock::now();
     for (size_t i = 0; i < parts.size(); ++i) {
       Part& part = parts[i];
@@ -528,13 +486,8 @@ struct OpenAiServer::Handlers {
 
   // Records a token made at `made_at` (the engine's time, not the time the
   // HTTP thread got it: tokens may be handed over several at once).
-  void Observe(Part& part, Clock::time_point arrival,
-               Clock::time_point made_at) const {
-    const double since =
-        std::chrono::duration<double>(
-            made_at - (part.started ? part.last_event : arrival))
-            .count();
-    (part.started ? server->itl_ : server->ttft_)->Observe(since);
+  // (TTFT and ITL are the AsyncEngine's to report: engine_observer.h.)
+  void Observe(Part& part, Clock::time_point made_at) const {
     part.started = true;
     part.last_event = made_at;
     ++part.generated;
@@ -543,9 +496,10 @@ struct OpenAiServer::Handlers {
   void Complete(const CompletionRequest& r, httplib::Response& res,
                 Clock::time_point arrival) const {
     std::optional<ApiError> error;
-    std::vector<Part> parts = Submit(r, &error);
+    std::vector<Part> parts = Submit(r, arrival, &error);
     if (error) {
-      if (error->http_status != 429) server->requests_error_->Increment();
+      if (error->http_status != 429)
+        server->metrics_->CountHttpRequest(kHttpError);
       return SendError(res, *error);
     }
     // Counted until the response is written to its end (a stream: until its
@@ -556,8 +510,7 @@ struct OpenAiServer::Handlers {
     header.created = UnixSeconds();
     header.model = r.model;
     if (r.stream) {
-      return Stream(r, header, std::move(parts), res, arrival,
-                    std::move(in_flight));
+      return Stream(r, header, std::move(parts), res, std::move(in_flight));
     }
     // Not streamed: nothing is sent until every choice is done, so that the
     // status says how the request ended. Meanwhile the connection is watched
@@ -567,11 +520,11 @@ struct OpenAiServer::Handlers {
       while (!part.stream->done()) {
         Clock::time_point made_at;
         if (part.stream->Next(kPollInterval, &made_at)) {
-          Observe(part, arrival, made_at);
+          Observe(part, made_at);
         }
         if (connection != nullptr && connection->PeerClosed()) {
           CancelAll(parts);
-          server->requests_error_->Increment();
+          server->metrics_->CountHttpRequest(kHttpError);
           return Abandon(res);
         }
       }
@@ -594,7 +547,7 @@ struct OpenAiServer::Handlers {
       absl::StatusOr<GenerationResult> result = part.stream->Wait();
       if (!result.ok()) {
         CancelAll(parts);
-        server->requests_error_->Increment();
+        server->metrics_->CountHttpRequest(kHttpError);
         *failed = serve::ApiErrorFromStatus(result.status());
         return std::string();
       }
@@ -617,10 +570,7 @@ struct OpenAiServer::Handlers {
           static_cast<int64_t>(result->output_ids.size());
     }
     RecordUsage(usage);
-    server->prompt_tokens_->Increment(static_cast<double>(usage.prompt_tokens));
-    server->generation_tokens_->Increment(
-        static_cast<double>(usage.completion_tokens));
-    server->requests_ok_->Increment();
+    server->metrics_->CountHttpRequest(kHttpOk);
     return r.endpoint == Endpoint::kChat
                ? serve::ChatResponse(header, choices, usage)
                : serve::CompletionResponse(header, choices, usage);
@@ -639,7 +589,6 @@ struct OpenAiServer::Handlers {
 
   void Stream(const CompletionRequest& r, const serve::ResponseHeader& header,
               std::vector<Part> parts, httplib::Response& res,
-              Clock::time_point arrival,
               std::shared_ptr<InFlight> in_flight) const {
     // The 200 goes out once every choice has its first token (or has ended):
     // a request the engine refuses as it enters still gets a real status.
@@ -648,7 +597,7 @@ struct OpenAiServer::Handlers {
       while (!part.stream->WaitReady(kPollInterval)) {
         if (connection != nullptr && connection->PeerClosed()) {
           CancelAll(parts);
-          server->requests_error_->Increment();
+          server->metrics_->CountHttpRequest(kHttpError);
           return Abandon(res);
         }
       }
@@ -658,7 +607,7 @@ struct OpenAiServer::Handlers {
       absl::StatusOr<GenerationResult> result = part.stream->Wait();
       if (!result.ok()) {
         CancelAll(parts);
-        server->requests_error_->Increment();
+        server->metrics_->CountHttpRequest(kHttpError);
         return SendError(res, serve::ApiErrorFromStatus(result.status()));
       }
     }
@@ -667,8 +616,8 @@ struct OpenAiServer::Handlers {
     const Handlers self = *this;
     res.set_chunked_content_provider(
         "text/event-stream",
-        [self, s, r, header, shared, arrival, in_flight](
-            size_t, httplib::DataSink& sink) {
+        [self, s, r, header, shared, in_flight](size_t,
+                                                httplib::DataSink& sink) {
           std::vector<Part>& parts = *shared;
           Connection* connection = HttpServer::CurrentConnection();
           auto write = [&](const std::string& json) {
@@ -711,7 +660,7 @@ struct OpenAiServer::Handlers {
               // Every event that is already there goes out in one write.
               std::string pending;
               while (e) {
-                self.Observe(part, arrival, made_at);
+                self.Observe(part, made_at);
                 Choice choice;
                 choice.index = part.index;
                 choice.first = part.generated == 1;
@@ -751,13 +700,13 @@ struct OpenAiServer::Handlers {
               if (!sink.write(pending.data(), pending.size())) {
                 // The client went away (or stopped reading).
                 self.CancelAll(parts);
-                s->requests_error_->Increment();
+                s->metrics_->CountHttpRequest(kHttpError);
                 return false;
               }
             }
             if (idle && connection != nullptr && connection->PeerClosed()) {
               self.CancelAll(parts);
-              s->requests_error_->Increment();
+              s->metrics_->CountHttpRequest(kHttpError);
               return false;
             }
             if (idle && parts.size() > 1) {
@@ -775,11 +724,7 @@ struct OpenAiServer::Handlers {
           sink.write(serve::kSseDone.data(), serve::kSseDone.size());
           sink.done();
           RecordUsage(usage);
-          s->prompt_tokens_->Increment(
-              static_cast<double>(usage.prompt_tokens));
-          s->generation_tokens_->Increment(
-              static_cast<double>(usage.completion_tokens));
-          (failure ? s->requests_error_ : s->requests_ok_)->Increment();
+          s->metrics_->CountHttpRequest(failure ? kHttpError : kHttpOk);
           return true;
         },
         [shared, s](bool success) {
@@ -869,7 +814,7 @@ absl::Status OpenAiServer::Start() {
         SendError(res,
                   serve::MethodNotAllowed(req.method, req.path, route->method));
       }
-      requests_error_->Increment();
+      metrics_->CountHttpRequest(kHttpError);
       return httplib::Server::HandlerResponse::Handled;
     }
     const std::string length = req.get_header_value("Content-Length");
@@ -884,7 +829,7 @@ absl::Status OpenAiServer::Start() {
       if (declared > static_cast<uint64_t>(max_body)) {
         CloseAfter(res);
         SendError(res, TooLarge(max_body));
-        requests_error_->Increment();
+        metrics_->CountHttpRequest(kHttpError);
         return httplib::Server::HandlerResponse::Handled;
       }
     }
@@ -953,8 +898,8 @@ absl::Status OpenAiServer::Start() {
   http_->Get(
       "/metrics", [this](const httplib::Request&, httplib::Response& res) {
         RefreshEngineMetrics();
-        res.set_content(metrics_.Render(),
-                        std::string(MetricsRegistry::kContentType).c_str());
+        res.set_content(metrics_->Render(),
+                        std::string(ServingMetrics::kContentType).c_str());
       });
   auto post = [this, handlers, max_body](Endpoint endpoint) {
     return [this, handlers, endpoint, max_body](
@@ -974,7 +919,7 @@ absl::Status OpenAiServer::Start() {
       });
       if (too_large || !read) {
         CloseAfter(res);
-        requests_error_->Increment();
+        metrics_->CountHttpRequest(kHttpError);
         return SendError(
             res, too_large
                      ? TooLarge(max_body)
@@ -990,7 +935,7 @@ absl::Status OpenAiServer::Start() {
               ? serve::ParseChatRequest(body, parse_options)
               : serve::ParseCompletionRequest(body, parse_options);
       if (auto* e = std::get_if<ApiError>(&parsed)) {
-        requests_error_->Increment();
+        metrics_->CountHttpRequest(kHttpError);
         return SendError(res, *e);
       }
       const CompletionRequest& r = std::get<CompletionRequest>(parsed);
@@ -1001,7 +946,7 @@ absl::Status OpenAiServer::Start() {
         std::cerr << "[tessera] warning: " << warning << "\n";
       }
       if (r.model != options_.served_model_name) {
-        requests_error_->Increment();
+        metrics_->CountHttpRequest(kHttpError);
         return SendError(res, serve::ModelNotFound(r.model));
       }
       handlers.Complete(r, res, arrival);

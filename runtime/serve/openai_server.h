@@ -130,14 +130,16 @@ class OpenAiServer {
   // a shutdown waits for that before the sockets close.
   bool WaitForResponses(std::chrono::milliseconds timeout) const;
 
-  MetricsRegistry& metrics() { return metrics_; }
+  // GET /metrics' families (metrics.h); the AsyncEngine reports steps,
+  // tokens and request ends to it while the server exists.
+  ServingMetrics& metrics() { return *metrics_; }
 
  private:
   struct Handlers;
   // The served model's card (GET /v1/models, /v1/models/{id}).
   serve::ModelCard Card() const;
-  void RegisterMetrics();
-  // Updates the gauges and counters that mirror the engine's statistics.
+  // Updates the gauges and counters that mirror the engine's and the HTTP
+  // server's statistics (at each scrape).
   void RefreshEngineMetrics();
 
   ServerOptions options_;
@@ -150,32 +152,8 @@ class OpenAiServer {
   std::thread listener_;
   int port_ = 0;
 
-  MetricsRegistry metrics_;
-  Gauge* running_ = nullptr;
-  Gauge* waiting_ = nullptr;
-  Gauge* kv_used_ = nullptr;
-  Gauge* kv_free_ = nullptr;
-  Counter* prefix_hits_ = nullptr;
-  Counter* prefix_queries_ = nullptr;
-  Counter* preemptions_ = nullptr;
-  Counter* steps_ = nullptr;
-  Counter* step_seconds_ = nullptr;
-  Counter* prompt_tokens_ = nullptr;
-  Counter* generation_tokens_ = nullptr;
-  Counter* requests_ok_ = nullptr;
-  Counter* requests_error_ = nullptr;
-  Counter* requests_rejected_ = nullptr;
-  Gauge* http_connections_ = nullptr;
-  Gauge* http_threads_ = nullptr;
-  Counter* http_refused_ = nullptr;
-  Histogram* ttft_ = nullptr;
-  Histogram* itl_ = nullptr;
-  // Last engine totals mirrored into the counters above (under metrics_mu_).
-  std::mutex metrics_mu_;
-  int64_t seen_hits_ = 0, seen_queries_ = 0, seen_preemptions_ = 0;
+  std::shared_ptr<ServingMetrics> metrics_;
   std::atomic<int64_t> responses_in_flight_{0};
-  int64_t seen_steps_ = 0, seen_refused_ = 0;
-  double seen_step_seconds_ = 0;
 };
 
 }  // namespace tessera

@@ -355,7 +355,8 @@ TEST_F(ServerTest, DisconnectCancelsTheRequestAndFreesItsBlocks) {
   EXPECT_EQ(async_->engine_stats().running, 0);
   auto metrics = Client().Get("/metrics");
   ASSERT_TRUE(metrics);
-  EXPECT_NE(metrics->body.find("tessera_kv_blocks_used 0"), std::string::npos)
+  EXPECT_NE(metrics->body.find("tessera_kv_blocks_used{model_name=\"demo\"} 0"),
+            std::string::npos)
       << metrics->body;
 }
 
@@ -382,13 +383,63 @@ TEST_F(ServerTest, NonStreamingDisconnectCancelsToo) {
   EXPECT_EQ(async_->engine_stats().blocks.num_used_blocks, 0);
   auto metrics = Client().Get("/metrics");
   ASSERT_TRUE(metrics);
-  // Cancelled, not finished: counted as an error, no tokens reported.
-  EXPECT_NE(metrics->body.find("tessera_requests_total{status=\"error\"} 1"),
+  // Cancelled, not finished: an HTTP error, and 128 engine requests aborted.
+  EXPECT_NE(
+      metrics->body.find(
+          "tessera_requests_total{model_name=\"demo\",status=\"error\"} 1"),
+      std::string::npos)
+      << metrics->body;
+  EXPECT_NE(metrics->body.find("vllm:request_success_total{model_name=\"demo\","
+                               "finished_reason=\"abort\"} 128\n"),
             std::string::npos)
       << metrics->body;
-  EXPECT_NE(metrics->body.find("tessera_generation_tokens_total 0"),
-            std::string::npos)
-      << metrics->body;
+}
+
+// GET /metrics after two completions (one streamed): vLLM's families with
+// the served model's name, in Prometheus' text format.
+TEST_F(ServerTest, MetricsAreVllmsFamiliesLabelledWithTheModel) {
+  Start();
+  for (bool stream : {false, true}) {
+    const json body = {{"model", "demo"},  {"prompt", "Once upon a time"},
+                       {"max_tokens", 5},  {"ignore_eos", true},
+                       {"temperature", 0}, {"stream", stream}};
+    auto res =
+        Client().Post("/v1/completions", body.dump(), "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+  }
+  const std::vector<std::string> want = {
+      "vllm:request_success_total{model_name=\"demo\",finished_reason="
+      "\"length\"} 2\n",
+      "vllm:generation_tokens_total{model_name=\"demo\"} 10\n",
+      "vllm:e2e_request_latency_seconds_count{model_name=\"demo\"} 2\n",
+      "vllm:request_decode_time_seconds_count{model_name=\"demo\"} 2\n",
+      "vllm:time_to_first_token_seconds_count{model_name=\"demo\"} 2\n",
+      "vllm:inter_token_latency_seconds_count{model_name=\"demo\"} 8\n",
+      "vllm:request_params_n_count{model_name=\"demo\"} 2\n",
+      "vllm:request_params_max_tokens_sum{model_name=\"demo\"} 10\n",
+      "tessera_requests_total{model_name=\"demo\",status=\"ok\"} 2\n",
+      "vllm:num_requests_running{model_name=\"demo\"} 0\n",
+      "vllm:kv_cache_usage_perc{model_name=\"demo\"} 0\n",
+      "# TYPE process_resident_memory_bytes gauge\n",
+  };
+  // A request's end is recorded just after its last event is handed over:
+  // the scrape may come a moment before it.
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    auto metrics = Client().Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_EQ(metrics->get_header_value("Content-Type"),
+              "text/plain; version=0.0.4; charset=utf-8");
+    text = metrics->body;
+    bool all = true;
+    for (const std::string& w : want) all = all && absl::StrContains(text, w);
+    if (all) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (const std::string& w : want) {
+    EXPECT_TRUE(absl::StrContains(text, w)) << w << "\n" << text;
+  }
 }
 
 TEST_F(ServerTest, FullQueueAnswers429) {
