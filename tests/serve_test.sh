@@ -420,5 +420,36 @@ else
   fail "mpirun -np 2 serve --tp 2 did not start"
 fi
 
+# Two ranks (PP2): the sampling rank is rank 1, so the grammar's vocabulary and every mask live
+# on a worker; structured output must still hold.
+SERVE_FLAGS=(--pp 2)
+if start timeout 120 mpirun -np 2 --bind-to none "$TESSERA"; then
+  got=$(curl -s "http://127.0.0.1:$PORT/v1/completions" -d '{"model": "demo",
+      "prompt": "Once upon a time", "max_tokens": 60, "temperature": 0.9, "seed": 2,
+      "guided_json": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 0,
+      "maximum": 50}, "w": {"enum": ["cat", "dog"]}}, "required": ["n", "w"],
+      "additionalProperties": false}}' | python3 -c '
+import json, sys
+c = json.load(sys.stdin)["choices"][0]
+v = json.loads(c["text"])
+ok = c["finish_reason"] == "stop" and set(v) == {"n", "w"} and 0 <= v["n"] <= 50 and v["w"] in ("cat", "dog")
+print("ok" if ok else c["text"], end="")' 2>&1)
+  PID_TIMEOUT=$PID
+  PID=$(pgrep -f "serve --model $TMP/model" | while read -r p; do
+    [ "$(cat /proc/$p/comm)" = tessera ] && grep -q OMPI_COMM_WORLD_RANK=0 /proc/$p/environ 2>/dev/null &&
+      echo "$p"; done | head -n 1)
+  kill -TERM "$PID" 2>/dev/null
+  wait "$PID_TIMEOUT"
+  rc=$?
+  if [ "$got" = ok ] && [ "$rc" -eq 0 ]; then
+    pass "mpirun -np 2 serve --pp 2: guided_json on the sampling rank 1"
+  else
+    fail "mpirun -np 2 serve --pp 2 guided_json (exit $rc): '$got'"
+    tail -5 "$TMP/serve.err"
+  fi
+else
+  fail "mpirun -np 2 serve --pp 2 did not start"
+fi
+
 echo "$((cases - failures)) of $cases cases passed"
 [ "$failures" -eq 0 ]
