@@ -1,5 +1,5 @@
 // Sets of Unicode code points as sorted ranges, shared by the EBNF parser and
-// the regex converter, and UTF-8 encoding.
+// the regex converter (UTF-8 encoding is runtime/text/unicode.h's).
 #ifndef TESSERA_RUNTIME_GRAMMAR_CODE_RANGES_H_
 #define TESSERA_RUNTIME_GRAMMAR_CODE_RANGES_H_
 
@@ -20,8 +20,6 @@ using CodeRanges = std::vector<std::pair<char32_t, char32_t>>;
 CodeRanges NormalizeRanges(CodeRanges ranges);
 // Every code point (but surrogates) not in the normalized `ranges`.
 CodeRanges ComplementRanges(const CodeRanges& ranges);
-// Appends cp's UTF-8 encoding (cp <= kMaxCodePoint, not a surrogate).
-void AppendUtf8(char32_t cp, std::string* out);
 
 }  // namespace grammar
 }  // namespace tessera

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
 #include "runtime/grammar/code_ranges.h"
+#include "runtime/text/unicode.h"
 
 namespace tessera {
 namespace grammar {
@@ -61,8 +62,8 @@ void Utf8Sequences(char32_t lo, char32_t hi,
     }
   }
   std::string a, b;
-  AppendUtf8(lo, &a);
-  AppendUtf8(hi, &b);
+  unicode::AppendUtf8(lo, &a);
+  unicode::AppendUtf8(hi, &b);
   std::vector<std::pair<uint8_t, uint8_t>> seq;
   for (size_t i = 0; i < a.size(); ++i) {
     seq.push_back({static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i])});
@@ -273,7 +274,7 @@ class Parser {
           break;
         }
         ASSIGN_OR_RETURN(char32_t cp, ParseChar());
-        AppendUtf8(cp, &bytes);
+        unicode::AppendUtf8(cp, &bytes);
       }
       Sequence seq;
       for (char b : bytes) seq.push_back(Byte(static_cast<uint8_t>(b)));

@@ -350,6 +350,17 @@ class Converter {
     return merged;
   }
 
+  // A length or count keyword: a non-negative integer, or `fallback`.
+  absl::StatusOr<int64_t> Count(const Json& s, const char* key,
+                                int64_t fallback) const {
+    auto it = s.find(key);
+    if (it == s.end()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0) {
+      return Error(absl::StrCat(key, " must be a non-negative integer"));
+    }
+    return it->get<int64_t>();
+  }
+
   absl::StatusOr<std::optional<int64_t>> IntBound(const Json& s,
                                                   const char* key,
                                                   const char* exclusive,
@@ -447,17 +458,8 @@ class Converter {
       return NewRule(hint, "\"\\\"\" " + *re + " \"\\\"\"");
     }
     if (!has_length) return std::string("json-string");
-    auto count = [&](const char* key,
-                     int64_t fallback) -> absl::StatusOr<int64_t> {
-      auto it = s.find(key);
-      if (it == s.end()) return fallback;
-      if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-        return Error(absl::StrCat(key, " must be a non-negative integer"));
-      }
-      return it->get<int64_t>();
-    };
-    ASSIGN_OR_RETURN(int64_t lo, count("minLength", 0));
-    ASSIGN_OR_RETURN(int64_t hi, count("maxLength", -1));
+    ASSIGN_OR_RETURN(int64_t lo, Count(s, "minLength", 0));
+    ASSIGN_OR_RETURN(int64_t hi, Count(s, "maxLength", -1));
     if (lo > kMaxRepetition || hi > kMaxRepetition) {
       return Error(absl::StrCat("'", hint, "': string lengths above ",
                                 kMaxRepetition, " are not supported"));
@@ -491,17 +493,8 @@ class Converter {
         ASSIGN_OR_RETURN(item, Visit(*it, hint + "-item", depth + 1));
       }
     }
-    auto count = [&](const char* key,
-                     int64_t fallback) -> absl::StatusOr<int64_t> {
-      auto it = s.find(key);
-      if (it == s.end()) return fallback;
-      if (!it->is_number_integer() || it->get<int64_t>() < 0) {
-        return Error(absl::StrCat(key, " must be a non-negative integer"));
-      }
-      return it->get<int64_t>();
-    };
-    ASSIGN_OR_RETURN(int64_t lo, count("minItems", 0));
-    ASSIGN_OR_RETURN(int64_t hi, count("maxItems", -1));  // -1: unbounded
+    ASSIGN_OR_RETURN(int64_t lo, Count(s, "minItems", 0));
+    ASSIGN_OR_RETURN(int64_t hi, Count(s, "maxItems", -1));  // -1: unbounded
     const int64_t k = static_cast<int64_t>(prefix.size());
     if (!more) hi = hi < 0 ? k : std::min(hi, k);
     if (lo > kMaxRepetition || hi > kMaxRepetition) {

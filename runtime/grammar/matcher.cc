@@ -262,13 +262,20 @@ CompiledGrammar::CompiledGrammar(
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-const CompiledGrammar::PositionCache& CompiledGrammar::Cache(
+absl::StatusOr<const CompiledGrammar::PositionCache*> CompiledGrammar::Cache(
     const std::vector<int32_t>& frames, bool exact) const {
   std::vector<int32_t> key = frames;
   key.push_back(exact ? 1 : 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = caches_.find(key); it != caches_.end()) return *it->second;
+    if (auto it = caches_.find(key); it != caches_.end()) {
+      return it->second.get();
+    }
+    if (caches_.size() >= kMaxCachedTops) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the grammar reaches more than ", kMaxCachedTops,
+                       " distinct parse states (too large or too ambiguous)"));
+    }
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
   // the same key at once, and the first stored wins.
@@ -311,7 +318,7 @@ const CompiledGrammar::PositionCache& CompiledGrammar::Cache(
   }
   std::lock_guard<std::mutex> lock(mu_);
   auto [it, inserted] = caches_.emplace(std::move(key), std::move(cache));
-  return *it->second;
+  return it->second.get();
 }
 
 int64_t CompiledGrammar::cached_positions() const {
@@ -382,6 +389,11 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
     if (id >= 0 && id < vocab.size()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   };
   if (!terminated_) {
+    if (state_.size() > kMaxMaskStacks) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the grammar is too ambiguous: ", state_.size(),
+                       " parse stacks at once (at most ", kMaxMaskStacks, ")"));
+    }
     std::vector<std::vector<int32_t>> seen;
     std::vector<int32_t> frames;
     for (int32_t id : state_) {
@@ -393,8 +405,9 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
         n = arena_->node(n).parent;
       }
       const bool exact = n == kBottom;
-      const CompiledGrammar::PositionCache& cache =
-          grammar_->Cache(frames, exact);
+      ASSIGN_OR_RETURN(const CompiledGrammar::PositionCache* cached,
+                       grammar_->Cache(frames, exact));
+      const CompiledGrammar::PositionCache& cache = *cached;
       frames.push_back(exact ? 1 : 0);
       if (std::find(seen.begin(), seen.end(), frames) == seen.end()) {
         seen.push_back(frames);

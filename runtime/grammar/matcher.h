@@ -12,15 +12,17 @@
 //    stack unknown: accepted (some path consumes all its bytes above the
 //    unknown rest), rejected (every path fails there), or uncertain (a path
 //    pops into the unknown rest with bytes left).
-//  - Per step, for each stack: its top position's accepted set is ORed into
+//  - Per step, for each stack: its top's accepted set is ORed into
 //    the mask, and only its uncertain tokens are walked with the real stack.
 // In JSON, the uncertain tokens are the few that close a string or a value,
 // so a step costs a few hundred token checks rather than the vocabulary.
 //
 // Bounds: a stack is at most kMaxStackDepth frames (deeper paths are
 // dropped, so nesting that deep is refused rather than followed); a state
-// holds at most kMaxStacks stacks (an ambiguous grammar that exceeds it fails
-// the request with an error rather than growing).
+// holds at most kMaxStacks stacks, a mask is computed over at most
+// kMaxMaskStacks, and a grammar fills at most kMaxCachedTops token classes
+// (an ambiguous or hostile grammar past them fails its request with an error
+// rather than growing or stalling the step).
 //
 // Threads: a CompiledGrammar is shared and thread-safe (its caches fill
 // under once-flags); a GrammarMatcher belongs to one sequence and one thread
@@ -55,6 +57,12 @@ namespace internal {
 class Arena;
 }
 inline constexpr size_t kMaxStacks = 4096;
+// A mask walks the vocabulary's uncertain part once per stack, and a new
+// stack top costs a whole vocabulary walk: a state with more stacks than
+// this, or a grammar with more distinct stack tops than kMaxCachedTops, fails
+// its request rather than stalling every sequence of the step.
+inline constexpr size_t kMaxMaskStacks = 64;
+inline constexpr size_t kMaxCachedTops = 2048;
 
 class CompiledGrammar {
  public:
@@ -78,8 +86,10 @@ class CompiledGrammar {
     // a walk over them shares prefixes).
     std::vector<int32_t> uncertain;
   };
-  const PositionCache& Cache(const std::vector<int32_t>& frames,
-                             bool exact) const;
+  // FailedPrecondition once the grammar holds kMaxCachedTops classes (each
+  // is a vocabulary walk and up to a vocabulary's worth of ids).
+  absl::StatusOr<const PositionCache*> Cache(const std::vector<int32_t>& frames,
+                                             bool exact) const;
 
   // Stacks whose classes are filled (tests, statistics).
   int64_t cached_positions() const;

@@ -117,6 +117,26 @@ TEST(MatcherTest, NestingPastTheStackBoundIsRefused) {
   EXPECT_FALSE(s.ok());
 }
 
+// Each "x" may or may not open a "y" to close later: after n of them the
+// state holds n + 1 stacks. A mask over more than kMaxMaskStacks fails the
+// request instead of walking the vocabulary that many times.
+TEST(MatcherTest, TooManyStacksFailTheMaskNotTheProcess) {
+  GrammarMatcher m(Compile("root ::= s\ns ::= \"x\" s \"y\" | \"x\" s | \"\"",
+                           ByteVocabulary()),
+                   {256});
+  std::vector<uint32_t> mask(m.mask_words());
+  absl::Status s;
+  size_t n = 0;
+  for (; n < kMaxMaskStacks + 10 && s.ok(); ++n) {
+    ASSERT_TRUE(m.Accept('x').ok()) << n;
+    s = m.FillNextTokenMask(absl::MakeSpan(mask));
+  }
+  // The first masks (a few stacks) are fine; a later one is refused.
+  EXPECT_GT(n, 5u);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << n;
+  EXPECT_NE(s.message().find("too ambiguous"), std::string::npos) << s;
+}
+
 TEST(MatcherTest, EndTokenOnlyWhenComplete) {
   GrammarMatcher m(Compile(R"(root ::= "ab")", ByteVocabulary()), {256});
   std::vector<uint32_t> mask(m.mask_words());

@@ -8,6 +8,7 @@
 #include "runtime/core/status.h"
 #include "runtime/grammar/code_ranges.h"
 #include "runtime/grammar/grammar.h"
+#include "runtime/text/unicode.h"
 
 namespace tessera {
 namespace grammar {
@@ -372,7 +373,7 @@ class RegexParser {
       }
     }
     std::string utf8;
-    AppendUtf8(cp, &utf8);
+    unicode::AppendUtf8(cp, &utf8);
     return "\"" + EbnfLiteral(utf8) + "\"";
   }
 
