@@ -49,7 +49,12 @@ TEST(ApiKeyTest, BearerWithTheExactKeyOnly) {
   EXPECT_FALSE(ApiKeyMatches("Basic sk-123", "sk-123"));
   EXPECT_FALSE(ApiKeyMatches("Bearer", "sk-123"));
   // A NUL inside does not end the comparison.
-  EXPECT_FALSE(ApiKeyMatches(std::string("Bearer sk\0123", 13), "sk-123"));
+  // (Split literals: "\0" followed by a digit would be an octal escape.)
+  EXPECT_FALSE(ApiKeyMatches(std::string("Bearer sk-\0"
+                                         "123",
+                                         14),
+                             "sk-123"));
+  EXPECT_FALSE(ApiKeyMatches(std::string("Bearer sk-123\0", 14), "sk-123"));
   // No key configured matches nothing (the server does not check then).
   EXPECT_FALSE(ApiKeyMatches("Bearer ", ""));
 }
