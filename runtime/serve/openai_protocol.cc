@@ -14,7 +14,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "runtime/core/json_limits.h"
+#include "runtime/grammar/json_schema.h"
 #include "runtime/grammar/structured_output.h"
+#include "runtime/serve/tool_choice.h"
 
 namespace tessera {
 namespace serve {
@@ -635,6 +637,161 @@ MaybeError ParseStructuredOutput(const Json& body, CompletionRequest* request) {
   return ToGrammar(specs[0].second, specs[0].first, request);
 }
 
+// `tools`: an array of {"type": "function", "function": {"name",
+// "description", "parameters", "strict"}}, the shape OpenAI and vLLM take.
+MaybeError CheckTools(const Json& tools) {
+  if (!tools.is_array()) return TypeError("tools", "an array", tools);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const Json& tool = tools[i];
+    const std::string param = absl::StrCat("tools.[", i, "]");
+    if (!tool.is_object()) return TypeError(param, "an object", tool);
+    const Json* type = Field(tool, "type");
+    if (type != nullptr && *type != "function") {
+      return ValueError(param + ".type", "\"function\"", *type);
+    }
+    const Json* function = Field(tool, "function");
+    if (function == nullptr) return Missing(param + ".function");
+    if (!function->is_object()) {
+      return TypeError(param + ".function", "an object", *function);
+    }
+    const Json* name = Field(*function, "name");
+    if (name == nullptr) return Missing(param + ".function.name");
+    if (!name->is_string() || name->get_ref<const std::string&>().empty()) {
+      return TypeError(param + ".function.name", "a non-empty string", *name);
+    }
+    const Json* parameters = Field(*function, "parameters");
+    if (parameters != nullptr && !parameters->is_object() &&
+        !parameters->is_boolean()) {
+      return TypeError(param + ".function.parameters",
+                       "a JSON schema (an object)", *parameters);
+    }
+  }
+  return std::nullopt;
+}
+
+// A schema-constrained tool_choice's grammar: each tool's parameters schema
+// is converted on its own first, so that a bad one is a 400 naming it.
+MaybeError ToolChoiceGrammar(const std::vector<size_t>& tools, Json schema,
+                             CompletionRequest* request) {
+  for (size_t i : tools) {
+    absl::StatusOr<std::string> ebnf =
+        grammar::JsonSchemaToEbnf(ToolParametersSchema(request->tools[i]));
+    if (!ebnf.ok()) {
+      const std::string param =
+          absl::StrCat("tools.[", i, "].function.parameters");
+      return InvalidRequest(absl::StrCat("Invalid value for '", param,
+                                         "': ", ebnf.status().message()),
+                            param, "invalid_value");
+    }
+  }
+  grammar::StructuredOutput spec;
+  spec.kind = grammar::StructuredOutput::Kind::kJsonSchema;
+  spec.schema = std::move(schema);
+  return ToGrammar(spec, "tool_choice", request);
+}
+
+// Chat's tools, tool_choice and parallel_tool_calls (vLLM's rules):
+//  - tool_choice absent: "auto" when there are tools and the server parses
+//    tool calls (--tool-call-parser), else "none" (the template still
+//    renders the tools; the output is content);
+//  - "none", or "auto" / "required" with an empty tools array: no calls;
+//  - "auto": calls parsed out of the output, which needs the server's tool
+//    call parser (vLLM's 400 otherwise);
+//  - "required" and a named function: the output is forced through the
+//    structured-output engine (tool_choice.h), so they cannot be combined
+//    with another structured output;
+//  - tool_choice with tools absent is a 400 (OpenAI's).
+MaybeError ParseTools(Json& body, const ParseOptions& options,
+                      CompletionRequest* request) {
+  if (Json* tools = MutableField(body, "tools")) {
+    TESSERA_API_RETURN_IF_ERROR(CheckTools(*tools));
+    request->tools = std::move(*tools);
+  }
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "parallel_tool_calls", &request->parallel_tool_calls));
+  const bool has_tools = request->tools.is_array() && !request->tools.empty();
+  const Json* choice = Field(body, "tool_choice");
+  if (choice == nullptr) {
+    request->tool_choice = has_tools && options.auto_tool_choice
+                               ? ToolChoice::kAuto
+                               : ToolChoice::kNone;
+    return std::nullopt;
+  }
+  if (!choice->is_string() && !choice->is_object()) {
+    return TypeError("tool_choice", "a string or an object", *choice);
+  }
+  if (choice->is_string() && *choice == "none") {
+    request->tool_choice = ToolChoice::kNone;
+    return std::nullopt;
+  }
+  if (choice->is_string() && *choice != "auto" && *choice != "required") {
+    return ValueError("tool_choice",
+                      "\"none\", \"auto\", \"required\" or a named function",
+                      *choice);
+  }
+  if (!request->tools.is_array()) {
+    return InvalidRequest("When using `tool_choice`, `tools` must be set.",
+                          "tool_choice", "invalid_value");
+  }
+  if (choice->is_string() && !has_tools) {
+    request->tool_choice = ToolChoice::kNone;  // Nothing to call.
+    return std::nullopt;
+  }
+  if (*choice == "auto") {
+    if (!options.auto_tool_choice) {
+      return InvalidRequest(
+          "\"auto\" tool_choice requires --enable-auto-tool-choice and "
+          "--tool-call-parser to be set",
+          "tool_choice", "unsupported_parameter");
+    }
+    request->tool_choice = ToolChoice::kAuto;
+    return std::nullopt;
+  }
+  if (!request->grammar.empty()) {
+    return InvalidRequest(
+        "tool_choice \"required\" or a named function forces the output "
+        "into tool calls; it cannot be combined with response_format or "
+        "another structured output.",
+        "tool_choice", "invalid_value");
+  }
+  if (*choice == "required") {
+    request->tool_choice = ToolChoice::kRequired;
+    std::vector<size_t> all(request->tools.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    return ToolChoiceGrammar(
+        all,
+        RequiredToolCallsSchema(request->tools, request->parallel_tool_calls),
+        request);
+  }
+  // {"type": "function", "function": {"name": "f"}}.
+  const Json* type = Field(*choice, "type");
+  if (type != nullptr && *type != "function") {
+    return ValueError("tool_choice.type", "\"function\"", *type);
+  }
+  const Json* function = Field(*choice, "function");
+  if (function == nullptr) return Missing("tool_choice.function");
+  if (!function->is_object()) {
+    return TypeError("tool_choice.function", "an object", *function);
+  }
+  const Json* name = Field(*function, "name");
+  if (name == nullptr) return Missing("tool_choice.function.name");
+  if (!name->is_string()) {
+    return TypeError("tool_choice.function.name", "a string", *name);
+  }
+  for (size_t i = 0; i < request->tools.size(); ++i) {
+    if (request->tools[i]["function"]["name"] == *name) {
+      request->tool_choice = ToolChoice::kNamed;
+      request->tool_name = name->get<std::string>();
+      return ToolChoiceGrammar({i}, ToolParametersSchema(request->tools[i]),
+                               request);
+    }
+  }
+  return InvalidRequest(
+      absl::StrCat("Invalid value for 'tool_choice.function.name': ",
+                   Quote(*name), " is not the name of one of the tools."),
+      "tool_choice.function.name", "invalid_value");
+}
+
 // Fields vLLM implements and Tessera does not. Flags and lists: a 400 unless
 // the value asks for nothing (IsNoOp).
 constexpr const char* kUnsupportedUnlessNoOp[] = {
@@ -694,6 +851,8 @@ constexpr const char* kHandledChat[] = {
     "top_logprobs",
     "tools",
     "tool_choice",
+    "parallel_tool_calls",
+    "include_reasoning",
     "documents",
     "chat_template_kwargs",
     "add_generation_prompt",
@@ -1010,6 +1169,37 @@ Json FinishReasonJson(const std::optional<FinishReason>& reason) {
   return FinishReasonString(*reason);
 }
 
+// A chat choice's finish_reason: "tool_calls" for a choice that called
+// tools and stopped (not for one cut by its length).
+Json ChatFinishReasonJson(const Choice& choice) {
+  if (choice.called_tools && choice.finish_reason == FinishReason::kStop) {
+    return "tool_calls";
+  }
+  return FinishReasonJson(choice.finish_reason);
+}
+
+Json ToolCallJson(const ToolCallItem& call, bool delta) {
+  Json json = Json::object();
+  if (delta) json["index"] = call.index;
+  if (call.id.has_value()) {
+    json["id"] = *call.id;
+    json["type"] = "function";
+  }
+  Json function = Json::object();
+  if (call.name.has_value()) function["name"] = *call.name;
+  function["arguments"] = call.arguments;
+  json["function"] = std::move(function);
+  return json;
+}
+
+Json ToolCallsJson(const std::vector<ToolCallItem>& calls, bool delta) {
+  Json array = Json::array();
+  for (const ToolCallItem& call : calls) {
+    array.push_back(ToolCallJson(call, delta));
+  }
+  return array;
+}
+
 Json StopReasonJson(const std::optional<StopReason>& reason) {
   if (!reason.has_value()) return nullptr;
   if (const std::string* text = std::get_if<std::string>(&*reason)) {
@@ -1269,52 +1459,9 @@ ParseResult ParseChatRequest(absl::string_view text,
     }
   }
 
-  if (Json* tools = MutableField(body, "tools")) {
-    if (!tools->is_array()) return TypeError("tools", "an array", *tools);
-    request.tools = std::move(*tools);
-  }
-  if (const Json* choice = Field(body, "tool_choice")) {
-    const bool has_tools = request.tools.is_array();
-    if (choice->is_string()) {
-      const std::string& name = choice->get_ref<const std::string&>();
-      if (name == "auto" || name == "required") {
-        if (!has_tools) {
-          return InvalidRequest(
-              "When using `tool_choice`, `tools` must be set.", "tool_choice",
-              "invalid_value");
-        }
-        // With no tools either is "none" (OpenAI's and vLLM's rule). With
-        // tools, both ask for tool calls parsed out of the output, which
-        // Tessera does not do yet: a 400, as vLLM answers "auto" without a
-        // --tool-call-parser, rather than <tool_call> text in content.
-        if (name == "required" && !request.tools.empty()) {
-          return Unsupported("tool_choice",
-                             "tool_choice \"required\" (forced tool calls)");
-        }
-        if (name == "auto" && !request.tools.empty()) {
-          return Unsupported("tool_choice",
-                             "tool_choice \"auto\" (tool calls parsed from "
-                             "the output; send tools without tool_choice, or "
-                             "with \"none\", to have the template render "
-                             "them)");
-        }
-      } else if (name != "none") {
-        return ValueError("tool_choice",
-                          "\"none\", \"auto\", \"required\" or a named "
-                          "function",
-                          *choice);
-      }
-    } else if (choice->is_object()) {
-      if (!has_tools) {
-        return InvalidRequest("When using `tool_choice`, `tools` must be set.",
-                              "tool_choice", "invalid_value");
-      }
-      return Unsupported("tool_choice",
-                         "A named tool_choice (forced function calling)");
-    } else {
-      return TypeError("tool_choice", "a string or an object", *choice);
-    }
-  }
+  TESSERA_API_RETURN_IF_ERROR(ParseTools(body, options, &request));
+  TESSERA_API_RETURN_IF_ERROR(
+      ReadBool(body, "include_reasoning", &request.include_reasoning));
   if (Json* documents = MutableField(body, "documents")) {
     if (!documents->is_array()) {
       return TypeError("documents", "an array of objects", *documents);
@@ -1547,12 +1694,22 @@ std::string ChatResponse(const ResponseHeader& header,
   for (const Choice& choice : choices) {
     Json message = Json::object();
     message["role"] = "assistant";
-    message["content"] = choice.text;
+    if (choice.text.empty() && !choice.tool_calls.empty()) {
+      message["content"] = nullptr;
+    } else {
+      message["content"] = choice.text;
+    }
+    if (choice.reasoning.has_value()) {
+      message["reasoning_content"] = *choice.reasoning;
+    }
+    if (!choice.tool_calls.empty()) {
+      message["tool_calls"] = ToolCallsJson(choice.tool_calls, false);
+    }
     Json entry = Json::object();
     entry["index"] = choice.index;
     entry["message"] = std::move(message);
     entry["logprobs"] = ChatLogprobs(choice);
-    entry["finish_reason"] = FinishReasonJson(choice.finish_reason);
+    entry["finish_reason"] = ChatFinishReasonJson(choice);
     entry["stop_reason"] = StopReasonJson(choice.stop_reason);
     array.push_back(std::move(entry));
   }
@@ -1575,11 +1732,17 @@ std::string ChatChunk(const ResponseHeader& header, const Choice& choice,
   Json delta = Json::object();
   if (choice.first) delta["role"] = "assistant";
   if (choice.first || !choice.text.empty()) delta["content"] = choice.text;
+  if (choice.reasoning.has_value() && !choice.reasoning->empty()) {
+    delta["reasoning_content"] = *choice.reasoning;
+  }
+  if (!choice.tool_calls.empty()) {
+    delta["tool_calls"] = ToolCallsJson(choice.tool_calls, true);
+  }
   Json entry = Json::object();
   entry["index"] = choice.index;
   entry["delta"] = std::move(delta);
   entry["logprobs"] = ChatLogprobs(choice);
-  entry["finish_reason"] = FinishReasonJson(choice.finish_reason);
+  entry["finish_reason"] = ChatFinishReasonJson(choice);
   // vLLM's chat chunks carry stop_reason only where the choice ends.
   if (choice.finish_reason.has_value()) {
     entry["stop_reason"] = StopReasonJson(choice.stop_reason);

@@ -32,21 +32,20 @@
 //    return_token_ids, kv_transfer_params, priority (no priority
 //    scheduling) and stream_options.continuous_usage_stats; and best_of > n,
 //    a non-empty suffix or logit_bias, response_format structural_tag, echo
-//    with logprobs (prompt log-probabilities), chat's tool_choice "auto" or
-//    "required" (with tools) or a named function, and content parts other
-//    than text.
+//    with logprobs (prompt log-probabilities), chat's tool_choice "auto" on
+//    a server without a tool-call parser, and content parts other than
+//    text.
 //  - Structured output, on both endpoints: response_format json_object /
 //    json_schema (name, schema, strict), structured_outputs {json, regex,
 //    choice, grammar, json_object}, guided_json / guided_regex /
 //    guided_choice / guided_grammar; at most one per request; a bad schema,
 //    regex or grammar is a 400 naming the field (CompletionRequest::grammar).
 //    guided_decoding_backend is accepted and ignored (vLLM deprecated it).
-//  - Fields vLLM accepts and ignores (user, parallel_tool_calls,
-//    length_penalty without beam search, reasoning_effort, include_reasoning,
-//    mm_processor_kwargs, vllm_xargs) and unknown fields (store, metadata,
-//    service_tier, functions, ...: whatever the endpoint does not know, also
-//    the other endpoint's fields, and unknown keys of stream_options as
-//    "stream_options.KEY") are accepted and listed in
+//  - Fields vLLM accepts and ignores (user, length_penalty without beam
+//    search, reasoning_effort, mm_processor_kwargs, vllm_xargs) and unknown
+//    fields (store, metadata, service_tier, functions, ...: whatever the
+//    endpoint does not know, also the other endpoint's fields, and unknown keys
+//    of stream_options as "stream_options.KEY") are accepted and listed in
 //    CompletionRequest::ignored_fields, in body order; the server logs
 //    IgnoredFieldsWarning() as vLLM does.
 //
@@ -94,15 +93,22 @@
 //    tool_calls' function.arguments given as a JSON string are parsed into
 //    the object templates expect (vLLM does the same); bad JSON there is a
 //    400 naming the field. Every other field of a message is kept as given.
-//    `tools` (array), `documents` (array) and `chat_template_kwargs`
-//    (object) are kept for the chat template; tool calls in the output are
-//    not parsed, so with tools tool_choice may only be absent or "none" (vLLM
-//    refuses "auto" without a tool-call parser too). add_generation_prompt and
-//    continue_final_message both true is a 400 (vLLM's rule;
-//    add_generation_prompt defaults to true), and continue_final_message needs
-//    a final assistant message. `echo` (vLLM): the reply starts with the final
-//    message's content when that message is the assistant's (see echo_text);
-//    the reply's role is always "assistant".
+//    `tools` (array of {"type": "function", "function": {"name", ...}}),
+//    `documents` (array) and `chat_template_kwargs` (object) are kept for
+//    the chat template. Tools (vLLM's rules): tool_choice absent is "auto"
+//    when there are tools and ParseOptions::auto_tool_choice, else "none";
+//    "auto" needs auto_tool_choice (a 400 otherwise, vLLM's); "required"
+//    and a named function are enforced through the structured-output engine
+//    (tool_choice.h; request.grammar is set, so neither may be combined with
+//    response_format or guided_*), a name not among the tools is a 400, and
+//    a tool's parameters schema the engine refuses is a 400 naming
+//    "tools.[i].function.parameters"; parallel_tool_calls false allows one
+//    call. include_reasoning (vLLM) is read for the reasoning parser.
+//    add_generation_prompt and continue_final_message both true is a 400
+//    (vLLM's rule; add_generation_prompt defaults to true), and
+//    continue_final_message needs a final assistant message. `echo` (vLLM): the
+//    reply starts with the final message's content when that message is the
+//    assistant's (see echo_text); the reply's role is always "assistant".
 //  - Completions with several prompts and n > 1: choice index
 //    prompt_index * n + j, as OpenAI numbers them. ToGenerationRequest seeds
 //    choice i with seed + i (wrapping), so n > 1 choices differ and repeat.
@@ -199,6 +205,17 @@ struct ParseOptions {
   // The most log-probabilities per token a request may ask for (completions'
   // logprobs, chat's top_logprobs): vLLM's --max-logprobs. Negative: no limit.
   int32_t max_logprobs = 20;
+  // The server parses tool calls out of chat output (--tool-call-parser):
+  // tool_choice "auto" is allowed, and the default when tools are given.
+  bool auto_tool_choice = false;
+};
+
+// Chat's tool_choice (ParseChatRequest says how it is resolved).
+enum class ToolChoice {
+  kNone,      // No tool calls: the output is content.
+  kAuto,      // Calls parsed out of the output by the server's parser.
+  kRequired,  // The output is forced to be a JSON array of calls.
+  kNamed,     // The output is forced to be tool_name's arguments.
 };
 
 // A parsed and validated request of either endpoint.
@@ -213,7 +230,13 @@ struct CompletionRequest {
   // "role" and a string "content" (parts flattened; null or absent is ""),
   // assistant tool_calls' arguments as objects; other fields as given.
   nlohmann::ordered_json messages = nlohmann::ordered_json::array();
-  nlohmann::ordered_json tools;                 // null or an array.
+  nlohmann::ordered_json tools;  // null or an array.
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;            // kNamed: the function.
+  bool parallel_tool_calls = true;  // false: at most one call.
+  // vLLM's include_reasoning: with a reasoning parser, whether the reply
+  // carries reasoning_content (false: the reasoning is dropped).
+  bool include_reasoning = true;
   nlohmann::ordered_json documents;             // null or an array (vLLM).
   nlohmann::ordered_json chat_template_kwargs;  // null or an object (vLLM).
   // Chat (vLLM): render with the template's generation prompt (default
@@ -380,6 +403,18 @@ struct TokenLogprob {
   std::vector<TokenAlternative> top;  // Most likely first.
 };
 
+// One tool call of a chat choice, or its part in a streamed chunk:
+// {"id", "type": "function", "function": {"name", "arguments"}} in a
+// response; in a chunk {"index", "id", "type", "function": {"name",
+// "arguments"}} for a call's first delta and {"index", "function":
+// {"arguments"}} for the rest (OpenAI's and vLLM's deltas).
+struct ToolCallItem {
+  int index = 0;                    // Among the choice's calls.
+  std::optional<std::string> id;    // Unset: a later delta of the call.
+  std::optional<std::string> name;  // Set with id.
+  std::string arguments;            // JSON text (a chunk: its next piece).
+};
+
 // One choice of a response, or its part in one streamed chunk.
 struct Choice {
   int index = 0;
@@ -399,9 +434,19 @@ struct Choice {
   // Chat chunks: the choice's first chunk, whose delta carries
   // "role": "assistant" (and "content", even when empty).
   bool first = false;
+  // Chat with a reasoning parser: the reasoning (a chunk: its delta);
+  // unset: no "reasoning_content" (a chunk: none in this delta).
+  std::optional<std::string> reasoning;
+  // Chat: tool calls (a chunk: the calls' deltas in it). With calls, an
+  // empty text is written as "content": null.
+  std::vector<ToolCallItem> tool_calls;
+  // The choice ended by calling tools: finish_reason "tool_calls" where
+  // the engine says "stop" (vLLM's).
+  bool called_tools = false;
 };
 
-// "stop" / "length" / "abort".
+// "stop" / "length" / "abort"; a choice's finish_reason is "tool_calls"
+// when it called tools and the engine says "stop".
 std::string FinishReasonString(FinishReason reason);
 
 // {"id", "object": "text_completion", "created", "model",
@@ -415,7 +460,8 @@ std::string CompletionResponse(const ResponseHeader& header,
                                const Usage& usage);
 
 // {"id", "object": "chat.completion", "created", "model",
-//  "choices": [{"index", "message": {"role": "assistant", "content"},
+//  "choices": [{"index", "message": {"role": "assistant", "content",
+//                                    "reasoning_content"?, "tool_calls"?},
 //               "logprobs", "finish_reason", "stop_reason"}], "usage"}
 // logprobs: null or {"content": [{"token", "logprob", "bytes",
 //   "top_logprobs": [{"token", "logprob", "bytes"}]}]}.
@@ -431,8 +477,10 @@ std::string ChatResponse(const ResponseHeader& header,
 // Chat: {"id", "object": "chat.completion.chunk", "created", "model",
 //        "choices": [{"index", "delta", "logprobs", "finish_reason"}]}
 // where delta is {"role": "assistant", "content": text} for the first chunk,
-// {"content": text} when text is non-empty, else {}; a chat chunk with a
-// finish_reason (the choice's last) also has "stop_reason".
+// {"content": text} when text is non-empty, else {}, plus
+// "reasoning_content" when the chunk has reasoning and "tool_calls" when it
+// has call deltas; a chat chunk with a finish_reason (the choice's last)
+// also has "stop_reason".
 std::string CompletionChunk(const ResponseHeader& header, const Choice& choice,
                             bool include_usage = false);
 std::string ChatChunk(const ResponseHeader& header, const Choice& choice,

@@ -253,10 +253,9 @@ TEST(ParseTest, IgnoredFieldsAreListedInBodyOrder) {
          "functions": [], "stream": true,
          "stream_options": {"include_usage": true, "extra": 1})")));
   EXPECT_EQ(r.ignored_fields,
-            std::vector<std::string>(
-                {"user", "parallel_tool_calls", "prompt", "suffix",
-                 "reasoning_effort", "include_reasoning", "mm_processor_kwargs",
-                 "functions", "stream_options.extra"}));
+            std::vector<std::string>({"user", "prompt", "suffix",
+                                      "reasoning_effort", "mm_processor_kwargs",
+                                      "functions", "stream_options.extra"}));
   // Handled fields, including unsupported ones at their no-op value, are
   // never listed.
   r = Ok(ParseChatRequest(ChatBody(
@@ -542,6 +541,45 @@ TEST(FieldTest, StructuredOutputBecomesAGrammar) {
             std::vector<std::string>({"guided_decoding_backend"}));
 }
 
+// Which grammar-forced tool_choice a request resolves to, and its grammar.
+TEST(FieldTest, ToolChoiceResolves) {
+  const std::string tools =
+      R"("tools": [{"type": "function", "function": {"name": "get_weather",
+          "parameters": {"type": "object", "properties": {"city":
+          {"type": "string"}}, "required": ["city"]}}},
+          {"type": "function", "function": {"name": "now"}}])";
+  ParseOptions with_parser;
+  with_parser.auto_tool_choice = true;
+  // Absent: "auto" with a parser, else "none" (tools only rendered).
+  EXPECT_EQ(Ok(ParseChatRequest(ChatBody(tools))).tool_choice,
+            ToolChoice::kNone);
+  EXPECT_EQ(Ok(ParseChatRequest(ChatBody(tools), with_parser)).tool_choice,
+            ToolChoice::kAuto);
+  EXPECT_TRUE(
+      Ok(ParseChatRequest(ChatBody(tools), with_parser)).grammar.empty());
+  EXPECT_EQ(Ok(ParseChatRequest(ChatBody(tools + R"(, "tool_choice": "none")"),
+                                with_parser))
+                .tool_choice,
+            ToolChoice::kNone);
+  CompletionRequest required =
+      Ok(ParseChatRequest(ChatBody(tools + R"(, "tool_choice": "required")")));
+  EXPECT_EQ(required.tool_choice, ToolChoice::kRequired);
+  EXPECT_TRUE(required.parallel_tool_calls);
+  EXPECT_NE(required.grammar.find("root ::="), std::string::npos);
+  EXPECT_EQ(ToGenerationRequest(required, {1}, 0, {}).grammar,
+            required.grammar);
+  CompletionRequest named = Ok(ParseChatRequest(
+      ChatBody(tools + R"(, "parallel_tool_calls": false, "tool_choice":
+          {"type": "function", "function": {"name": "get_weather"}})")));
+  EXPECT_EQ(named.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(named.tool_name, "get_weather");
+  EXPECT_FALSE(named.parallel_tool_calls);
+  EXPECT_NE(named.grammar, required.grammar);
+  EXPECT_NE(named.grammar.find("city"), std::string::npos);
+  EXPECT_FALSE(Ok(ParseChatRequest(ChatBody(R"("include_reasoning": false)")))
+                   .include_reasoning);
+}
+
 TEST(FieldTest, ToolsAndTemplateKwargsKept) {
   CompletionRequest r = Ok(ParseChatRequest(ChatBody(
       R"("tools": [{"type": "function", "function": {"name": "f"}}],
@@ -748,15 +786,45 @@ TEST(FieldTest, ChatOnlyInvalidValues) {
            {R"("tool_choice": "sometimes", "tools": [])", "tool_choice",
             "invalid_value"},
            {R"("tool_choice": 1, "tools": [])", "tool_choice", "invalid_type"},
+           // "auto" needs the server's tool-call parser (not set here).
            {R"("tool_choice": "auto",
                "tools": [{"type": "function", "function": {"name": "f"}}])",
             "tool_choice", "unsupported_parameter"},
+           {R"("tool_choice": {"type": "function", "function": {"name": "g"}},
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice.function.name", "invalid_value"},
+           {R"("tool_choice": {"type": "function", "function": {}},
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice.function.name", "missing_required_parameter"},
+           {R"("tool_choice": {"type": "tool", "function": {"name": "f"}},
+               "tools": [{"type": "function", "function": {"name": "f"}}])",
+            "tool_choice.type", "invalid_value"},
+           {R"("tool_choice": {"function": {"name": "f"}})", "tool_choice",
+            "invalid_value"},
+           // Forced calls are a grammar: not with another structured output.
            {R"("tool_choice": "required",
+               "response_format": {"type": "json_object"},
                "tools": [{"type": "function", "function": {"name": "f"}}])",
-            "tool_choice", "unsupported_parameter"},
-           {R"("tool_choice": {"type": "function", "function": {"name": "f"}},
-               "tools": [{"type": "function", "function": {"name": "f"}}])",
-            "tool_choice", "unsupported_parameter"},
+            "tool_choice", "invalid_value"},
+           {R"("tools": [{"type": "function", "function": {"name": ""}}])",
+            "tools.[0].function.name", "invalid_type"},
+           {R"("tools": [{"type": "function"}])", "tools.[0].function",
+            "missing_required_parameter"},
+           {R"("tools": [{"type": "retrieval", "function": {"name": "f"}}])",
+            "tools.[0].type", "invalid_value"},
+           {R"("tools": [3])", "tools.[0]", "invalid_type"},
+           {R"("tools": [{"function": {"name": "f", "parameters": 3}}])",
+            "tools.[0].function.parameters", "invalid_type"},
+           // A parameters schema the engine refuses names the tool.
+           {R"("tool_choice": "required", "tools": [
+                {"function": {"name": "f"}},
+                {"function": {"name": "g", "parameters":
+                  {"type": "array", "uniqueItems": true}}}])",
+            "tools.[1].function.parameters", "invalid_value"},
+           {R"("parallel_tool_calls": 1)", "parallel_tool_calls",
+            "invalid_type"},
+           {R"("include_reasoning": "no")", "include_reasoning",
+            "invalid_type"},
            {R"("chat_template_kwargs": [])", "chat_template_kwargs",
             "invalid_type"},
        }) {
