@@ -41,6 +41,8 @@
 #include "runtime/serve/access.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
+#include "runtime/serve/parsers/reasoning_parser.h"
+#include "runtime/serve/parsers/tool_parser.h"
 #include "runtime/serve/stats_logger.h"
 #include "runtime/serve/version.h"
 #include "runtime/text/chat_template.h"
@@ -1242,6 +1244,29 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         "--allow-credentials needs --allowed-origins");
   }
+  serve::ChatOutputFormats output_formats;
+  if (!o.reasoning_parser.empty()) {
+    absl::StatusOr<const serve::ReasoningFormat*> format =
+        serve::FindReasoningFormat(o.reasoning_parser);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--reasoning-parser: ", format.status().message()));
+    }
+    output_formats.reasoning = *format;
+  }
+  if (!o.tool_call_parser.empty()) {
+    absl::StatusOr<const serve::ToolCallFormat*> format =
+        serve::FindToolCallFormat(o.tool_call_parser);
+    if (!format.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tool-call-parser: ", format.status().message()));
+    }
+    output_formats.tool_calls = *format;
+  } else if (o.enable_auto_tool_choice) {
+    return absl::InvalidArgumentError(
+        "--enable-auto-tool-choice needs --tool-call-parser (hermes, "
+        "llama3_json or mistral)");
+  }
   ASSIGN_OR_RETURN(
       std::unique_ptr<LoadedModel> loaded,
       LoadModel(o.model_dir, o.engine, /*need_tokenizer=*/true, executor));
@@ -1314,6 +1339,7 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
   server_options.api_key = api_key;
   server_options.cors = cors;
   server_options.access_log = o.access_log;
+  server_options.output_formats = output_formats;
   AsyncEngine async(loaded->engine.get(), o.max_pending,
                     std::chrono::microseconds(static_cast<int64_t>(
                         std::llround(o.stream_interval_ms * 1000.0))));
@@ -1344,6 +1370,13 @@ absl::Status RunServe(const ServeOptions& o, StepExecutor* executor,
                     : absl::StrCat("for ",
                                    absl::StrJoin(cors.allowed_origins, ", ")))
             << "; access log " << (o.access_log ? "on" : "off") << "\n";
+  std::cerr << "[tessera] chat output: reasoning parser "
+            << (o.reasoning_parser.empty() ? "none" : o.reasoning_parser)
+            << ", tool-call parser "
+            << (o.tool_call_parser.empty()
+                    ? std::string("none (tool_choice \"auto\" is a 400)")
+                    : o.tool_call_parser)
+            << "\n";
   // The stats line while serving (quiet while idle).
   std::optional<StatsLogger> stats_logger;
   if (!o.disable_log_stats && o.log_stats_interval_s > 0) {

@@ -221,6 +221,12 @@ struct ServeOptions {
   bool disable_log_stats = false;
   // One line per request on stderr.
   bool access_log = false;
+  // Chat output parsers (runtime/serve/chat_output.h), vLLM's flags: empty
+  // is none. --enable-auto-tool-choice is accepted as vLLM spells it and
+  // needs a --tool-call-parser, which alone enables tool_choice "auto".
+  std::string reasoning_parser;
+  std::string tool_call_parser;
+  bool enable_auto_tool_choice = false;
   EngineFlags engine;
 };
 

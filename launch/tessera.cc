@@ -479,6 +479,17 @@ absl::Status Serve(const std::vector<std::string>& args, int* exit_code) {
             "unless --disable-uvicorn-access-log): at serving rates a line per "
             "request drowns the startup, stats and error lines, and "
             "deployments behind a proxy have its access log already");
+  flags.Add("reasoning-parser", &o.reasoning_parser,
+            "split the model's thinking into reasoning_content on chat: "
+            "qwen3 or deepseek_r1 (<think>...</think>); empty: none");
+  flags.Add("tool-call-parser", &o.tool_call_parser,
+            "parse tool calls out of chat output (tool_choice \"auto\", the "
+            "default with tools): hermes (Qwen2.5/Qwen3 <tool_call>), "
+            "llama3_json or mistral; empty: none (\"required\" and named "
+            "tool_choice work without one)");
+  flags.Add("enable-auto-tool-choice", &o.enable_auto_tool_choice,
+            "vLLM's switch for tool_choice \"auto\": accepted, needs "
+            "--tool-call-parser (which alone enables it here)");
   bool version = false;
   flags.Add("version", &version, "print the version and exit");
   AddEngineFlags(flags, &o.engine);

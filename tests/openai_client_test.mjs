@@ -166,6 +166,67 @@ await check('streamed chat with guided_choice (a vLLM field)', async () => {
          `${finish} ${JSON.stringify(content)}`);
 });
 
+// Tools: the server runs with --tool-call-parser hermes. "required" and a
+// named function are forced by the structured-output engine, so the client's
+// tool helpers get real calls from the demo model.
+const personTool = {
+  type: 'function',
+  function: {name: 'save_person', description: 'Save a person', strict: true,
+             parameters: personSchema}
+};
+
+await check('chat.completions.parse with a strict tool and tool_choice required',
+            async () => {
+  const r = await client.chat.completions.parse({
+    model, messages: [{role: 'user', content: 'Save a person'}],
+    max_completion_tokens: 400, temperature: 0.7, seed: 3,
+    tools: [personTool], tool_choice: 'required', parallel_tool_calls: false
+  });
+  const c = r.choices[0];
+  assert(c.finish_reason === 'tool_calls', c.finish_reason);
+  assert(c.message.tool_calls.length === 1, JSON.stringify(c.message));
+  const call = c.message.tool_calls[0];
+  assert(call.type === 'function' && call.function.name === 'save_person' &&
+             call.id.startsWith('chatcmpl-tool-'),
+         JSON.stringify(call));
+  assert(isPerson(call.function.parsed_arguments), JSON.stringify(call));
+});
+
+await check('runTools with a named tool_choice calls the function once', async () => {
+  const calls = [];
+  const runner = client.chat.completions.runTools({
+    model, messages: [{role: 'user', content: 'Save a person'}],
+    max_completion_tokens: 400, temperature: 0.7, seed: 8,
+    tool_choice: {type: 'function', function: {name: 'save_person'}},
+    tools: [{
+      type: 'function',
+      function: {name: 'save_person', parameters: personSchema, parse: JSON.parse,
+                 function: (p) => { calls.push(p); return 'saved'; }}
+    }]
+  });
+  const final = await runner.finalChatCompletion();
+  assert(calls.length === 1 && isPerson(calls[0]), JSON.stringify(calls));
+  assert(final.choices[0].finish_reason === 'stop', final.choices[0].finish_reason);
+});
+
+await check('chat.completions.stream with tool_choice required', async () => {
+  const stream = client.chat.completions.stream({
+    model, messages: [{role: 'user', content: 'Save a person'}],
+    max_completion_tokens: 400, temperature: 0.7, seed: 21,
+    tools: [personTool], tool_choice: 'required'
+  });
+  let doneEvents = 0;
+  stream.on('tool_calls.function.arguments.done', () => { doneEvents++; });
+  const final = await stream.finalChatCompletion();
+  const c = final.choices[0];
+  assert(c.finish_reason === 'tool_calls', c.finish_reason);
+  assert(c.message.tool_calls.length >= 1 && doneEvents === c.message.tool_calls.length,
+         `${doneEvents} ${JSON.stringify(c.message)}`);
+  for (const call of c.message.tool_calls) {
+    assert(isPerson(JSON.parse(call.function.arguments)), JSON.stringify(call));
+  }
+});
+
 await check('a bad parameter is a 400 naming it', async () => {
   try {
     await client.completions.create(

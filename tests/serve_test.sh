@@ -61,7 +61,7 @@ expected=$("$TESSERA" generate --model "$TMP/model" --prompt "Once upon a time" 
   --temperature 0 --output json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["text"], end="")')
 
 # A drain long enough for the SIGTERM case below to finish its requests on a slow machine.
-SERVE_FLAGS=(--drain-timeout 120)
+SERVE_FLAGS=(--drain-timeout 120 --tool-call-parser hermes --reasoning-parser qwen3)
 start "$TESSERA" || exit 1
 BASE="http://127.0.0.1:$PORT"
 
@@ -93,6 +93,20 @@ if python3 -c 'import jsonschema' 2>/dev/null; then
   fi
 else
   fail "structured output: python3-jsonschema is not installed (tools/setup.sh --test)"
+fi
+
+# Tool calls (required, named, auto through the hermes parser) and the qwen3 reasoning parser
+# (tests/tool_calls_check.py), each call's arguments validated against its tool's schema.
+if python3 -c 'import jsonschema' 2>/dev/null; then
+  if timeout 600 python3 "$RUNFILES/tessera/tests/tool_calls_check.py" "$BASE" demo \
+      >"$TMP/tools.out" 2>&1; then
+    pass "tool calls and reasoning ($(grep -c '^PASS' "$TMP/tools.out") checks)"
+  else
+    fail "tool calls and reasoning"
+    grep -v '^PASS' "$TMP/tools.out" | head -60
+  fi
+else
+  fail "tool calls: python3-jsonschema is not installed (tools/setup.sh --test)"
 fi
 
 # curl: a completion, the health check, the model list.

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/serve/access.h"
+#include "runtime/serve/chat_output.h"
 #include "runtime/serve/openai_protocol.h"
 
 namespace tessera {
@@ -157,6 +158,8 @@ struct Part {
   std::vector<int32_t> prompt_ids;
   std::string prompt_text;  // For echo.
   std::shared_ptr<RequestStream> stream;
+  // Chat: the choice's text read as content, reasoning and tool calls.
+  std::shared_ptr<serve::ChatOutput> output;
   Clock::time_point last_event;
   bool started = false;
   bool finished = false;
@@ -347,7 +350,7 @@ struct OpenAiServer::Handlers {
   // and the text echo repeats, each checked against the context.
   std::variant<std::vector<std::pair<std::vector<int32_t>, std::string>>,
                ApiError>
-  Prompts(const CompletionRequest& r) const {
+  Prompts(const CompletionRequest& r, std::string* rendered = nullptr) const {
     std::vector<std::pair<std::vector<int32_t>, std::string>> out;
     const Tokenizer* tok = server->tokenizer_;
     auto checked = [&](std::vector<int32_t> ids,
@@ -367,6 +370,8 @@ struct OpenAiServer::Handlers {
       if (auto e = checked(std::get<0>(std::move(ids)), r.echo_text)) {
         return *e;
       }
+      if (rendered != nullptr)
+        *rendered = std::get<std::string>(std::move(text));
       return out;
     }
     for (const serve::Prompt& p : r.prompts) {
@@ -438,7 +443,8 @@ struct OpenAiServer::Handlers {
           r.n > 1 ? "n" : "prompt");
       return {};
     }
-    auto tokenized = Prompts(r);
+    std::string rendered;  // Chat: the prompt the template made.
+    auto tokenized = Prompts(r, &rendered);
     if (auto* e = std::get_if<ApiError>(&tokenized)) {
       *error = *e;
       return {};
@@ -452,6 +458,10 @@ struct OpenAiServer::Handlers {
         part.index = static_cast<int>(p) * r.n + c;
         part.prompt_ids = list[p].first;
         part.prompt_text = list[p].second;
+        if (r.endpoint == Endpoint::kChat) {
+          part.output = std::make_shared<serve::ChatOutput>(
+              server->options_.output_formats, r, rendered);
+        }
         GenerationRequest request =
             serve::ToGenerationRequest(r, part.prompt_ids, c, Defaults());
         // Checked here so that a bad request is a 400 before any streaming.
@@ -554,6 +564,13 @@ struct OpenAiServer::Handlers {
       Choice choice;
       choice.index = part.index;
       choice.text = result->text.value_or("");
+      if (part.output != nullptr) {
+        serve::ChatOutputDelta out = part.output->All(choice.text);
+        choice.text = std::move(out.content);
+        choice.reasoning = std::move(out.reasoning);
+        choice.tool_calls = std::move(out.tool_calls);
+        choice.called_tools = part.output->finish_as_tool_calls();
+      }
       if (r.echo) choice.text = part.prompt_text + choice.text;
       if (r.logprobs) {
         choice.logprobs = Logprobs(
@@ -665,6 +682,16 @@ struct OpenAiServer::Handlers {
                 choice.index = part.index;
                 choice.first = part.generated == 1;
                 choice.text = e->text;
+                if (part.output != nullptr) {
+                  serve::ChatOutputDelta out = part.output->Feed(choice.text);
+                  if (e->finished) {
+                    serve::MergeChatOutput(part.output->Finish(), &out);
+                    choice.called_tools = part.output->finish_as_tool_calls();
+                  }
+                  choice.text = std::move(out.content);
+                  choice.reasoning = std::move(out.reasoning);
+                  choice.tool_calls = std::move(out.tool_calls);
+                }
                 if (r.echo && choice.first) {
                   choice.text = part.prompt_text + choice.text;
                 }
@@ -930,6 +957,8 @@ absl::Status OpenAiServer::Start() {
       }
       serve::ParseOptions parse_options;
       parse_options.max_logprobs = options_.max_logprobs;
+      parse_options.auto_tool_choice =
+          options_.output_formats.tool_calls != nullptr;
       serve::ParseResult parsed =
           endpoint == Endpoint::kChat
               ? serve::ParseChatRequest(body, parse_options)
@@ -938,7 +967,14 @@ absl::Status OpenAiServer::Start() {
         metrics_->CountHttpRequest(kHttpError);
         return SendError(res, *e);
       }
-      const CompletionRequest& r = std::get<CompletionRequest>(parsed);
+      CompletionRequest& r = std::get<CompletionRequest>(parsed);
+      // Calls marked by special tokens (Mistral's [TOOL_CALLS]) must stay
+      // in the text the parser reads (vLLM's adjust_request).
+      if (r.tool_choice == serve::ToolChoice::kAuto &&
+          options_.output_formats.tool_calls != nullptr &&
+          options_.output_formats.tool_calls->needs_special_tokens()) {
+        r.skip_special_tokens = false;
+      }
       // Fields that have no effect are never dropped silently (vLLM logs
       // them the same way).
       if (const std::string warning = serve::IgnoredFieldsWarning(r);

@@ -60,6 +60,7 @@
 #include "runtime/model/config.h"
 #include "runtime/serve/access.h"
 #include "runtime/serve/async_engine.h"
+#include "runtime/serve/chat_output.h"
 #include "runtime/serve/http_server.h"
 #include "runtime/serve/metrics.h"
 #include "runtime/serve/openai_protocol.h"
@@ -97,6 +98,9 @@ struct ServerOptions {
   // stderr when `log` is unset.
   bool access_log = false;
   std::function<void(const std::string&)> log;
+  // Chat output parsers: --reasoning-parser and --tool-call-parser
+  // (chat_output.h); with a tool-call parser, tool_choice "auto" works.
+  serve::ChatOutputFormats output_formats;
 };
 
 // The most tokens /tokenize counts when the context is smaller.
