@@ -403,6 +403,9 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
   flags.Add("guided-grammar", &o.guided_grammar,
             "structured output: every request follows this EBNF/GBNF grammar "
             "file (as the server's guided_grammar)");
+  flags.Add("tokenizer", &o.engine.tokenizer_dir,
+            "a folder with the tokenizer files to use instead of the model's "
+            "(what a --guided-* constraint matches)");
   flags.Add("compare-unconstrained", &o.compare_unconstrained,
             "with a --guided-* flag: time the same workload unconstrained "
             "too, back to back each iteration, and report both and their "
