@@ -38,6 +38,10 @@
 #include "runtime/engine/generation_defaults.h"
 #include "runtime/engine/generator.h"
 #include "runtime/executor/local_executor.h"
+#include "runtime/grammar/grammar.h"
+#include "runtime/grammar/matcher.h"
+#include "runtime/grammar/structured_output.h"
+#include "runtime/grammar/token_vocabulary.h"
 #include "runtime/serve/access.h"
 #include "runtime/serve/async_engine.h"
 #include "runtime/serve/openai_server.h"
@@ -850,6 +854,152 @@ json ProfileRowsJson(const ProfileTable& table, const char* per, bool ms) {
   return rows;
 }
 
+// The constraint every request of a bench run carries.
+struct BenchConstraint {
+  std::string kind;  // "json_schema", "regex" or "grammar"; empty: none.
+  std::string flag;  // The flag that gave it, for errors.
+  grammar::StructuredOutput spec;
+};
+
+// Reads --guided-json / --guided-regex / --guided-grammar (at most one) into
+// the spec the server would build from the same request field; files are
+// bounded by the grammar's own size limit, so a huge file costs no parse.
+absl::StatusOr<BenchConstraint> ResolveBenchConstraint(const BenchOptions& o) {
+  const int given = static_cast<int>(!o.guided_json.empty()) +
+                    static_cast<int>(!o.guided_regex.empty()) +
+                    static_cast<int>(!o.guided_grammar.empty());
+  if (given > 1) {
+    return absl::InvalidArgumentError(
+        "--guided-json, --guided-regex and --guided-grammar exclude each "
+        "other: give at most one");
+  }
+  BenchConstraint c;
+  if (given == 0) {
+    if (o.compare_unconstrained) {
+      return absl::InvalidArgumentError(
+          "--compare-unconstrained needs a constraint (--guided-json, "
+          "--guided-regex or --guided-grammar)");
+    }
+    return c;
+  }
+  const auto read = [](const std::string& flag,
+                       const std::string& path) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> text =
+        ReadRegularFile(path, grammar::kMaxGrammarBytes);
+    if (!text.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, " ", path, ": ", text.status().message(),
+          " (files of at most ", grammar::kMaxGrammarBytes, " bytes)"));
+    }
+    return text;
+  };
+  using Kind = grammar::StructuredOutput::Kind;
+  if (!o.guided_json.empty()) {
+    c.kind = "json_schema";
+    c.flag = "--guided-json " + o.guided_json;
+    ASSIGN_OR_RETURN(const std::string text,
+                     read("guided-json", o.guided_json));
+    // As the server reads a schema given as text (openai_protocol.cc).
+    if (absl::Status nested = CheckJsonNesting(text); !nested.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.flag, ": ", nested.message()));
+    }
+    c.spec.kind = Kind::kJsonSchema;
+    c.spec.schema = nlohmann::ordered_json::parse(text, nullptr,
+                                                  /*allow_exceptions=*/false);
+    if (c.spec.schema.is_discarded()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(c.flag, ": not a JSON schema (the text is not JSON)"));
+    }
+  } else if (!o.guided_regex.empty()) {
+    c.kind = "regex";
+    c.flag = "--guided-regex";
+    c.spec.kind = Kind::kRegex;
+    c.spec.text = o.guided_regex;
+  } else {
+    c.kind = "grammar";
+    c.flag = "--guided-grammar " + o.guided_grammar;
+    c.spec.kind = Kind::kGrammar;
+    ASSIGN_OR_RETURN(c.spec.text, read("guided-grammar", o.guided_grammar));
+  }
+  return c;
+}
+
+// One mode's (constrained or not) samples over the timed iterations.
+struct BenchRun {
+  std::vector<double> prefill, decode, total;  // Seconds per iteration.
+  // Each decode step in which every sequence has its first token and none
+  // has ended (so both modes compare steps of the whole batch), and each
+  // request's time to first token.
+  std::vector<double> step_latency, ttft;
+  int64_t decode_tokens = 0;  // Output tokens after each first one.
+  int64_t output_tokens = 0;
+  int64_t requests = 0;
+  int64_t cached_tokens = 0;
+};
+
+struct BenchSummary {
+  double prefill_s = 0, decode_s = 0, total_s = 0;  // Medians.
+  double prefill_tps = 0, decode_tps = 0, output_tps = 0;
+  double step_p50 = 0, step_p99 = 0, ttft_p50 = 0, ttft_p99 = 0;
+  int64_t decode_steps = 0;
+  double tokens_per_request = 0;  // Output tokens, on average.
+};
+
+// Rates from the tokens really produced (a constrained request may end
+// early): the mean tokens of an iteration over its median time, which is
+// exactly batch x tokens / median when every request runs to output_len.
+BenchSummary Summarize(const BenchRun& run, const BenchOptions& o) {
+  BenchSummary s;
+  const double n = static_cast<double>(run.prefill.size());
+  s.prefill_s = Median(run.prefill);
+  s.decode_s = Median(run.decode);
+  s.total_s = Median(run.total);
+  s.prefill_tps = o.batch_size * o.input_len / s.prefill_s;
+  s.decode_tps = run.decode_tokens > 0 && s.decode_s > 0
+                     ? run.decode_tokens / n / s.decode_s
+                     : 0.0;
+  s.output_tps = run.output_tokens / n / s.total_s;
+  s.step_p50 = Percentile(run.step_latency, 50);
+  s.step_p99 = Percentile(run.step_latency, 99);
+  s.ttft_p50 = Percentile(run.ttft, 50);
+  s.ttft_p99 = Percentile(run.ttft, 99);
+  s.decode_steps = static_cast<int64_t>(run.step_latency.size());
+  s.tokens_per_request =
+      run.requests > 0 ? static_cast<double>(run.output_tokens) / run.requests
+                       : 0.0;
+  return s;
+}
+
+json SummaryJson(const BenchSummary& s) {
+  return {{"prefill_seconds", s.prefill_s},
+          {"prefill_tokens_per_s", s.prefill_tps},
+          {"decode_seconds", s.decode_s},
+          {"decode_tokens_per_s", s.decode_tps},
+          {"output_tokens_per_s", s.output_tps},
+          {"decode_steps", s.decode_steps},
+          {"decode_step_ms_p50", s.step_p50 * 1e3},
+          {"decode_step_ms_p99", s.step_p99 * 1e3},
+          {"ttft_ms_p50", s.ttft_p50 * 1e3},
+          {"ttft_ms_p99", s.ttft_p99 * 1e3},
+          {"output_tokens_per_request", s.tokens_per_request}};
+}
+
+// What a new grammar costs before and at its first step, on this process
+// with the library the sampling rank uses (runtime/grammar).
+struct CompileTimes {
+  double vocabulary_ms = 0;         // TokenVocabulary, once per tokenizer.
+  double ebnf_ms = 0;               // StructuredOutputEbnf: conversion + check.
+  double parse_ms = 0;              // GrammarCache::Get, cold: the parse.
+  double first_mask_ms = 0;         // A new matcher's first mask, cold classes.
+  double cached_get_ms = 0;         // GrammarCache::Get again: a hit.
+  double cached_first_mask_ms = 0;  // A new matcher's first mask, warm.
+  double compile_ms() const { return ebnf_ms + parse_ms + first_mask_ms; }
+  double cached_compile_ms() const {
+    return cached_get_ms + cached_first_mask_ms;
+  }
+};
+
 }  // namespace
 
 absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
@@ -865,6 +1015,36 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
     return absl::InvalidArgumentError(
         "--batch-size must be at most 2^20, --input-len and --output-len at "
         "most 2^24, --iterations at most 100000");
+  }
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  // The constraint, converted and checked before the weights load, as the
+  // server converts the same request field (runtime/grammar).
+  ASSIGN_OR_RETURN(const BenchConstraint constraint, ResolveBenchConstraint(o));
+  const bool constrained = !constraint.kind.empty();
+  std::string ebnf;
+  CompileTimes compile;
+  if (constrained) {
+    const auto e0 = Clock::now();
+    absl::StatusOr<std::string> converted =
+        grammar::StructuredOutputEbnf(constraint.spec);
+    compile.ebnf_ms = seconds(e0, Clock::now()) * 1e3;
+    if (!converted.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(constraint.flag, ": ", converted.status().message()));
+    }
+    ebnf = *std::move(converted);
+    // A tokenizer is what a grammar matches; look before the weights load.
+    const std::string dir =
+        o.engine.tokenizer_dir.empty() ? o.model_dir : o.engine.tokenizer_dir;
+    if (absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizer(dir, -1);
+        !t.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          constraint.flag, ": structured output needs a tokenizer (",
+          t.status().message(), "); give one with --tokenizer DIR"));
+    }
   }
   EngineFlags flags = o.engine;
   // Every sequence of the batch runs together.
@@ -883,34 +1063,72 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
   }
   // Greedy with EOS ignored: the model's sampling defaults do not apply.
   ASSIGN_OR_RETURN(std::unique_ptr<LoadedModel> loaded,
-                   LoadModel(o.model_dir, flags, false, executor,
+                   LoadModel(o.model_dir, flags, constrained, executor,
                              /*announce_defaults=*/false));
-  // From the warm-up on, so that an executor that cannot profile says so
-  // before anything is timed; the warm-up's profile is dropped.
-  if (o.profile_ops) RETURN_IF_ERROR(loaded->executor->SetOpProfiling(true));
-  PhaseProfile prefill_profile, decode_profile;
   const auto& config = loaded->executor->config();
   if (o.input_len + o.output_len - 1 > config.max_position_embeddings) {
     return absl::InvalidArgumentError(
         absl::StrCat("--input-len + --output-len exceeds the context of ",
                      config.max_position_embeddings));
   }
+  if (constrained) {
+    // The vocabulary as Engine::SendVocabulary gives it to the sampling rank
+    // (every id of the logits; ids past the tokenizer's empty, special ones
+    // excluded), then the grammar through a fresh cache as StepRunner
+    // compiles it: cold, then the second lookup of the same text.
+    const Tokenizer& tok = *loaded->tokenizer;
+    const auto v0 = Clock::now();
+    const int64_t vocab = config.vocab_size;
+    std::vector<std::string> bytes(vocab);
+    std::vector<bool> excluded(vocab, false);
+    for (int64_t id = 0; id < vocab; ++id) {
+      const int32_t i = static_cast<int32_t>(id);
+      if (i >= tok.vocab_size()) continue;
+      bytes[id] = tok.TokenBytes(i);
+      excluded[id] = tok.IsSpecial(i);
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<const grammar::TokenVocabulary> v,
+                     grammar::TokenVocabulary::Create(std::move(bytes),
+                                                      std::move(excluded)));
+    compile.vocabulary_ms = seconds(v0, Clock::now()) * 1e3;
+    grammar::GrammarCache cache(v);
+    std::vector<int32_t> end_ids;
+    for (int64_t id : config.eos_token_ids) {
+      if (id >= 0 && id < vocab) end_ids.push_back(static_cast<int32_t>(id));
+    }
+    std::vector<uint32_t> mask(v->mask_words());
+    for (int pass = 0; pass < 2; ++pass) {
+      const auto g0 = Clock::now();
+      ASSIGN_OR_RETURN(std::shared_ptr<const grammar::CompiledGrammar> g,
+                       cache.Get(ebnf));
+      const auto g1 = Clock::now();
+      grammar::GrammarMatcher matcher(g, end_ids);
+      absl::Status filled = matcher.FillNextTokenMask(absl::MakeSpan(mask));
+      const auto g2 = Clock::now();
+      if (!filled.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            constraint.flag, ": the first token: ", filled.message()));
+      }
+      (pass == 0 ? compile.parse_ms : compile.cached_get_ms) =
+          seconds(g0, g1) * 1e3;
+      (pass == 0 ? compile.first_mask_ms : compile.cached_first_mask_ms) =
+          seconds(g1, g2) * 1e3;
+    }
+  }
+  // From the warm-up on, so that an executor that cannot profile says so
+  // before anything is timed; the warm-up's profile is dropped.
+  if (o.profile_ops) RETURN_IF_ERROR(loaded->executor->SetOpProfiling(true));
+  PhaseProfile prefill_profile, decode_profile;
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(
       0, static_cast<int32_t>(config.vocab_size) - 1);
 
   Engine& engine = *loaded->engine;
-  using Clock = std::chrono::steady_clock;
-  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
-    return std::chrono::duration<double>(b - a).count();
-  };
-  std::vector<double> prefill, decode, total;
-  // Over the timed iterations: each decode step's wall time (every sequence
-  // of the batch has its first token and gets one more), and each request's
-  // time to its first token.
-  std::vector<double> step_latency, ttft;
-  int64_t cached_tokens = 0;
-  for (int64_t it = 0; it <= o.iterations; ++it) {
+  // `with_grammar`: the run carries the constraint; `timed`: past the
+  // warm-up; `profile`: its ops go into the profile (the run the flags ask
+  // for, not the comparison's).
+  const auto run_iteration = [&](bool with_grammar, bool timed, bool profile,
+                                 BenchRun* run) -> absl::Status {
     // Distinct random prompts, new every iteration: the warm-up's KV is of
     // no use to the timed runs.
     std::vector<GenerationRequest> requests(o.batch_size);
@@ -921,18 +1139,27 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
       request.max_tokens = o.output_len;
       request.sampling.temperature = 0.0f;
       request.ignore_eos = true;
+      if (with_grammar) {
+        request.grammar = ebnf;
+        // The grammar allows EOS only once the output is complete; with EOS
+        // ignored the engine would go on drawing EOS to output_len, steps
+        // whose cheap masks would flatter the constrained rate. So EOS ends
+        // it, and the rates count the tokens produced.
+        request.ignore_eos = false;
+      }
     }
     const auto t0 = Clock::now();
     std::vector<std::optional<Clock::time_point>> first(requests.size());
-    int64_t first_tokens = 0;
+    int64_t first_tokens = 0, finished = 0;
     Clock::time_point prefilled = t0;
     std::vector<int64_t> ids;
     for (size_t i = 0; i < requests.size(); ++i) {
-      auto on_token = [&, i](const TokenEvent&) {
+      auto on_token = [&, i](const TokenEvent& event) {
         if (!first[i]) {
           first[i] = Clock::now();
           ++first_tokens;
         }
+        if (event.finished) ++finished;
       };
       ASSIGN_OR_RETURN(const int64_t id, engine.Submit(requests[i], on_token));
       ids.push_back(id);
@@ -941,14 +1168,15 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
     while (engine.HasWork()) {
       const auto step_start = Clock::now();
       const bool decoding = first_tokens == o.batch_size;
+      const bool whole_batch = finished == 0;
       RETURN_IF_ERROR(engine.Step());
       const auto step_end = Clock::now();
       if (decoding) {
-        steps.push_back(seconds(step_start, step_end));
+        if (whole_batch) steps.push_back(seconds(step_start, step_end));
       } else if (first_tokens == o.batch_size) {
         prefilled = step_end;  // Prefill ends when every request has a token.
       }
-      if (o.profile_ops) {
+      if (profile) {
         // Every step: the timer's events are few and reused, and its
         // collection (after the step's own clock) is not the step's time.
         ASSIGN_OR_RETURN(const std::vector<OpTimeTotal> step_ops,
@@ -958,7 +1186,7 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         // prefill chunk) returns before its kernels finish, and its ops'
         // time would otherwise exceed the wall time it is compared with.
         const auto collected = Clock::now();
-        if (it > 0) {
+        if (timed) {
           PhaseProfile& phase = decoding ? decode_profile : prefill_profile;
           for (const OpTimeTotal& t : step_ops) phase.sums.Add(t);
           phase.wall_us += seconds(step_start, collected) * 1e6;
@@ -966,19 +1194,54 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
       }
     }
     const auto t1 = Clock::now();
+    int64_t decode_tokens = 0, output_tokens = 0, cached = 0;
     for (int64_t id : ids) {
-      ASSIGN_OR_RETURN(const GenerationResult r, engine.TakeResult(id));
-      if (it > 0) cached_tokens += r.cached_prompt_tokens;
+      absl::StatusOr<GenerationResult> r = engine.TakeResult(id);
+      if (!r.ok()) {
+        // A grammar past the matcher's bounds fails its request: say so
+        // rather than time a batch that lost sequences.
+        return Annotate(r.status(), with_grammar
+                                        ? "bench: a constrained request failed"
+                                        : "bench: a request failed");
+      }
+      cached += r->cached_prompt_tokens;
+      const int64_t n = static_cast<int64_t>(r->output_ids.size());
+      output_tokens += n;
+      decode_tokens += std::max<int64_t>(0, n - 1);
     }
-    if (it == 0) continue;  // Warm-up: first touches of weights and scratch.
-    prefill.push_back(seconds(t0, prefilled));
-    decode.push_back(seconds(prefilled, t1));
-    total.push_back(seconds(t0, t1));
-    step_latency.insert(step_latency.end(), steps.begin(), steps.end());
+    if (!timed) return absl::OkStatus();  // Warm-up: first touches.
+    run->cached_tokens += cached;
+    run->output_tokens += output_tokens;
+    run->decode_tokens += decode_tokens;
+    run->requests += o.batch_size;
+    run->prefill.push_back(seconds(t0, prefilled));
+    run->decode.push_back(seconds(prefilled, t1));
+    run->total.push_back(seconds(t0, t1));
+    run->step_latency.insert(run->step_latency.end(), steps.begin(),
+                             steps.end());
     for (const auto& f : first) {
-      if (f) ttft.push_back(seconds(t0, *f));
+      if (f) run->ttft.push_back(seconds(t0, *f));
+    }
+    return absl::OkStatus();
+  };
+  BenchRun primary, baseline;  // Baseline: unconstrained, when compared.
+  for (int64_t it = 0; it <= o.iterations; ++it) {
+    const bool timed = it > 0;
+    if (!o.compare_unconstrained) {
+      RETURN_IF_ERROR(
+          run_iteration(constrained, timed, o.profile_ops, &primary));
+      continue;
+    }
+    // Back to back, the order alternating so that neither mode always runs
+    // on a machine the other just warmed (or heated).
+    for (int k = 0; k < 2; ++k) {
+      const bool grammar_run = (k == 0) == (it % 2 == 0);
+      RETURN_IF_ERROR(run_iteration(grammar_run, timed,
+                                    o.profile_ops && grammar_run,
+                                    grammar_run ? &primary : &baseline));
     }
   }
+  const int64_t cached_tokens = primary.cached_tokens + baseline.cached_tokens;
   // The point of fresh prompts: a timed prefill that the cache served would
   // print a rate the model never ran at.
   if (cached_tokens > 0) {
@@ -987,17 +1250,23 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         " prompt tokens came from the prefix cache; the prefill rate would "
         "be wrong"));
   }
-  const double prefill_s = Median(prefill);
-  const double decode_s = Median(decode);
-  const double total_s = Median(total);
-  const double prefill_tps = o.batch_size * o.input_len / prefill_s;
-  const double decode_tps =
-      o.output_len > 1 ? o.batch_size * (o.output_len - 1) / decode_s : 0.0;
-  const double output_tps = o.batch_size * o.output_len / total_s;
-  const double step_p50 = Percentile(step_latency, 50);
-  const double step_p99 = Percentile(step_latency, 99);
-  const double ttft_p50 = Percentile(ttft, 50);
-  const double ttft_p99 = Percentile(ttft, 99);
+  const BenchSummary s = Summarize(primary, o);
+  const double prefill_s = s.prefill_s;
+  const double decode_s = s.decode_s;
+  const double total_s = s.total_s;
+  const double prefill_tps = s.prefill_tps;
+  const double decode_tps = s.decode_tps;
+  const double output_tps = s.output_tps;
+  const double step_p50 = s.step_p50;
+  const double step_p99 = s.step_p99;
+  const double ttft_p50 = s.ttft_p50;
+  const double ttft_p99 = s.ttft_p99;
+  const std::vector<double>& step_latency = primary.step_latency;
+  const double decode_tokens_per_iteration =
+      static_cast<double>(primary.decode_tokens) / o.iterations;
+  BenchSummary u;
+  if (o.compare_unconstrained) u = Summarize(baseline, o);
+  const auto ratio = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   const MemoryBreakdown mem = loaded->executor->memory_breakdown();
   ProfileTable decode_ops, prefill_ops;
   if (o.profile_ops) {
@@ -1038,6 +1307,26 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
                 {"graphs_bytes", mem.graphs_bytes},
                 {"kv_bytes", mem.kv_bytes},
                 {"total_bytes", mem.total_bytes()}}}};
+    if (constrained) {
+      json so = {{"kind", constraint.kind},
+                 {"compile_ms", compile.compile_ms()},
+                 {"cached_compile_ms", compile.cached_compile_ms()},
+                 {"vocabulary_ms", compile.vocabulary_ms},
+                 {"ebnf_ms", compile.ebnf_ms},
+                 {"parse_ms", compile.parse_ms},
+                 {"first_mask_ms", compile.first_mask_ms},
+                 {"cached_get_ms", compile.cached_get_ms},
+                 {"cached_first_mask_ms", compile.cached_first_mask_ms},
+                 {"constrained", SummaryJson(s)}};
+      if (o.compare_unconstrained) {
+        so["unconstrained"] = SummaryJson(u);
+        so["ratio"] = {
+            {"decode_step_p50", ratio(s.step_p50, u.step_p50)},
+            {"decode_step_p99", ratio(s.step_p99, u.step_p99)},
+            {"decode_tokens_per_s", ratio(s.decode_tps, u.decode_tps)}};
+      }
+      j["structured_output"] = std::move(so);
+    }
     if (o.profile_ops) {
       j["op_profile"] = {
           {"scope", profile_scope},
@@ -1066,11 +1355,44 @@ absl::Status RunBench(const BenchOptions& o, StepExecutor* executor,
         o.engine.random_weights ? " (random weights)" : "", o.batch_size,
         o.input_len, o.output_len, o.iterations, prefill_s * 1e3, prefill_tps,
         ttft_p50 * 1e3, ttft_p99 * 1e3,
-        o.output_len > 1 ? decode_s * 1e3 / (o.output_len - 1) : 0.0,
+        decode_tokens_per_iteration > 0
+            ? decode_s * 1e3 / (decode_tokens_per_iteration / o.batch_size)
+            : 0.0,
         decode_tps, step_p50 * 1e3, step_p99 * 1e3, step_latency.size(),
         total_s * 1e3, output_tps, mem.weights_bytes / kMiB,
         mem.workspace_bytes / kMiB, mem.graphs_bytes / kMiB,
         mem.kv_bytes / kMiB, mem.total_bytes() / kMiB);
+    if (constrained) {
+      out << absl::StrFormat(
+          "structured output (%s): compile %.3f ms cold (EBNF %.3f, parse "
+          "%.3f, first mask %.3f), %.3f ms cached; vocabulary %.3f ms once "
+          "per tokenizer\n"
+          "constrained: %.1f of %d tokens per request on average (EOS ends "
+          "a request once its grammar is complete); step percentiles over "
+          "steps of the whole batch\n",
+          constraint.kind, compile.compile_ms(), compile.ebnf_ms,
+          compile.parse_ms, compile.first_mask_ms, compile.cached_compile_ms(),
+          compile.vocabulary_ms, s.tokens_per_request, o.output_len);
+    }
+    if (o.compare_unconstrained) {
+      out << absl::StrFormat(
+          "%-16s %14s %14s %8s\n"
+          "%-16s %14.1f %14.1f %8.3f\n"
+          "%-16s %14.3f %14.3f %8.3f\n"
+          "%-16s %14.3f %14.3f %8.3f\n"
+          "%-16s %14.3f %14.3f %8.3f\n"
+          "%-16s %14.1f %14.1f\n",
+          "", "unconstrained", "constrained", "ratio",  //
+          "decode tok/s", u.decode_tps, s.decode_tps,
+          ratio(s.decode_tps, u.decode_tps),  //
+          "step p50 ms", u.step_p50 * 1e3, s.step_p50 * 1e3,
+          ratio(s.step_p50, u.step_p50),  //
+          "step p99 ms", u.step_p99 * 1e3, s.step_p99 * 1e3,
+          ratio(s.step_p99, u.step_p99),  //
+          "prefill ms", u.prefill_s * 1e3, s.prefill_s * 1e3,
+          ratio(s.prefill_s, u.prefill_s),  //
+          "tokens/request", u.tokens_per_request, s.tokens_per_request);
+    }
     if (o.profile_ops) {
       out << "op profile: " << profile_scope << ", timed by " << profile_clock
           << "; the rates above include the profiling's cost\n";

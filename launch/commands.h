@@ -149,6 +149,15 @@ struct BenchOptions {
   // report the totals per op label for the decode phase (per step) and the
   // prefill phase (per iteration).
   bool profile_ops = false;
+  // Structured output (at most one; each needs a tokenizer): every request
+  // carries this constraint, converted as the server converts guided_json /
+  // guided_regex / guided_grammar (runtime/grammar/structured_output.h).
+  std::string guided_json;     // A JSON schema file.
+  std::string guided_regex;    // A regex.
+  std::string guided_grammar;  // An EBNF/GBNF grammar file.
+  // With a constraint: time the same workload unconstrained too, each
+  // iteration both ways back to back, and report them side by side.
+  bool compare_unconstrained = false;
   EngineFlags engine;
 };
 
@@ -176,6 +185,19 @@ struct BenchOptions {
 // without overlap, and the rates include the profiling's cost. `executor`
 // runs the steps (a parallel job on rank 0: rank 0's ops are profiled); null
 // loads the model into this process.
+//
+// With a constraint (guided_json / guided_regex / guided_grammar), every
+// request carries its grammar and EOS ends a request (the grammar allows it
+// only once the output is complete), so the constrained rates come from the
+// tokens really produced; decode step latencies count only the steps in which
+// the whole batch still runs. The report adds "structured_output": {kind,
+// compile_ms, cached_compile_ms, vocabulary_ms, ebnf_ms, first_mask_ms,
+// cached_first_mask_ms, constrained{...}} (see RunBench in commands.cc for
+// what each time covers), and with compare_unconstrained also
+// unconstrained{...} and ratio{decode_step_p50, decode_step_p99,
+// decode_tokens_per_s} (constrained / unconstrained). A bad flag, file,
+// schema, regex or grammar, or a model folder without a tokenizer, is
+// InvalidArgument before the weights load.
 absl::Status RunBench(const BenchOptions& options, StepExecutor* executor,
                       std::ostream& out);
 

@@ -9,7 +9,9 @@
 //                    rank0|local]
 //   (under mpirun -np tp*pp: rank 0 prints, every rank runs its shard)
 //   tessera bench    --model DIR --batch-size B --input-len I --output-len O
-//   [--iterations N] [--json] [--profile-ops]  (fresh prompts, no prefix
+//   [--iterations N] [--json] [--profile-ops]
+//   [--guided-json F | --guided-regex RE | --guided-grammar F]
+//   [--compare-unconstrained]  (fresh prompts, no prefix
 //   cache; decode-step and TTFT p50/p99, the memory breakdown; per-op device
 //   time)
 //   engine flags (both): --device cpu|cuda --dtype auto|bfloat16|float32
@@ -393,6 +395,21 @@ absl::Status Bench(const std::vector<std::string>& args, int* exit_code) {
             "CPU). Decode steps run eagerly (no CUDA graphs), and the events "
             "between kernels serialize them: an op's own time, without "
             "overlap. Under mpirun: rank 0's ops");
+  flags.Add("guided-json", &o.guided_json,
+            "structured output: every request follows this JSON schema file "
+            "(needs a tokenizer; at most one --guided-* flag)");
+  flags.Add("guided-regex", &o.guided_regex,
+            "structured output: every request matches this regex");
+  flags.Add("guided-grammar", &o.guided_grammar,
+            "structured output: every request follows this EBNF/GBNF grammar "
+            "file (as the server's guided_grammar)");
+  flags.Add("tokenizer", &o.engine.tokenizer_dir,
+            "a folder with the tokenizer files to use instead of the model's "
+            "(what a --guided-* constraint matches)");
+  flags.Add("compare-unconstrained", &o.compare_unconstrained,
+            "with a --guided-* flag: time the same workload unconstrained "
+            "too, back to back each iteration, and report both and their "
+            "ratio");
   AddEngineFlags(flags, &o.engine);
   parallel_flags.Add(flags);
   ASSIGN_OR_RETURN(const bool run, ParseOrPrintHelp(flags, args));

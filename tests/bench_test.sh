@@ -252,6 +252,163 @@ hostile huge_dim "c['intermediate_size']=2**40" \
 hostile unknown_dtype "c.pop('torch_dtype', None); c['dtype']='int4'" \
   '^tessera: .*torch_dtype "int4" is not a dtype random weights are made in'
 
+# --- Structured output: --guided-json / --guided-regex / --guided-grammar, the comparison. ---
+SCHEMAS="$RUNFILES/tessera/tools/bench_schemas"
+QWEN_TOK="$RUNFILES/shared/tokenizers/qwen3"
+# The demo checkpoint (SentencePiece, 512 ids) and the golden qwen3 shape with its real
+# 151,936-id vocabulary (random weights, the shared Qwen3 tokenizer): the masks over a real
+# vocabulary, from outputs that random weights send anywhere the grammar allows.
+Q3="$TMP/qwen3_vocab"
+mkdir -p "$Q3"
+python3 -c "import json,sys; c=json.load(open(sys.argv[1])); c['vocab_size']=151936; c['eos_token_id']=151645; c['bos_token_id']=None; json.dump(c, open(sys.argv[2], 'w'))" \
+  "$GOLDEN/qwen3/config.json" "$Q3/config.json"
+printf 'root ::= "[" item ("," item)* "]"\nitem ::= "{\\"n\\":" [0-9]+ "}"\n' >"$TMP/list.gbnf"
+guided_case() {  # name, model args..., -- , guided args...
+  local name=$1
+  shift
+  local model=() guided=()
+  while [ "$1" != "--" ]; do model+=("$1"); shift; done
+  shift
+  guided=("$@")
+  timeout 300 "$TESSERA" bench "${model[@]}" --batch-size 2 --input-len 8 --output-len 24 \
+    --iterations 1 --json "${guided[@]}" >"$TMP/$name.json" 2>"$TMP/$name.err"
+  local rc=$?
+  if [ "$rc" = 0 ] && python3 - "$TMP/$name.json" "${guided[0]}" <<'EOF2'; then
+import json, sys
+j = json.load(open(sys.argv[1]))
+so = j["structured_output"]
+kind = {"--guided-json": "json_schema", "--guided-regex": "regex",
+        "--guided-grammar": "grammar"}[sys.argv[2]]
+c = so["constrained"]
+checks = {
+    "kind": so["kind"] == kind,
+    "compile_ms > 0": so["compile_ms"] > 0,
+    "cached < cold": 0 <= so["cached_compile_ms"] < so["compile_ms"],
+    "tokens per request in (0, 24]": 0 < c["output_tokens_per_request"] <= 24,
+    "decode steps counted": c["decode_steps"] == j["decode_steps"],
+    "top level is the constrained run": c["decode_step_ms_p50"] == j["decode_step_ms_p50"],
+    "no comparison without the flag": "ratio" not in so and "unconstrained" not in so,
+}
+bad = [k for k, v in checks.items() if not v]
+if bad:
+    print(json.dumps(j))
+    print("failed:", bad)
+    sys.exit(1)
+EOF2
+    pass "bench $name"
+  else
+    fail "bench $name (exit $rc)"
+    cat "$TMP/$name.json" "$TMP/$name.err"
+  fi
+}
+DEMO_ARGS=(--model "$DEMO")
+Q3_ARGS=(--model "$Q3" --random-weights --tokenizer "$QWEN_TOK")
+guided_case demo_json "${DEMO_ARGS[@]}" -- --guided-json "$SCHEMAS/array_of_objects.json"
+guided_case demo_regex "${DEMO_ARGS[@]}" -- --guided-regex '[a-z ]{1,10}\.'
+guided_case demo_grammar "${DEMO_ARGS[@]}" -- --guided-grammar "$TMP/list.gbnf"
+guided_case qwen3_json "${Q3_ARGS[@]}" -- --guided-json "$SCHEMAS/array_of_records.json"
+guided_case qwen3_regex "${Q3_ARGS[@]}" -- --guided-regex '(yes|no)'
+guided_case qwen3_grammar "${Q3_ARGS[@]}" -- --guided-grammar "$TMP/list.gbnf"
+# '(yes|no)' completes after a token or two: EOS ends the request, the counts are real.
+if [ "$(field "$TMP/qwen3_regex.json" '["structured_output"]["constrained"]["output_tokens_per_request"] <= 4')" = "True" ]; then
+  pass "a grammar that completes early ends its requests"
+else
+  fail "a grammar that completes early ends its requests"
+  cat "$TMP/qwen3_regex.json"
+fi
+
+# --compare-unconstrained: both runs side by side, JSON and text.
+for model in demo q3; do
+  if [ "$model" = demo ]; then args=("${DEMO_ARGS[@]}"); else args=("${Q3_ARGS[@]}"); fi
+  timeout 300 "$TESSERA" bench "${args[@]}" --batch-size 4 --input-len 8 --output-len 32 \
+    --iterations 2 --json --guided-json "$SCHEMAS/array_of_records.json" --compare-unconstrained \
+    >"$TMP/cmp_$model.json" 2>"$TMP/cmp_$model.err"
+  rc=$?
+  if [ "$rc" = 0 ] && python3 - "$TMP/cmp_$model.json" <<'EOF2'; then
+import json, sys
+j = json.load(open(sys.argv[1]))
+so = j["structured_output"]
+keys = {"decode_tokens_per_s", "decode_step_ms_p50", "decode_step_ms_p99",
+        "prefill_seconds", "prefill_tokens_per_s", "output_tokens_per_request", "decode_steps"}
+u, c, r = so["unconstrained"], so["constrained"], so["ratio"]
+checks = {
+    "kind, compile times": so["kind"] == "json_schema" and so["compile_ms"] > 0
+    and so["cached_compile_ms"] >= 0,
+    "keys of both runs": keys <= set(u) and keys <= set(c),
+    "ratio keys": set(r) == {"decode_step_p50", "decode_step_p99", "decode_tokens_per_s"},
+    "ratio = constrained / unconstrained": abs(r["decode_step_p50"]
+    - c["decode_step_ms_p50"] / u["decode_step_ms_p50"]) < 1e-9
+    and abs(r["decode_tokens_per_s"] - c["decode_tokens_per_s"] / u["decode_tokens_per_s"]) < 1e-9,
+    # minItems 64: 32 tokens stay inside the grammar, so both runs make every token.
+    "full length both ways": u["output_tokens_per_request"] == 32
+    and c["output_tokens_per_request"] == 32,
+    "same steps both ways": u["decode_steps"] == c["decode_steps"] == 2 * 31,
+    "positive rates": u["decode_tokens_per_s"] > 0 and c["decode_tokens_per_s"] > 0,
+}
+bad = [k for k, v in checks.items() if not v]
+if bad:
+    print(json.dumps(j))
+    print("failed:", bad)
+    sys.exit(1)
+EOF2
+    pass "bench --compare-unconstrained --json ($model)"
+  else
+    fail "bench --compare-unconstrained --json ($model, exit $rc)"
+    cat "$TMP/cmp_$model.json" "$TMP/cmp_$model.err"
+  fi
+done
+timeout 300 "$TESSERA" bench "${DEMO_ARGS[@]}" --batch-size 2 --input-len 8 --output-len 16 \
+  --iterations 1 --guided-regex '[a-z]{1,50}' --compare-unconstrained >"$TMP/cmp.txt" 2>&1
+if grep -Eq '^structured output \(regex\): compile [0-9.]+ ms cold' "$TMP/cmp.txt" &&
+  grep -Eq '^constrained: [0-9.]+ of 16 tokens per request on average' "$TMP/cmp.txt" &&
+  grep -Eq '^step p50 ms +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$TMP/cmp.txt" &&
+  grep -Eq '^decode tok/s +[0-9.]+ +[0-9.]+ +[0-9.]+$' "$TMP/cmp.txt"; then
+  pass "bench --compare-unconstrained text table"
+else
+  fail "bench --compare-unconstrained text table"
+  cat "$TMP/cmp.txt"
+fi
+
+# Refusals: one line, non-zero, before the weights load.
+printf '{"type": "object", "properties": {"a": {"type": "string", "uniqueItems": true}}' >"$TMP/truncated.json"
+printf '{"type": "array", "uniqueItems": true}' >"$TMP/unsupported.json"
+python3 -c "import sys; open(sys.argv[1], 'w').write('{\"enum\": [\"' + 'x' * (2 << 20) + '\"]}')" "$TMP/huge.json"
+NOTOK="$TMP/no_tokenizer"
+mkdir -p "$NOTOK"
+cp "$GOLDEN/qwen3/config.json" "$NOTOK/"
+refused() {  # name, expected stderr regex, bench args...
+  local name=$1 re=$2
+  shift 2
+  timeout 60 "$TESSERA" bench --batch-size 1 --input-len 4 --output-len 4 --iterations 1 "$@" \
+    >"$TMP/$name.out" 2>"$TMP/$name.err"
+  local rc=$?
+  if [ "$rc" = 1 ] && [ "$(wc -l <"$TMP/$name.err")" = 1 ] && grep -Eq "$re" "$TMP/$name.err" &&
+    [ ! -s "$TMP/$name.out" ]; then
+    pass "$name refused: $(cat "$TMP/$name.err")"
+  else
+    fail "$name (exit $rc)"
+    cat "$TMP/$name.out" "$TMP/$name.err"
+  fi
+}
+refused two_flags '^tessera: --guided-json, --guided-regex and --guided-grammar exclude each other' \
+  --model "$DEMO" --guided-json "$SCHEMAS/array_of_objects.json" --guided-regex 'a+'
+refused missing_file '^tessera: --guided-json .*/nope.json: ' \
+  --model "$DEMO" --guided-json "$TMP/nope.json"
+refused missing_grammar '^tessera: --guided-grammar .*/nope.gbnf: ' \
+  --model "$DEMO" --guided-grammar "$TMP/nope.gbnf"
+refused not_json '^tessera: --guided-json .*truncated.json: not a JSON schema' \
+  --model "$DEMO" --guided-json "$TMP/truncated.json"
+refused bad_schema '^tessera: --guided-json .*unsupported.json: .*uniqueItems' \
+  --model "$DEMO" --guided-json "$TMP/unsupported.json"
+refused huge_schema '^tessera: --guided-json .*huge.json: .*at most 1048576 bytes' \
+  --model "$DEMO" --guided-json "$TMP/huge.json"
+refused bad_regex '^tessera: --guided-regex: ' --model "$DEMO" --guided-regex '(ab'
+refused bad_grammar '^tessera: --guided-grammar .*: ' --model "$DEMO" --guided-grammar "$TMP/unsupported.json"
+refused compare_alone '^tessera: --compare-unconstrained needs a constraint' \
+  --model "$DEMO" --compare-unconstrained
+refused no_tokenizer '^tessera: --guided-regex: structured output needs a tokenizer' \
+  --model "$NOTOK" --random-weights --guided-regex 'a+'
+
 if [ "$failures" -ne 0 ]; then
   echo "$failures failure(s)"
   exit 1
