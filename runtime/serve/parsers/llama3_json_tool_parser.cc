@@ -23,12 +23,10 @@ class Llama3JsonFormat final : public ToolCallFormat {
     const size_t pos = SkipJsonSpace(text, 0);
     const absl::string_view rest = text.substr(pos);
     if (absl::StartsWith(rest, kPythonTag) || absl::StartsWith(rest, "{")) {
+      // The leading whitespace goes with the calls (dropped if they are).
       find.kind = SectionFind::kFound;
-      find.begin = pos;
-      find.calls_begin = pos;
     } else if (kPythonTag.substr(0, rest.size()) == rest) {
       find.kind = SectionFind::kPartial;  // Whitespace or a tag's start.
-      find.begin = pos;
     }
     return find;
   }

@@ -32,11 +32,6 @@ constexpr std::array<Registration, 3> kFormats = {{
 // instead of re-reading the whole open call each time.
 constexpr size_t kCheapRereadBytes = 64;
 
-size_t TrimmedEnd(absl::string_view text, size_t end) {
-  while (end > 0 && absl::ascii_isspace(text[end - 1])) --end;
-  return end;
-}
-
 }  // namespace
 
 absl::StatusOr<const ToolCallFormat*> FindToolCallFormat(
@@ -133,23 +128,14 @@ void ToolCallStream::Run(bool final, ToolCallDelta* out) {
     const absl::string_view unread = text.substr(pos);
     if (!in_section_) {
       const SectionFind find = format_.FindSection(unread, at_output_start_);
-      size_t told = unread.size();  // Content told now.
-      if (find.kind == SectionFind::kFound) {
+      // Content up to a marker, holding back what may be one.
+      size_t told = unread.size();
+      if (find.kind == SectionFind::kFound ||
+          (find.kind == SectionFind::kPartial && !final)) {
         told = find.begin;
-      } else if (!final) {
-        // Hold what may be a marker, and trailing whitespace (dropped if a
-        // section follows it).
-        told = find.kind == SectionFind::kPartial ? find.begin : told;
-        told = TrimmedEnd(unread, told);
       }
-      const size_t content_end =
-          find.kind == SectionFind::kFound ? TrimmedEnd(unread, told) : told;
-      const absl::string_view content = unread.substr(0, content_end);
+      const absl::string_view content = unread.substr(0, told);
       absl::StrAppend(&out->content, content);
-      if (find.kind == SectionFind::kFound) {
-        // Dropped if the section holds a call, told if it does not.
-        gap_ = std::string(unread.substr(content_end, told - content_end));
-      }
       if (SkipJsonSpace(content, 0) < content.size()) {
         at_output_start_ = false;
       }
@@ -178,20 +164,16 @@ void ToolCallStream::Run(bool final, ToolCallDelta* out) {
     switch (step.kind) {
       case CallStep::kCalls:
         for (ToolCall& call : step.calls) out->calls.push_back(std::move(call));
-        gap_.clear();
         at_output_start_ = false;
         pos += step.end;
         break;
       case CallStep::kInvalid:
-        absl::StrAppend(&out->content, gap_, unread.substr(0, step.end));
-        gap_.clear();
+        absl::StrAppend(&out->content, unread.substr(0, step.end));
         at_output_start_ = false;
         in_section_ = false;
         pos += step.end;
         break;
       case CallStep::kEnd:
-        absl::StrAppend(&out->content, gap_);
-        gap_.clear();
         in_section_ = false;
         at_output_start_ = false;
         pos += step.end;

@@ -16,8 +16,8 @@
 // A call is told once it is complete (its JSON closed); its arguments are
 // JSON text. Text that is not a call — before, between or after calls, a
 // call whose JSON does not parse, a call cut off by max_tokens — is
-// content, never dropped; only the whitespace that separates calls from
-// each other and from the text before them is.
+// content, never dropped; only the whitespace between and after calls is
+// (the text before the first call is kept as written, vLLM's).
 #ifndef TESSERA_RUNTIME_SERVE_PARSERS_TOOL_PARSER_H_
 #define TESSERA_RUNTIME_SERVE_PARSERS_TOOL_PARSER_H_
 
@@ -105,7 +105,6 @@ class ToolCallStream {
   std::string pending_;  // Not yet told.
   bool at_output_start_ = true;
   bool in_section_ = false;
-  std::string gap_;  // Whitespace before the open section's marker.
   // The last piece's size and whether it holds a byte that can close a
   // call: an open call is re-read only then (tool_parser.cc).
   size_t new_bytes_ = 0;

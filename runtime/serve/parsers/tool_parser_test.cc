@@ -65,7 +65,7 @@ TEST(ToolParserTest, HermesCallsAndContent) {
       "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
       "{\"city\": \"S\\u00e3o Paulo\", \"units\": [\"c\"]}}\n</tool_call>\n"
       "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>");
-  EXPECT_EQ(d.content, "Let me check.");
+  EXPECT_EQ(d.content, "Let me check.\n");
   ASSERT_EQ(d.calls.size(), 2u);
   EXPECT_EQ(d.calls[0].name, "get_weather");
   EXPECT_EQ(Json::parse(d.calls[0].arguments)["city"], "São Paulo");
