@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# The structured-output engine's decode overhead and schema compile time on the GPU machine
+# (issue 18; docs/PERFORMANCE.md): `tessera bench --guided-json SCHEMA --compare-unconstrained`
+# at batch 1 and 64 on random bf16 weights of the Qwen3-8B and Qwen3-0.6B shapes, with the
+# Qwen3 tokenizer (its 151,669-token vocabulary is what the masks cover). Prints one summary
+# line per run and leaves every run's JSON in $OUT.
+#
+#   BIN=.carry/gpu/bin TOKENIZER=.carry/gpu/qwen3_tokenizer bash tools/gpu_structured_bench.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BIN=${BIN:-.carry/gpu/bin}
+TOKENIZER=${TOKENIZER:-.carry/gpu/qwen3_tokenizer}
+OUT=${OUT:-/tmp/structured_bench}
+W=$(mktemp -d)
+mkdir -p "$OUT" "$W/qwen3-8b" "$W/qwen3-0.6b"
+cat >"$W/qwen3-8b/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+ "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": false,
+ "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+ "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
+ "bos_token_id": 151643, "eos_token_id": 151645}
+JSON
+cat >"$W/qwen3-0.6b/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+ "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": true,
+ "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+ "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
+ "bos_token_id": 151643, "eos_token_id": 151645}
+JSON
+run() {  # model, batch, schema
+  local name="$1-b$2-$(basename "$3" .json)"
+  if timeout 240 "$BIN/tessera" bench --model "$W/$1" --random-weights --tokenizer "$TOKENIZER" \
+    --device cuda --max-model-len 4096 --batch-size "$2" --input-len 128 --output-len 256 \
+    --iterations 5 --guided-json "$3" --compare-unconstrained --json \
+    >"$OUT/$name.json" 2>"$OUT/$name.err"; then
+    python3 - "$name" "$OUT/$name.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[2]))["structured_output"]
+u, c, r = s["unconstrained"], s["constrained"], s["ratio"]
+print(f"{sys.argv[1]}: step p50 {u['decode_step_ms_p50']:.3f} -> {c['decode_step_ms_p50']:.3f} ms "
+      f"(ratio {r['decode_step_p50']:.3f}, p99 ratio {r['decode_step_p99']:.3f}), decode tok/s "
+      f"{u['decode_tokens_per_s']:.0f} -> {c['decode_tokens_per_s']:.0f} "
+      f"(ratio {r['decode_tokens_per_s']:.3f}); compile {s['compile_ms']:.1f} ms cold, "
+      f"{s['cached_compile_ms']:.3f} ms cached; tokens/request {c.get('output_tokens_per_request')}")
+PY
+  else
+    echo "$name: FAILED"; tail -5 "$OUT/$name.err"
+  fi
+}
+for b in 1 64; do
+  for schema in tools/bench_schemas/array_of_records.json tools/bench_schemas/array_of_objects.json; do
+    run qwen3-8b "$b" "$schema"
+  done
+done
+run qwen3-0.6b 1 tools/bench_schemas/array_of_records.json
+run qwen3-0.6b 64 tools/bench_schemas/array_of_records.json
