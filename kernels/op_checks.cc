@@ -1,6 +1,7 @@
 #include "kernels/op_checks.h"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -255,6 +256,24 @@ absl::Status CheckRope(const TensorView& x, const TensorView& positions,
     return ShapeError("Rope",
                       "x [T, heads, D] needs T positions and inv_freq [D/2]",
                       x.shape(), inv_freq.shape());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckScale(const TensorView& x, float factor) {
+  RETURN_IF_ERROR(CheckF32("Scale", "x", x));
+  if (!std::isfinite(factor)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Scale: factor must be finite, got ", factor));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSoftcap(const TensorView& x, float cap) {
+  RETURN_IF_ERROR(CheckF32("Softcap", "x", x));
+  if (!(cap > 0.0f && std::isfinite(cap))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Softcap: cap must be positive and finite, got ", cap));
   }
   return absl::OkStatus();
 }
@@ -585,6 +604,14 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
   if (args.sliding_window < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": negative sliding window ", args.sliding_window));
+  }
+  // 0 is no cap; a negative, infinite or NaN one has no meaning (and NaN
+  // would slip past a "> 0" test in a kernel).
+  if (!(args.softcap == 0.0f ||
+        (args.softcap > 0.0f && std::isfinite(args.softcap)))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, ": softcap must be 0 (none) or positive and finite, got ",
+        args.softcap));
   }
   // The values were checked once for the step (PackAttentionMetadata): here
   // only that they were, against a pool that fits this cache.

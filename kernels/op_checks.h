@@ -98,6 +98,10 @@ absl::Status CheckRope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq);
 // f32 x [T, N], f32 bias [N].
 absl::Status CheckBiasAdd(const TensorView& x, const TensorView& bias);
+// f32 x (any shape), a finite factor.
+absl::Status CheckScale(const TensorView& x, float factor);
+// f32 x (any shape), cap > 0 and finite.
+absl::Status CheckSoftcap(const TensorView& x, float cap);
 // f32 gate, up, out of one shape.
 absl::Status CheckSiluMul(const TensorView& gate, const TensorView& up,
                           const TensorView& out);
@@ -142,7 +146,8 @@ enum class AttentionKind { kPrefill, kDecode, kStatic };
 // sequences [first_seq, end_seq) of it, among the leading num_decode_seqs
 // for decode; for static, no sequence longer than its block; f32 q
 // [num_tokens, heads, D] and out [num_tokens, heads, Dv] with heads a
-// multiple of the cache's kv heads; a valid cache; a sliding window >= 0.
+// multiple of the cache's kv heads; a valid cache; a sliding window >= 0; a
+// softcap of 0 or positive and finite.
 // O(1): it reads no array (they may be device memory, and this runs for
 // every layer).
 absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,

@@ -103,6 +103,18 @@ absl::Status Ops::BiasAdd(const TensorView& x, const TensorView& bias) {
                [&] { return DoBiasAdd(x, bias); });
 }
 
+absl::Status Ops::Scale(const TensorView& x, float factor) {
+  RETURN_IF_ERROR(CheckScale(x, factor));
+  return Timed([&] { return absl::StrCat("Scale ", Width(x)); },
+               [&] { return DoScale(x, factor); });
+}
+
+absl::Status Ops::Softcap(const TensorView& x, float cap) {
+  RETURN_IF_ERROR(CheckSoftcap(x, cap));
+  return Timed([&] { return absl::StrCat("Softcap ", Width(x)); },
+               [&] { return DoSoftcap(x, cap); });
+}
+
 absl::Status Ops::SiluMul(const TensorView& gate, const TensorView& up,
                           const TensorView& out) {
   RETURN_IF_ERROR(CheckSiluMul(gate, up, out));

@@ -68,7 +68,11 @@ struct KvCacheLayer {
 // The query at row query_start_loc[s] + i sits at position context_lens[s] + i
 // and sees keys at positions max(0, p - window + 1) .. p of its own sequence
 // (causal; window = 0: all). Query head h reads KV head h / (num_heads /
-// num_kv_heads) (GQA; MQA when num_kv_heads = 1).
+// num_kv_heads) (GQA; MQA when num_kv_heads = 1). A key's score is
+// s = scale * (q · k), then, with a soft cap, s = softcap * tanh(s / softcap)
+// (Gemma 2's attention logit soft-capping: the scaled score divided, tanh,
+// multiplied, as transformers computes it), then the softmax over the visible
+// keys.
 struct PagedAttentionArgs {
   TensorView q;
   KvCacheLayer cache;
@@ -78,6 +82,8 @@ struct PagedAttentionArgs {
   TensorView out;
   int64_t sliding_window = 0;
   float scale = 1.0f;  // Usually 1 / sqrt(D).
+  // 0: none; otherwise > 0 and finite (the checks refuse anything else).
+  float softcap = 0.0f;
 };
 
 // The attention block's fused prologue (Ops::QkvRopeStore): the output of
@@ -108,8 +114,15 @@ struct QkvRopeStoreArgs {
 };
 
 // The activation of a gated MLP (Ops::GatedActivation): out = act(gate) * up.
-// SiLU (SwiGLU) today; GeGLU's GELU joins as another kind.
-enum class GatedActivationKind { kSilu };
+enum class GatedActivationKind {
+  // SwiGLU: act(g) = g / (1 + exp(-g)) (SiluMul's expression).
+  kSilu,
+  // GeGLU with the tanh approximation of GELU (Gemma's gelu_pytorch_tanh):
+  // act(g) = 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))), in f32 in
+  // PyTorch's order (g * g * g; kBeta * (g + kKappa * g^3); 0.5 * g * (1 +
+  // tanh(inner))).
+  kGeluTanh,
+};
 
 // One row of Ops::Sample: the sequence's SamplingParams (the one struct; not
 // owned, must outlive the call) and the state of this draw.
@@ -278,14 +291,23 @@ class Ops : public Device {
   // x[t, :] += bias for every row: x [T, N], bias [N].
   absl::Status BiasAdd(const TensorView& x, const TensorView& bias);
 
+  // x *= factor in place, element by element (one f32 product each): x f32
+  // of any shape, factor finite. Gemma's embedding normalizer.
+  absl::Status Scale(const TensorView& x, float factor);
+
+  // x = cap * tanh(x / cap) in place, element by element, in f32 and in that
+  // order (a division, tanh, a product: transformers' logit soft-capping):
+  // x f32 of any shape, cap > 0 and finite. Gemma 2's final logits.
+  absl::Status Softcap(const TensorView& x, float cap);
+
   // out = silu(gate) * up, all [T, I]. out may alias gate or up.
   absl::Status SiluMul(const TensorView& gate, const TensorView& up,
                        const TensorView& out);
 
   // The gated MLP's activation over the one gate/up projection's output:
   // gate_up f32 [T, 2I] (each row the I gate columns, then the I up columns),
-  // out f32 [T, I] = act(gate) * up, as SiluMul computes it element by
-  // element. out must not overlap gate_up.
+  // out f32 [T, I] = act(gate) * up with `kind`'s act (kSilu: as SiluMul
+  // computes it element by element). out must not overlap gate_up.
   absl::Status GatedActivation(GatedActivationKind kind,
                                const TensorView& gate_up,
                                const TensorView& out);
@@ -383,6 +405,8 @@ class Ops : public Device {
                               const TensorView& inv_freq) = 0;
   virtual absl::Status DoBiasAdd(const TensorView& x,
                                  const TensorView& bias) = 0;
+  virtual absl::Status DoScale(const TensorView& x, float factor) = 0;
+  virtual absl::Status DoSoftcap(const TensorView& x, float cap) = 0;
   virtual absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                                  const TensorView& out) = 0;
   virtual absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,

@@ -88,6 +88,12 @@ class RecordingOps final : public Ops {
   absl::Status DoBiasAdd(const TensorView&, const TensorView&) override {
     return Record("BiasAdd");
   }
+  absl::Status DoScale(const TensorView&, float) override {
+    return Record("Scale");
+  }
+  absl::Status DoSoftcap(const TensorView&, float) override {
+    return Record("Softcap");
+  }
   absl::Status DoSiluMul(const TensorView&, const TensorView&,
                          const TensorView&) override {
     return Record("SiluMul");
@@ -296,6 +302,23 @@ TEST(OpsTest, AWeightScaleIsRefusedNamingIt) {
   EXPECT_TRUE(ops.calls.empty());
 }
 
+TEST(OpsTest, ScaleAndSoftcapCheckTheirFactorsBeforeTheBackend) {
+  RecordingOps ops;
+  Tensor x = F32({3, 5});
+  EXPECT_TRUE(ops.Scale(x.view(), 8.0f).ok());
+  EXPECT_TRUE(ops.Softcap(x.view(), 30.0f).ok());
+  ExpectInvalid(ops.Scale(x.view(), std::numeric_limits<float>::infinity()),
+                "Scale: factor must be finite");
+  for (const float bad : {0.0f, -2.0f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    ExpectInvalid(ops.Softcap(x.view(), bad),
+                  "Softcap: cap must be positive and finite");
+  }
+  Tensor ids = *Tensor::Zeros(DType::kI32, {3});
+  ExpectInvalid(ops.Scale(ids.view(), 2.0f), "Scale: x must be f32");
+  EXPECT_EQ(ops.calls, (std::vector<std::string>{"Scale", "Softcap"}));
+}
+
 TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   RecordingOps ops;
   // One sequence of two new tokens after a context of one, block size 4,
@@ -352,7 +375,18 @@ TEST(OpsTest, AttentionChecksTheStepBeforeTheBackend) {
   args.metadata = &paged2_view;
   ExpectInvalid(ops.StaticAttention(args),
                 "does not fit its static block of 2");
+  // A soft cap is 0 (none) or positive and finite.
+  args.metadata = &m;
+  for (const float bad : {-1.0f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    PagedAttentionArgs capped = args;
+    capped.softcap = bad;
+    ExpectInvalid(ops.PrefillAttention(capped), "softcap must be 0 (none)");
+  }
   EXPECT_EQ(ops.calls, (std::vector<std::string>{"PrefillAttention"}));
+  PagedAttentionArgs capped = args;
+  capped.softcap = 50.0f;
+  EXPECT_TRUE(ops.PrefillAttention(capped).ok());
 
   // The checks read no array: a device backend gets the same answers.
   RecordingOps device(/*host=*/false);

@@ -91,6 +91,17 @@ absl::Status CheckF32(absl::string_view op, absl::string_view name,
   return CheckDType(op, name, t, DType::kF32);
 }
 
+// GELU with the tanh approximation in f32, in the order of PyTorch's CPU
+// kernel (gelu(approximate="tanh"), transformers' gelu_pytorch_tanh): kBeta
+// = sqrt(2 / pi) rounded once to f32, x^3 as x * x * x.
+inline float GeluTanh(float x) {
+  constexpr float kBeta = static_cast<float>(M_SQRT2 * M_2_SQRTPI * 0.5);
+  constexpr float kKappa = 0.044715f;
+  const float cube = x * x * x;
+  const float inner = kBeta * (x + kKappa * cube);
+  return 0.5f * x * (1.0f + std::tanh(inner));
+}
+
 // ---------------------------------------------------------------------------
 // Paged KV cache helpers.
 
@@ -296,6 +307,7 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const int32_t* table = m.block_table(seq);
   const int64_t block_size = args.metadata->block_size;
   const float scale = args.scale;
+  const float softcap = args.softcap;
 
   // Scores, then softmax with max subtraction.
   float max_score = -INFINITY;
@@ -317,6 +329,9 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
     } else {
       score *= scale;
     }
+    // transformers' order: the scaled score divided by the cap, tanh, times
+    // the cap.
+    if (softcap > 0.0f) score = std::tanh(score / softcap) * softcap;
     weights[i] = score;
     max_score = std::max(max_score, score);
   }
@@ -653,6 +668,20 @@ absl::Status CpuOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
   return absl::OkStatus();
 }
 
+absl::Status CpuOps::DoScale(const TensorView& x, float factor) {
+  float* p = x.data_as<float>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] *= factor;
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoSoftcap(const TensorView& x, float cap) {
+  float* p = x.data_as<float>();
+  const int64_t n = x.numel();
+  for (int64_t i = 0; i < n; ++i) p[i] = std::tanh(p[i] / cap) * cap;
+  return absl::OkStatus();
+}
+
 absl::Status CpuOps::DoSiluMul(const TensorView& gate, const TensorView& up,
                                const TensorView& out) {
   const float* g = gate.data_as<const float>();
@@ -710,16 +739,22 @@ absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
 absl::Status CpuOps::DoGatedActivation(GatedActivationKind kind,
                                        const TensorView& gate_up,
                                        const TensorView& out) {
-  (void)kind;  // kSilu is the only kind.
   const int64_t rows = out.shape()[0];
   const int64_t inter = out.shape()[1];
   for (int64_t r = 0; r < rows; ++r) {
     const float* g = gate_up.data_as<const float>() + r * 2 * inter;
     const float* u = g + inter;
     float* o = out.data_as<float>() + r * inter;
-    // SiluMul's expression, so the fused MLP computes the same bits.
-    for (int64_t i = 0; i < inter; ++i) {
-      o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    switch (kind) {
+      case GatedActivationKind::kSilu:
+        // SiluMul's expression, so the fused MLP computes the same bits.
+        for (int64_t i = 0; i < inter; ++i) {
+          o[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+        }
+        break;
+      case GatedActivationKind::kGeluTanh:
+        for (int64_t i = 0; i < inter; ++i) o[i] = GeluTanh(g[i]) * u[i];
+        break;
     }
   }
   return absl::OkStatus();

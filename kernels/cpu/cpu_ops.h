@@ -46,6 +46,8 @@ class CpuOps final : public Ops {
   absl::Status DoRope(const TensorView& x, const TensorView& positions,
                       const TensorView& inv_freq) override;
   absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
+  absl::Status DoScale(const TensorView& x, float factor) override;
+  absl::Status DoSoftcap(const TensorView& x, float cap) override;
   absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                          const TensorView& out) override;
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,

@@ -453,6 +453,50 @@ TEST_F(CpuOpsTest, GatedActivationIsSiluMulOverTheHalves) {
   EXPECT_TRUE(SameBytes(out, gate));
 }
 
+// GeGLU's activation is the tanh-approximated GELU of the gate times the up
+// half: within f32 rounding of the formula evaluated in double.
+TEST_F(CpuOpsTest, GatedGeluTanhIsTheFormulaOverTheHalves) {
+  const int64_t T = 4, I = 9;
+  Tensor gate_up = Random({T, 2 * I}, 3.0f);
+  gate_up.data_as<float>()[0] = 0.0f;    // gelu(0) = 0 exactly.
+  gate_up.data_as<float>()[1] = -12.0f;  // Far left: ~0 (tanh saturates).
+  Tensor out = *Tensor::Empty(DType::kF32, {T, I});
+  ASSERT_TRUE(ops_.GatedActivation(GatedActivationKind::kGeluTanh,
+                                   gate_up.view(), out.view())
+                  .ok());
+  const double k_beta = std::sqrt(2.0 / M_PI);
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < I; ++i) {
+      const double g = gate_up.data_as<float>()[t * 2 * I + i];
+      const double u = gate_up.data_as<float>()[t * 2 * I + I + i];
+      const double want =
+          0.5 * g * (1.0 + std::tanh(k_beta * (g + 0.044715 * g * g * g))) * u;
+      EXPECT_NEAR(out.data_as<float>()[t * I + i], want,
+                  2e-6 * (1.0 + std::fabs(want)))
+          << t << "," << i;
+    }
+  }
+  EXPECT_EQ(out.data_as<float>()[0], 0.0f);
+  EXPECT_LT(std::fabs(out.data_as<float>()[1]), 1e-6f);
+}
+
+TEST_F(CpuOpsTest, ScaleAndSoftcapWorkInPlace) {
+  Tensor x = Random({3, 17}, 40.0f);
+  const std::vector<float> before(x.data_as<float>(),
+                                  x.data_as<float>() + x.numel());
+  ASSERT_TRUE(ops_.Scale(x.view(), 8.0f).ok());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    EXPECT_EQ(x.data_as<float>()[i], before[i] * 8.0f) << i;
+  }
+  ASSERT_TRUE(ops_.Softcap(x.view(), 30.0f).ok());
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    // transformers' order: divide, tanh, multiply.
+    const float scaled = before[i] * 8.0f;
+    EXPECT_EQ(x.data_as<float>()[i], std::tanh(scaled / 30.0f) * 30.0f) << i;
+    EXPECT_LE(std::fabs(x.data_as<float>()[i]), 30.0f);
+  }
+}
+
 // Attention kernels: paged_attention_test.cc.
 
 }  // namespace

@@ -36,11 +36,17 @@ struct Config {
   int64_t dim_v = 32;
   int64_t window = 0;
   bool int8 = false;
+  float softcap = 0.0f;  // 0: none.
 
   std::string ToString() const {
     return absl::StrCat("block_size=", block_size, " heads=", heads,
                         " kv_heads=", kv_heads, " D=", dim, " Dv=", dim_v,
-                        " window=", window, " int8=", int8);
+                        " window=", window, " int8=", int8,
+                        " softcap=", softcap);
+  }
+  // A scaled score after the optional soft cap (transformers' order).
+  double Cap(double score) const {
+    return softcap > 0 ? std::tanh(score / softcap) * softcap : score;
   }
 };
 
@@ -250,7 +256,7 @@ class PagedAttentionTest : public ::testing::Test {
             for (int64_t d = 0; d < c.dim; ++d) {
               dot += qv[d] * k[(j * c.kv_heads + kvh) * c.dim + d];
             }
-            scores.push_back(dot * p.scale());
+            scores.push_back(c.Cap(dot * p.scale()));
             max_score = std::max(max_score, scores.back());
           }
           double denom = 0;
@@ -301,7 +307,8 @@ class PagedAttentionTest : public ::testing::Test {
               dot += qv[d] * double{k[d]};
               delta += qv[d] * (kq[d] - k[d]);
             }
-            scores.push_back(dot * p.scale());
+            // The cap is 1-Lipschitz: it moves no logit further apart.
+            scores.push_back(c.Cap(dot * p.scale()));
             max_score = std::max(max_score, scores.back());
             eps = std::max(eps, std::fabs(delta * p.scale()));
             for (int64_t d = 0; d < c.dim_v; ++d) {
@@ -356,6 +363,7 @@ class PagedAttentionTest : public ::testing::Test {
     args.out = out.view();
     args.sliding_window = p.config.window;
     args.scale = p.scale();
+    args.softcap = p.config.softcap;
     return args;
   }
 
@@ -456,6 +464,49 @@ TEST_F(PagedAttentionTest, PagedKernelsMatchReference) {
       }
     }
   }
+}
+
+// Gemma 2's attention logit soft-capping, with a cap small enough to bind
+// (scaled scores here are of order 1): paged (decode and prefill), windows,
+// int8 caches, and the static layout.
+TEST_F(PagedAttentionTest, SoftcappedKernelsMatchReference) {
+  const Lens fixed = {{0, 1}, {13, 1}, {40, 1}, {0, 7}, {5, 20}, {41, 3}};
+  for (int32_t block_size : {1, 16}) {
+    for (int64_t window : {0, 6}) {
+      for (bool int8 : {false, true}) {
+        Config c;
+        c.block_size = block_size;
+        c.heads = 4;
+        c.kv_heads = 2;
+        c.dim = c.dim_v = 16;
+        c.window = window;
+        c.int8 = int8;
+        c.softcap = 0.75f;
+        CheckPaged(c, fixed);
+        CheckPaged(c, RandomLens(static_cast<int>(Uniform(1, 7))));
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+  Config c;
+  c.heads = 8;
+  c.kv_heads = 2;
+  c.dim = c.dim_v = 32;
+  c.window = 9;
+  c.softcap = 0.5f;
+  SCOPED_TRACE(c.ToString() + " static");
+  Problem p = Make(c, {{0, 1}, {30, 1}, {0, 48}, {12, 9}}, /*capacity=*/48);
+  Tensor out = SentinelOut(p);
+  ASSERT_TRUE(ops_.StaticAttention(Args(p, out, 0, p.m.num_seqs)).ok());
+  ExpectRows(p, out, Reference(p, /*from_cache=*/true), 0, p.m.num_seqs, 1e-5);
+  // The cap changes the result (it binds).
+  p.config.softcap = 0.0f;
+  const std::vector<double> plain = Reference(p, /*from_cache=*/true);
+  double moved = 0;
+  for (int64_t i = 0; i < out.numel(); ++i) {
+    moved = std::max(moved, std::fabs(out.data_as<float>()[i] - plain[i]));
+  }
+  EXPECT_GT(moved, 1e-2);
 }
 
 TEST_F(PagedAttentionTest, DecodeMatchesReference) {

@@ -910,6 +910,18 @@ absl::Status CudaOps::DoBiasAdd(const TensorView& x, const TensorView& bias) {
       "BiasAdd");
 }
 
+absl::Status CudaOps::DoScale(const TensorView& x, float factor) {
+  return Launch(
+      cuda::LaunchScale(x.data_as<float>(), x.numel(), factor, stream_),
+      "Scale");
+}
+
+absl::Status CudaOps::DoSoftcap(const TensorView& x, float cap) {
+  return Launch(
+      cuda::LaunchSoftcap(x.data_as<float>(), x.numel(), cap, stream_),
+      "Softcap");
+}
+
 absl::Status CudaOps::DoSiluMul(const TensorView& gate, const TensorView& up,
                                 const TensorView& out) {
   if (gate.numel() == 0) return absl::OkStatus();
@@ -963,19 +975,26 @@ absl::Status CudaOps::DoGatedLinear(GatedActivationKind kind,
   const TensorView& weight = gate_up.data;
   const int64_t t = x.shape()[0], k = x.shape()[1], n = out.shape()[1];
   if (t == 0 || n == 0) return absl::OkStatus();
-  // kSilu is the only kind; the skinny path decided for the unfused product
-  // (by timing, ChooseLinearPath) decides the fused one.
-  if (kind == GatedActivationKind::kSilu && weight.dtype() == DType::kBF16 &&
+  // The skinny path decided for the unfused product (by timing,
+  // ChooseLinearPath) decides the fused one.
+  if (weight.dtype() == DType::kBF16 &&
       cuda::SkinnyGemmApplies(t, 2 * n, k, x.data(), weight.data())) {
     ASSIGN_OR_RETURN(const LinearPath path,
                      ChooseLinearPath(x, weight, bias, gate_up_scratch));
     if (path == LinearPath::kSkinny) {
-      return Launch(
-          cuda::LaunchSkinnyGatedSilu(
-              t, n, k, x.data_as<const float>(), weight.data(),
-              bias != nullptr ? bias->data_as<const float>() : nullptr,
-              out.data_as<float>(), stream_),
-          "SkinnyGatedSilu");
+      const float* b = bias != nullptr ? bias->data_as<const float>() : nullptr;
+      switch (kind) {
+        case GatedActivationKind::kSilu:
+          return Launch(cuda::LaunchSkinnyGatedSilu(
+                            t, n, k, x.data_as<const float>(), weight.data(), b,
+                            out.data_as<float>(), stream_),
+                        "SkinnyGatedSilu");
+        case GatedActivationKind::kGeluTanh:
+          return Launch(cuda::LaunchSkinnyGatedGeluTanh(
+                            t, n, k, x.data_as<const float>(), weight.data(), b,
+                            out.data_as<float>(), stream_),
+                        "SkinnyGatedGeluTanh");
+      }
     }
   }
   return Ops::DoGatedLinear(kind, x, gate_up, bias, gate_up_scratch, out);
@@ -984,12 +1003,20 @@ absl::Status CudaOps::DoGatedLinear(GatedActivationKind kind,
 absl::Status CudaOps::DoGatedActivation(GatedActivationKind kind,
                                         const TensorView& gate_up,
                                         const TensorView& out) {
-  (void)kind;  // kSilu is the only kind.
   if (out.numel() == 0) return absl::OkStatus();
-  return Launch(
-      cuda::LaunchGatedSilu(gate_up.data_as<const float>(), out.shape()[0],
-                            out.shape()[1], out.data_as<float>(), stream_),
-      "GatedActivation");
+  switch (kind) {
+    case GatedActivationKind::kSilu:
+      return Launch(
+          cuda::LaunchGatedSilu(gate_up.data_as<const float>(), out.shape()[0],
+                                out.shape()[1], out.data_as<float>(), stream_),
+          "GatedActivation");
+    case GatedActivationKind::kGeluTanh:
+      return Launch(cuda::LaunchGatedGeluTanh(gate_up.data_as<const float>(),
+                                              out.shape()[0], out.shape()[1],
+                                              out.data_as<float>(), stream_),
+                    "GatedActivation");
+  }
+  return absl::InvalidArgumentError("GatedActivation: unknown kind");
 }
 
 absl::Status CudaOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
@@ -1043,17 +1070,19 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
   // for everything else.
   if (kind != AttentionKind::kDecode &&
       cuda::FlashPrefillSupports(layer, q, out)) {
-    return Launch(cuda::LaunchFlashPrefillAttention(
-                      q, heads, layer, dm, args.first_seq, args.end_seq,
-                      args.sliding_window, args.scale, out, stream_),
-                  op);
+    return Launch(
+        cuda::LaunchFlashPrefillAttention(
+            q, heads, layer, dm, args.first_seq, args.end_seq,
+            args.sliding_window, args.scale, args.softcap, out, stream_),
+        op);
   }
   switch (kind) {
     case AttentionKind::kPrefill:
-      return Launch(cuda::LaunchPrefillAttention(
-                        q, heads, layer, dm, args.first_seq, args.end_seq,
-                        args.sliding_window, args.scale, out, stream_),
-                    op);
+      return Launch(
+          cuda::LaunchPrefillAttention(q, heads, layer, dm, args.first_seq,
+                                       args.end_seq, args.sliding_window,
+                                       args.scale, args.softcap, out, stream_),
+          op);
     case AttentionKind::kDecode: {
       // The dispatch rule of decode_attention.h: f32/bf16 caches, D == Dv in
       // {64, 128}, GQA groups <= 8 take the split decode; the rest the old
@@ -1070,8 +1099,8 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                          Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
         return Launch(cuda::LaunchSplitDecodeAttention(
                           q, heads, layer, dm, args.first_seq, args.end_seq,
-                          args.sliding_window, args.scale, out, workspace,
-                          scratch_[kDecodeWorkspace].bytes, stream_),
+                          args.sliding_window, args.scale, args.softcap, out,
+                          workspace, scratch_[kDecodeWorkspace].bytes, stream_),
                       op);
       }
       // Sized for the grid's bound (graph-safe launches, attention_kernels.h).
@@ -1082,17 +1111,18 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                        Grow(kDecodeWorkspace, std::max<size_t>(bytes, 1)));
       return Launch(cuda::LaunchDecodeAttention(
                         q, heads, layer, dm, args.first_seq, args.end_seq,
-                        args.sliding_window, args.scale, out, workspace,
-                        scratch_[kDecodeWorkspace].bytes, stream_),
+                        args.sliding_window, args.scale, args.softcap, out,
+                        workspace, scratch_[kDecodeWorkspace].bytes, stream_),
                     op);
     }
     case AttentionKind::kStatic:
       break;
   }
-  return Launch(cuda::LaunchStaticAttention(q, heads, layer, dm, args.first_seq,
-                                            args.end_seq, args.sliding_window,
-                                            args.scale, out, stream_),
-                op);
+  return Launch(
+      cuda::LaunchStaticAttention(q, heads, layer, dm, args.first_seq,
+                                  args.end_seq, args.sliding_window, args.scale,
+                                  args.softcap, out, stream_),
+      op);
 }
 
 absl::Status CudaOps::DoPrefillAttention(const PagedAttentionArgs& args) {

@@ -93,6 +93,8 @@ class CudaOps final : public Ops {
   absl::Status DoRope(const TensorView& x, const TensorView& positions,
                       const TensorView& inv_freq) override;
   absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
+  absl::Status DoScale(const TensorView& x, float factor) override;
+  absl::Status DoSoftcap(const TensorView& x, float cap) override;
   absl::Status DoSiluMul(const TensorView& gate, const TensorView& up,
                          const TensorView& out) override;
   absl::Status DoStoreKvCache(const TensorView& k, const TensorView& v,
@@ -100,9 +102,9 @@ class CudaOps final : public Ops {
                               const KvCacheLayer& cache) override;
   // One kernel each (fused_kernels.h); QkvRopeStore takes head_dim <=
   // cuda::kMaxFusedHeadDim (InvalidArgument above it).
-  // One skinny kernel (gemm/skinny_gemm.h: LaunchSkinnyGatedSilu) where
-  // Linear would take the skinny path for the gate/up product; otherwise the
-  // two ops.
+  // One skinny kernel (gemm/skinny_gemm.h: LaunchSkinnyGatedSilu, or
+  // LaunchSkinnyGatedGeluTanh for GeGLU) where Linear would take the skinny
+  // path for the gate/up product; otherwise the two ops.
   absl::Status DoGatedLinear(GatedActivationKind kind, const TensorView& x,
                              const WeightView& gate_up, const TensorView* bias,
                              const TensorView& gate_up_scratch,

@@ -291,6 +291,27 @@ TEST_F(CudaOpsTest, AddRmsNormConcatShardsGatherRows) {
   ExpectClose(Host(got_rows.view()), want_rows, 0);
 }
 
+// Scale (Gemma's embedding normalizer) is one f32 product, bit for bit the
+// CPU's; Softcap (the final logit soft cap) within tanhf's few ulps, on logits
+// both far inside and far beyond the cap.
+TEST_F(CudaOpsTest, ScaleAndSoftcapMatchTheCpu) {
+  for (const int64_t rows : {1, 7, 300}) {
+    Tensor x = Random({rows, 1031}, 25.0f);
+    Tensor want = *Tensor::Empty(DType::kF32, x.shape());
+    std::memcpy(want.data(), x.data(), x.nbytes());
+    ASSERT_TRUE(cpu_.Scale(want.view(), 45.254833f).ok());
+    Tensor dx = Device(x);
+    ASSERT_TRUE(gpu_->Scale(dx.view(), 45.254833f).ok());
+    const std::vector<float> got = Host(dx.view());
+    ASSERT_EQ(std::memcmp(got.data(), want.data(), want.nbytes()), 0);
+
+    ASSERT_TRUE(cpu_.Softcap(want.view(), 30.0f).ok());
+    ASSERT_TRUE(gpu_->Softcap(dx.view(), 30.0f).ok());
+    // tanh in [-1, 1] times the cap: a few ulps of 30.
+    ExpectClose(Host(dx.view()), want, 1e-6);
+  }
+}
+
 // Greedy rows pick the argmax; log-probabilities are the log-softmax of the
 // unmodified logits; top-n is best first; a seeded row is reproducible.
 TEST_F(CudaOpsTest, SampleGreedyLogprobsAndSeeds) {

@@ -1,5 +1,6 @@
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/convert.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
@@ -38,6 +39,19 @@ __global__ void SiluMulKernel(const float* __restrict__ gate,
   for (int64_t i = GridStrideBegin(); i < count; i += GridStrideStep()) {
     const float g = gate[i];
     out[i] = g / (1.0f + __expf(-g)) * up[i];
+  }
+}
+
+__global__ void ScaleKernel(float* __restrict__ x, int64_t count,
+                            float factor) {
+  for (int64_t i = GridStrideBegin(); i < count; i += GridStrideStep()) {
+    x[i] = __fmul_rn(x[i], factor);
+  }
+}
+
+__global__ void SoftcapKernel(float* __restrict__ x, int64_t count, float cap) {
+  for (int64_t i = GridStrideBegin(); i < count; i += GridStrideStep()) {
+    x[i] = Softcap(x[i], cap);
   }
 }
 
@@ -261,6 +275,24 @@ cudaError_t LaunchSiluMul(const float* gate, const float* up, int64_t count,
                           float* out, cudaStream_t stream) {
   if (count == 0) return cudaSuccess;
   SiluMulKernel<<<GridFor(count), kThreads, 0, stream>>>(gate, up, count, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchScale(float* x, int64_t count, float factor,
+                        cudaStream_t stream) {
+  if (count < 0) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (x == nullptr) return cudaErrorInvalidValue;
+  ScaleKernel<<<GridFor(count), kThreads, 0, stream>>>(x, count, factor);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSoftcap(float* x, int64_t count, float cap,
+                          cudaStream_t stream) {
+  if (count < 0 || !(cap > 0.0f)) return cudaErrorInvalidValue;
+  if (count == 0) return cudaSuccess;
+  if (x == nullptr) return cudaErrorInvalidValue;
+  SoftcapKernel<<<GridFor(count), kThreads, 0, stream>>>(x, count, cap);
   return cudaGetLastError();
 }
 

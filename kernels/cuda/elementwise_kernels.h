@@ -23,6 +23,16 @@ cudaError_t LaunchRmsNorm(const float* x, const float* weight, float eps,
 cudaError_t LaunchSiluMul(const float* gate, const float* up, int64_t count,
                           float* out, cudaStream_t stream);
 
+// x[i] *= factor for i < count, in place (one f32 product each, as the CPU).
+cudaError_t LaunchScale(float* x, int64_t count, float factor,
+                        cudaStream_t stream);
+
+// x[i] = tanh(x[i] / cap) * cap for i < count, in place (cap > 0): an IEEE
+// division, accurate tanhf, one product (common/activation.cuh Softcap, the
+// attention kernels' soft cap too).
+cudaError_t LaunchSoftcap(float* x, int64_t count, float cap,
+                          cudaStream_t stream);
+
 // Embedding lookup, plain or vocabulary-parallel: out[t, :] =
 // table[ids[t] - first_id, :] when ids[t] - first_id is in [0, table_rows),
 // zeros otherwise (another rank holds that row). table [table_rows, hidden] is

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/convert.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
@@ -161,6 +162,20 @@ __global__ void GatedSiluKernel(const float* __restrict__ gate_up,
   }
 }
 
+__global__ void GatedGeluTanhKernel(const float* __restrict__ gate_up,
+                                    int64_t inter, int64_t count,
+                                    float* __restrict__ out) {
+  PdlWait();  // Launched with LaunchPdl (launch.cuh).
+  PdlLaunchDependents();
+  for (int64_t idx = GridStrideBegin(); idx < count; idx += GridStrideStep()) {
+    const int64_t r = idx / inter;
+    const int64_t i = idx - r * inter;
+    const float g = gate_up[r * 2 * inter + i];
+    const float u = gate_up[r * 2 * inter + inter + i];
+    out[idx] = __fmul_rn(GeluTanh(g), u);
+  }
+}
+
 }  // namespace
 
 cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
@@ -211,6 +226,19 @@ cudaError_t LaunchGatedSilu(const float* gate_up, int64_t rows, int64_t inter,
   const cudaError_t e =
       LaunchPdl(GatedSiluKernel, dim3(GridStrideBlocks(count, 256)), dim3(256),
                 0, stream, gate_up, inter, count, out);
+  return e != cudaSuccess ? e : cudaGetLastError();
+}
+
+cudaError_t LaunchGatedGeluTanh(const float* gate_up, int64_t rows,
+                                int64_t inter, float* out,
+                                cudaStream_t stream) {
+  if (rows < 0 || inter < 0) return cudaErrorInvalidValue;
+  const int64_t count = rows * inter;
+  if (count == 0) return cudaSuccess;
+  if (gate_up == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  const cudaError_t e =
+      LaunchPdl(GatedGeluTanhKernel, dim3(GridStrideBlocks(count, 256)),
+                dim3(256), 0, stream, gate_up, inter, count, out);
   return e != cudaSuccess ? e : cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // Raw CUDA launchers for the fused parts of a decoder layer (kernels/ops.h
-// QkvRopeStore and GatedActivation). Plain C++ types only: nvcc compiles the
-// .cu side, and CudaOps turns the returned cudaError_t into a Status.
+// QkvRopeStore and GatedActivation's SiLU and GeGLU). Plain C++ types only:
+// nvcc compiles the .cu side, and CudaOps turns the returned cudaError_t into a
+// Status.
 //
 // Graph-safe: every launch configuration depends only on the token count, the
 // head counts and the dims (host values fixed for a batch bucket); the step
@@ -43,6 +44,12 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
 // gate_up.
 cudaError_t LaunchGatedSilu(const float* gate_up, int64_t rows, int64_t inter,
                             float* out, cudaStream_t stream);
+
+// out[r, i] = gelu_tanh(gate_up[r, i]) * gate_up[r, inter + i] (GeGLU; the
+// GELU of common/activation.cuh, as the skinny fused kernel computes it).
+// out must not overlap gate_up.
+cudaError_t LaunchGatedGeluTanh(const float* gate_up, int64_t rows,
+                                int64_t inter, float* out, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

@@ -213,24 +213,30 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
   }
 }
 
+// SwiGLU and GeGLU (the tanh GELU: accurate tanhf against the CPU's tanh,
+// both in PyTorch's order, so a few f32 ulps apart).
 TEST_F(FusedOpsTest, GatedActivationMatchesTheCpu) {
-  for (const auto& [T, I] : std::vector<std::pair<int64_t, int64_t>>{
-           {1, 7}, {64, 1536}, {300, 2816}}) {
-    const std::vector<float> gate_up = Random(T * 2 * I, 3.0f);
-    std::vector<float> want(T * I);
-    ASSERT_TRUE(cpu_.GatedActivation(GatedActivationKind::kSilu,
-                                     View(gate_up, {T, 2 * I}),
-                                     View(want, {T, I}))
-                    .ok());
-    DeviceArray<float> g_in(gate_up);
-    DeviceArray<float> g_out(static_cast<size_t>(T * I));
-    ASSERT_TRUE(gpu_->GatedActivation(GatedActivationKind::kSilu,
-                                      DView(g_in, DType::kF32, {T, 2 * I}),
-                                      DView(g_out, DType::kF32, {T, I}))
-                    .ok());
-    const std::vector<float> got = g_out.Download();
-    for (size_t i = 0; i < want.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
+  for (const GatedActivationKind kind :
+       {GatedActivationKind::kSilu, GatedActivationKind::kGeluTanh}) {
+    for (const auto& [T, I] : std::vector<std::pair<int64_t, int64_t>>{
+             {1, 7}, {64, 1536}, {300, 2816}}) {
+      SCOPED_TRACE(::testing::Message() << "kind " << static_cast<int>(kind)
+                                        << " T=" << T << " I=" << I);
+      const std::vector<float> gate_up = Random(T * 2 * I, 3.0f);
+      std::vector<float> want(T * I);
+      ASSERT_TRUE(cpu_.GatedActivation(kind, View(gate_up, {T, 2 * I}),
+                                       View(want, {T, I}))
+                      .ok());
+      DeviceArray<float> g_in(gate_up);
+      DeviceArray<float> g_out(static_cast<size_t>(T * I));
+      ASSERT_TRUE(gpu_->GatedActivation(kind,
+                                        DView(g_in, DType::kF32, {T, 2 * I}),
+                                        DView(g_out, DType::kF32, {T, I}))
+                      .ok());
+      const std::vector<float> got = g_out.Download();
+      for (size_t i = 0; i < want.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * (1.0 + std::fabs(want[i]))) << i;
+      }
     }
   }
 }
@@ -239,15 +245,21 @@ TEST_F(FusedOpsTest, GatedActivationMatchesTheCpu) {
 // above that) against the CPU's Linear + GatedActivation on the same bf16
 // weights; bias or none.
 TEST_F(FusedOpsTest, GatedLinearMatchesTheCpu) {
-  for (const auto& [T, I, K, with_bias] :
-       std::vector<std::tuple<int64_t, int64_t, int64_t, bool>>{
-           {1, 3072, 1024, false},
-           {2, 1000, 520, true},
-           {4, 1536, 2048, true},
-           {3, 7, 64, false},
-           {16, 768, 512, true}}) {
+  for (const auto& [T, I, K, with_bias, kind] : std::vector<
+           std::tuple<int64_t, int64_t, int64_t, bool, GatedActivationKind>>{
+           {1, 3072, 1024, false, GatedActivationKind::kSilu},
+           {2, 1000, 520, true, GatedActivationKind::kSilu},
+           {4, 1536, 2048, true, GatedActivationKind::kSilu},
+           {3, 7, 64, false, GatedActivationKind::kSilu},
+           {16, 768, 512, true, GatedActivationKind::kSilu},
+           {1, 3072, 1024, false, GatedActivationKind::kGeluTanh},
+           {2, 1000, 520, true, GatedActivationKind::kGeluTanh},
+           {4, 1536, 2048, false, GatedActivationKind::kGeluTanh},
+           {3, 7, 64, true, GatedActivationKind::kGeluTanh},
+           {16, 768, 512, true, GatedActivationKind::kGeluTanh}}) {
     SCOPED_TRACE(::testing::Message() << "T=" << T << " I=" << I << " K=" << K
-                                      << " bias=" << with_bias);
+                                      << " bias=" << with_bias
+                                      << " kind=" << static_cast<int>(kind));
     const std::vector<float> x = Random(T * K);
     const std::vector<float> bias = Random(2 * I);
     // bf16 weights on the device, their exact f32 widening on the CPU
@@ -263,15 +275,14 @@ TEST_F(FusedOpsTest, GatedLinearMatchesTheCpu) {
     std::vector<float> scratch(T * 2 * I), want(T * I);
     const TensorView cpu_w = View(w, {2 * I, K});
     const TensorView cpu_bias = View(bias, {2 * I});
-    ASSERT_TRUE(cpu_.GatedLinear(GatedActivationKind::kSilu, View(x, {T, K}),
-                                 cpu_w, with_bias ? &cpu_bias : nullptr,
+    ASSERT_TRUE(cpu_.GatedLinear(kind, View(x, {T, K}), cpu_w,
+                                 with_bias ? &cpu_bias : nullptr,
                                  View(scratch, {T, 2 * I}), View(want, {T, I}))
                     .ok());
     DeviceArray<float> dx(x), dbias(bias), dscratch(T * 2 * I), dout(T * I);
     DeviceArray<uint16_t> dw(w_bits);
     const TensorView gpu_bias = DView(dbias, DType::kF32, {2 * I});
-    ASSERT_TRUE(gpu_->GatedLinear(GatedActivationKind::kSilu,
-                                  DView(dx, DType::kF32, {T, K}),
+    ASSERT_TRUE(gpu_->GatedLinear(kind, DView(dx, DType::kF32, {T, K}),
                                   DView(dw, DType::kBF16, {2 * I, K}),
                                   with_bias ? &gpu_bias : nullptr,
                                   DView(dscratch, DType::kF32, {T, 2 * I}),

@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/attention_kernels.h"
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/convert.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
@@ -177,6 +178,7 @@ struct AttentionParams {
   int32_t first_seq;
   int64_t window;
   float scale;
+  float softcap;  // 0: none.
   // Decode only.
   int32_t max_parts;   // Partitions per (sequence, head) in the workspace.
   float2* part_stats;  // [seqs, heads, max_parts]: (max, sum).
@@ -316,7 +318,9 @@ __global__ void __launch_bounds__(kThreads)
         const int64_t key = tile + j;
         const bool visible =
             r < rows && key <= qpos && (p.window <= 0 || key > qpos - p.window);
-        s[i][c] = visible ? s[i][c] * sks[j] : -INFINITY;
+        float x = s[i][c] * sks[j];
+        if (p.softcap > 0.0f) x = Softcap(x, p.softcap);
+        s[i][c] = visible ? x : -INFINITY;
         tile_max = fmaxf(tile_max, s[i][c]);
       }
       tile_max = WarpMax(tile_max);
@@ -454,7 +458,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     dot = WarpSum(dot);
     if (lane == 0) {
-      logits[j] = dot * (kQuantized ? p.k_scale[cache_row] * p.scale : p.scale);
+      float x = dot * (kQuantized ? p.k_scale[cache_row] * p.scale : p.scale);
+      if (p.softcap > 0.0f) x = Softcap(x, p.softcap);
+      logits[j] = x;
     }
   }
   __syncthreads();
@@ -581,15 +587,16 @@ cudaError_t PrepareAttention(const float* q, int32_t num_heads,
                              const DeviceKvLayer& cache,
                              const DeviceAttentionMetadata& m,
                              int32_t first_seq, int32_t end_seq,
-                             int64_t sliding_window, float scale, float* out,
-                             AttentionParams* p) {
+                             int64_t sliding_window, float scale, float softcap,
+                             float* out, AttentionParams* p) {
   if (q == nullptr || out == nullptr || !ValidCache(cache) ||
       cache.head_dim > kMaxAttentionHeadDim ||
       cache.head_dim_v > kMaxAttentionHeadDim || num_heads <= 0 ||
       num_heads % cache.num_kv_heads != 0 || num_heads > kMaxGridYZ ||
-      sliding_window < 0 || first_seq < 0 || end_seq < first_seq ||
-      end_seq > m.num_seqs || end_seq - first_seq > kMaxGridYZ ||
-      m.block_size <= 0 || m.max_blocks_per_seq <= 0) {
+      sliding_window < 0 || !(softcap >= 0.0f && softcap < INFINITY) ||
+      first_seq < 0 || end_seq < first_seq || end_seq > m.num_seqs ||
+      end_seq - first_seq > kMaxGridYZ || m.block_size <= 0 ||
+      m.max_blocks_per_seq <= 0) {
     return cudaErrorInvalidValue;
   }
   if (end_seq > first_seq &&
@@ -618,6 +625,7 @@ cudaError_t PrepareAttention(const float* q, int32_t num_heads,
   p->first_seq = first_seq;
   p->window = sliding_window;
   p->scale = scale;
+  p->softcap = softcap;
   return cudaSuccess;
 }
 
@@ -658,11 +666,12 @@ cudaError_t LaunchVarlenAttention(const float* q, int32_t num_heads,
                                   const DeviceAttentionMetadata& m,
                                   int32_t first_seq, int32_t end_seq,
                                   int64_t sliding_window, float scale,
-                                  float* out, cudaStream_t stream) {
+                                  float softcap, float* out,
+                                  cudaStream_t stream) {
   AttentionParams p;
   const cudaError_t e =
       PrepareAttention(q, num_heads, cache, m, first_seq, end_seq,
-                       sliding_window, scale, out, &p);
+                       sliding_window, scale, softcap, out, &p);
   if (e != cudaSuccess) return e;
   const int32_t num_seqs = end_seq - first_seq;
   if (num_seqs == 0) return cudaSuccess;
@@ -756,10 +765,11 @@ cudaError_t LaunchPrefillAttention(const float* q, int32_t num_heads,
                                    const DeviceAttentionMetadata& m,
                                    int32_t first_seq, int32_t end_seq,
                                    int64_t sliding_window, float scale,
-                                   float* out, cudaStream_t stream) {
+                                   float softcap, float* out,
+                                   cudaStream_t stream) {
   return LaunchVarlenAttention</*kStatic=*/false>(
-      q, num_heads, cache, m, first_seq, end_seq, sliding_window, scale, out,
-      stream);
+      q, num_heads, cache, m, first_seq, end_seq, sliding_window, scale,
+      softcap, out, stream);
 }
 
 cudaError_t LaunchStaticAttention(const float* q, int32_t num_heads,
@@ -767,10 +777,11 @@ cudaError_t LaunchStaticAttention(const float* q, int32_t num_heads,
                                   const DeviceAttentionMetadata& m,
                                   int32_t first_seq, int32_t end_seq,
                                   int64_t sliding_window, float scale,
-                                  float* out, cudaStream_t stream) {
+                                  float softcap, float* out,
+                                  cudaStream_t stream) {
   return LaunchVarlenAttention</*kStatic=*/true>(
-      q, num_heads, cache, m, first_seq, end_seq, sliding_window, scale, out,
-      stream);
+      q, num_heads, cache, m, first_seq, end_seq, sliding_window, scale,
+      softcap, out, stream);
 }
 
 size_t DecodeAttentionWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
@@ -784,11 +795,11 @@ cudaError_t LaunchDecodeAttention(const float* q, int32_t num_heads,
                                   const DeviceAttentionMetadata& m,
                                   int32_t first_seq, int32_t end_seq,
                                   int64_t sliding_window, float scale,
-                                  float* out, void* workspace,
+                                  float softcap, float* out, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream) {
   AttentionParams p;
   cudaError_t e = PrepareAttention(q, num_heads, cache, m, first_seq, end_seq,
-                                   sliding_window, scale, out, &p);
+                                   sliding_window, scale, softcap, out, &p);
   if (e != cudaSuccess) return e;
   const int32_t num_seqs = end_seq - first_seq;
   if (num_seqs == 0) return cudaSuccess;

@@ -86,13 +86,17 @@ cudaError_t LaunchStoreKvCache(const float* k, const float* v,
 // written; out must not alias q). GQA: query head h reads kv head
 // h / (num_heads / num_kv_heads). sliding_window 0 = off, else a query at
 // position p sees positions max(0, p - window + 1) .. p. `scale` multiplies
-// q·k. Flash-style: tiles of queries and keys, online softmax; D, Dv <= 256.
+// q·k; softcap 0 = off, else (> 0) each scaled score s becomes
+// tanh(s / softcap) * softcap (common/activation.cuh Softcap) before the
+// softmax. Flash-style: tiles of queries and keys, online softmax; D, Dv <=
+// 256.
 cudaError_t LaunchPrefillAttention(const float* q, int32_t num_heads,
                                    const DeviceKvLayer& cache,
                                    const DeviceAttentionMetadata& m,
                                    int32_t first_seq, int32_t end_seq,
                                    int64_t sliding_window, float scale,
-                                   float* out, cudaStream_t stream);
+                                   float softcap, float* out,
+                                   cudaStream_t stream);
 
 // Bytes of workspace LaunchDecodeAttention needs for up to num_seqs sequences
 // of up to max_seq_len positions (0 when no sequence needs more than one
@@ -126,7 +130,7 @@ cudaError_t LaunchDecodeAttention(const float* q, int32_t num_heads,
                                   const DeviceAttentionMetadata& m,
                                   int32_t first_seq, int32_t end_seq,
                                   int64_t sliding_window, float scale,
-                                  float* out, void* workspace,
+                                  float softcap, float* out, void* workspace,
                                   size_t workspace_bytes, cudaStream_t stream);
 
 // Static layout (block_size = capacity, one block per sequence; position p of
@@ -137,7 +141,8 @@ cudaError_t LaunchStaticAttention(const float* q, int32_t num_heads,
                                   const DeviceAttentionMetadata& m,
                                   int32_t first_seq, int32_t end_seq,
                                   int64_t sliding_window, float scale,
-                                  float* out, cudaStream_t stream);
+                                  float softcap, float* out,
+                                  cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

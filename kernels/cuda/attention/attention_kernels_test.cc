@@ -137,11 +137,13 @@ struct Config {
   int32_t block_size = 16;
   int64_t window = 0;
   KvDType dtype = KvDType::kF32;
+  float softcap = 0.0f;  // 0: none (Gemma 2's attention logit soft cap).
 
   std::string ToString() const {
     return absl::StrCat("heads=", heads, " kv_heads=", kv_heads, " D=", dim,
                         " Dv=", dim_v, " block_size=", block_size,
-                        " window=", window, " cache=", DTypeString(dtype));
+                        " window=", window, " cache=", DTypeString(dtype),
+                        " softcap=", softcap);
   }
   float tolerance() const { return dtype == KvDType::kBF16 ? 1e-3f : 1e-4f; }
   size_t elem_bytes() const {
@@ -466,6 +468,7 @@ class Step {
                        {m().num_tokens, c.heads, c.dim_v});
     a.sliding_window = c.window;
     a.scale = Scale();
+    a.softcap = config_.softcap;
     return a;
   }
   float Scale() const {
@@ -551,11 +554,11 @@ class CudaAttentionTest : public ::testing::Test {
     DeviceArray<uint8_t> ws(ws_bytes);
     ASSERT_CUDA_OK(cuda::LaunchDecodeAttention(
         step.dq().get(), c.heads, step.device_cache(), step.device_metadata(),
-        0, nd, c.window, step.Scale(), out.get(), ws.get(), ws.size(),
-        nullptr));
+        0, nd, c.window, step.Scale(), c.softcap, out.get(), ws.get(),
+        ws.size(), nullptr));
     ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(
         step.dq().get(), c.heads, step.device_cache(), step.device_metadata(),
-        nd, m.num_seqs, c.window, step.Scale(), out.get(), nullptr));
+        nd, m.num_seqs, c.window, step.Scale(), c.softcap, out.get(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> eager = out.Download();
     ExpectClose(eager, want, c.tolerance(), "decode + prefill");
@@ -566,7 +569,7 @@ class CudaAttentionTest : public ::testing::Test {
     DeviceArray<float> out2(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(
         step.dq().get(), c.heads, step.device_cache(), step.device_metadata(),
-        0, m.num_seqs, c.window, step.Scale(), out2.get(), nullptr));
+        0, m.num_seqs, c.window, step.Scale(), c.softcap, out2.get(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     ExpectClose(out2.Download(), want, c.tolerance(), "prefill of all");
   }
@@ -592,14 +595,14 @@ class CudaAttentionTest : public ::testing::Test {
       DeviceArray<float> unused(std::vector<float>(step.out_count(), kNaN));
       EXPECT_EQ(cuda::LaunchDecodeAttention(
                     step.dq().get(), c.heads, step.device_cache(), dm, 0, nd,
-                    c.window, step.Scale(), unused.get(), small.get(),
-                    small.size(), nullptr),
+                    c.window, step.Scale(), c.softcap, unused.get(),
+                    small.get(), small.size(), nullptr),
                 cudaErrorInvalidValue);
     }
     DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchDecodeAttention(
         step.dq().get(), c.heads, step.device_cache(), dm, 0, nd, c.window,
-        step.Scale(), out.get(), ws.get(), ws.size(), nullptr));
+        step.Scale(), c.softcap, out.get(), ws.get(), ws.size(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> big = out.Download();
     for (int32_t s = 0; s < nd; ++s) {
@@ -617,7 +620,7 @@ class CudaAttentionTest : public ::testing::Test {
     DeviceArray<float> out2(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchDecodeAttention(
         step.dq().get(), c.heads, step.device_cache(), dm, 0, nd, c.window,
-        step.Scale(), out2.get(), ws.get(), ws.size(), nullptr));
+        step.Scale(), c.softcap, out2.get(), ws.get(), ws.size(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> padded = out2.Download();
     const int64_t r0 = m.query_start_loc[0];
@@ -647,7 +650,7 @@ class CudaAttentionTest : public ::testing::Test {
     DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
     ASSERT_CUDA_OK(cuda::LaunchStaticAttention(
         step.dq().get(), c.heads, step.device_cache(), step.device_metadata(),
-        0, m.num_seqs, c.window, step.Scale(), out.get(), nullptr));
+        0, m.num_seqs, c.window, step.Scale(), c.softcap, out.get(), nullptr));
     ASSERT_CUDA_OK(cudaDeviceSynchronize());
     ExpectClose(out.Download(), want, c.tolerance(), "static");
   }
@@ -697,6 +700,26 @@ TEST_F(CudaAttentionTest, Dim256) {
 
 TEST_F(CudaAttentionTest, SmallDims) { CheckAll(MakeConfig(2, 1, 8, 24, 16)); }
 
+// Gemma 2's attention logit soft-capping (a cap small enough to bind: the
+// scaled scores of these random inputs are of order 1) on every kernel and
+// cache dtype, with and without a window, and at head_dim 256 (Gemma's) with
+// decode contexts of several partitions.
+TEST_F(CudaAttentionTest, Softcap) {
+  Config c = MakeConfig(8, 2, 64, 64, 16);
+  c.softcap = 0.8f;
+  ASSERT_NO_FATAL_FAILURE(CheckAll(c));
+  c = MakeConfig(4, 2, 128, 128, 5, /*window=*/37);
+  c.softcap = 1.5f;
+  ASSERT_NO_FATAL_FAILURE(CheckAll(c));
+  c = MakeConfig(8, 4, 256, 256, 16, /*window=*/700);
+  c.softcap = 0.5f;
+  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kI8}) {
+    c.dtype = dtype;
+    ASSERT_NO_FATAL_FAILURE(
+        CheckPaged(c, {{1500, 1}, {1024, 1}, {3, 1}, {700, 33}, {0, 20}}));
+  }
+}
+
 // Contexts of up to ~1500 positions: three decode partitions.
 TEST_F(CudaAttentionTest, LongDecodeContexts) {
   Config c = MakeConfig(8, 2, 128, 128, 16);
@@ -737,21 +760,21 @@ TEST_F(CudaAttentionTest, BatchInvariant) {
                      int32_t first, int32_t end, bool decode,
                      int32_t max_seq_len, float* out) {
         if (static_layout) {
-          return cuda::LaunchStaticAttention(dq, c.heads, step.device_cache(),
-                                             dm, first, end, c.window,
-                                             step.Scale(), out, nullptr);
+          return cuda::LaunchStaticAttention(
+              dq, c.heads, step.device_cache(), dm, first, end, c.window,
+              step.Scale(), c.softcap, out, nullptr);
         }
         if (!decode) {
-          return cuda::LaunchPrefillAttention(dq, c.heads, step.device_cache(),
-                                              dm, first, end, c.window,
-                                              step.Scale(), out, nullptr);
+          return cuda::LaunchPrefillAttention(
+              dq, c.heads, step.device_cache(), dm, first, end, c.window,
+              step.Scale(), c.softcap, out, nullptr);
         }
         const size_t bytes = cuda::DecodeAttentionWorkspaceBytes(
             end - first, c.heads, c.dim_v, max_seq_len);
         DeviceArray<uint8_t> ws(bytes);
         const cudaError_t e = cuda::LaunchDecodeAttention(
             dq, c.heads, step.device_cache(), dm, first, end, c.window,
-            step.Scale(), out, ws.get(), ws.size(), nullptr);
+            step.Scale(), c.softcap, out, ws.get(), ws.size(), nullptr);
         // The workspace is freed on return: finish first.
         const cudaError_t s = cudaDeviceSynchronize();
         return e != cudaSuccess ? e : s;
@@ -848,66 +871,80 @@ TEST(CudaAttentionArgsTest, RejectsBadArguments) {
   alignas(16) static uint8_t small_ws[64];
 
   // Workspace too small / missing for two partitions.
-  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 0, 2, 0, 1.0f, out,
-                                        small_ws, sizeof(small_ws), nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 0, 2, 0, 1.0f, out,
-                                        nullptr, ws, nullptr),
+  EXPECT_EQ(
+      cuda::LaunchDecodeAttention(q, 8, cache, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                  small_ws, sizeof(small_ws), nullptr),
+      cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 0, 2, 0, 1.0f, 0.0f,
+                                        out, nullptr, ws, nullptr),
             cudaErrorInvalidValue);
   // Heads not a multiple of kv heads.
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 7, cache, m, 0, 2, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
-  // Null pointers.
-  EXPECT_EQ(cuda::LaunchPrefillAttention(nullptr, 8, cache, m, 0, 2, 0, 1.0f,
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 7, cache, m, 0, 2, 0, 1.0f, 0.0f,
                                          out, nullptr),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchStaticAttention(q, 8, cache, m, 0, 2, 0, 1.0f, nullptr,
-                                        nullptr),
+  // Null pointers.
+  EXPECT_EQ(cuda::LaunchPrefillAttention(nullptr, 8, cache, m, 0, 2, 0, 1.0f,
+                                         0.0f, out, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchStaticAttention(q, 8, cache, m, 0, 2, 0, 1.0f, 0.0f,
+                                        nullptr, nullptr),
             cudaErrorInvalidValue);
   cuda::DeviceAttentionMetadata no_tables = m;
   no_tables.block_tables = nullptr;
   EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, no_tables, 0, 2, 0, 1.0f,
-                                         out, nullptr),
+                                         0.0f, out, nullptr),
             cudaErrorInvalidValue);
   // Head dims over the limit.
   cuda::DeviceKvLayer big = cache;
   big.head_dim = cuda::kMaxAttentionHeadDim + 1;
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 8, big, m, 0, 2, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, big, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                         nullptr),
+            cudaErrorInvalidValue);
   big = cache;
   big.head_dim_v = 300;
-  EXPECT_EQ(
-      cuda::LaunchStaticAttention(q, 8, big, m, 0, 2, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchStaticAttention(q, 8, big, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                        nullptr),
+            cudaErrorInvalidValue);
   // An int8 cache without scales.
   cuda::DeviceKvLayer i8 = cache;
   i8.dtype = KvDType::kI8;
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 8, i8, m, 0, 2, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, i8, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                         nullptr),
+            cudaErrorInvalidValue);
   const int64_t slot = 0;
   EXPECT_EQ(cuda::LaunchStoreKvCache(q, q, 1, &slot, i8, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::LaunchStoreKvCache(nullptr, q, 1, &slot, cache, nullptr),
             cudaErrorInvalidValue);
   // Sequence ranges and windows.
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 8, cache, m, 1, 3, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 8, cache, m, 2, 1, 0, 1.0f, out, nullptr),
-      cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 0, 2, -1, 1.0f, out,
-                                         nullptr),
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 1, 3, 0, 1.0f, 0.0f,
+                                         out, nullptr),
             cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 2, 1, 0, 1.0f, 0.0f,
+                                         out, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 0, 2, -1, 1.0f, 0.0f,
+                                         out, nullptr),
+            cudaErrorInvalidValue);
+  // A soft cap is 0 (none) or positive and finite, on every kernel.
+  for (const float bad : {-1.0f, std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()}) {
+    EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 0, 2, 0, 1.0f, bad,
+                                           out, nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::LaunchStaticAttention(q, 8, cache, m, 0, 2, 0, 1.0f, bad,
+                                          out, nullptr),
+              cudaErrorInvalidValue);
+    EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 0, 2, 0, 1.0f, bad,
+                                          out, nullptr, ws, nullptr),
+              cudaErrorInvalidValue);
+  }
   // Nothing to do is fine (and launches nothing).
-  EXPECT_EQ(
-      cuda::LaunchPrefillAttention(q, 8, cache, m, 1, 1, 0, 1.0f, out, nullptr),
-      cudaSuccess);
-  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 2, 2, 0, 1.0f, out,
-                                        nullptr, 0, nullptr),
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, cache, m, 1, 1, 0, 1.0f, 0.0f,
+                                         out, nullptr),
+            cudaSuccess);
+  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, cache, m, 2, 2, 0, 1.0f, 0.0f,
+                                        out, nullptr, 0, nullptr),
             cudaSuccess);
   EXPECT_EQ(cuda::LaunchStoreKvCache(q, q, 0, &slot, cache, nullptr),
             cudaSuccess);

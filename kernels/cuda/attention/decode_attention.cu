@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/decode_attention.h"
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 
@@ -37,8 +38,11 @@ struct SplitParams {
   int32_t group;
   int32_t first_seq;
   int64_t window;
-  int64_t max_keys;    // The grid's bound on the keys of a sequence.
-  float scale_log2;    // scale * log2(e): scores in base 2.
+  int64_t max_keys;  // The grid's bound on the keys of a sequence.
+  float scale_log2;  // scale * log2(e): scores in base 2.
+  // softcap * log2(e), 0 for none: cap * tanh(s / cap) in base 2 is
+  // cap_log2 * tanh(s_log2 / cap_log2).
+  float softcap_log2;
   int32_t max_splits;  // Workspace stride: DecodeMaxSplits(max_keys).
   float2* stats;       // [seqs, heads, max_splits]: (max, sum), base 2.
   float* parts;        // [seqs, heads, max_splits, D]: unnormalized.
@@ -295,6 +299,13 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
           s[u][g] += __shfl_xor_sync(0xffffffffu, s[u][g], o);
       }
     }
+    if (p.softcap_log2 > 0.0f) {  // Uniform over the grid.
+#pragma unroll
+      for (int u = 0; u < kU; ++u) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g) s[u][g] = Softcap(s[u][g], p.softcap_log2);
+      }
+    }
 #pragma unroll
     for (int g = 0; g < kG; ++g) {
       float mx = m[g];
@@ -495,14 +506,15 @@ size_t DecodeSplitWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
 cudaError_t LaunchSplitDecodeAttention(
     const float* q, int32_t num_heads, const DeviceKvLayer& cache,
     const DeviceAttentionMetadata& m, int32_t first_seq, int32_t end_seq,
-    int64_t sliding_window, float scale, float* out, void* workspace,
-    size_t workspace_bytes, cudaStream_t stream) {
+    int64_t sliding_window, float scale, float softcap, float* out,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   if (!DecodeAttentionSupported(cache, num_heads) || q == nullptr ||
       out == nullptr || cache.k == nullptr || cache.v == nullptr ||
       cache.num_slots <= 0 || cache.num_kv_heads > kMaxGridDim ||
-      sliding_window < 0 || first_seq < 0 || end_seq < first_seq ||
-      end_seq > m.num_seqs || end_seq - first_seq > kMaxGridDim ||
-      m.block_size <= 0 || m.max_blocks_per_seq <= 0 || m.max_seq_len < 0 ||
+      sliding_window < 0 || !(softcap >= 0.0f && softcap < INFINITY) ||
+      first_seq < 0 || end_seq < first_seq || end_seq > m.num_seqs ||
+      end_seq - first_seq > kMaxGridDim || m.block_size <= 0 ||
+      m.max_blocks_per_seq <= 0 || m.max_seq_len < 0 ||
       m.grid_max_seq_len < 0) {
     return cudaErrorInvalidValue;
   }
@@ -554,6 +566,7 @@ cudaError_t LaunchSplitDecodeAttention(
   p.window = sliding_window;
   p.max_keys = max_keys;
   p.scale_log2 = scale * kLog2e;
+  p.softcap_log2 = softcap * kLog2e;
   p.max_splits = stride;
   if (need > 0) {
     const size_t entries =

@@ -6,9 +6,11 @@
 // (row query_start_loc[s]) sits at position seq_lens[s] - 1 and sees the keys
 // at positions max(0, seq_lens[s] - window) .. seq_lens[s] - 1 of its own
 // sequence. q [num_tokens, num_heads, D] f32, out [num_tokens, num_heads, D]
-// f32, accumulation f32. A sequence with seq_lens[s] == 0 (a padded sequence
-// of a graph bucket: attention_metadata.h, graph-safe steps 2) gets zeros in
-// its output row and reads no block of the cache.
+// f32, accumulation f32. softcap 0 = off, else each scaled score s becomes
+// tanh(s / softcap) * softcap before the softmax (computed in the kernel's
+// base-2 units: the same cap times log2(e)). A sequence with seq_lens[s] == 0
+// (a padded sequence of a graph bucket: attention_metadata.h, graph-safe steps
+// 2) gets zeros in its output row and reads no block of the cache.
 //
 // Which kernel takes which case (CudaOps::DoDecodeAttention dispatches on
 // DecodeAttentionSupported, and the rule is tested):
@@ -122,8 +124,8 @@ size_t DecodeSplitWorkspaceBytes(int32_t num_seqs, int32_t num_heads,
 cudaError_t LaunchSplitDecodeAttention(
     const float* q, int32_t num_heads, const DeviceKvLayer& cache,
     const DeviceAttentionMetadata& m, int32_t first_seq, int32_t end_seq,
-    int64_t sliding_window, float scale, float* out, void* workspace,
-    size_t workspace_bytes, cudaStream_t stream);
+    int64_t sliding_window, float scale, float softcap, float* out,
+    void* workspace, size_t workspace_bytes, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace tessera

@@ -139,13 +139,13 @@ double RunCase(const Case& c, double copy_gbps) {
   const float scale = 1.0f / 11.3137f;
   auto launch = [&]() {
     if (c.old_kernel) {
-      return tessera::cuda::LaunchDecodeAttention(dq, c.heads, layer, m, 0,
-                                                  c.batch, 0, scale, dout, ws,
-                                                  ws_bytes, nullptr);
+      return tessera::cuda::LaunchDecodeAttention(
+          dq, c.heads, layer, m, 0, c.batch, 0, scale, /*softcap=*/0.0f, dout,
+          ws, ws_bytes, nullptr);
     }
-    return tessera::cuda::LaunchSplitDecodeAttention(dq, c.heads, layer, m, 0,
-                                                     c.batch, 0, scale, dout,
-                                                     ws, ws_bytes, nullptr);
+    return tessera::cuda::LaunchSplitDecodeAttention(
+        dq, c.heads, layer, m, 0, c.batch, 0, scale, /*softcap=*/0.0f, dout, ws,
+        ws_bytes, nullptr);
   };
   for (int i = 0; i < 3; ++i) CHECK_CUDA(launch());
   CHECK_CUDA(cudaDeviceSynchronize());

@@ -24,6 +24,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -76,10 +77,12 @@ struct Config {
   int32_t block_size = 16;
   int64_t window = 0;
   KvDType dtype = KvDType::kBF16;
+  float softcap = 0.0f;  // 0: none.
   std::string ToString() const {
     return absl::StrCat("heads=", heads, " kv_heads=", kv_heads, " D=", dim,
                         " block=", block_size, " window=", window,
-                        " cache=", dtype == KvDType::kBF16 ? "bf16" : "f32");
+                        " cache=", dtype == KvDType::kBF16 ? "bf16" : "f32",
+                        " softcap=", softcap);
   }
 };
 
@@ -206,6 +209,7 @@ class DecodeStep {
         TensorView(out.data(), DType::kF32, {m_.num_tokens, c_.heads, c_.dim});
     a.sliding_window = c_.window;
     a.scale = scale();
+    a.softcap = c_.softcap;
     const absl::Status st = cpu_.DecodeAttention(a);
     EXPECT_TRUE(st.ok()) << st;
     return out;
@@ -225,7 +229,7 @@ class DecodeStep {
         std::vector<float>(int64_t{total()} * row_floats(), kNaN));
     const cudaError_t e = cuda::LaunchSplitDecodeAttention(
         dq_->get(), c_.heads, device_cache_, dm, first, end, c_.window, scale(),
-        out.get(), ws.get(), ws_bytes, nullptr);
+        c_.softcap, out.get(), ws.get(), ws_bytes, nullptr);
     EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
     return out.Download();
   }
@@ -353,6 +357,25 @@ TEST_F(DecodeAttentionTest, BlockSizesAndWindows) {
   Check(Make(8, 2, 64, 24, KvDType::kF32, 700), RandomContexts(5, 3000), 1);
 }
 
+// Gemma 2's attention logit soft cap, small enough to bind (scaled scores
+// here are of order 2): every GQA kernel, both dims and caches, windows, and
+// contexts of many splits.
+TEST_F(DecodeAttentionTest, Softcap) {
+  for (float cap : {0.5f, 4.0f}) {
+    for (int32_t dim : {64, 128}) {
+      Config c = Make(16, 4, dim, 16, KvDType::kBF16);
+      c.softcap = cap;
+      Check(c, RandomContexts(5, 5000), /*padded=*/2);
+      c = Make(8, 8, dim, 24, KvDType::kF32, /*window=*/300);
+      c.softcap = cap;
+      Check(c, RandomContexts(4, 3000), 1);
+    }
+  }
+  Config c = Make(32, 8, 128, 16, KvDType::kBF16);
+  c.softcap = 1.0f;
+  Check(c, {8192, 9000, 100, 4095}, 1);
+}
+
 TEST_F(DecodeAttentionTest, LongContextsGrowTheSplits) {
   // 8193+ keys: splits of 512 and more keys (at most kDecodeMaxSplits).
   Check(Make(32, 8, 128, 16, KvDType::kBF16), {8192, 9000, 100, 4095}, 2);
@@ -390,9 +413,14 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
   limits.max_linear_in = 64;
   limits.vocab_size = 64;
   ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
-  for (auto [dim, dtype] : std::vector<std::pair<int32_t, DType>>{
-           {128, DType::kBF16}, {96, DType::kF32}}) {
-    SCOPED_TRACE(absl::StrCat("D=", dim, " cache=", DTypeName(dtype)));
+  for (auto [dim, dtype, softcap] :
+       std::vector<std::tuple<int32_t, DType, float>>{
+           {128, DType::kBF16, 0.0f},
+           {96, DType::kF32, 0.0f},
+           {128, DType::kBF16, 0.7f},
+           {96, DType::kF32, 0.7f}}) {
+    SCOPED_TRACE(absl::StrCat("D=", dim, " cache=", DTypeName(dtype),
+                              " softcap=", softcap));
     const std::vector<int64_t> contexts = {3000, 17, 900, 0, 5000};
     int64_t blocks = 0;
     std::vector<std::vector<int32_t>> tables;
@@ -432,6 +460,7 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
     a.end_seq = m.num_seqs;
     a.out = TensorView(want.data(), DType::kF32, {t, kHeads, dim});
     a.scale = scale;
+    a.softcap = softcap;
     ASSERT_TRUE(CpuOps().DecodeAttention(a).ok());
 
     auto dk = gpu_->Upload(a.cache.k, dtype);
@@ -539,17 +568,17 @@ TEST(DecodeAttentionRuleTest, LauncherRefusesUnsupportedAndSmallWorkspace) {
   m.max_seq_len = 4096;
   m.query_start_loc = m.seq_lens = m.block_tables = m.context_lens =
       reinterpret_cast<const int32_t*>(buf);
-  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, buf,
-                                             buf, sizeof(buf), nullptr),
+  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, 0.0f,
+                                             buf, buf, sizeof(buf), nullptr),
             cudaErrorInvalidValue);
   l.dtype = KvDType::kBF16;
   // 16 splits of 4096 keys need far more than 256 bytes.
-  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, buf,
-                                             buf, sizeof(buf), nullptr),
+  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, 0.0f,
+                                             buf, buf, sizeof(buf), nullptr),
             cudaErrorInvalidValue);
   // Misaligned q.
   EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf + 1, 8, l, m, 0, 2, 0, 1.0f,
-                                             buf, nullptr, 0, nullptr),
+                                             0.0f, buf, nullptr, 0, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::DecodeSplitWorkspaceBytes(2, 8, 128, 256), 0u);
   EXPECT_EQ(cuda::DecodeSplitWorkspaceBytes(2, 8, 128, 4096),
@@ -557,8 +586,8 @@ TEST(DecodeAttentionRuleTest, LauncherRefusesUnsupportedAndSmallWorkspace) {
   // The grid bound, not max_seq_len, sizes the workspace.
   m.grid_max_seq_len = 32768;
   m.max_seq_len = 10;
-  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, buf,
-                                             buf, sizeof(buf), nullptr),
+  EXPECT_EQ(cuda::LaunchSplitDecodeAttention(buf, 8, l, m, 0, 2, 0, 1.0f, 0.0f,
+                                             buf, buf, sizeof(buf), nullptr),
             cudaErrorInvalidValue);
 }
 

@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention/flash_prefill.h"
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/launch.cuh"
 
 namespace tessera {
@@ -29,6 +30,8 @@ struct FlashParams {
   int32_t first_seq;
   int32_t window;    // 0 = off; clamped to INT32_MAX.
   float scale_log2;  // scale * log2(e): scores go through exp2.
+  // softcap * log2(e), 0 for none (the cap in the same base-2 units).
+  float softcap_log2;
 };
 
 // ---------------------------------------------------------------------------
@@ -301,6 +304,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           float x = s[mt][b][e] * p.scale_log2;
+          if (p.softcap_log2 > 0.0f) x = Softcap(x, p.softcap_log2);
           if (need_mask) {
             const int32_t key = tile + b * 8 + 2 * (lane & 3) + (e & 1);
             const int32_t qp =
@@ -440,20 +444,19 @@ bool FlashPrefillSupports(const DeviceKvLayer& cache, const float* q,
          Aligned16(out) && Aligned16(cache.k) && Aligned16(cache.v);
 }
 
-cudaError_t LaunchFlashPrefillAttention(const float* q, int32_t num_heads,
-                                        const DeviceKvLayer& cache,
-                                        const DeviceAttentionMetadata& m,
-                                        int32_t first_seq, int32_t end_seq,
-                                        int64_t sliding_window, float scale,
-                                        float* out, cudaStream_t stream,
-                                        FlashPrefillTiles tiles) {
+cudaError_t LaunchFlashPrefillAttention(
+    const float* q, int32_t num_heads, const DeviceKvLayer& cache,
+    const DeviceAttentionMetadata& m, int32_t first_seq, int32_t end_seq,
+    int64_t sliding_window, float scale, float softcap, float* out,
+    cudaStream_t stream, FlashPrefillTiles tiles) {
   if (q == nullptr || out == nullptr || cache.k == nullptr ||
       cache.v == nullptr || cache.num_slots <= 0 || cache.num_kv_heads <= 0 ||
       !FlashPrefillSupports(cache, q, out) || num_heads <= 0 ||
       num_heads % cache.num_kv_heads != 0 || num_heads > kMaxGrid ||
-      sliding_window < 0 || first_seq < 0 || end_seq < first_seq ||
-      end_seq > m.num_seqs || end_seq - first_seq > kMaxGrid ||
-      m.block_size <= 0 || m.max_blocks_per_seq <= 0) {
+      sliding_window < 0 || !(softcap >= 0.0f && softcap < INFINITY) ||
+      first_seq < 0 || end_seq < first_seq || end_seq > m.num_seqs ||
+      end_seq - first_seq > kMaxGrid || m.block_size <= 0 ||
+      m.max_blocks_per_seq <= 0) {
     return cudaErrorInvalidValue;
   }
   const int32_t num_seqs = end_seq - first_seq;
@@ -481,6 +484,7 @@ cudaError_t LaunchFlashPrefillAttention(const float* q, int32_t num_heads,
   p.window =
       sliding_window > INT32_MAX / 2 ? 0 : static_cast<int32_t>(sliding_window);
   p.scale_log2 = scale * 1.4426950408889634f;
+  p.softcap_log2 = softcap * 1.4426950408889634f;
   const int32_t n = num_seqs, len = m.max_query_len;
   const bool d64 = cache.head_dim == 64;
   switch (tiles) {

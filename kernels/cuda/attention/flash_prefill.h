@@ -5,7 +5,9 @@
 // 0 (chunked prefill) shifts each sequence's queries to positions
 // context_len .. context_len + query_len - 1; GQA (query head h reads kv head
 // h / (num_heads / num_kv_heads)); sliding_window 0 = off, else a query at
-// position p sees max(0, p - window + 1) .. p; `scale` multiplies q·k; q
+// position p sees max(0, p - window + 1) .. p; `scale` multiplies q·k;
+// softcap 0 = off, else each scaled score s becomes tanh(s / softcap) *
+// softcap (in the kernel's base-2 units: the cap times log2(e)); q
 // [num_tokens, num_heads, D] f32 and out [num_tokens, num_heads, D] f32 (only
 // the chosen sequences' rows are written; out must not alias q). A sequence
 // whose seq_len is 0 (a padded one, when seq_lens is given) gets zeros.
@@ -80,8 +82,8 @@ enum class FlashPrefillTiles : int {
 cudaError_t LaunchFlashPrefillAttention(
     const float* q, int32_t num_heads, const DeviceKvLayer& cache,
     const DeviceAttentionMetadata& m, int32_t first_seq, int32_t end_seq,
-    int64_t sliding_window, float scale, float* out, cudaStream_t stream,
-    FlashPrefillTiles tiles = FlashPrefillTiles::kDefault);
+    int64_t sliding_window, float scale, float softcap, float* out,
+    cudaStream_t stream, FlashPrefillTiles tiles = FlashPrefillTiles::kDefault);
 
 }  // namespace cuda
 }  // namespace tessera

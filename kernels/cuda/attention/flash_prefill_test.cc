@@ -78,9 +78,11 @@ struct Config {
   int32_t dim = 128;
   int32_t block_size = 16;  // 0: the static layout (one block a sequence).
   int64_t window = 0;
+  float softcap = 0.0f;  // 0: none.
   std::string ToString() const {
     return absl::StrCat("heads=", heads, " kv_heads=", kv_heads, " D=", dim,
-                        " block_size=", block_size, " window=", window);
+                        " block_size=", block_size, " window=", window,
+                        " softcap=", softcap);
   }
 };
 
@@ -191,6 +193,7 @@ struct Step {
         TensorView(want.data(), DType::kF32, {m.num_tokens, c.heads, c.dim});
     a.sliding_window = c.window;
     a.scale = scale();
+    a.softcap = c.softcap;
     CpuOps cpu;
     const absl::Status st =
         c.block_size > 0 ? cpu.PrefillAttention(a) : cpu.StaticAttention(a);
@@ -261,7 +264,7 @@ class FlashPrefillTest : public ::testing::Test {
         DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
         ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
             step.dq->get(), c.heads, step.cache, step.dm, 0, step.m.num_seqs,
-            c.window, step.scale(), out.get(), nullptr, tiles));
+            c.window, step.scale(), c.softcap, out.get(), nullptr, tiles));
         ASSERT_CUDA_OK(cudaDeviceSynchronize());
         ExpectClose(out.Download(), want,
                     absl::StrCat("tiles ", static_cast<int>(tiles)));
@@ -271,7 +274,8 @@ class FlashPrefillTest : public ::testing::Test {
         DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
         ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
             step.dq->get(), c.heads, step.cache, step.dm, 1,
-            step.m.num_seqs - 1, c.window, step.scale(), out.get(), nullptr));
+            step.m.num_seqs - 1, c.window, step.scale(), c.softcap, out.get(),
+            nullptr));
         const std::vector<float> got = out.Download();
         const int64_t per_row = int64_t{c.heads} * c.dim;
         const int64_t lo = step.m.query_start_loc[1] * per_row;
@@ -321,6 +325,24 @@ TEST_F(FlashPrefillTest, Dim64StaticLayoutWindow) {
 
 // Contract 2: a padded sequence (seq_len 0, block table row -1) gets zeros
 // and reads no block; its neighbours are unaffected.
+// Gemma 2's attention logit soft cap (small enough to bind), paged and
+// static, windowed or not.
+TEST_F(FlashPrefillTest, Dim128Gqa4Softcap) {
+  Config c = Make(8, 2, 128, 16);
+  c.softcap = 0.6f;
+  Check(c);
+}
+TEST_F(FlashPrefillTest, Dim64WindowSoftcap) {
+  Config c = Make(8, 1, 64, 32, 77);
+  c.softcap = 2.0f;
+  Check(c);
+}
+TEST_F(FlashPrefillTest, Dim128StaticLayoutSoftcap) {
+  Config c = Make(4, 2, 128, 0, 300);
+  c.softcap = 1.0f;
+  Check(c);
+}
+
 TEST_F(FlashPrefillTest, PaddedSequenceGetsZeros) {
   const Config c = Make(8, 2, 128, 16);
   Step step(c, Lens{{30, 40}, {0, 1}, {5, 70}}, rng_);
@@ -336,8 +358,8 @@ TEST_F(FlashPrefillTest, PaddedSequenceGetsZeros) {
   dm.block_tables = dtables.get();
   DeviceArray<float> out(std::vector<float>(step.out_count(), kNaN));
   ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
-      step.dq->get(), c.heads, step.cache, dm, 0, 3, 0, step.scale(), out.get(),
-      nullptr));
+      step.dq->get(), c.heads, step.cache, dm, 0, 3, 0, step.scale(), 0.0f,
+      out.get(), nullptr));
   const std::vector<float> got = out.Download();
   const int64_t per_row = int64_t{c.heads} * c.dim;
   const int64_t lo = step.m.query_start_loc[1] * per_row;
@@ -405,7 +427,7 @@ TEST(FlashPrefillDispatchTest, RejectsWhatItDoesNotCover) {
   auto launch = [&](const cuda::DeviceKvLayer& cache, int32_t heads,
                     int32_t first, int32_t end, int64_t window) {
     return cuda::LaunchFlashPrefillAttention(q, heads, cache, m, first, end,
-                                             window, 1.0f, q, nullptr);
+                                             window, 1.0f, 0.0f, q, nullptr);
   };
   cuda::DeviceKvLayer f32 = c;
   f32.dtype = KvDType::kF32;
@@ -458,6 +480,7 @@ class CudaOpsDispatchTest : public testing_cuda::CudaOpsFixture {
     a.out = TensorView(out.get(), DType::kF32, {t, c.heads, c.dim});
     a.sliding_window = c.window;
     a.scale = step.scale();
+    a.softcap = c.softcap;
     const absl::Status st = gpu_->PrefillAttention(a);
     ASSERT_TRUE(st.ok()) << st;
     const std::vector<float> got = out.Download();
@@ -467,11 +490,11 @@ class CudaOpsDispatchTest : public testing_cuda::CudaOpsFixture {
     if (want_flash) {
       ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
           step.dq->get(), c.heads, step.cache, step.dm, 0, step.m.num_seqs,
-          c.window, step.scale(), flash.get(), nullptr));
+          c.window, step.scale(), c.softcap, flash.get(), nullptr));
     }
     ASSERT_CUDA_OK(cuda::LaunchPrefillAttention(
         step.dq->get(), c.heads, step.cache, step.dm, 0, step.m.num_seqs,
-        c.window, step.scale(), older.get(), nullptr));
+        c.window, step.scale(), c.softcap, older.get(), nullptr));
     const std::vector<float> f = flash.Download();
     const std::vector<float> o = older.Download();
     const std::vector<float>& expected = want_flash ? f : o;
@@ -495,6 +518,14 @@ TEST_F(CudaOpsDispatchTest, Bf16Dim64WindowTakesTensorCores) {
 }
 TEST_F(CudaOpsDispatchTest, Bf16Dim96TakesTheOlderKernel) {
   Run(Make(4, 2, 96, 16, 0), /*want_flash=*/false);
+}
+TEST_F(CudaOpsDispatchTest, SoftcapReachesBothKernels) {
+  Config c = Make(8, 2, 128, 16, 0);
+  c.softcap = 0.8f;
+  Run(c, /*want_flash=*/true);
+  c = Make(4, 2, 96, 16, 40);
+  c.softcap = 0.8f;
+  Run(c, /*want_flash=*/false);
 }
 
 // ---------------------------------------------------------------------------
@@ -587,7 +618,7 @@ void TimeCausal8x4096(const int32_t dim) {
     const float ms = time_ms(
         [&] {
           return cuda::LaunchFlashPrefillAttention(dq.get(), kHeads, cache, dm,
-                                                   0, kSeqs, 0, scale,
+                                                   0, kSeqs, 0, scale, 0.0f,
                                                    out.get(), nullptr, tiles);
         },
         20);
@@ -599,7 +630,7 @@ void TimeCausal8x4096(const int32_t dim) {
   const float ms_old = time_ms(
       [&] {
         return cuda::LaunchPrefillAttention(dq.get(), kHeads, cache, dm, 0,
-                                            kSeqs, 0, scale, ref.get(),
+                                            kSeqs, 0, scale, 0.0f, ref.get(),
                                             nullptr);
       },
       2);
@@ -607,8 +638,9 @@ void TimeCausal8x4096(const int32_t dim) {
               ms_old, flops / (ms_old * 1e-3) / 1e12);
   // The default tile shape's output against the older kernel's (f32
   // arithmetic on the same cache; q is not rounded there).
-  ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(
-      dq.get(), kHeads, cache, dm, 0, kSeqs, 0, scale, out.get(), nullptr));
+  ASSERT_CUDA_OK(cuda::LaunchFlashPrefillAttention(dq.get(), kHeads, cache, dm,
+                                                   0, kSeqs, 0, scale, 0.0f,
+                                                   out.get(), nullptr));
   const std::vector<float> got = out.Download();
   const std::vector<float> want = ref.Download();
   double max_err = 0.0, total = 0.0;

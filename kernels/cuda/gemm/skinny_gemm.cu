@@ -2,6 +2,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/launch.cuh"
 #include "kernels/cuda/common/reduce.cuh"
 #include "kernels/cuda/gemm/skinny_gemm.h"
@@ -11,6 +12,12 @@ namespace cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 4;
+
+// What the kernel makes of its product: the product itself, or a gated
+// activation of its gate and up halves (the template parameter kAct).
+constexpr int kPlain = 0;
+constexpr int kGatedSilu = 1;
+constexpr int kGatedGeluTanh = 2;
 constexpr int kThreads = kWarpsPerBlock * 32;
 
 // Rows of w each warp computes (each lane's slice of x is reused across
@@ -76,7 +83,7 @@ __device__ __forceinline__ void Accumulate(const float* x, int64_t k, int64_t c,
 // Which layout a shape gets depends on n alone (UseSplit), so a shape's
 // results are bitwise repeatable.
 //
-// Gated (kGated): w is the gate/up stack [2 * n, k] and the output is
+// Gated (kAct != kPlain): w is the gate/up stack [2 * n, k] and the output is
 // act(gate) * up [t, n]. Warp g then computes the R / 2 output columns
 // [g * R / 2, ...) from their gate rows and their up rows (n further on), so
 // both halves of an output meet in one warp and the gate/up product never
@@ -86,11 +93,12 @@ __device__ __forceinline__ void Accumulate(const float* x, int64_t k, int64_t c,
 // the kernel before this one, so each lane loads its first U chunks of every
 // row before PdlWait. The weight stream thus starts while the previous
 // kernel drains, which at decode sizes is a large part of a product's time.
-template <int T, bool kGated, bool kSplit>
+template <int T, int kAct, bool kSplit>
 __global__ void __launch_bounds__(kThreads)
     SkinnyGemmKernel(const float* x, const uint4* __restrict__ w,
                      const float* __restrict__ bias, float* __restrict__ out,
                      int64_t n, int64_t k) {
+  constexpr bool kGated = kAct != kPlain;
   constexpr int R = Tile<T>::kRows, U = Tile<T>::kUnroll;
   constexpr int kCols = kGated ? R / 2 : R;  // Output columns per warp.
   constexpr int kStride = kSplit ? 32 * kWarpsPerBlock : 32;  // In chunks.
@@ -198,8 +206,14 @@ __global__ void __launch_bounds__(kThreads)
       if constexpr (kGated) {
         float u = acc[kCols + j][t];
         if (bias != nullptr && valid[j]) u = u + bias[n + col];
-        // GatedSiluKernel's expression, so fused and unfused agree bitwise.
-        s = s / (1.0f + __expf(-s)) * u;
+        if constexpr (kAct == kGatedSilu) {
+          // GatedSiluKernel's expression, so fused and unfused agree
+          // bitwise.
+          s = s / (1.0f + __expf(-s)) * u;
+        } else {
+          // GatedGeluTanhKernel's (fused_kernels.cu), likewise.
+          s = __fmul_rn(GeluTanh(s), u);
+        }
       }
       if (lane == j * T + t && valid[j]) out[t * n + col] = s;
     }
@@ -214,36 +228,50 @@ bool UseSplit(int64_t n, int cols_per_warp) {
   return (n + cols_per_warp - 1) / cols_per_warp < kSplitBelowWarps;
 }
 
-template <int T, bool kGated>
+template <int T, int kAct>
 cudaError_t Launch(int64_t n, int64_t k, const float* x, const uint4* w,
                    const float* bias, float* out, cudaStream_t stream) {
-  constexpr int kCols = kGated ? Tile<T>::kRows / 2 : Tile<T>::kRows;
+  constexpr int kCols = kAct != kPlain ? Tile<T>::kRows / 2 : Tile<T>::kRows;
   if (UseSplit(n, kCols)) {
     const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols));
-    return LaunchPdl(SkinnyGemmKernel<T, kGated, true>, grid, dim3(kThreads), 0,
+    return LaunchPdl(SkinnyGemmKernel<T, kAct, true>, grid, dim3(kThreads), 0,
                      stream, x, w, bias, out, n, k);
   }
   constexpr int64_t kColumnsPerBlock = kWarpsPerBlock * kCols;
   const dim3 grid(
       static_cast<unsigned>((n + kColumnsPerBlock - 1) / kColumnsPerBlock));
-  return LaunchPdl(SkinnyGemmKernel<T, kGated, false>, grid, dim3(kThreads), 0,
+  return LaunchPdl(SkinnyGemmKernel<T, kAct, false>, grid, dim3(kThreads), 0,
                    stream, x, w, bias, out, n, k);
 }
 
-template <bool kGated>
+template <int kAct>
 cudaError_t LaunchRows(int64_t t, int64_t n, int64_t k, const float* x,
                        const uint4* w, const float* bias, float* out,
                        cudaStream_t stream) {
   switch (t) {
     case 1:
-      return Launch<1, kGated>(n, k, x, w, bias, out, stream);
+      return Launch<1, kAct>(n, k, x, w, bias, out, stream);
     case 2:
-      return Launch<2, kGated>(n, k, x, w, bias, out, stream);
+      return Launch<2, kAct>(n, k, x, w, bias, out, stream);
     case 3:
-      return Launch<3, kGated>(n, k, x, w, bias, out, stream);
+      return Launch<3, kAct>(n, k, x, w, bias, out, stream);
     default:
-      return Launch<4, kGated>(n, k, x, w, bias, out, stream);
+      return Launch<4, kAct>(n, k, x, w, bias, out, stream);
   }
+}
+
+template <int kAct>
+cudaError_t LaunchGated(int64_t t, int64_t n, int64_t k, const float* x,
+                        const void* gate_up, const float* bias, float* out,
+                        cudaStream_t stream) {
+  if (n > INT64_MAX / 2 || !SkinnyGemmApplies(t, 2 * n, k, x, gate_up) ||
+      out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  const cudaError_t error = LaunchRows<kAct>(
+      t, n, k, x, static_cast<const uint4*>(gate_up), bias, out, stream);
+  if (error != cudaSuccess) return error;
+  return cudaGetLastError();
 }
 
 bool Aligned16(const void* p) {
@@ -265,7 +293,7 @@ cudaError_t LaunchSkinnyGemm(int64_t t, int64_t n, int64_t k, const float* x,
   if (!SkinnyGemmApplies(t, n, k, x, w) || out == nullptr) {
     return cudaErrorInvalidValue;
   }
-  const cudaError_t error = LaunchRows<false>(
+  const cudaError_t error = LaunchRows<kPlain>(
       t, n, k, x, static_cast<const uint4*>(w), bias, out, stream);
   if (error != cudaSuccess) return error;
   return cudaGetLastError();
@@ -275,14 +303,14 @@ cudaError_t LaunchSkinnyGatedSilu(int64_t t, int64_t n, int64_t k,
                                   const float* x, const void* gate_up,
                                   const float* bias, float* out,
                                   cudaStream_t stream) {
-  if (n > INT64_MAX / 2 || !SkinnyGemmApplies(t, 2 * n, k, x, gate_up) ||
-      out == nullptr) {
-    return cudaErrorInvalidValue;
-  }
-  const cudaError_t error = LaunchRows<true>(
-      t, n, k, x, static_cast<const uint4*>(gate_up), bias, out, stream);
-  if (error != cudaSuccess) return error;
-  return cudaGetLastError();
+  return LaunchGated<kGatedSilu>(t, n, k, x, gate_up, bias, out, stream);
+}
+
+cudaError_t LaunchSkinnyGatedGeluTanh(int64_t t, int64_t n, int64_t k,
+                                      const float* x, const void* gate_up,
+                                      const float* bias, float* out,
+                                      cudaStream_t stream) {
+  return LaunchGated<kGatedGeluTanh>(t, n, k, x, gate_up, bias, out, stream);
 }
 
 }  // namespace cuda

@@ -59,6 +59,13 @@ cudaError_t LaunchSkinnyGatedSilu(int64_t t, int64_t n, int64_t k,
                                   const float* bias, float* out,
                                   cudaStream_t stream);
 
+// The same with GeGLU's activation: out = gelu_tanh(g) * u, bitwise what
+// LaunchSkinnyGemm followed by LaunchGatedGeluTanh computes.
+cudaError_t LaunchSkinnyGatedGeluTanh(int64_t t, int64_t n, int64_t k,
+                                      const float* x, const void* gate_up,
+                                      const float* bias, float* out,
+                                      cudaStream_t stream);
+
 }  // namespace cuda
 }  // namespace tessera
 

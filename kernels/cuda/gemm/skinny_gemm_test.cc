@@ -4,10 +4,11 @@
 // 8 to 14336, with and without bias. The kernel accumulates in f32, so the
 // bound is f32 rounding of a k-term sum: |err| <= 2^-22 * k * sum|x w| per
 // output (a loose form of the standard bound, but far below one bf16 ulp).
-// The gated form (LaunchSkinnyGatedSilu) is checked bit for bit against the
-// unfused pair it replaces. Also: the same inputs give bitwise the same output
-// twice, a row's result does not depend on the other rows, and the refused
-// shapes are refused. Skips itself without a GPU.
+// The gated forms (LaunchSkinnyGatedSilu, LaunchSkinnyGatedGeluTanh) are
+// checked bit for bit against the unfused pairs they replace. Also: the same
+// inputs give bitwise the same output twice, a row's result does not depend on
+// the other rows, and the refused shapes are refused. Skips itself without a
+// GPU.
 #include "kernels/cuda/gemm/skinny_gemm.h"
 
 #include <cuda_runtime_api.h>
@@ -16,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -136,56 +138,68 @@ TEST_F(SkinnyGemmTest, RepeatableAndRowsIndependent) {
   EXPECT_EQ(std::memcmp(o.data(), a.data() + 2 * n, n * 4), 0);
 }
 
-// The fused gate/up product + SiLU gives the bits of the product into a
-// [t, 2n] buffer followed by LaunchGatedSilu, on random shapes, every row
-// count, with and without bias.
+// The fused gate/up product + SiLU (or GeGLU's tanh GELU) gives the bits of
+// the product into a [t, 2n] buffer followed by LaunchGatedSilu (or
+// LaunchGatedGeluTanh), on random shapes, every row count, with and without
+// bias.
 TEST_F(SkinnyGemmTest, GatedSiluEqualsTheUnfusedPairBitwise) {
-  std::mt19937 rng(std::random_device{}());
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int64_t> n_dist(1, 2000), k8_dist(1, 400);
-  std::vector<Case> cases = {{1, 14336, 4096, false}, {4, 3072, 1024, true}};
-  for (int64_t t = 1; t <= kMaxSkinnyRows; ++t) {
-    cases.push_back({t, n_dist(rng), 8 * k8_dist(rng), t % 2 == 0});
-    cases.push_back({t, n_dist(rng), 8 * k8_dist(rng), t % 2 != 0});
-  }
-  for (const Case& c : cases) {
-    SCOPED_TRACE(::testing::Message() << "t=" << c.t << " n=" << c.n
-                                      << " k=" << c.k << " bias=" << c.bias);
-    std::vector<float> x(c.t * c.k), bias(2 * c.n);
-    std::vector<uint16_t> w(2 * c.n * c.k);
-    for (float& v : x) v = normal(rng);
-    for (uint16_t& v : w) v = Bf16Bits(normal(rng) * 0.05f);
-    for (float& v : bias) v = normal(rng);
-    DeviceArray<float> dx(x), dbias(bias), gate_up(c.t * 2 * c.n),
-        unfused(c.t * c.n), fused(c.t * c.n);
-    DeviceArray<uint16_t> dw(w);
-    const float* b = c.bias ? dbias.get() : nullptr;
-    ASSERT_EQ(LaunchSkinnyGemm(c.t, 2 * c.n, c.k, dx.get(), dw.get(), b,
-                               gate_up.get(), nullptr),
-              cudaSuccess);
-    ASSERT_EQ(LaunchGatedSilu(gate_up.get(), c.t, c.n, unfused.get(), nullptr),
-              cudaSuccess);
-    ASSERT_EQ(LaunchSkinnyGatedSilu(c.t, c.n, c.k, dx.get(), dw.get(), b,
-                                    fused.get(), nullptr),
-              cudaSuccess);
-    const std::vector<float> want = unfused.Download(), got = fused.Download();
-    int64_t bad = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      if (std::memcmp(&want[i], &got[i], 4) != 0 && ++bad <= 5) {
-        ADD_FAILURE() << "act[" << i << "] = " << got[i] << ", unfused "
-                      << want[i];
-      }
+  using Unfused =
+      cudaError_t (*)(const float*, int64_t, int64_t, float*, cudaStream_t);
+  using Fused =
+      cudaError_t (*)(int64_t, int64_t, int64_t, const float*, const void*,
+                      const float*, float*, cudaStream_t);
+  const std::pair<Unfused, Fused> kinds[] = {
+      {&LaunchGatedSilu, &LaunchSkinnyGatedSilu},
+      {&LaunchGatedGeluTanh, &LaunchSkinnyGatedGeluTanh}};
+  for (const auto& [unfused_launch, fused_launch] : kinds) {
+    std::mt19937 rng(std::random_device{}());
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::uniform_int_distribution<int64_t> n_dist(1, 2000), k8_dist(1, 400);
+    std::vector<Case> cases = {{1, 14336, 4096, false}, {4, 3072, 1024, true}};
+    for (int64_t t = 1; t <= kMaxSkinnyRows; ++t) {
+      cases.push_back({t, n_dist(rng), 8 * k8_dist(rng), t % 2 == 0});
+      cases.push_back({t, n_dist(rng), 8 * k8_dist(rng), t % 2 != 0});
     }
-    EXPECT_EQ(bad, 0);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(::testing::Message() << "t=" << c.t << " n=" << c.n
+                                        << " k=" << c.k << " bias=" << c.bias);
+      std::vector<float> x(c.t * c.k), bias(2 * c.n);
+      std::vector<uint16_t> w(2 * c.n * c.k);
+      for (float& v : x) v = normal(rng);
+      for (uint16_t& v : w) v = Bf16Bits(normal(rng) * 0.05f);
+      for (float& v : bias) v = normal(rng);
+      DeviceArray<float> dx(x), dbias(bias), gate_up(c.t * 2 * c.n),
+          unfused(c.t * c.n), fused(c.t * c.n);
+      DeviceArray<uint16_t> dw(w);
+      const float* b = c.bias ? dbias.get() : nullptr;
+      ASSERT_EQ(LaunchSkinnyGemm(c.t, 2 * c.n, c.k, dx.get(), dw.get(), b,
+                                 gate_up.get(), nullptr),
+                cudaSuccess);
+      ASSERT_EQ(unfused_launch(gate_up.get(), c.t, c.n, unfused.get(), nullptr),
+                cudaSuccess);
+      ASSERT_EQ(fused_launch(c.t, c.n, c.k, dx.get(), dw.get(), b, fused.get(),
+                             nullptr),
+                cudaSuccess);
+      const std::vector<float> want = unfused.Download(),
+                               got = fused.Download();
+      int64_t bad = 0;
+      for (size_t i = 0; i < want.size(); ++i) {
+        if (std::memcmp(&want[i], &got[i], 4) != 0 && ++bad <= 5) {
+          ADD_FAILURE() << "act[" << i << "] = " << got[i] << ", unfused "
+                        << want[i];
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+    DeviceArray<float> x(64), out(64);
+    DeviceArray<uint16_t> w(64 * 64);
+    EXPECT_EQ(
+        fused_launch(1, 4, 12, x.get(), w.get(), nullptr, out.get(), nullptr),
+        cudaErrorInvalidValue);
+    EXPECT_EQ(fused_launch(kMaxSkinnyRows + 1, 4, 8, x.get(), w.get(), nullptr,
+                           out.get(), nullptr),
+              cudaErrorInvalidValue);
   }
-  DeviceArray<float> x(64), out(64);
-  DeviceArray<uint16_t> w(64 * 64);
-  EXPECT_EQ(LaunchSkinnyGatedSilu(1, 4, 12, x.get(), w.get(), nullptr,
-                                  out.get(), nullptr),
-            cudaErrorInvalidValue);
-  EXPECT_EQ(LaunchSkinnyGatedSilu(kMaxSkinnyRows + 1, 4, 8, x.get(), w.get(),
-                                  nullptr, out.get(), nullptr),
-            cudaErrorInvalidValue);
 }
 
 TEST_F(SkinnyGemmTest, RefusesWhatItDoesNotTake) {
