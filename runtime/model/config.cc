@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
@@ -395,10 +396,24 @@ constexpr ArchitectureConfig kArchitectures[] = {
     {"mistral", Architecture::kMistral, &ParseMistralHParams},
     {"qwen2", Architecture::kQwen2, &ParseQwen2HParams},
     {"qwen3", Architecture::kQwen3, &ParseQwen3HParams},
+    {"gemma", Architecture::kGemma, &ParseGemmaHParams,
+     /*own_activation_and_rope=*/true},
+    {"gemma2", Architecture::kGemma2, &ParseGemma2HParams,
+     /*own_activation_and_rope=*/true},
+    {"gemma3_text", Architecture::kGemma3, &ParseGemma3HParams,
+     /*own_activation_and_rope=*/true},
 };
 
 absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
     absl::string_view model_type) {
+  // Known, and refused with the reason rather than as unknown.
+  if (model_type == "gemma3") {
+    return absl::UnimplementedError(
+        "model_type \"gemma3\" (Gemma3ForConditionalGeneration, text and "
+        "vision) is not supported: its text_config and prefixed tensor names "
+        "are not read; a Gemma3ForCausalLM checkpoint (model_type "
+        "\"gemma3_text\") runs");
+  }
   std::vector<absl::string_view> names;
   for (const ArchitectureConfig& a : kArchitectures) {
     if (a.model_type == model_type) return &a;
@@ -488,14 +503,15 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
   ASSIGN_OR_RETURN(config.initializer_range,
                    OptionalPositiveDouble(root, "initializer_range", 0.02));
 
-  ASSIGN_OR_RETURN(const std::optional<std::string> act,
-                   OptionalString(root, "hidden_act"));
-  if (act.has_value() && *act != "silu") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "hidden_act \"", *act, "\" is not supported (only \"silu\")"));
+  if (!arch->own_activation_and_rope) {
+    ASSIGN_OR_RETURN(const std::optional<std::string> act,
+                     OptionalString(root, "hidden_act"));
+    if (act.has_value() && *act != "silu") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "hidden_act \"", *act, "\" is not supported (only \"silu\")"));
+    }
+    ASSIGN_OR_RETURN(config.rope, ParseRope(root));
   }
-
-  ASSIGN_OR_RETURN(config.rope, ParseRope(root));
 
   ASSIGN_OR_RETURN(config.tie_word_embeddings,
                    OptionalBool(root, "tie_word_embeddings", false));
@@ -580,6 +596,216 @@ absl::Status ParseQwen3HParams(const Json& root, ModelConfig* config) {
   return ParseQwenSlidingWindow(root, config);
 }
 
+namespace {
+
+// A Gemma activation name (config key `key`).
+absl::StatusOr<HiddenActivation> GemmaActivation(const std::string& name,
+                                                 absl::string_view key) {
+  if (name == "gelu_pytorch_tanh") return HiddenActivation::kGeluTanh;
+  if (name == "silu" || name == "swish") return HiddenActivation::kSilu;
+  if (name == "gelu") {
+    return absl::UnimplementedError(absl::StrCat(
+        "config key \"", key,
+        "\" is \"gelu\": exact (erf) GELU is not supported yet (only "
+        "\"gelu_pytorch_tanh\" and \"silu\")"));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("config key \"", key, "\": unsupported activation \"", name,
+                   "\" (supported: gelu_pytorch_tanh, silu)"));
+}
+
+// A logit soft cap: `fallback` when absent, 0 (none) when null, else a
+// positive finite number.
+absl::StatusOr<double> SoftcapValue(const Json& root, absl::string_view key,
+                                    double fallback) {
+  auto it = root.find(std::string(key));
+  if (it == root.end()) return fallback;
+  if (it->is_null()) return 0.0;
+  ASSIGN_OR_RETURN(const double v, AsDouble(*it, key));
+  if (!(v > 0) || !std::isfinite(v)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\" must be positive or null, found ", v));
+  }
+  return v;
+}
+
+// What the three Gemmas share: tied embeddings and head_dim 256 by default
+// (transformers' defaults, unlike the Llama family's), biases, causal
+// attention only, full attention everywhere until the layer types say
+// otherwise.
+absl::Status ParseGemmaCommon(const Json& root, ModelConfig* config) {
+  const int64_t n = config->num_layers;
+  config->sliding_window_per_layer.assign(n, 0);
+  GemmaHParams& g = config->gemma;
+  g = GemmaHParams();
+  g.sliding_layer.assign(n, false);
+  ASSIGN_OR_RETURN(config->tie_word_embeddings,
+                   OptionalBool(root, "tie_word_embeddings", true));
+  if (Find(root, "head_dim") == nullptr) config->head_dim = 256;
+  ASSIGN_OR_RETURN(g.attention_bias,
+                   OptionalBool(root, "attention_bias", false));
+  ASSIGN_OR_RETURN(const bool bidirectional,
+                   OptionalBool(root, "use_bidirectional_attention", false));
+  if (bidirectional) {
+    return absl::UnimplementedError(
+        "config key \"use_bidirectional_attention\" is true (an embedding "
+        "model): only causal attention is supported");
+  }
+  return absl::OkStatus();
+}
+
+// Gemma 2 and 3: the attention scale, the soft caps, the sandwich norms, and
+// which layers slide: layer_types when given (each "sliding_attention" or
+// "full_attention"), else layer i slides unless (i + 1) % `pattern` == 0
+// (transformers 5's derivation: gemma2 pattern 2 from layer 0, gemma3
+// sliding_window_pattern). A sliding layer sees sliding_window keys
+// (default 4096; null: all), HF's mask: keys (p - window, p].
+absl::Status ParseGemmaSandwich(const Json& root, int64_t pattern,
+                                double attn_softcap, double final_softcap,
+                                ModelConfig* config) {
+  GemmaHParams& g = config->gemma;
+  g.sandwich_norms = true;
+  ASSIGN_OR_RETURN(g.query_pre_attn_scalar,
+                   OptionalPositiveDouble(root, "query_pre_attn_scalar", 256));
+  ASSIGN_OR_RETURN(g.attn_logit_softcapping,
+                   SoftcapValue(root, "attn_logit_softcapping", attn_softcap));
+  ASSIGN_OR_RETURN(
+      g.final_logit_softcapping,
+      SoftcapValue(root, "final_logit_softcapping", final_softcap));
+  ASSIGN_OR_RETURN(const std::optional<std::string> act,
+                   OptionalString(root, "hidden_activation"));
+  if (act.has_value()) {
+    ASSIGN_OR_RETURN(g.activation, GemmaActivation(*act, "hidden_activation"));
+  }
+  ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 4096));
+  const int64_t n = config->num_layers;
+  const Json* layer_types = Find(root, "layer_types");
+  if (layer_types != nullptr) {
+    if (!layer_types->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"layer_types\" must be a list, found ",
+                       TypeName(*layer_types)));
+    }
+    if (static_cast<int64_t>(layer_types->size()) != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"layer_types\" has ", layer_types->size(),
+                       " entries but num_hidden_layers is ", n));
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    bool sliding = (i + 1) % pattern != 0;
+    if (layer_types != nullptr) {
+      const Json& type = (*layer_types)[i];
+      if (type == "sliding_attention") {
+        sliding = true;
+      } else if (type == "full_attention") {
+        sliding = false;
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"layer_types\"[", i,
+                         "]: unsupported layer type ", type.dump()));
+      }
+    }
+    g.sliding_layer[i] = sliding;
+    config->sliding_window_per_layer[i] = sliding ? window : 0;
+  }
+  return absl::OkStatus();
+}
+
+// Gemma 3's two RoPEs. transformers 5: rope_parameters keyed by layer type
+// ({"full_attention": {...}, "sliding_attention": {...}}, each read as a
+// RoPE of its own; a missing one is the default RoPE), with rope_theta
+// (default 1e6) and rope_local_base_freq (default 1e4) as their thetas when
+// they name none. transformers 4: rope_theta and rope_scaling for the global
+// layers, the default RoPE at rope_local_base_freq for the local ones.
+absl::Status ParseGemma3Rope(const Json& root, ModelConfig* config) {
+  RETURN_IF_ERROR(CheckPartialRotary(root, ""));
+  ASSIGN_OR_RETURN(const double global_theta,
+                   OptionalPositiveDouble(root, "rope_theta", 1e6));
+  ASSIGN_OR_RETURN(const double local_theta,
+                   OptionalPositiveDouble(root, "rope_local_base_freq", 1e4));
+  const Json* params = Find(root, "rope_parameters");
+  if (params == nullptr) {
+    Json full = Json::object();
+    full["rope_theta"] = global_theta;
+    if (const Json* scaling = Find(root, "rope_scaling")) {
+      full["rope_scaling"] = *scaling;
+    }
+    ASSIGN_OR_RETURN(config->rope, ParseRope(full));
+    config->gemma.rope_local = RopeConfig();
+    config->gemma.rope_local.theta = local_theta;
+    return absl::OkStatus();
+  }
+  if (!params->is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"rope_parameters\" must be an object, "
+                     "found ",
+                     TypeName(*params)));
+  }
+  for (const auto& item : params->items()) {
+    if (item.key() != "full_attention" && item.key() != "sliding_attention") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gemma3_text: config key \"rope_parameters\" must be keyed by "
+          "layer type (\"full_attention\", \"sliding_attention\"), found "
+          "key \"",
+          item.key(), "\""));
+    }
+  }
+  for (const bool local : {false, true}) {
+    const char* key = local ? "sliding_attention" : "full_attention";
+    Json one = Json::object();
+    one["rope_theta"] = local ? local_theta : global_theta;
+    const Json* sub = Find(*params, key);
+    one["rope_parameters"] = sub != nullptr ? *sub : Json::object();
+    absl::StatusOr<RopeConfig> rope = ParseRope(one);
+    if (!rope.ok()) {
+      return Annotate(rope.status(),
+                      absl::StrCat("rope_parameters[\"", key, "\"]"));
+    }
+    (local ? config->gemma.rope_local : config->rope) = *rope;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseGemmaHParams(const Json& root, ModelConfig* config) {
+  RETURN_IF_ERROR(ParseGemmaCommon(root, config));
+  // transformers 5 reads hidden_act; transformers 4 read hidden_activation
+  // and ignored a legacy hidden_act ("gelu" in Gemma 1's own configs, whose
+  // weights were trained with the tanh GELU): the declared hidden_activation
+  // wins.
+  const char* key = Find(root, "hidden_activation") != nullptr
+                        ? "hidden_activation"
+                        : "hidden_act";
+  ASSIGN_OR_RETURN(const std::optional<std::string> act,
+                   OptionalString(root, key));
+  if (act.has_value()) {
+    ASSIGN_OR_RETURN(config->gemma.activation, GemmaActivation(*act, key));
+  }
+  ASSIGN_OR_RETURN(config->rope, ParseRope(root));
+  return absl::OkStatus();
+}
+
+absl::Status ParseGemma2HParams(const Json& root, ModelConfig* config) {
+  RETURN_IF_ERROR(ParseGemmaCommon(root, config));
+  RETURN_IF_ERROR(ParseGemmaSandwich(root, /*pattern=*/2,
+                                     /*attn_softcap=*/50.0,
+                                     /*final_softcap=*/30.0, config));
+  ASSIGN_OR_RETURN(config->rope, ParseRope(root));
+  return absl::OkStatus();
+}
+
+absl::Status ParseGemma3HParams(const Json& root, ModelConfig* config) {
+  RETURN_IF_ERROR(ParseGemmaCommon(root, config));
+  ASSIGN_OR_RETURN(const int64_t pattern,
+                   OptionalPositiveInt(root, "sliding_window_pattern", 6));
+  RETURN_IF_ERROR(ParseGemmaSandwich(root, pattern, /*attn_softcap=*/0.0,
+                                     /*final_softcap=*/0.0, config));
+  config->gemma.qk_norm = true;
+  return ParseGemma3Rope(root, config);
+}
+
 absl::Span<const ArchitectureConfig> ConfigArchitectures() {
   return kArchitectures;
 }
@@ -594,6 +820,12 @@ absl::string_view ArchitectureName(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kGemma:
+      return "gemma";
+    case Architecture::kGemma2:
+      return "gemma2";
+    case Architecture::kGemma3:
+      return "gemma3_text";
   }
   return "unknown";
 }

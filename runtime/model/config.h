@@ -1,9 +1,10 @@
 // ModelConfig: the hyperparameters of a Llama-family checkpoint, read from its
 // config.json.
 //
-// Supported `model_type`s: llama, mistral, qwen2, qwen3. Everything the forward
-// pass needs is resolved here (defaults applied, derived values computed,
-// unsupported features rejected), so the model code never looks at JSON.
+// Supported `model_type`s: llama, mistral, qwen2, qwen3, gemma, gemma2,
+// gemma3_text. Everything the forward pass needs is resolved here (defaults
+// applied, derived values computed, unsupported features rejected), so the
+// model code never looks at JSON.
 #ifndef TESSERA_RUNTIME_MODEL_CONFIG_H_
 #define TESSERA_RUNTIME_MODEL_CONFIG_H_
 
@@ -24,6 +25,11 @@ enum class Architecture {
   kQwen2,    // model_type "qwen2": Llama with q/k/v biases.
   kQwen3,    // model_type "qwen3": Llama with per-head q/k RMSNorm and an
              // explicit head_dim.
+  kGemma,    // model_type "gemma": GeGLU, (1 + w) RMSNorm, a scaled embedding.
+  kGemma2,   // model_type "gemma2": Gemma with sandwich norms, alternating
+             // sliding/global layers and logit soft-capping.
+  kGemma3,   // model_type "gemma3_text" (Gemma3ForCausalLM): Gemma 2 with q/k
+             // norms and a local RoPE for the sliding layers.
 };
 
 absl::string_view ArchitectureName(Architecture arch);
@@ -57,6 +63,42 @@ struct LlamaHParams {
   bool qk_norm = false;  // Per-head RMSNorm on q and k before RoPE (qwen3).
 };
 
+// The MLP activation where an architecture's config chooses it.
+enum class HiddenActivation {
+  kSilu,      // "silu" / "swish".
+  kGeluTanh,  // "gelu_pytorch_tanh": GELU with the tanh approximation.
+};
+
+// Gemma 1, 2 and 3's own hyperparameters (read by gemma.h's weight table and
+// layer loop), as transformers 5 defaults them per model_type.
+struct GemmaHParams {
+  // gemma: hidden_activation when present (the checkpoint's declared GeGLU),
+  // else hidden_act; gemma2/gemma3_text: hidden_activation (hidden_act is
+  // ignored there, as transformers does). Default gelu_pytorch_tanh.
+  HiddenActivation activation = HiddenActivation::kGeluTanh;
+  // Attention scores are scaled by query_pre_attn_scalar^-0.5 (gemma2/3,
+  // default 256); 0 (gemma): head_dim^-0.5.
+  double query_pre_attn_scalar = 0;
+  // Soft caps, 0 = none: attention logits (gemma2 default 50, gemma3 none)
+  // and the LM head's logits (gemma2 default 30, gemma3 none).
+  double attn_logit_softcapping = 0;
+  double final_logit_softcapping = 0;
+  // gemma2/3: post_attention_layernorm normalizes the attention output
+  // before its residual add, and pre_/post_feedforward_layernorm wrap the
+  // MLP (gemma: post_attention_layernorm is the MLP's input norm, Llama's).
+  bool sandwich_norms = false;
+  bool qk_norm = false;         // gemma3: per-head q/k (1 + w) RMSNorm.
+  bool attention_bias = false;  // q/k/v/o biases (attention_bias).
+  // gemma3: the RoPE of "sliding_attention" layers (rope_local_base_freq, or
+  // rope_parameters["sliding_attention"]); ModelConfig::rope is then the
+  // "full_attention" layers'. Unused by gemma and gemma2 (one RoPE).
+  RopeConfig rope_local;
+  // Per layer (num_layers): whether it is a "sliding_attention" layer
+  // (layer_types, else gemma2's every other layer from layer 0, gemma3's
+  // sliding_window_pattern). Its window is sliding_window_per_layer.
+  std::vector<bool> sliding_layer;
+};
+
 // The longest context config.json may declare (max_position_embeddings):
 // positions are int32 in every kernel. Larger values are InvalidArgument.
 inline constexpr int64_t kMaxPositionEmbeddings = (int64_t{1} << 31) - 1;
@@ -83,6 +125,7 @@ struct ModelConfig {
 
   // The architecture's own hyperparameters (its ParseHParams below).
   LlamaHParams llama;
+  GemmaHParams gemma;
 
   // Sliding-window attention per layer: 0 = full attention, otherwise a query
   // at position p sees keys at positions (p - window, p]. Size num_layers
@@ -104,10 +147,12 @@ struct ModelConfig {
 //  - InvalidArgument: malformed JSON, a missing required key, a non-positive
 //  size, heads not
 //    dividing evenly (num_heads % num_kv_heads != 0), hidden_size % num_heads
-//    != 0 without an explicit head_dim, hidden_act other than silu, an unknown
-//    model_type
+//    != 0 without an explicit head_dim, hidden_act other than silu (Gemma:
+//    its activations, see ParseGemmaHParams), an unknown model_type
 //    ("unsupported model_type \"gpt2\" (supported: llama, mistral, qwen2,
-//    qwen3)");
+//    qwen3, gemma, gemma2, gemma3_text)");
+//  - Unimplemented: model_type "gemma3" (the multimodal
+//    Gemma3ForConditionalGeneration; its text part is a gemma3_text model);
 //  - Unimplemented: rope types other than default/linear/llama3, partial rotary
 //  embeddings;
 //  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and
@@ -127,6 +172,10 @@ struct ArchitectureConfig {
   Architecture arch;
   absl::Status (*parse_hparams)(const nlohmann::json& root,
                                 ModelConfig* config);
+  // The architecture reads hidden_act / hidden_activation and the RoPE keys
+  // itself (parse_hparams), instead of the shared reading (silu only; one
+  // RoPE for every layer).
+  bool own_activation_and_rope = false;
 };
 // Every model_type ParseModelConfig accepts.
 absl::Span<const ArchitectureConfig> ConfigArchitectures();
@@ -140,6 +189,19 @@ absl::Status ParseMistralHParams(const nlohmann::json& root,
                                  ModelConfig* config);
 absl::Status ParseQwen2HParams(const nlohmann::json& root, ModelConfig* config);
 absl::Status ParseQwen3HParams(const nlohmann::json& root, ModelConfig* config);
+
+// Gemma's ParseHParams (transformers 5's GemmaConfig, Gemma2Config and
+// Gemma3TextConfig): tied embeddings and head_dim 256 by default, the
+// activation, the attention scale, the soft caps, the sandwich norms, the
+// layer types and sliding windows, and gemma3's two RoPEs (rope_parameters
+// keyed by layer type, or rope_theta + rope_scaling for the global layers and
+// rope_local_base_freq for the local ones). use_bidirectional_attention is
+// Unimplemented.
+absl::Status ParseGemmaHParams(const nlohmann::json& root, ModelConfig* config);
+absl::Status ParseGemma2HParams(const nlohmann::json& root,
+                                ModelConfig* config);
+absl::Status ParseGemma3HParams(const nlohmann::json& root,
+                                ModelConfig* config);
 
 // Adds the eos ids of a generation_config.json text to config->eos_token_ids
 // (deduplicated): Hugging Face's generate() stops on those too. InvalidArgument

@@ -657,7 +657,7 @@ TEST(ConfigTest, UnknownModelType) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(c.status().message(),
             "unsupported model_type \"gpt2\" (supported: llama, mistral, "
-            "qwen2, qwen3)");
+            "qwen2, qwen3, gemma, gemma2, gemma3_text)");
 }
 
 TEST(ConfigTest, NonSiluActivation) {
