@@ -10,79 +10,25 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
-namespace {}  // namespace
 
 WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
-  const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
-                D = c.head_dim;
-  const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
-  // This rank's slices.
-  const int64_t q_begin = s.tp_rank * s.local_heads * D;
-  const int64_t q_end = q_begin + s.local_heads * D;
-  const int64_t kv_begin = s.first_kv_head * D;
-  const int64_t kv_end = kv_begin + s.local_kv_heads * D;
-  const int64_t i_begin = s.tp_rank * s.local_intermediate;
-  const int64_t i_end = i_begin + s.local_intermediate;
-  const int64_t v_begin = std::min(V, s.first_vocab_id);
-  const int64_t v_end = std::min(V, s.first_vocab_id + s.vocab_per_rank);
-  const int64_t v_pad = s.vocab_per_rank - (v_end - v_begin);
   WeightTable t;
   int part = 0;
-  if (s.first_stage()) {
-    t.push_back(VocabSplit("model.embed_tokens.weight", {V, H}, v_begin, v_end,
-                           v_pad, part++));
-  }
-  // Row-parallel biases (o, down) are added once, after the all-reduce, so
-  // every rank holds them whole.
+  if (s.first_stage()) AddEmbeddingSpec(c, s, part++, &t);
+  AttentionTensors attention;
+  attention.qkv_bias = c.llama.attention_bias;
+  attention.o_bias = c.llama.attention_out_bias;
+  attention.qk_norm = c.llama.qk_norm;
   for (int64_t l = s.first_layer; l < s.end_layer; ++l, ++part) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
-    t.push_back(Replicated(p + "input_layernorm.weight", {H}, part));
-    t.push_back(RowSplit(p + "self_attn.q_proj.weight", {q_dim, H}, q_begin,
-                         q_end, part));
-    t.push_back(RowSplit(p + "self_attn.k_proj.weight", {kv_dim, H}, kv_begin,
-                         kv_end, part));
-    t.push_back(RowSplit(p + "self_attn.v_proj.weight", {kv_dim, H}, kv_begin,
-                         kv_end, part));
-    t.push_back(ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
-                            q_end, part));
-    if (c.llama.attention_bias) {
-      t.push_back(
-          RowSplit(p + "self_attn.q_proj.bias", {q_dim}, q_begin, q_end, part));
-      t.push_back(RowSplit(p + "self_attn.k_proj.bias", {kv_dim}, kv_begin,
-                           kv_end, part));
-      t.push_back(RowSplit(p + "self_attn.v_proj.bias", {kv_dim}, kv_begin,
-                           kv_end, part));
-    }
-    if (c.llama.attention_out_bias) {
-      t.push_back(Replicated(p + "self_attn.o_proj.bias", {H}, part));
-    }
-    if (c.llama.qk_norm) {
-      t.push_back(Replicated(p + "self_attn.q_norm.weight", {D}, part));
-      t.push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
-    }
-    t.push_back(Replicated(p + "post_attention_layernorm.weight", {H}, part));
     t.push_back(
-        RowSplit(p + "mlp.gate_proj.weight", {I, H}, i_begin, i_end, part));
-    t.push_back(
-        RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part));
-    t.push_back(
-        ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part));
-    if (c.llama.mlp_bias) {
-      t.push_back(
-          RowSplit(p + "mlp.gate_proj.bias", {I}, i_begin, i_end, part));
-      t.push_back(RowSplit(p + "mlp.up_proj.bias", {I}, i_begin, i_end, part));
-      t.push_back(Replicated(p + "mlp.down_proj.bias", {H}, part));
-    }
+        Replicated(p + "input_layernorm.weight", {c.hidden_size}, part));
+    AddAttentionSpecs(c, s, p, attention, part, &t);
+    t.push_back(Replicated(p + "post_attention_layernorm.weight",
+                           {c.hidden_size}, part));
+    AddGatedMlpSpecs(c, s, p, c.llama.mlp_bias, part, &t);
   }
-  if (s.last_stage()) {
-    t.push_back(Replicated("model.norm.weight", {H}, part));
-    const bool reuse_embedding = c.tie_word_embeddings && s.first_stage();
-    if (!reuse_embedding) {
-      const char* name = c.tie_word_embeddings ? "model.embed_tokens.weight"
-                                               : "lm_head.weight";
-      t.push_back(VocabSplit(name, {V, H}, v_begin, v_end, v_pad, part));
-    }
-  }
+  if (s.last_stage()) AddHeadSpecs(c, s, part, &t);
   return t;
 }
 
@@ -98,74 +44,20 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq,
       own_allocator_(
           std::make_unique<PinnableBlockAllocator>(own_source_.get())),
       allocator_(own_allocator_.get()),
-      max_step_tokens_(
-          std::min<int64_t>(2048, config_.max_position_embeddings)) {}
+      max_step_tokens_(DefaultMaxStepTokens(config_)) {}
 
 absl::Status LlamaModel::Bind(WeightSet& set) {
-  if (!set.complete()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the weight set lacks ", set.first_missing()));
-  }
-  // Optional tensors (biases, q/k norms) are bound when the table lists them.
-  auto opt =
-      [&set](const std::string& name) -> absl::StatusOr<std::optional<Tensor>> {
-    if (!set.Has(name)) return std::optional<Tensor>();
-    ASSIGN_OR_RETURN(Tensor t, set.Take(name));
-    return std::optional<Tensor>(std::move(t));
-  };
-  // The checkpoint's separate projections of one layer, stacked into the one
-  // matrix (or bias) a fused GEMM reads (ConcatRows); the parts are freed as
-  // soon as the stack exists, so loading holds one layer's parts twice at
-  // most.
-  HostStaging staging;  // One host buffer for every stack (non-host memory).
-  auto stack =
-      [this, &set, &staging](
-          std::initializer_list<std::string> names) -> absl::StatusOr<Tensor> {
-    std::vector<Tensor> parts;
-    std::vector<const Tensor*> ptrs;
-    for (const std::string& name : names) {
-      ASSIGN_OR_RETURN(Tensor t, set.Take(name));
-      parts.push_back(std::move(t));
-    }
-    for (const Tensor& t : parts) ptrs.push_back(&t);
-    return ConcatRows(ops_, ptrs, &staging);
-  };
-  // Biases: all of them or none (the table lists them together).
-  auto stack_optional = [&set, &stack](std::initializer_list<std::string> names)
-      -> absl::StatusOr<std::optional<Tensor>> {
-    size_t present = 0;
-    for (const std::string& name : names) present += set.Has(name) ? 1 : 0;
-    if (present == 0) return std::optional<Tensor>();
-    if (present != names.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "the weight set has some but not all of the biases stacked with ",
-          *names.begin()));
-    }
-    ASSIGN_OR_RETURN(Tensor t, stack(names));
-    return std::optional<Tensor>(std::move(t));
-  };
-  if (shard_.first_stage()) {
-    ASSIGN_OR_RETURN(embed_tokens_, opt("model.embed_tokens.weight"));
-  }
+  WeightBinder w(ops_, &set);
+  RETURN_IF_ERROR(w.CheckComplete());
+  ASSIGN_OR_RETURN(ends_.embed_tokens, BindEmbedding(w, shard_));
   for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
     const std::string p = absl::StrCat("model.layers.", l, ".");
     DecoderLayer layer;
-    ASSIGN_OR_RETURN(layer.input_norm, set.Take(p + "input_layernorm.weight"));
+    ASSIGN_OR_RETURN(layer.input_norm, w.Take(p + "input_layernorm.weight"));
     ASSIGN_OR_RETURN(layer.post_attention_norm,
-                     set.Take(p + "post_attention_layernorm.weight"));
+                     w.Take(p + "post_attention_layernorm.weight"));
     AttentionBlock& a = layer.attention;
-    AttentionWeights& aw = a.weights;
-    ASSIGN_OR_RETURN(aw.qkv_proj, stack({p + "self_attn.q_proj.weight",
-                                         p + "self_attn.k_proj.weight",
-                                         p + "self_attn.v_proj.weight"}));
-    ASSIGN_OR_RETURN(aw.o_proj, set.Take(p + "self_attn.o_proj.weight"));
-    ASSIGN_OR_RETURN(aw.qkv_bias,
-                     stack_optional({p + "self_attn.q_proj.bias",
-                                     p + "self_attn.k_proj.bias",
-                                     p + "self_attn.v_proj.bias"}));
-    ASSIGN_OR_RETURN(aw.o_bias, opt(p + "self_attn.o_proj.bias"));
-    ASSIGN_OR_RETURN(aw.q_norm, opt(p + "self_attn.q_norm.weight"));
-    ASSIGN_OR_RETURN(aw.k_norm, opt(p + "self_attn.k_norm.weight"));
+    RETURN_IF_ERROR(BindAttentionWeights(w, p, &a.weights));
     a.local_heads = shard_.local_heads;
     a.local_kv_heads = shard_.local_kv_heads;
     a.head_dim = config_.head_dim;
@@ -173,50 +65,17 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
     a.sliding_window = config_.sliding_window_per_layer.empty()
                            ? 0
                            : config_.sliding_window_per_layer[l];
-    GatedMlpWeights& m = layer.mlp.weights;
-    ASSIGN_OR_RETURN(m.gate_up_proj, stack({p + "mlp.gate_proj.weight",
-                                            p + "mlp.up_proj.weight"}));
-    ASSIGN_OR_RETURN(m.down_proj, set.Take(p + "mlp.down_proj.weight"));
-    ASSIGN_OR_RETURN(m.gate_up_bias, stack_optional({p + "mlp.gate_proj.bias",
-                                                     p + "mlp.up_proj.bias"}));
-    ASSIGN_OR_RETURN(m.down_bias, opt(p + "mlp.down_proj.bias"));
+    RETURN_IF_ERROR(BindGatedMlpWeights(w, p, &layer.mlp.weights));
     layers_.push_back(std::move(layer));
   }
-  ASSIGN_OR_RETURN(final_norm_, opt("model.norm.weight"));
-  if (shard_.last_stage() &&
-      !(config_.tie_word_embeddings && embed_tokens_.has_value())) {
-    // A tied head on a rank without the embedding is listed under the
-    // embedding's name (see LlamaWeightTable).
-    ASSIGN_OR_RETURN(
-        lm_head_, opt(config_.tie_word_embeddings ? "model.embed_tokens.weight"
-                                                  : "lm_head.weight"));
-  }
-  if (shard_.first_stage() != embed_tokens_.has_value() ||
-      shard_.last_stage() != final_norm_.has_value() ||
-      (shard_.last_stage() && !lm_head_.has_value() &&
-       !embed_tokens_.has_value())) {
-    return absl::InvalidArgumentError(
-        "weights do not match the shard's pipeline stage");
-  }
-  return absl::OkStatus();
+  return BindHead(w, config_, shard_, &ends_);
 }
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     ModelConfig config, ShardSpec shard, WeightSet weights,
     const ModelContext& context) {
+  RETURN_IF_ERROR(CheckModelContext(context, shard, "LlamaModel"));
   Ops* ops = context.ops;
-  if (ops == nullptr) {
-    return absl::InvalidArgumentError("LlamaModel::Create: no backend");
-  }
-  if ((context.tp != nullptr ? context.tp->size() : 1) != shard.tp_size ||
-      (context.pp != nullptr ? context.pp->size() : 1) != shard.pp_size) {
-    return absl::InvalidArgumentError(
-        "communicator group sizes do not match the shard's tp and pp");
-  }
-  if (context.max_logit_rows < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "max_logit_rows ", context.max_logit_rows, " must be >= 1"));
-  }
   ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
   ASSIGN_OR_RETURN(Tensor inv_freq,
                    ops->Upload(host_inv_freq.view(), DType::kF32));
@@ -237,11 +96,7 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
 }
 
 int64_t LlamaModel::weight_bytes() const {
-  int64_t bytes = 0;
-  for (const std::optional<Tensor>* t :
-       {&embed_tokens_, &final_norm_, &lm_head_}) {
-    if (t->has_value()) bytes += static_cast<int64_t>((*t)->nbytes());
-  }
+  int64_t bytes = ends_.bytes();
   for (const DecoderLayer& layer : layers_) {
     bytes += static_cast<int64_t>(layer.input_norm.nbytes() +
                                   layer.post_attention_norm.nbytes()) +
@@ -251,148 +106,51 @@ int64_t LlamaModel::weight_bytes() const {
 }
 
 absl::Status LlamaModel::BindScratch() {
-  const ModelConfig& c = config_;
-  const ShardSpec& s = shard_;
-  const int64_t T = max_step_tokens_;
-  const int64_t D = c.head_dim;
-  struct Spec {
-    const char* name;
-    TensorView* view;
-    Shape shape;
-  };
-  const Spec specs[] = {
-      {"hidden", &hidden_, {T, c.hidden_size}},
-      {"normed", &normed_, {T, c.hidden_size}},
-      {"qkv",
-       &attention_scratch_.qkv,
-       {T, (s.local_heads + 2 * s.local_kv_heads) * D}},
-      {"q", &attention_scratch_.q, {T, s.local_heads, D}},
-      {"attn", &attention_scratch_.attn, {T, s.local_heads, D}},
-      {"proj", &proj_, {T, c.hidden_size}},
-      {"gate_up", &mlp_scratch_.gate_up, {T, 2 * s.local_intermediate}},
-      {"act", &mlp_scratch_.act, {T, s.local_intermediate}},
-      {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
-      {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
-      {"gathered_logits",
-       &gathered_logits_,
-       {s.tp_size * max_logit_rows_, s.vocab_per_rank}},
-      {"full_logits",
-       &full_logits_,
-       {s.tp_size > 1 ? max_logit_rows_ : 1, c.vocab_size}},
-  };
-  for (const Spec& spec : specs) {
-    RETURN_IF_ERROR(workspace_.RegisterBuffer(
-        spec.name, static_cast<size_t>(spec.shape.numel()) * sizeof(float)));
-  }
-  RETURN_IF_ERROR(workspace_.FinalizeAndBind(allocator_));
-  for (const Spec& spec : specs) {
-    ASSIGN_OR_RETURN(*spec.view,
-                     workspace_.View(spec.name, DType::kF32, spec.shape));
-  }
-  return absl::OkStatus();
+  ScratchPlan plan;
+  PlanDecoderScratch(config_, shard_, max_step_tokens_, max_logit_rows_,
+                     &scratch_, &plan);
+  return plan.Bind(&workspace_, allocator_);
 }
 
 absl::Status LlamaModel::ForwardBatch(const StepBatch& batch,
                                       const KvPool& pool, float* logits) {
   const ModelConfig& c = config_;
-  const AttentionMetadata* meta = batch.metadata;
-  const int64_t T = batch.tokens.numel();
-  if (meta == nullptr || meta->num_tokens != T || T == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ForwardBatch: ", T, " tokens do not match the attention metadata"));
-  }
-  if (T > max_step_tokens_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ForwardBatch: ", T,
-                     " tokens in one step, the model's "
-                     "scratch holds ",
-                     max_step_tokens_));
-  }
-  const int64_t rows = batch.logit_rows.numel();
-  if (rows > max_logit_rows_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "ForwardBatch: logits for ", rows,
-        " sequences, the model's scratch holds ", max_logit_rows_));
-  }
-  if (meta->max_seq_len > c.max_position_embeddings) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "ForwardBatch: a sequence reaches ", meta->max_seq_len,
-        " positions, beyond the context length ", c.max_position_embeddings));
-  }
   const int64_t local_layers = shard_.end_layer - shard_.first_layer;
-  const KvPoolShape expected = kv_pool_shape(pool.shape().dtype);
-  if (pool.shape().num_layers != local_layers ||
-      pool.shape().num_kv_heads != expected.num_kv_heads ||
-      pool.shape().head_dim != expected.head_dim ||
-      pool.block_size() != meta->block_size) {
-    return absl::InvalidArgumentError(
-        "ForwardBatch: the KV pool was built for another model, shard or "
-        "block size");
-  }
-  // Stage input: the embedding (vocabulary-parallel: each TP rank looks up the
-  // ids it holds, the sum completes every row) or the previous stage's output.
-  TensorView hidden = hidden_.Rows(0, T);
-  if (shard_.first_stage()) {
-    if (shard_.tp_size == 1) {
-      RETURN_IF_ERROR(
-          ops_->Embedding(embed_tokens_->view(), batch.tokens, hidden));
-    } else {
-      RETURN_IF_ERROR(ops_->EmbeddingShard(embed_tokens_->view(), batch.tokens,
-                                           shard_.first_vocab_id, hidden));
-      RETURN_IF_ERROR(tp_->AllReduceSum(hidden));
-    }
-  } else {
-    RETURN_IF_ERROR(pp_->Recv(hidden, shard_.pp_stage - 1));
-  }
-  // Each layer leaves its MLP output in proj_ with the residual add pending:
+  RETURN_IF_ERROR(CheckStepBatch(batch, pool, c, local_layers,
+                                 kv_pool_shape(pool.shape().dtype),
+                                 max_step_tokens_, max_logit_rows_));
+  const int64_t T = batch.tokens.numel();
+  TensorView hidden = scratch_.hidden.Rows(0, T);
+  RETURN_IF_ERROR(EmbedOrReceive(ops_, tp_, pp_, shard_, ends_.embed_tokens,
+                                 batch.tokens, hidden));
+  // Each layer leaves its MLP output in proj with the residual add pending:
   // it fuses with the next norm (the next layer's input norm, or the final
   // norm), so every layer boundary is one AddRmsNorm.
   for (int64_t l = 0; l < local_layers; ++l) {
     RETURN_IF_ERROR(Layer(static_cast<int>(l), batch, pool.layer(l)));
   }
-  TensorView proj = proj_.Rows(0, T);
+  TensorView proj = scratch_.proj.Rows(0, T);
   if (!shard_.last_stage()) {
     if (local_layers > 0) RETURN_IF_ERROR(ops_->Add(hidden, proj, hidden));
     return pp_->Send(hidden, shard_.pp_stage + 1);
   }
-  if (rows == 0) {  // An earlier prefill chunk: no logits this step.
+  if (batch.logit_rows.numel() == 0) {  // An earlier prefill chunk.
     step_logits_ = TensorView();
     return absl::OkStatus();
   }
   // The final norm over every row (fused with the last residual add), then
   // the sampled rows' logits.
-  TensorView normed = normed_.Rows(0, T);
+  TensorView normed = scratch_.normed.Rows(0, T);
   const float eps = static_cast<float>(c.rms_norm_eps);
+  const TensorView final_norm = ends_.final_norm->view();
   if (local_layers > 0) {
-    RETURN_IF_ERROR(
-        ops_->AddRmsNorm(hidden, proj, final_norm_->view(), eps, normed));
+    RETURN_IF_ERROR(ops_->AddRmsNorm(hidden, proj, final_norm, eps, normed));
   } else {
-    RETURN_IF_ERROR(ops_->RmsNorm(hidden, final_norm_->view(), eps, normed));
+    RETURN_IF_ERROR(ops_->RmsNorm(hidden, final_norm, eps, normed));
   }
-  meta_tokens_ = T;
-  return Head(batch.logit_rows, logits);
-}
-
-absl::Status LlamaModel::Head(const TensorView& rows, float* logits) {
-  const int64_t n = rows.numel();
-  // Only the sampled positions' logits are needed to pick next tokens; their
-  // rows of the final norm's output (normed_).
-  TensorView last = last_hidden_.Rows(0, n);
-  RETURN_IF_ERROR(ops_->GatherRows(normed_.Rows(0, meta_tokens_), rows, last));
-  const Tensor& lm_head = lm_head_.has_value() ? *lm_head_ : *embed_tokens_;
-  TensorView local = local_logits_.Rows(0, n);
-  RETURN_IF_ERROR(ops_->Linear(last, lm_head.view(), nullptr, local));
-  if (shard_.tp_size == 1) {
-    step_logits_ = local;  // vocab_per_rank == V without tensor parallelism.
-  } else {
-    // Vocabulary-parallel head: each rank scores its rows, the gather stacks
-    // them [rank, row, vocab], and the concatenation drops the padding.
-    const TensorView gathered(gathered_logits_.data(), DType::kF32,
-                              {shard_.tp_size * n, shard_.vocab_per_rank});
-    RETURN_IF_ERROR(tp_->AllGather(local, gathered));
-    step_logits_ = full_logits_.Rows(0, n);
-    RETURN_IF_ERROR(ops_->ConcatShards(gathered, shard_.tp_size, step_logits_));
-  }
+  ASSIGN_OR_RETURN(step_logits_,
+                   VocabParallelLogits(ops_, tp_, shard_, scratch_, normed,
+                                       batch.logit_rows, ends_.head()));
   if (logits == nullptr) return absl::OkStatus();  // They stay on the device.
   return ops_->CopyToHost(step_logits_, logits);
 }
@@ -403,9 +161,9 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
   const AttentionMetadata& meta = *batch.metadata;
   const int64_t T = meta.num_tokens;
   const float eps = static_cast<float>(config_.rms_norm_eps);
-  TensorView hidden = hidden_.Rows(0, T);
-  TensorView normed = normed_.Rows(0, T);
-  TensorView proj = proj_.Rows(0, T);
+  TensorView hidden = scratch_.hidden.Rows(0, T);
+  TensorView normed = scratch_.normed.Rows(0, T);
+  TensorView proj = scratch_.proj.Rows(0, T);
   if (l == 0) {
     RETURN_IF_ERROR(
         ops_->RmsNorm(hidden, layer.input_norm.view(), eps, normed));
@@ -416,13 +174,13 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
   }
   RETURN_IF_ERROR(
       layer.attention.Forward(ops_, tp_, normed, meta, batch.backend, cache,
-                              inv_freq_.view(), attention_scratch_, proj));
+                              inv_freq_.view(), scratch_.attention, proj));
   // hidden += attention output; normed = the MLP's input norm (fused).
   RETURN_IF_ERROR(ops_->AddRmsNorm(
       hidden, proj, layer.post_attention_norm.view(), eps, normed));
   // The MLP output stays in proj: its residual add fuses with the next norm
   // (see ForwardBatch).
-  return layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj);
+  return layer.mlp.Forward(ops_, tp_, normed, scratch_.mlp, proj);
 }
 
 }  // namespace tessera

@@ -40,6 +40,7 @@
 #include "runtime/kv/kv_layout.h"
 #include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
+#include "runtime/model/decoder.h"
 #include "runtime/model/layers.h"
 #include "runtime/model/model.h"
 #include "runtime/model/rope.h"
@@ -87,7 +88,6 @@ class LlamaModel : public Model {
   absl::Status BindScratch();
   absl::Status Layer(int local_layer, const StepBatch& batch,
                      const KvCacheLayer& cache);
-  absl::Status Head(const TensorView& rows, float* logits);
 
   // One decoder layer: h += attention(norm(h)); h += mlp(norm(h)).
   struct DecoderLayer {
@@ -99,10 +99,8 @@ class LlamaModel : public Model {
 
   ModelConfig config_;
   ShardSpec shard_;
-  std::optional<Tensor> embed_tokens_;  // First stage.
-  std::vector<DecoderLayer> layers_;    // This stage's layers.
-  std::optional<Tensor> final_norm_;    // Last stage.
-  std::optional<Tensor> lm_head_;       // Last stage; null when tied.
+  EmbeddingAndHead ends_;             // This stage's embedding and head.
+  std::vector<DecoderLayer> layers_;  // This stage's layers.
   Tensor inv_freq_;
   Ops* ops_;
   Communicator* tp_;
@@ -117,12 +115,8 @@ class LlamaModel : public Model {
   Workspace workspace_;
   int64_t max_step_tokens_ = 0;
   int64_t max_logit_rows_ = 1;
-  TensorView hidden_, normed_, proj_, last_hidden_, local_logits_,
-      gathered_logits_, full_logits_;
-  AttentionScratch attention_scratch_;
-  GatedMlpScratch mlp_scratch_;
-  int64_t meta_tokens_ = 0;  // Tokens of the step in Head.
-  TensorView step_logits_;   // The last step's logits, in the backend.
+  DecoderScratch scratch_;
+  TensorView step_logits_;  // The last step's logits, in the backend.
 };
 
 }  // namespace tessera
