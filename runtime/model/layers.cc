@@ -72,7 +72,8 @@ absl::Status AttentionBlock::Forward(
   args.metadata = &meta;
   args.out = attn;
   args.sliding_window = sliding_window;
-  args.scale = 1.0f / std::sqrt(static_cast<float>(D));
+  args.scale = scale > 0.0f ? scale : 1.0f / std::sqrt(static_cast<float>(D));
+  args.softcap = softcap;
   if (backend == AttentionBackend::kStatic) {
     args.first_seq = 0;
     args.end_seq = meta.num_seqs;
@@ -103,10 +104,10 @@ absl::Status GatedMlp::Forward(Ops* ops, Communicator* tp, const TensorView& x,
   TensorView gate_up = scratch.gate_up.Rows(0, T);
   TensorView act = scratch.act.Rows(0, T);
   TensorView bias_storage;
-  // act = silu(x · gateᵀ) * (x · upᵀ), fused where the backend can.
-  RETURN_IF_ERROR(ops->GatedLinear(
-      GatedActivationKind::kSilu, x, w.gate_up_proj.view(),
-      OptionalView(w.gate_up_bias, &bias_storage), gate_up, act));
+  // act = act(x · gateᵀ) * (x · upᵀ), fused where the backend can.
+  RETURN_IF_ERROR(ops->GatedLinear(activation, x, w.gate_up_proj.view(),
+                                   OptionalView(w.gate_up_bias, &bias_storage),
+                                   gate_up, act));
   RETURN_IF_ERROR(ops->Linear(act, w.down_proj.view(), nullptr, out));
   return FinishRowParallel(ops, tp, w.down_bias, out);
 }

@@ -70,11 +70,16 @@ struct GatedMlpScratch {
 // sliding window), the output projection.
 struct AttentionBlock {
   AttentionWeights weights;
+  // 0: none; > 0: the scaled scores are soft-capped, tanh(s / softcap) *
+  // softcap (Gemma 2's attn_logit_softcapping, PagedAttentionArgs).
+  float softcap = 0.0f;
   int64_t local_heads = 0;
   int64_t local_kv_heads = 0;
   int64_t head_dim = 0;
   float rms_norm_eps = 1e-6f;
   int64_t sliding_window = 0;  // 0: full attention.
+  // The softmax scale q·k is multiplied by; 0: 1 / sqrt(head_dim).
+  float scale = 0.0f;
 
   // out [T, H] = attention(x [T, H]) for the step described by `metadata`
   // (T = metadata.num_tokens). kStatic runs every sequence with the static
@@ -90,8 +95,10 @@ struct AttentionBlock {
 
 struct GatedMlp {
   GatedMlpWeights weights;
+  // act of down(act(gate(x)) * up(x)): SwiGLU by default, GeGLU for Gemma.
+  GatedActivationKind activation = GatedActivationKind::kSilu;
 
-  // out [T, H] = down(silu(gate(x)) * up(x)) (+ biases) for x [T, H]: one
+  // out [T, H] = down(act(gate(x)) * up(x)) (+ biases) for x [T, H]: one
   // Linear for gate and up, one GatedActivation, the down Linear.
   absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
                        const GatedMlpScratch& scratch,

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "runtime/core/status.h"
+#include "runtime/model/gemma.h"
 #include "runtime/model/llama.h"
 
 namespace tessera {
@@ -19,6 +20,15 @@ absl::StatusOr<std::unique_ptr<Model>> CreateLlama(
   return std::unique_ptr<Model>(std::move(model));
 }
 
+absl::StatusOr<std::unique_ptr<Model>> CreateGemma(
+    ModelConfig config, ShardSpec shard, WeightSet weights,
+    const ModelContext& context) {
+  ASSIGN_OR_RETURN(std::unique_ptr<GemmaModel> model,
+                   GemmaModel::Create(std::move(config), shard,
+                                      std::move(weights), context));
+  return std::unique_ptr<Model>(std::move(model));
+}
+
 // One line per architecture. The Llama family differs only in its hparams
 // (biases, q/k norms, sliding windows), so its members share the weight
 // table and the layer loop.
@@ -27,6 +37,9 @@ constexpr ArchitectureEntry kArchitectures[] = {
     {"mistral", &ParseMistralHParams, &LlamaWeightTable, &CreateLlama},
     {"qwen2", &ParseQwen2HParams, &LlamaWeightTable, &CreateLlama},
     {"qwen3", &ParseQwen3HParams, &LlamaWeightTable, &CreateLlama},
+    {"gemma", &ParseGemmaHParams, &GemmaWeightTable, &CreateGemma},
+    {"gemma2", &ParseGemma2HParams, &GemmaWeightTable, &CreateGemma},
+    {"gemma3_text", &ParseGemma3HParams, &GemmaWeightTable, &CreateGemma},
 };
 
 }  // namespace

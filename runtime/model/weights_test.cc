@@ -316,7 +316,7 @@ TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
   auto entry = FindArchitecture("gpt2");
   EXPECT_EQ(entry.status().message(),
             "unsupported model_type \"gpt2\" (supported: llama, mistral, "
-            "qwen2, qwen3)");
+            "qwen2, qwen3, gemma, gemma2, gemma3_text)");
   EXPECT_TRUE(FindArchitecture("qwen3").ok());
 }
 
@@ -330,8 +330,9 @@ TEST(RegistryTest, ConfigParsingAndRegistryAgree) {
     EXPECT_EQ((*entry)->parse_hparams, a.parse_hparams) << a.model_type;
     ++found;
   }
-  EXPECT_EQ(found, 4u);
-  for (absl::string_view t : {"llama", "mistral", "qwen2", "qwen3"}) {
+  EXPECT_EQ(found, 7u);
+  for (absl::string_view t : {"llama", "mistral", "qwen2", "qwen3", "gemma",
+                              "gemma2", "gemma3_text"}) {
     bool listed = false;
     for (const ArchitectureConfig& a : ConfigArchitectures())
       listed |= a.model_type == t;
