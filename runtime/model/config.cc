@@ -422,16 +422,20 @@ constexpr ArchitectureClass kArchitectureClasses[] = {
     {"Qwen3MoeForCausalLM", "qwen3_moe"},
 };
 
+// Known, and refused with the reason rather than as unknown: the multimodal
+// Gemma 3 (its text part is a gemma3_text model, but under text_config and
+// with tensor names of another prefix).
+absl::Status RefuseMultimodalGemma3() {
+  return absl::UnimplementedError(
+      "model_type \"gemma3\" (Gemma3ForConditionalGeneration, text and "
+      "vision) is not supported: its text_config and prefixed tensor names "
+      "are not read; a Gemma3ForCausalLM checkpoint (model_type "
+      "\"gemma3_text\") runs");
+}
+
 absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
     absl::string_view model_type) {
-  // Known, and refused with the reason rather than as unknown.
-  if (model_type == "gemma3") {
-    return absl::UnimplementedError(
-        "model_type \"gemma3\" (Gemma3ForConditionalGeneration, text and "
-        "vision) is not supported: its text_config and prefixed tensor names "
-        "are not read; a Gemma3ForCausalLM checkpoint (model_type "
-        "\"gemma3_text\") runs");
-  }
+  if (model_type == "gemma3") return RefuseMultimodalGemma3();
   std::vector<absl::string_view> names;
   for (const ArchitectureConfig& a : kArchitectures) {
     if (a.model_type == model_type) return &a;
@@ -472,6 +476,9 @@ absl::StatusOr<std::string> ResolveModelType(const Json& root) {
           "\"architectures\")");
     }
     return *model_type;
+  }
+  if (*hf_class == "Gemma3ForConditionalGeneration") {
+    return RefuseMultimodalGemma3();
   }
   for (const ArchitectureClass& c : kArchitectureClasses) {
     if (c.hf_class != *hf_class) continue;

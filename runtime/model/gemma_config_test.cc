@@ -390,12 +390,17 @@ TEST(GemmaConfigTest, BidirectionalAttentionIsUnimplemented) {
 }
 
 TEST(GemmaConfigTest, MultimodalGemma3IsRefusedWithTheReason) {
+  // As transformers writes it (the class), and by model_type alone.
   Json config = Json::parse(kGemma3Text);
   config["model_type"] = "gemma3";
-  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_TRUE(Contains(c.status(), "Gemma3ForConditionalGeneration"));
-  EXPECT_TRUE(Contains(c.status(), "gemma3_text"));
+  config["architectures"] = {"Gemma3ForConditionalGeneration"};
+  for (const bool with_class : {true, false}) {
+    if (!with_class) config.erase("architectures");
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_TRUE(Contains(c.status(), "Gemma3ForConditionalGeneration"));
+    EXPECT_TRUE(Contains(c.status(), "gemma3_text"));
+  }
 }
 
 TEST(GemmaConfigTest, ArchitectureNames) {
