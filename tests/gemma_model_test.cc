@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/backend/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nlohmann/json.hpp"
 #include "runtime/executor/sequence_runner.h"
@@ -37,7 +40,7 @@ namespace {
 
 using Json = nlohmann::json;
 
-Json BaseConfig(const std::string& model_type) {
+Json BaseConfig(const std::string& model_type, int64_t head_dim = 16) {
   Json c = {{"model_type", model_type},
             {"vocab_size", 96},
             {"hidden_size", 64},
@@ -45,7 +48,7 @@ Json BaseConfig(const std::string& model_type) {
             {"num_hidden_layers", 3},
             {"num_attention_heads", 4},
             {"num_key_value_heads", 2},
-            {"head_dim", 16},
+            {"head_dim", head_dim},
             {"max_position_embeddings", 256},
             {"rms_norm_eps", 1e-6},
             {"bos_token_id", 1},
@@ -292,9 +295,10 @@ constexpr int64_t kDecodes = 12;
 // tokens: the logits after each.
 std::vector<std::vector<float>> RunSequence(Model* model,
                                             const std::vector<int32_t>& seq,
-                                            bool last_stage) {
+                                            bool last_stage,
+                                            DType cache_dtype = DType::kF32) {
   SequenceRunner runner(model);
-  auto cache = runner.NewKvCache(kPrompt + kDecodes);
+  auto cache = runner.NewKvCache(kPrompt + kDecodes, cache_dtype);
   EXPECT_TRUE(cache.ok()) << cache.status();
   const int64_t V = model->config().vocab_size;
   std::vector<std::vector<float>> out;
@@ -452,6 +456,57 @@ TEST_P(GemmaModelTest, ShardsMatchOneRank) {
             << "rank " << r << " step " << i;
       }
     }
+  }
+}
+
+// The gpu-tagged twin (TESSERA_TEST_DEVICE=cuda): the model on CUDA against
+// the same reference, head_dim 64 so the tensor-core attention runs for a
+// bf16 cache. f32 matrices and cache (the golden mode) within f32 rounding;
+// bf16 matrices (the reference rounds them too) and a bf16 cache within
+// bf16's.
+TEST_P(GemmaModelTest, CudaMatchesTheReference) {
+  const char* device = std::getenv("TESSERA_TEST_DEVICE");
+  if (device == nullptr || std::string(device) != "cuda") {
+    GTEST_SKIP() << "the CUDA twin (gemma_model_cuda_test) runs this";
+  }
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string dir = dir_ + "_d64";
+  const Weights weights = WriteModel(dir, BaseConfig(GetParam(), 64), 99);
+  auto config = LoadModelConfig(dir);
+  ASSERT_TRUE(config.ok()) << config.status();
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    auto backend = CreateBackend("cuda", 0);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    ModelPlacement placement;
+    placement.allocator = backend->allocator.get();
+    placement.matrix_dtype = dtype;
+    auto model = LoadModel(dir, backend->ops.get(), 0, 1, placement);
+    ASSERT_TRUE(model.ok()) << model.status();
+    const std::vector<std::vector<float>> got =
+        RunSequence(model->get(), seq_, true, dtype);
+    Weights rounded = weights;
+    if (dtype == DType::kBF16) {
+      for (auto& [name, values] : rounded) {
+        if (name.find("norm") != std::string::npos) continue;
+        for (double& v : values) {
+          float f = static_cast<float>(v);
+          uint32_t bits;
+          std::memcpy(&bits, &f, 4);
+          bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+          std::memcpy(&f, &bits, 4);
+          v = f;
+        }
+      }
+    }
+    const double tol = dtype == DType::kF32 ? 1e-4 : 3e-2;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const std::vector<int32_t> prefix(seq_.begin(),
+                                        seq_.begin() + kPrompt + i);
+      EXPECT_LT(RelativeError(got[i], Reference(*config, rounded, prefix)), tol)
+          << "step " << i;
+    }
+    model->reset();
   }
 }
 
