@@ -869,8 +869,12 @@ absl::Status ParseGemma2HParams(const Json& root, ModelConfig* config) {
 
 absl::Status ParseGemma3HParams(const Json& root, ModelConfig* config) {
   RETURN_IF_ERROR(ParseGemmaCommon(root, config));
-  ASSIGN_OR_RETURN(const int64_t pattern,
-                   OptionalPositiveInt(root, "sliding_window_pattern", 6));
+  // transformers 5 saves it as the private "_sliding_window_pattern".
+  ASSIGN_OR_RETURN(const int64_t saved_pattern,
+                   OptionalPositiveInt(root, "_sliding_window_pattern", 6));
+  ASSIGN_OR_RETURN(
+      const int64_t pattern,
+      OptionalPositiveInt(root, "sliding_window_pattern", saved_pattern));
   RETURN_IF_ERROR(ParseGemmaSandwich(root, pattern, /*attn_softcap=*/0.0,
                                      /*final_softcap=*/0.0, config));
   config->gemma.qk_norm = true;

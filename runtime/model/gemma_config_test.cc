@@ -300,6 +300,17 @@ TEST(GemmaConfigTest, Gemma3TextTransformers4) {
   EXPECT_TRUE(c->tie_word_embeddings);  // Absent: Gemma's default.
 }
 
+TEST(GemmaConfigTest, Gemma3PatternAsTransformers5SavesIt) {
+  Json config = Json::parse(kGemma3TextV4);
+  config.erase("sliding_window_pattern");
+  config["_sliding_window_pattern"] = 3;
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  for (int i = 0; i < 13; ++i) {
+    EXPECT_EQ(c->gemma.sliding_layer[i], (i + 1) % 3 != 0) << i;
+  }
+}
+
 TEST(GemmaConfigTest, Gemma3RopeDefaults) {
   // No RoPE keys at all: 1e6 global, 1e4 local, both default.
   absl::StatusOr<ModelConfig> c =
