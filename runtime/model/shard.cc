@@ -12,6 +12,8 @@ ShardSpec FullModel(const ModelConfig& c) {
   s.local_kv_heads = c.num_kv_heads;
   s.local_intermediate = c.intermediate_size;
   s.vocab_per_rank = c.vocab_size;
+  s.local_expert_intermediate = c.moe.expert_intermediate_size;
+  s.local_shared_intermediate = c.moe.shared_expert_intermediate_size;
   return s;
 }
 
@@ -41,6 +43,18 @@ absl::StatusOr<ShardSpec> MakeShardSpec(const ModelConfig& c, int tp_rank,
                      ": intermediate_size ", c.intermediate_size,
                      " is not divisible by it"));
   }
+  for (const auto& [what, size] :
+       {std::pair<const char*, int64_t>("moe_intermediate_size",
+                                        c.moe.expert_intermediate_size),
+        std::pair<const char*, int64_t>(
+            "shared_expert_intermediate_size",
+            c.moe.shared_expert_intermediate_size)}) {
+    if (size % tp_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot split the ", model, " over --tp ", tp_size, ": ",
+                       what, " ", size, " is not divisible by it"));
+    }
+  }
   ShardSpec s;
   s.tp_rank = tp_rank;
   s.tp_size = tp_size;
@@ -55,6 +69,8 @@ absl::StatusOr<ShardSpec> MakeShardSpec(const ModelConfig& c, int tp_rank,
     s.first_kv_head = tp_rank / (tp_size / c.num_kv_heads);
   }
   s.local_intermediate = c.intermediate_size / tp_size;
+  s.local_expert_intermediate = c.moe.expert_intermediate_size / tp_size;
+  s.local_shared_intermediate = c.moe.shared_expert_intermediate_size / tp_size;
   s.vocab_per_rank = (c.vocab_size + tp_size - 1) / tp_size;
   s.first_vocab_id = tp_rank * s.vocab_per_rank;
 
