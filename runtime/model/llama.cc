@@ -10,7 +10,65 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
-namespace {}  // namespace
+namespace {
+
+// A MoE layer's tensors (see LlamaWeightTable): the router, the stacked
+// experts (this rank's slice of each expert's intermediate dimension), and
+// qwen2_moe's shared expert and gate.
+void AddMoeWeights(const ModelConfig& c, const ShardSpec& s,
+                   const std::string& p, int part, WeightTable* t) {
+  const int64_t H = c.hidden_size, E = c.moe.num_experts;
+  const int64_t I = c.moe.expert_intermediate_size;
+  const int64_t local = s.local_expert_intermediate;
+  const int64_t ib = s.tp_rank * local, ie = ib + local;
+  const bool mixtral = c.arch == Architecture::kMixtral;
+  // Published checkpoints: Mixtral's block_sparse_moe.experts.N.w1 (gate),
+  // w3 (up), w2 (down); Qwen's mlp.experts.N.gate_proj/up_proj/down_proj.
+  const std::string experts =
+      p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.");
+  const char* gate = mixtral ? ".w1.weight" : ".gate_proj.weight";
+  const char* up = mixtral ? ".w3.weight" : ".up_proj.weight";
+  const char* down = mixtral ? ".w2.weight" : ".down_proj.weight";
+  std::vector<std::string> gate_up_parts, down_parts;
+  for (int64_t e = 0; e < E; ++e) {
+    gate_up_parts.push_back(absl::StrCat(experts, e, gate));
+    gate_up_parts.push_back(absl::StrCat(experts, e, up));
+    down_parts.push_back(absl::StrCat(experts, e, down));
+  }
+  // transformers 5 names the router mlp.gate for Mixtral too.
+  WeightSpec router = Replicated(
+      p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"),
+      {E, H}, part);
+  if (mixtral)
+    router = WithParts(std::move(router), {p + "mlp.gate.weight"}, {E, H});
+  t->push_back(std::move(router));
+  const std::string gate_up_name = p + "mlp.experts.gate_up_proj";
+  const std::string down_name = p + "mlp.experts.down_proj";
+  // Without tensor parallelism the whole stacks, read in place.
+  WeightSpec gate_up_spec =
+      s.tp_size == 1 ? ExpertSplit(gate_up_name, {E, 2 * I, H}, 0, E, part)
+                     : ExpertSlices(gate_up_name, {E, 2 * I, H}, 0, E, 1,
+                                    {{ib, ie}, {I + ib, I + ie}}, part);
+  WeightSpec down_spec =
+      s.tp_size == 1
+          ? ExpertSplit(down_name, {E, H, I}, 0, E, part)
+          : ExpertSlices(down_name, {E, H, I}, 0, E, 2, {{ib, ie}}, part);
+  t->push_back(
+      WithParts(std::move(gate_up_spec), std::move(gate_up_parts), {I, H}));
+  t->push_back(WithParts(std::move(down_spec), std::move(down_parts), {H, I}));
+  const int64_t Is = c.moe.shared_expert_intermediate_size;
+  if (Is > 0) {
+    const int64_t sb = s.tp_rank * s.local_shared_intermediate;
+    const int64_t se = sb + s.local_shared_intermediate;
+    const std::string q = p + "mlp.shared_expert.";
+    t->push_back(RowSplit(q + "gate_proj.weight", {Is, H}, sb, se, part));
+    t->push_back(RowSplit(q + "up_proj.weight", {Is, H}, sb, se, part));
+    t->push_back(ColumnSplit(q + "down_proj.weight", {H, Is}, sb, se, part));
+    t->push_back(Replicated(p + "mlp.shared_expert_gate.weight", {1, H}, part));
+  }
+}
+
+}  // namespace
 
 WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   const int64_t H = c.hidden_size, I = c.intermediate_size, V = c.vocab_size,
@@ -61,6 +119,10 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
       t.push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
     }
     t.push_back(Replicated(p + "post_attention_layernorm.weight", {H}, part));
+    if (c.moe.sparse(l)) {
+      AddMoeWeights(c, s, p, part, &t);
+      continue;
+    }
     t.push_back(
         RowSplit(p + "mlp.gate_proj.weight", {I, H}, i_begin, i_end, part));
     t.push_back(
@@ -173,6 +235,33 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
     a.sliding_window = config_.sliding_window_per_layer.empty()
                            ? 0
                            : config_.sliding_window_per_layer[l];
+    if (config_.moe.sparse(l)) {
+      // The table's names (LlamaWeightTable / AddMoeWeights).
+      MoeBlock moe;
+      MoeWeights& w = moe.weights;
+      const bool mixtral = config_.arch == Architecture::kMixtral;
+      ASSIGN_OR_RETURN(w.router,
+                       set.Take(p + (mixtral ? "block_sparse_moe.gate.weight"
+                                             : "mlp.gate.weight")));
+      ASSIGN_OR_RETURN(w.gate_up_proj,
+                       set.Take(p + "mlp.experts.gate_up_proj"));
+      ASSIGN_OR_RETURN(w.down_proj, set.Take(p + "mlp.experts.down_proj"));
+      if (set.Has(p + "mlp.shared_expert_gate.weight")) {
+        const std::string q = p + "mlp.shared_expert.";
+        GatedMlpWeights shared;
+        ASSIGN_OR_RETURN(shared.gate_up_proj,
+                         stack({q + "gate_proj.weight", q + "up_proj.weight"}));
+        ASSIGN_OR_RETURN(shared.down_proj, set.Take(q + "down_proj.weight"));
+        w.shared_expert = std::move(shared);
+        ASSIGN_OR_RETURN(w.shared_expert_gate,
+                         opt(p + "mlp.shared_expert_gate.weight"));
+      }
+      moe.top_k = config_.moe.experts_per_token;
+      moe.renormalize = config_.moe.norm_topk_prob;
+      layer.moe = std::move(moe);
+      layers_.push_back(std::move(layer));
+      continue;
+    }
     GatedMlpWeights& m = layer.mlp.weights;
     ASSIGN_OR_RETURN(m.gate_up_proj, stack({p + "mlp.gate_proj.weight",
                                             p + "mlp.up_proj.weight"}));
@@ -245,7 +334,9 @@ int64_t LlamaModel::weight_bytes() const {
   for (const DecoderLayer& layer : layers_) {
     bytes += static_cast<int64_t>(layer.input_norm.nbytes() +
                                   layer.post_attention_norm.nbytes()) +
-             layer.attention.weights.bytes() + layer.mlp.weights.bytes();
+             layer.attention.weights.bytes() +
+             (layer.moe.has_value() ? layer.moe->weights.bytes()
+                                    : layer.mlp.weights.bytes());
   }
   return bytes;
 }
@@ -255,12 +346,15 @@ absl::Status LlamaModel::BindScratch() {
   const ShardSpec& s = shard_;
   const int64_t T = max_step_tokens_;
   const int64_t D = c.head_dim;
+  // A model whose every layer is MoE has no dense MLP to hold scratch for.
+  const int64_t dense_i = c.moe.any_dense() ? s.local_intermediate : 1;
   struct Spec {
     const char* name;
     TensorView* view;
     Shape shape;
+    DType dtype = DType::kF32;
   };
-  const Spec specs[] = {
+  std::vector<Spec> specs = {
       {"hidden", &hidden_, {T, c.hidden_size}},
       {"normed", &normed_, {T, c.hidden_size}},
       {"qkv",
@@ -269,8 +363,8 @@ absl::Status LlamaModel::BindScratch() {
       {"q", &attention_scratch_.q, {T, s.local_heads, D}},
       {"attn", &attention_scratch_.attn, {T, s.local_heads, D}},
       {"proj", &proj_, {T, c.hidden_size}},
-      {"gate_up", &mlp_scratch_.gate_up, {T, 2 * s.local_intermediate}},
-      {"act", &mlp_scratch_.act, {T, s.local_intermediate}},
+      {"gate_up", &mlp_scratch_.gate_up, {T, 2 * dense_i}},
+      {"act", &mlp_scratch_.act, {T, dense_i}},
       {"last_hidden", &last_hidden_, {max_logit_rows_, c.hidden_size}},
       {"local_logits", &local_logits_, {max_logit_rows_, s.vocab_per_rank}},
       {"gathered_logits",
@@ -280,6 +374,26 @@ absl::Status LlamaModel::BindScratch() {
        &full_logits_,
        {s.tp_size > 1 ? max_logit_rows_ : 1, c.vocab_size}},
   };
+  if (c.moe.enabled()) {
+    const int64_t E = c.moe.num_experts, k = c.moe.experts_per_token;
+    const int64_t experts_bytes = ops_->MoeExpertsScratchBytes(
+        T, k, E, c.hidden_size, s.local_expert_intermediate);
+    const int64_t is = std::max<int64_t>(s.local_shared_intermediate, 1);
+    specs.push_back({"router_logits", &moe_scratch_.router_logits, {T, E}});
+    specs.push_back({"topk_ids", &moe_scratch_.topk_ids, {T, k}, DType::kI32});
+    specs.push_back({"topk_weights", &moe_scratch_.topk_weights, {T, k}});
+    specs.push_back(
+        {"moe_experts", &moe_scratch_.experts, {(experts_bytes + 3) / 4}});
+    if (c.moe.shared_expert_intermediate_size > 0) {
+      specs.push_back(
+          {"shared_gate_up", &moe_scratch_.shared.gate_up, {T, 2 * is}});
+      specs.push_back({"shared_act", &moe_scratch_.shared.act, {T, is}});
+      specs.push_back(
+          {"shared_out", &moe_scratch_.shared_out, {T, c.hidden_size}});
+      specs.push_back({"shared_gate", &moe_scratch_.shared_gate, {T, 1}});
+    }
+  }
+  // Every element is 4 bytes (f32 or int32).
   for (const Spec& spec : specs) {
     RETURN_IF_ERROR(workspace_.RegisterBuffer(
         spec.name, static_cast<size_t>(spec.shape.numel()) * sizeof(float)));
@@ -287,7 +401,7 @@ absl::Status LlamaModel::BindScratch() {
   RETURN_IF_ERROR(workspace_.FinalizeAndBind(allocator_));
   for (const Spec& spec : specs) {
     ASSIGN_OR_RETURN(*spec.view,
-                     workspace_.View(spec.name, DType::kF32, spec.shape));
+                     workspace_.View(spec.name, spec.dtype, spec.shape));
   }
   return absl::OkStatus();
 }
@@ -422,6 +536,9 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
       hidden, proj, layer.post_attention_norm.view(), eps, normed));
   // The MLP output stays in proj: its residual add fuses with the next norm
   // (see ForwardBatch).
+  if (layer.moe.has_value()) {
+    return layer.moe->Forward(ops_, tp_, normed, moe_scratch_, proj);
+  }
   return layer.mlp.Forward(ops_, tp_, normed, mlp_scratch_, proj);
 }
 

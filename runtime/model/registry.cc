@@ -27,6 +27,10 @@ constexpr ArchitectureEntry kArchitectures[] = {
     {"mistral", &ParseMistralHParams, &LlamaWeightTable, &CreateLlama},
     {"qwen2", &ParseQwen2HParams, &LlamaWeightTable, &CreateLlama},
     {"qwen3", &ParseQwen3HParams, &LlamaWeightTable, &CreateLlama},
+    // Mixtures of experts: the same layers with a MoeBlock for the MLP.
+    {"mixtral", &ParseMixtralHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen3_moe", &ParseQwen3MoeHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen2_moe", &ParseQwen2MoeHParams, &LlamaWeightTable, &CreateLlama},
 };
 
 }  // namespace
