@@ -570,16 +570,31 @@ TEST(BadModel, MalformedGenerationConfig) {
 
 TEST(BadModel, UnknownModelType) {
   const std::string dir = CopyFixture(kFixture, "gpt2");
-  EditJson(dir + "/config.json", [](json& j) { j["model_type"] = "gpt2"; });
+  EditJson(dir + "/config.json", [](json& j) {
+    j.erase("architectures");  // The class would decide first.
+    j["model_type"] = "gpt2";
+  });
   ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
               {"config.json", "unsupported model_type", "\"gpt2\"", "llama"});
 }
 
 TEST(BadModel, MissingModelType) {
   const std::string dir = CopyFixture(kFixture, "no_model_type");
-  EditJson(dir + "/config.json", [](json& j) { j.erase("model_type"); });
+  EditJson(dir + "/config.json", [](json& j) {
+    j.erase("model_type");
+    j.erase("architectures");
+  });
   ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
               {"model_type"});
+}
+
+TEST(BadModel, ArchitecturesAndModelTypeDisagree) {
+  const std::string dir = CopyFixture(kFixture, "arch_mismatch");
+  EditJson(dir + "/config.json", [](json& j) {
+    j["architectures"] = json::array({"MistralForCausalLM"});
+  });
+  ExpectError(Generate(Simple(dir)), absl::StatusCode::kInvalidArgument,
+              {"config.json", "MistralForCausalLM", "\"llama\""});
 }
 
 class KnownQuantizationTest : public ::testing::TestWithParam<std::string> {};

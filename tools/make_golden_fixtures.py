@@ -87,7 +87,92 @@ ARCHS = [
      dict(num_attention_heads=4, num_key_value_heads=2, head_dim=32,
           tie_word_embeddings=True, attention_bias=False, use_sliding_window=False),
      {"rope_type": "default", "rope_theta": 10000.0}),
+    # --- issue 19: long-context RoPE for every family ---
+    # YaRN with the defaults (beta 32/1, attention factor from `factor`): the
+    # original context 64 of head_dim 16 puts the ramp inside the 8 pairs.
+    ("llama_yarn", "LlamaConfig",
+     dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True),
+     {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+      "original_max_position_embeddings": 64}),
+    # YaRN with explicit betas and attention factor (Qwen's long-context form).
+    ("qwen3_yarn", "Qwen3Config",
+     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+          tie_word_embeddings=True, attention_bias=False, use_sliding_window=False),
+     {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+      "original_max_position_embeddings": 64, "beta_fast": 16.0, "beta_slow": 2.0,
+      "attention_factor": 1.25}),
+    # Dynamic NTK: the base grows with the sequence once it passes
+    # max_position_embeddings (32 here, so the 60-token prompt and the longer
+    # generations use it; the served context is 32 * factor).
+    ("qwen2_dynamic", "Qwen2Config",
+     dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+          use_sliding_window=False, max_position_embeddings=32),
+     {"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 4.0}),
+    # --- issue 19: Phi-3 (fused qkv_proj and gate_up_proj) ---
+    ("phi3", "Phi3Config",
+     dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
+          pad_token_id=0),
+     {"rope_type": "default", "rope_theta": 10000.0}),
+    # LongRoPE: short factors up to original_max_position_embeddings (32),
+    # long ones past it (the 60-token prompt, and the 24-token one mid-way).
+    ("phi3_longrope", "Phi3Config",
+     dict(num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+          pad_token_id=0, original_max_position_embeddings=32),
+     {"rope_type": "longrope", "rope_theta": 10000.0,
+      "short_factor": [1.0, 1.02, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7],
+      "long_factor": [1.0, 1.3, 1.9, 2.8, 4.0, 5.5, 7.2, 9.0],
+      "original_max_position_embeddings": 32}),
+    # --- issue 19: Gemma ---
+    ("gemma", "GemmaConfig",
+     dict(num_attention_heads=4, num_key_value_heads=1, head_dim=16,
+          hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+          tie_word_embeddings=True, pad_token_id=0),
+     {"rope_type": "default", "rope_theta": 10000.0}),
+    # Gemma 2: sliding (16) / global layers alternating, query_pre_attn_scalar
+    # unlike head_dim, attention and final logit soft-capping small enough to
+    # bind on a random model.
+    ("gemma2", "Gemma2Config",
+     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=3,
+          hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+          query_pre_attn_scalar=24, sliding_window=16, attn_logit_softcapping=5.0,
+          final_logit_softcapping=10.0, tie_word_embeddings=True, pad_token_id=0),
+     {"rope_type": "default", "rope_theta": 10000.0}),
+    # Gemma 3 (text): q/k norms, local layers on rope_local_base_freq, the
+    # global layer on rope_theta with linear scaling.
+    ("gemma3_text", "Gemma3TextConfig",
+     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_hidden_layers=3,
+          hidden_act="gelu_pytorch_tanh", hidden_activation="gelu_pytorch_tanh",
+          query_pre_attn_scalar=20, sliding_window=16, sliding_window_pattern=2,
+          layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+          tie_word_embeddings=True, pad_token_id=0),
+     {"rope_type": "linear", "rope_theta": 1000000.0, "factor": 4.0,
+      "_local": {"rope_type": "default", "rope_theta": 10000.0}}),
+    # --- issue 19: mixture of experts (8 experts, top 2) ---
+    ("mixtral", "MixtralConfig",
+     dict(num_attention_heads=4, num_key_value_heads=2, num_local_experts=8,
+          num_experts_per_tok=2, sliding_window=None, tie_word_embeddings=True),
+     {"rope_type": "default", "rope_theta": 10000.0}),
+    ("qwen3_moe", "Qwen3MoeConfig",
+     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8,
+          num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
+          decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=True,
+          use_sliding_window=False, attention_bias=False),
+     {"rope_type": "default", "rope_theta": 10000.0}),
+    # Qwen2-MoE: a shared expert with its sigmoid gate, routing weights not
+    # renormalised, and layer 1 a dense MLP (mlp_only_layers).
+    ("qwen2_moe", "Qwen2MoeConfig",
+     dict(num_attention_heads=4, num_key_value_heads=2, num_experts=8,
+          num_experts_per_tok=2, moe_intermediate_size=48,
+          shared_expert_intermediate_size=96, norm_topk_prob=False,
+          decoder_sparse_step=1, mlp_only_layers=[1], tie_word_embeddings=True,
+          use_sliding_window=False),
+     {"rope_type": "default", "rope_theta": 10000.0}),
 ]
+
+# Every router must pick each expert at least once over the prompts and their
+# generations, and its k-th and (k+1)-th probabilities must differ by this
+# much for every token (no routing near-ties).
+MIN_ROUTER_GAP = 1e-4
 
 
 def log(*a):
@@ -104,16 +189,91 @@ def make_config(cls_name, extra, rope):
     params = inspect.signature(cls.__init__).parameters
     kw = dict(COMMON)
     kw.update(extra)
+    rope = dict(rope)
+    local = rope.pop("_local", None)  # Gemma 3: the sliding layers' RoPE.
     if "rope_parameters" in params:  # transformers >= 5
-        kw["rope_parameters"] = dict(rope)
+        if local is not None:
+            kw["rope_parameters"] = {"full_attention": dict(rope),
+                                     "sliding_attention": dict(local)}
+        else:
+            kw["rope_parameters"] = dict(rope)
         how = "rope_parameters"
     else:  # transformers 4.x
         kw["rope_theta"] = rope["rope_theta"]
         rs = {k: v for k, v in rope.items() if k != "rope_theta"}
         kw["rope_scaling"] = None if rs["rope_type"] == "default" else rs
+        if local is not None:
+            kw["rope_local_base_freq"] = local["rope_theta"]
         how = "rope_theta/rope_scaling"
+    # Keys a config class does not take (another version's spelling) would
+    # be stored as unknown attributes; drop the ones it lacks and say so.
+    accepts_kwargs = any(p.kind == p.VAR_KEYWORD for p in params.values())
+    for k in list(kw):
+        if k not in params and k not in COMMON and k not in ("pad_token_id",
+                                                             "tie_word_embeddings"):
+            log(f"[{cls_name}] note: {k} is not an __init__ parameter "
+                f"({'kept as an attribute' if accepts_kwargs else 'dropped'})")
+            if not accepts_kwargs:
+                del kw[k]
     cfg = cls(**kw)
     return cfg, how
+
+
+def num_experts(cfg):
+    for k in ("num_local_experts", "num_experts"):
+        if getattr(cfg, k, None):
+            return int(getattr(cfg, k))
+    return 0
+
+
+@torch.no_grad()
+def check_routing(model, cfg, sequences):
+    """Every expert of every MoE layer chosen at least once; no top-k near-ties.
+
+    Returns (ok, message). Router logits are taken from forward hooks on the
+    routers (modules named *.gate whose output has num_experts columns), so it
+    works whatever output fields the model version returns.
+    """
+    E = num_experts(cfg)
+    if E == 0:
+        return True, "dense"
+    k = int(cfg.num_experts_per_tok)
+    captured = {}
+    hooks = []
+    for name, mod in model.named_modules():
+        if name.endswith(".gate") and "shared_expert" not in name:
+            def hook(m, inp, out, name=name):
+                o = out[0] if isinstance(out, (tuple, list)) else out
+                if o.shape[-1] != E:  # a router that returns scores/ids: find logits
+                    outs = out if isinstance(out, (tuple, list)) else [out]
+                    o = next((x for x in outs if torch.is_tensor(x) and x.shape[-1] == E
+                              and x.is_floating_point()), None)
+                    if o is None:
+                        return
+                captured.setdefault(name, []).append(o.reshape(-1, E).float())
+            hooks.append(mod.register_forward_hook(hook))
+    try:
+        for seq in sequences:
+            t = torch.tensor([seq], dtype=torch.long)
+            model(t, attention_mask=torch.ones_like(t), use_cache=False)
+    finally:
+        for h in hooks:
+            h.remove()
+    if not captured:
+        return False, "no router outputs captured"
+    worst_gap = float("inf")
+    for name, chunks in captured.items():
+        logits = torch.cat(chunks)
+        probs = torch.softmax(logits, dim=-1)
+        top = torch.topk(probs, min(k + 1, E), dim=-1)
+        gap = float((top.values[:, k - 1] - top.values[:, k]).min()) if E > k else 1.0
+        worst_gap = min(worst_gap, gap)
+        chosen = set(top.indices[:, :k].flatten().tolist())
+        if len(chosen) != E:
+            return False, f"{name}: experts {sorted(set(range(E)) - chosen)} never chosen"
+    if worst_gap < MIN_ROUTER_GAP:
+        return False, f"router top-k gap {worst_gap:.2e}"
+    return True, f"{len(captured)} routers, every expert chosen, min top-k gap {worst_gap:.2e}"
 
 
 def model_from_config(cfg):
@@ -237,16 +397,22 @@ def build_fixture(out_dir, name, cls_name, extra, rope, prompts):
         reinit(model, seed)
         ok = True
         worst = float("inf")
+        sequences = []
         for p in prompts:
-            _, gap, _ = run_case(model, p, MAX_NEW, eos)
+            case, gap, _ = run_case(model, p, MAX_NEW, eos)
+            sequences.append(list(p) + case["output_ids"])
             worst = min(worst, gap)
             if gap < MIN_GAP:
                 ok = False
                 break
+        why = f"min top-2 gap {worst:.2e}"
+        if ok:
+            ok, why = check_routing(model, cfg, sequences)
         if ok:
             chosen = (seed, model, worst)
+            log(f"[{name}] seed {seed}: {why}")
             break
-        log(f"[{name}] seed {seed} rejected (min top-2 gap {worst:.2e})")
+        log(f"[{name}] seed {seed} rejected ({why})")
     if chosen is None:
         raise SystemExit(f"[{name}] no well-conditioned seed in {MAX_SEED_TRIES} tries")
     seed, model, worst = chosen
@@ -257,6 +423,11 @@ def build_fixture(out_dir, name, cls_name, extra, rope, prompts):
     model.save_pretrained(target, safe_serialization=True)
     with open(os.path.join(target, "config.json")) as f:
         cj = json.load(f)
+    if num_experts(cfg):
+        from safetensors import safe_open
+        with safe_open(os.path.join(target, "model.safetensors"), "pt") as st:
+            names = sorted(k for k in st.keys() if ".layers.0." in k)
+        log(f"[{name}] layer 0 tensors as saved: {names}")
     rk = rope_keys(cj)
     log(f"[{name}] config.json rope-related keys: {json.dumps(rk, sort_keys=True)}")
     # The saved config must carry the rope settings.
@@ -265,9 +436,13 @@ def build_fixture(out_dir, name, cls_name, extra, rope, prompts):
         assert contains_value(cj, "rope_type", rope["rope_type"]) or \
             contains_value(cj, "type", rope["rope_type"]), f"{name}: rope_type missing"
         for k, v in rope.items():
-            if k not in ("rope_type", "rope_theta"):
+            if k not in ("rope_type", "rope_theta", "_local"):
                 assert contains_value(cj, k, v), f"{name}: rope key {k}={v} missing"
-    if "sliding_window" in extra:
+    if "_local" in rope:
+        assert contains_value(cj, "rope_theta", rope["_local"]["rope_theta"]) or \
+            cj.get("rope_local_base_freq") == rope["_local"]["rope_theta"], \
+            f"{name}: local rope_theta missing"
+    if extra.get("sliding_window") is not None:
         assert cj.get("sliding_window") == extra["sliding_window"], f"{name}: sliding_window"
     if "head_dim" in extra:
         assert cj.get("head_dim") == extra["head_dim"], f"{name}: head_dim"

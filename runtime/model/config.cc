@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "nlohmann/json.hpp"
@@ -525,6 +526,23 @@ constexpr ArchitectureConfig kArchitectures[] = {
     {"qwen2_moe", Architecture::kQwen2Moe, &ParseQwen2MoeHParams},
 };
 
+// The Hugging Face classes (config.json's `architectures`) Tessera runs, and
+// the model_type each one is. A checkpoint is dispatched by its class first,
+// as transformers' AutoModelForCausalLM resolves it, with model_type as the
+// fallback for configs that name no class.
+struct ArchitectureClass {
+  absl::string_view hf_class;
+  absl::string_view model_type;
+};
+constexpr ArchitectureClass kArchitectureClasses[] = {
+    {"LlamaForCausalLM", "llama"},        {"MistralForCausalLM", "mistral"},
+    {"Qwen2ForCausalLM", "qwen2"},        {"Qwen3ForCausalLM", "qwen3"},
+    {"Phi3ForCausalLM", "phi3"},          {"GemmaForCausalLM", "gemma"},
+    {"Gemma2ForCausalLM", "gemma2"},      {"Gemma3ForCausalLM", "gemma3_text"},
+    {"MixtralForCausalLM", "mixtral"},    {"Qwen2MoeForCausalLM", "qwen2_moe"},
+    {"Qwen3MoeForCausalLM", "qwen3_moe"},
+};
+
 absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
     absl::string_view model_type) {
   std::vector<absl::string_view> names;
@@ -537,6 +555,62 @@ absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
                    "\" (supported: ", absl::StrJoin(names, ", "), ")"));
 }
 
+// The model_type a config is run as: its `architectures` class when Tessera
+// knows it (a model_type that names another architecture is a mismatch),
+// else its model_type — for an unknown class only when the class is still a
+// causal LM (a sequence classifier or a multimodal class is not one).
+absl::StatusOr<std::string> ResolveModelType(const Json& root) {
+  std::optional<std::string> model_type;
+  if (const Json* v = Find(root, "model_type")) {
+    if (!v->is_string()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"model_type\" must be a string, found ", v->dump()));
+    }
+    model_type = v->get<std::string>();
+  }
+  std::optional<std::string> hf_class;
+  if (const Json* v = Find(root, "architectures")) {
+    if (!v->is_array() || (!v->empty() && !(*v)[0].is_string())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"architectures\" must be a list of class names, "
+          "found ",
+          v->dump().substr(0, 200)));
+    }
+    if (!v->empty()) hf_class = (*v)[0].get<std::string>();
+  }
+  if (!hf_class.has_value()) {
+    if (!model_type.has_value()) {
+      return absl::InvalidArgumentError(
+          "config is missing required key \"model_type\" (and names no "
+          "\"architectures\")");
+    }
+    return *model_type;
+  }
+  for (const ArchitectureClass& c : kArchitectureClasses) {
+    if (c.hf_class != *hf_class) continue;
+    if (model_type.has_value() && *model_type != c.model_type) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config.json's architectures names ", *hf_class, " (model_type \"",
+          c.model_type, "\") but its model_type is \"", *model_type,
+          "\": the config does not describe one architecture"));
+    }
+    return std::string(c.model_type);
+  }
+  const bool causal_lm = absl::EndsWith(*hf_class, "ForCausalLM") ||
+                         absl::EndsWith(*hf_class, "LMHeadModel");
+  if (!causal_lm || !model_type.has_value()) {
+    std::vector<absl::string_view> names;
+    for (const ArchitectureClass& c : kArchitectureClasses) {
+      names.push_back(c.hf_class);
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported architecture \"", hf_class->substr(0, 100),
+                     "\"", causal_lm ? "" : " (not a causal language model)",
+                     " (supported: ", absl::StrJoin(names, ", "), ")"));
+  }
+  return *model_type;
+}
+
 absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
   if (!root.is_object()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -544,17 +618,7 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
   }
   ModelConfig config;
 
-  const Json* model_type = Find(root, "model_type");
-  if (model_type == nullptr) {
-    return absl::InvalidArgumentError(
-        "config is missing required key \"model_type\"");
-  }
-  if (!model_type->is_string()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("config key \"model_type\" must be a string, found ",
-                     model_type->dump()));
-  }
-  config.model_type = model_type->get<std::string>();
+  ASSIGN_OR_RETURN(config.model_type, ResolveModelType(root));
   ASSIGN_OR_RETURN(const ArchitectureConfig* arch,
                    FindArchitectureConfig(config.model_type));
   config.arch = arch->arch;

@@ -626,9 +626,17 @@ TEST(ConfigTest, MalformedJson) {
 }
 
 TEST(ConfigTest, MissingRequiredKeys) {
-  for (const char* key : {"model_type", "vocab_size", "hidden_size",
-                          "intermediate_size", "num_hidden_layers",
-                          "num_attention_heads", "max_position_embeddings"}) {
+  {  // model_type is required only when no architectures class names one.
+    Json root = Json::parse(kStories260K);
+    root.erase("architectures");
+    root.erase("model_type");
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(root.dump());
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(MessageContains(c.status(), "\"model_type\""));
+  }
+  for (const char* key :
+       {"vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "max_position_embeddings"}) {
     absl::StatusOr<ModelConfig> c = ParseWithout(kStories260K, key);
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument) << key;
     EXPECT_TRUE(MessageContains(c.status(), std::string("\"") + key + "\""));
@@ -654,7 +662,10 @@ TEST(ConfigTest, WrongTypeOrNonPositiveSizes) {
 }
 
 TEST(ConfigTest, UnknownModelType) {
-  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "model_type", "gpt2");
+  Json root = Json::parse(kStories260K);
+  root.erase("architectures");
+  root["model_type"] = "gpt2";
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(root.dump());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   // Architectures are appended to the list; the message starts with these.
   EXPECT_TRUE(absl::StartsWith(c.status().message(),
@@ -664,6 +675,56 @@ TEST(ConfigTest, UnknownModelType) {
   EXPECT_TRUE(MessageContains(c.status(), "mixtral"));
   EXPECT_TRUE(MessageContains(c.status(), "qwen3_moe"));
   EXPECT_TRUE(MessageContains(c.status(), "qwen2_moe"));
+}
+
+// Dispatch: the architectures class first (transformers' AutoModelForCausalLM
+// resolves it so), model_type as the fallback.
+TEST(ConfigTest, ArchitecturesClassDecides) {
+  absl::StatusOr<ModelConfig> c = ParseWithout(kStories260K, "model_type");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "llama");
+  c = ParseWithout(kStories260K, "architectures");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "llama");
+  c = ParseWith(kStories260K, "architectures", Json::array());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "llama");
+}
+
+TEST(ConfigTest, ArchitecturesAndModelTypeMismatch) {
+  absl::StatusOr<ModelConfig> c = ParseWith(kStories260K, "architectures",
+                                            Json::array({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(c.status().message(),
+            "config.json's architectures names Qwen2ForCausalLM (model_type "
+            "\"qwen2\") but its model_type is \"llama\": the config does not "
+            "describe one architecture");
+}
+
+TEST(ConfigTest, UnknownArchitectureClass) {
+  // A causal LM class Tessera does not list falls back to model_type.
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kStories260K, "architectures", Json::array({"MyLlamaForCausalLM"}));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->model_type, "llama");
+  // Anything else is refused, naming the class.
+  c = ParseWith(kStories260K, "architectures",
+                Json::array({"LlamaForSequenceClassification"}));
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(
+      c.status(),
+      "unsupported architecture \"LlamaForSequenceClassification\" (not a "
+      "causal language model)"));
+  c = ParseWithout(kStories260K, "model_type");
+  ASSERT_TRUE(c.ok());
+  absl::StatusOr<ModelConfig> d =
+      ParseModelConfig(R"({"architectures": ["GPT2LMHeadModel"]})");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(d.status(),
+                              "unsupported architecture \"GPT2LMHeadModel\""));
+  d = ParseModelConfig(R"({"architectures": "LlamaForCausalLM"})");
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(d.status(), "\"architectures\" must be a list"));
 }
 
 TEST(ConfigTest, NonSiluActivation) {
