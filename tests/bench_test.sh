@@ -219,6 +219,16 @@ else
   cat "$TMP/moep"
   head -c 800 "$TMP/moep.err"
 fi
+timeout 120 mpirun -np 2 --bind-to none "$TESSERA" "${MOE_GEN[@]}" --tp 2 --ep \
+  >"$TMP/moee" 2>"$TMP/moee.err"
+rc=$?
+if [ "$rc" = 0 ] && cmp -s "$TMP/moe1" "$TMP/moee"; then
+  pass "--random-weights MoE --tp 2 --ep gives the one-process tokens"
+else
+  fail "--random-weights MoE --tp 2 --ep (exit $rc)"
+  cat "$TMP/moee"
+  head -c 800 "$TMP/moee.err"
+fi
 timeout 120 "$TESSERA" bench --model "$MOE" --random-weights --batch-size 2 --input-len 16 \
   --output-len 4 --iterations 1 --json >"$TMP/moeb.json" 2>"$TMP/moeb.err"
 if [ "$(field "$TMP/moeb.json" '["random_weights"]' 2>/dev/null)" = "True" ]; then

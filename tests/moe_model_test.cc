@@ -141,8 +141,8 @@ std::vector<std::vector<float>> RunOne(const std::string& dir) {
 
 // The same on a tp x pp grid of threads; the logits of the first rank of the
 // last stage.
-std::vector<std::vector<float>> RunGrid(const std::string& dir, int tp,
-                                        int pp) {
+std::vector<std::vector<float>> RunGrid(const std::string& dir, int tp, int pp,
+                                        bool expert_parallel = false) {
   const int world = tp * pp;
   std::vector<std::unique_ptr<ThreadGroup>> tp_groups, pp_groups;
   for (int s = 0; s < pp; ++s)
@@ -155,8 +155,9 @@ std::vector<std::vector<float>> RunGrid(const std::string& dir, int tp,
     const int stage = rank / tp, tp_rank = rank % tp;
     auto run = [&]() -> absl::Status {
       ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(dir));
-      ASSIGN_OR_RETURN(ShardSpec shard,
-                       MakeShardSpec(config, tp_rank, tp, stage, pp));
+      ASSIGN_OR_RETURN(
+          ShardSpec shard,
+          MakeShardSpec(config, tp_rank, tp, stage, pp, {}, expert_parallel));
       ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(dir));
       CpuOps ops;
       WeightLoadOptions load;
@@ -336,6 +337,51 @@ TEST_P(MoeLayoutTest, BothCheckpointLayoutsAndEverySplitAgree) {
   ExpectClose(RunGrid(per_expert, 1, 2), want, type + " pp2");
   ExpectClose(RunGrid(stacked, 2, 2), want, type + " tp2 pp2");
   ExpectClose(RunGrid(per_expert, 4, 1), want, type + " tp4");
+  // Expert parallelism: whole experts per rank (4, then 2 of the 8).
+  ExpectClose(RunGrid(per_expert, 2, 1, true), want, type + " tp2 ep");
+  ExpectClose(RunGrid(stacked, 4, 1, true), want, type + " tp4 ep");
+  ExpectClose(RunGrid(per_expert, 2, 2, true), want, type + " tp2 pp2 ep");
+}
+
+TEST(MoeModelTest, ExpertParallelShards) {
+  auto config = ParseModelConfig(MoeConfig("qwen3_moe").dump());
+  ASSERT_TRUE(config.ok());
+  auto s = MakeShardSpec(*config, 1, 4, 0, 1, {}, true);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_TRUE(s->expert_parallel);
+  EXPECT_EQ(s->local_experts, 2);
+  EXPECT_EQ(s->first_expert, 2);
+  EXPECT_EQ(s->local_expert_intermediate, 24);  // Whole experts.
+  auto table = ModelWeightTable(*config, *s);
+  ASSERT_TRUE(table.ok());
+  int found = 0;
+  for (const WeightSpec& spec : *table) {
+    if (spec.name == "model.layers.0.mlp.experts.gate_up_proj") {
+      EXPECT_EQ(spec.local_shape(), Shape({2, 48, 32}));
+      ++found;
+    }
+    if (spec.name == "model.layers.0.mlp.experts.down_proj") {
+      EXPECT_EQ(spec.local_shape(), Shape({2, 32, 24}));
+      ++found;
+    }
+  }
+  EXPECT_EQ(found, 2);
+  // 8 experts do not split over 3 ranks; a dense model has none to split.
+  Json c = MoeConfig("qwen3_moe");
+  c["num_attention_heads"] = 6;
+  c["num_key_value_heads"] = 3;
+  c["head_dim"] = 8;
+  auto odd = ParseModelConfig(c.dump());
+  ASSERT_TRUE(odd.ok()) << odd.status();
+  EXPECT_NE(MakeShardSpec(*odd, 0, 3, 0, 1, {}, true)
+                .status()
+                .message()
+                .find("experts"),
+            absl::string_view::npos);
+  auto dense = ParseModelConfig(BaseConfig("qwen3").dump());
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(MakeShardSpec(*dense, 0, 2, 0, 1, {}, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Architectures, MoeLayoutTest,

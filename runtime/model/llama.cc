@@ -44,15 +44,17 @@ void AddMoeWeights(const ModelConfig& c, const ShardSpec& s,
   t->push_back(std::move(router));
   const std::string gate_up_name = p + "mlp.experts.gate_up_proj";
   const std::string down_name = p + "mlp.experts.down_proj";
-  // Without tensor parallelism the whole stacks, read in place.
+  // Without tensor parallelism the whole stacks, read in place; with expert
+  // parallelism this rank's whole experts; otherwise its slice of each.
+  const bool whole = s.tp_size == 1 || s.expert_parallel;
+  const int64_t eb = s.first_expert, ee = s.first_expert + s.local_experts;
   WeightSpec gate_up_spec =
-      s.tp_size == 1 ? ExpertSplit(gate_up_name, {E, 2 * I, H}, 0, E, part)
-                     : ExpertSlices(gate_up_name, {E, 2 * I, H}, 0, E, 1,
-                                    {{ib, ie}, {I + ib, I + ie}}, part);
+      whole ? ExpertSplit(gate_up_name, {E, 2 * I, H}, eb, ee, part)
+            : ExpertSlices(gate_up_name, {E, 2 * I, H}, 0, E, 1,
+                           {{ib, ie}, {I + ib, I + ie}}, part);
   WeightSpec down_spec =
-      s.tp_size == 1
-          ? ExpertSplit(down_name, {E, H, I}, 0, E, part)
-          : ExpertSlices(down_name, {E, H, I}, 0, E, 2, {{ib, ie}}, part);
+      whole ? ExpertSplit(down_name, {E, H, I}, eb, ee, part)
+            : ExpertSlices(down_name, {E, H, I}, 0, E, 2, {{ib, ie}}, part);
   t->push_back(
       WithParts(std::move(gate_up_spec), std::move(gate_up_parts), {I, H}));
   t->push_back(WithParts(std::move(down_spec), std::move(down_parts), {H, I}));
@@ -257,6 +259,7 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
                          opt(p + "mlp.shared_expert_gate.weight"));
       }
       moe.top_k = config_.moe.experts_per_token;
+      moe.first_expert = shard_.first_expert;
       moe.renormalize = config_.moe.norm_topk_prob;
       layer.moe = std::move(moe);
       layers_.push_back(std::move(layer));
@@ -377,7 +380,7 @@ absl::Status LlamaModel::BindScratch() {
   if (c.moe.enabled()) {
     const int64_t E = c.moe.num_experts, k = c.moe.experts_per_token;
     const int64_t experts_bytes = ops_->MoeExpertsScratchBytes(
-        T, k, E, c.hidden_size, s.local_expert_intermediate);
+        T, k, s.local_experts, c.hidden_size, s.local_expert_intermediate);
     const int64_t is = std::max<int64_t>(s.local_shared_intermediate, 1);
     specs.push_back({"router_logits", &moe_scratch_.router_logits, {T, E}});
     specs.push_back({"topk_ids", &moe_scratch_.topk_ids, {T, k}, DType::kI32});
