@@ -153,7 +153,7 @@ ARCHS = [
           num_experts_per_tok=2, sliding_window=None, tie_word_embeddings=True),
      {"rope_type": "default", "rope_theta": 10000.0}),
     ("qwen3_moe", "Qwen3MoeConfig",
-     dict(num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8,
+     dict(num_attention_heads=4, num_key_value_heads=2, num_experts=8,
           num_experts_per_tok=2, moe_intermediate_size=48, norm_topk_prob=True,
           decoder_sparse_step=1, mlp_only_layers=[], tie_word_embeddings=True,
           use_sliding_window=False, attention_bias=False),
@@ -318,10 +318,21 @@ def top2_gap(logits_row):
 
 
 @torch.no_grad()
+def reset_dynamic_rope(model):
+    """Dynamic NTK RoPE in transformers is stateful: its frequencies follow the
+    longest sequence seen so far and return to the original ones only after a
+    call shorter than max_position_embeddings. A one-token forward resets
+    them, so each case starts from the state a fresh model has (the per-step
+    growth within one generate() is then the sequence's own)."""
+    t = torch.tensor([[3]], dtype=torch.long)
+    model(t, attention_mask=torch.ones_like(t))
+
+
 def run_case(model, prompt_ids, max_new, eos_ids):
     """Greedy generation with HF generate(); returns dict plus diagnostics."""
     ids = torch.tensor([prompt_ids], dtype=torch.long)
     mask = torch.ones_like(ids)
+    reset_dynamic_rope(model)
     out = model.generate(
         ids, attention_mask=mask, do_sample=False, num_beams=1,
         max_new_tokens=max_new, pad_token_id=eos_ids[0],
@@ -333,6 +344,7 @@ def run_case(model, prompt_ids, max_new, eos_ids):
         assert int(torch.argmax(l)) == t
     gaps = [top2_gap(l) for l in step_logits]
     # Prefill logits from a plain forward pass (no cache).
+    reset_dynamic_rope(model)
     prefill = model(ids, attention_mask=mask).logits[0, -1].float()
     d = float((prefill - step_logits[0].float()).abs().max())
     assert d < 1e-4, f"prefill logits differ from generate's first step by {d}"
