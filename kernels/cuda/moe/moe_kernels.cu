@@ -470,7 +470,12 @@ cudaError_t LaunchExperts(const MoeExpertsLaunch& a, cudaStream_t stream) {
       (rows + bm - 1) / bm + (a.experts < rows ? a.experts : rows);
   const int experts = static_cast<int>(a.experts);
   const int top_k = static_cast<int>(a.top_k);
-  MoeSortKernel<<<1, kSortThreads, 0, stream>>>(
+  // As many threads as the larger of rows and experts (whole warps, at most
+  // kSortThreads): a decode step's sort is one small block.
+  const int64_t work = rows > a.experts ? rows : a.experts;
+  const int sort_threads = static_cast<int>(
+      work >= kSortThreads ? kSortThreads : (work + 31) / 32 * 32);
+  MoeSortKernel<<<1, sort_threads, 0, stream>>>(
       a.topk_ids, rows, experts, a.first_expert, bm, ints + l.counts,
       ints + l.cursor, ints + l.offsets, ints + l.tile_offsets,
       ints + l.sorted_slot);
