@@ -8,9 +8,13 @@
 //    load to the same model, at TP 1 and TP 2;
 //  - TP 2, PP 2 and TP 2 x PP 2 (ranks as threads) give TP 1's logits;
 //  - a missing expert tensor is named;
-//  - --random-weights builds a MoE model at TP 1 and TP 2.
+//  - --random-weights builds a MoE model at TP 1 and TP 2;
+//  - on a GPU (the gpu-tagged twin, TESSERA_TEST_DEVICE=cuda), the CUDA
+//    model's logits follow the CPU's: within f32 rounding with f32 matrices,
+//    within bf16's with bf16 ones.
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -23,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
+#include "kernels/backend/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "nlohmann/json.hpp"
 #include "runtime/core/status.h"
@@ -118,10 +123,13 @@ const std::vector<int32_t> kPrompt = {1, 17, 5, 40, 33, 8, 21};
 const std::vector<int32_t> kFollow = {9, 60, 3};
 
 // The next-token logits after the prompt and after each following token,
-// one process.
-std::vector<std::vector<float>> RunOne(const std::string& dir) {
-  CpuOps ops;
-  auto model = LoadModel(dir, &ops);
+// one process (on `ops`, with `placement`; the CPU by default).
+std::vector<std::vector<float>> RunOne(const std::string& dir,
+                                       Ops* on = nullptr,
+                                       const ModelPlacement& placement = {}) {
+  CpuOps cpu;
+  Ops* ops = on != nullptr ? on : &cpu;
+  auto model = LoadModel(dir, ops, 0, 1, placement);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return {};
   SequenceRunner runner(model->get());
@@ -522,6 +530,37 @@ TEST(MoeModelTest, RandomWeightsBuildAMoeModel) {
     for (float v : logits) ASSERT_TRUE(std::isfinite(v));
   }
 }
+
+std::string TestDevice() {
+  const char* d = std::getenv("TESSERA_TEST_DEVICE");
+  return d != nullptr ? d : "cpu";
+}
+
+class MoeCudaTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoeCudaTest, LogitsFollowTheCpu) {
+  if (TestDevice() != "cuda") GTEST_SKIP() << "the gpu-tagged twin runs it";
+  if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device";
+  const std::string type = GetParam();
+  const std::string dir = MakeDir(type + "_cuda");
+  WriteCheckpoint(dir, MoeConfig(type), false);
+  const auto want = RunOne(dir);
+  ASSERT_FALSE(want.empty());
+  for (DType matrices : {DType::kF32, DType::kBF16}) {
+    auto backend = CreateBackend("cuda", 0);
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    ModelPlacement placement;
+    placement.allocator = backend->allocator.get();
+    placement.matrix_dtype = matrices;
+    const auto got = RunOne(dir, backend->ops.get(), placement);
+    ExpectClose(got, want, type + " cuda " + std::string(DTypeName(matrices)),
+                matrices == DType::kF32 ? 1e-4 : 3e-2);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, MoeCudaTest,
+                         ::testing::Values("mixtral", "qwen3_moe",
+                                           "qwen2_moe"));
 
 }  // namespace
 }  // namespace tessera
