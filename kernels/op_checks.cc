@@ -420,6 +420,105 @@ absl::Status CheckGatedLinear(const OpSupport& support, const TensorView& x,
   return absl::OkStatus();
 }
 
+absl::Status CheckMoeRoute(const TensorView& logits, const TensorView& ids,
+                           const TensorView& weights) {
+  constexpr absl::string_view kOp = "MoeRoute";
+  RETURN_IF_ERROR(CheckF32(kOp, "logits", logits));
+  RETURN_IF_ERROR(CheckDType(kOp, "topk_ids", ids, DType::kI32));
+  RETURN_IF_ERROR(CheckF32(kOp, "topk_weights", weights));
+  const Shape& l = logits.shape();
+  const Shape& i = ids.shape();
+  if (l.rank() != 2 || i.rank() != 2 || weights.shape() != i || l[0] != i[0]) {
+    return ShapeError(kOp,
+                      "logits [T, E], topk_ids and topk_weights [T, k] "
+                      "disagree",
+                      l, i);
+  }
+  if (i[1] < 1 || i[1] > l[1] || i[1] > kMaxMoeTopK) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": k = ", i[1], " must be in [1, min(E = ", l[1],
+                     ", ", kMaxMoeTopK, ")]"));
+  }
+  if (Overlap(logits, ids) || Overlap(logits, weights) ||
+      Overlap(ids, weights)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": topk_ids, topk_weights and logits overlap"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckMoeExperts(const OpSupport& support, const MoeExpertsArgs& a,
+                             int64_t scratch_bytes) {
+  constexpr absl::string_view kOp = "MoeExperts";
+  RETURN_IF_ERROR(CheckF32(kOp, "x", a.x));
+  RETURN_IF_ERROR(CheckF32(kOp, "out", a.out));
+  RETURN_IF_ERROR(CheckDType(kOp, "topk_ids", a.topk_ids, DType::kI32));
+  RETURN_IF_ERROR(CheckF32(kOp, "topk_weights", a.topk_weights));
+  RETURN_IF_ERROR(
+      CheckDTypeIn(kOp, "gate_up", a.gate_up.data, support.weights));
+  RETURN_IF_ERROR(CheckDType(kOp, "down", a.down.data, a.gate_up.dtype()));
+  RETURN_IF_ERROR(CheckStorage(kOp, "scratch", a.scratch));
+  if (a.gate_up.has_scale() || a.down.has_scale()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": weight scales are not supported"));
+  }
+  const Shape& x = a.x.shape();
+  const Shape& ids = a.topk_ids.shape();
+  const Shape& gu = a.gate_up.data.shape();
+  const Shape& dn = a.down.data.shape();
+  if (x.rank() != 2 || a.out.shape() != x || ids.rank() != 2 ||
+      ids[0] != x[0] || a.topk_weights.shape() != ids) {
+    return ShapeError(kOp,
+                      "x and out [T, H], topk_ids and topk_weights "
+                      "[T, k] disagree",
+                      x, ids);
+  }
+  if (gu.rank() != 3 || dn.rank() != 3 || gu[0] != dn[0] || gu[2] != x[1] ||
+      gu[1] % 2 != 0 || dn[1] != x[1] || dn[2] != gu[1] / 2) {
+    return ShapeError(kOp, "gate_up [E, 2I, H] and down [E, H, I] disagree", gu,
+                      dn);
+  }
+  if (ids[1] < 1 || ids[1] > kMaxMoeTopK) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": k = ", ids[1], " must be in [1, ", kMaxMoeTopK, "]"));
+  }
+  if (a.first_expert < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": first_expert ", a.first_expert, " is negative"));
+  }
+  if (static_cast<int64_t>(a.scratch.nbytes()) < scratch_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": the scratch holds ", a.scratch.nbytes(),
+                     " bytes, this call needs ", scratch_bytes));
+  }
+  if (Overlap(a.out, a.x) || Overlap(a.out, a.scratch) ||
+      Overlap(a.scratch, a.x) || Overlap(a.scratch, a.topk_ids) ||
+      Overlap(a.scratch, a.topk_weights)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": out, scratch and the inputs overlap"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckSigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                                  const TensorView& out) {
+  constexpr absl::string_view kOp = "SigmoidGatedAdd";
+  RETURN_IF_ERROR(CheckF32(kOp, "gate", gate));
+  RETURN_IF_ERROR(CheckF32(kOp, "x", x));
+  RETURN_IF_ERROR(CheckF32(kOp, "out", out));
+  const Shape& g = gate.shape();
+  if (x.shape().rank() != 2 || out.shape() != x.shape() || g.rank() != 2 ||
+      g[1] != 1 || g[0] != x.shape()[0]) {
+    return ShapeError(kOp, "gate [T, 1], x and out [T, N] disagree", g,
+                      x.shape());
+  }
+  if (Overlap(out, x) || Overlap(out, gate)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp, ": out overlaps x or gate"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckQkvRopeStore(const OpSupport& support,
                                const QkvRopeStoreArgs& a) {
   constexpr absl::string_view kOp = "QkvRopeStore";

@@ -139,6 +139,18 @@ absl::Status CheckQkvRopeStore(const OpSupport& support,
 // Every slot in [0, S) or -1.
 absl::Status CheckQkvRopeStoreValues(const QkvRopeStoreArgs& args);
 
+// f32 logits [T, E], kI32 topk_ids and f32 topk_weights [T, k] with
+// 1 <= k <= min(E, kMaxMoeTopK), neither overlapping logits.
+absl::Status CheckMoeRoute(const TensorView& logits, const TensorView& topk_ids,
+                           const TensorView& topk_weights);
+// MoeExpertsArgs' contract (ops.h), with `scratch_bytes` the backend's
+// MoeExpertsScratchBytes for the call's sizes.
+absl::Status CheckMoeExperts(const OpSupport& support,
+                             const MoeExpertsArgs& args, int64_t scratch_bytes);
+// f32 gate [T, 1], x and out [T, N]; out overlapping neither.
+absl::Status CheckSigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                                  const TensorView& out);
+
 enum class AttentionKind { kPrefill, kDecode, kStatic };
 // Well-formed metadata (sane scalars; kI32 arrays of the shapes they give)
 // whose values were checked once for the step (num_blocks > 0, see

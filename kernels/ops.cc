@@ -182,6 +182,70 @@ absl::Status Ops::QkvRopeStore(const QkvRopeStoreArgs& args) {
       [&] { return DoQkvRopeStore(args); });
 }
 
+absl::Status Ops::MoeRoute(const TensorView& logits, bool renormalize,
+                           const TensorView& topk_ids,
+                           const TensorView& topk_weights) {
+  RETURN_IF_ERROR(CheckMoeRoute(logits, topk_ids, topk_weights));
+  return Timed(
+      [&] {
+        return absl::StrCat("MoeRoute ", logits.shape()[1], " top ",
+                            topk_ids.shape()[1]);
+      },
+      [&] { return DoMoeRoute(logits, renormalize, topk_ids, topk_weights); });
+}
+
+absl::Status Ops::MoeExperts(const MoeExpertsArgs& args) {
+  // The sizes come from the shapes, checked before they are read.
+  const Shape& x = args.x.shape();
+  const Shape& ids = args.topk_ids.shape();
+  const Shape& gu = args.gate_up.data.shape();
+  int64_t need = 0;
+  if (x.rank() == 2 && ids.rank() == 2 && gu.rank() == 3) {
+    need = MoeExpertsScratchBytes(x[0], ids[1], gu[0], x[1], gu[1] / 2);
+  }
+  RETURN_IF_ERROR(CheckMoeExperts(support_, args, need));
+  return Timed(
+      [&] {
+        return absl::StrCat("MoeExperts ", gu[0], "x", gu[1] / 2, "x", gu[2],
+                            " top ", ids[1]);
+      },
+      [&] { return DoMoeExperts(args); });
+}
+
+int64_t Ops::MoeExpertsScratchBytes(int64_t tokens, int64_t top_k,
+                                    int64_t experts, int64_t hidden,
+                                    int64_t intermediate) const {
+  // The CPU reference's layout (cpu_ops.cc): one expert's gathered rows, its
+  // gate/up product and activation (at most `tokens` rows each), every
+  // routed row's output, and the routing's int32 tables.
+  const int64_t rows = tokens * top_k;
+  return 4 * (tokens * (hidden + 3 * intermediate) + rows * hidden + 2 * rows +
+              experts + 1);
+}
+
+absl::Status Ops::SigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                                  const TensorView& out) {
+  RETURN_IF_ERROR(CheckSigmoidGatedAdd(gate, x, out));
+  return Timed([&] { return absl::StrCat("SigmoidGatedAdd ", Width(out)); },
+               [&] { return DoSigmoidGatedAdd(gate, x, out); });
+}
+
+absl::Status Ops::DoMoeRoute(const TensorView&, bool, const TensorView&,
+                             const TensorView&) {
+  return absl::UnimplementedError("MoeRoute: not implemented by this backend");
+}
+
+absl::Status Ops::DoMoeExperts(const MoeExpertsArgs&) {
+  return absl::UnimplementedError(
+      "MoeExperts: not implemented by this backend");
+}
+
+absl::Status Ops::DoSigmoidGatedAdd(const TensorView&, const TensorView&,
+                                    const TensorView&) {
+  return absl::UnimplementedError(
+      "SigmoidGatedAdd: not implemented by this backend");
+}
+
 absl::Status Ops::PrefillAttention(const PagedAttentionArgs& args) {
   RETURN_IF_ERROR(CheckPagedAttention(support_, AttentionKind::kPrefill, args));
   return Timed([] { return std::string("PrefillAttention"); },

@@ -190,6 +190,45 @@ struct WeightView {
   TensorView scale;  // Empty: none (the only kind any backend takes today).
 };
 
+// The experts of a mixture-of-experts block over its routed tokens
+// (Ops::MoeExperts): every expert a gated (SwiGLU) MLP, each token's top-k
+// experts (MoeRoute's ids and weights) run on it, their outputs weighted and
+// summed.
+//
+//  x:            f32 [T, H], the block's input.
+//  topk_ids:     kI32 [T, k] (1 <= k <= kMaxMoeTopK): global expert ids.
+//  topk_weights: f32 [T, k].
+//  gate_up:      [E, 2I, H] in a weight dtype, unscaled: expert e's gate rows,
+//                then its up rows (its GatedLinear weight).
+//  down:         [E, H, I], gate_up's dtype, unscaled.
+//  first_expert: the experts here are global ids [first_expert,
+//                first_expert + E); a (token, j) whose id is outside them
+//                contributes nothing (expert parallelism: another rank holds
+//                that expert). Any id value is valid.
+//  scratch:      >= MoeExpertsScratchBytes(T, k, E, H, I) bytes of the
+//                backend's memory, any dtype; contents unspecified after.
+//  out:          f32 [T, H]: out[t] = sum over j of topk_weights[t, j] *
+//                down_e · (silu(gate_e · x[t]) * (up_e · x[t])) with e =
+//                topk_ids[t, j] - first_expert, accumulated from 0 in
+//                ascending expert id (ties by j), each term's product rounded
+//                before its add — transformers' order (index_add_ expert by
+//                expert). Products accumulate in f32. A token no expert here
+//                takes gets zeros. out must not overlap x or scratch.
+struct MoeExpertsArgs {
+  TensorView x;
+  TensorView topk_ids;
+  TensorView topk_weights;
+  WeightView gate_up;
+  WeightView down;
+  int64_t first_expert = 0;
+  TensorView scratch;
+  TensorView out;
+};
+
+// The most experts one token is routed to (MoeRoute, MoeExperts): the
+// kernels keep a token's choices in registers.
+inline constexpr int64_t kMaxMoeTopK = 32;
+
 // Which dtypes a backend's kernels read; the shared checks refuse the rest
 // with a message that lists these.
 struct OpSupport {
@@ -324,6 +363,37 @@ class Ops : public Device {
                            const TensorView& gate_up_scratch,
                            const TensorView& out);
 
+  // Mixture-of-experts routing, as transformers' routers: per token, the
+  // softmax of its router logits in f32, the k most probable experts (ties:
+  // the lower id first; NaN ranks above every number) in descending order of
+  // probability into topk_ids, their probabilities into topk_weights,
+  // divided by their sum (added in that order) when `renormalize`.
+  // logits f32 [T, E], topk_ids kI32 [T, k], topk_weights f32 [T, k],
+  // 1 <= k <= min(E, kMaxMoeTopK); the outputs must not overlap logits. CUDA
+  // runs it as one kernel.
+  absl::Status MoeRoute(const TensorView& logits, bool renormalize,
+                        const TensorView& topk_ids,
+                        const TensorView& topk_weights);
+
+  // The routed experts of a mixture-of-experts block: see MoeExpertsArgs.
+  // The checks: the shapes and dtypes there, k <= kMaxMoeTopK, first_expert
+  // >= 0, the scratch's size, out overlapping neither x nor the scratch.
+  absl::Status MoeExperts(const MoeExpertsArgs& args);
+
+  // The scratch MoeExperts needs for `tokens` tokens of `top_k` experts each
+  // over `experts` experts of hidden size `hidden` and intermediate size
+  // `intermediate` (a model sizes its workspace with it, for its largest
+  // step): this backend's own figure.
+  virtual int64_t MoeExpertsScratchBytes(int64_t tokens, int64_t top_k,
+                                         int64_t experts, int64_t hidden,
+                                         int64_t intermediate) const;
+
+  // out[t, :] += sigmoid(gate[t]) * x[t, :] (Qwen2-MoE's gated shared
+  // expert): gate f32 [T, 1], x and out f32 [T, N]; out must not overlap x or
+  // gate.
+  absl::Status SigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                               const TensorView& out);
+
   // RmsNorm (optional) + Rope + StoreKvCache of a fused q/k/v projection's
   // output in one op: see QkvRopeStoreArgs. On the CPU it is the unfused ops
   // in sequence (bit for bit their results); on CUDA one kernel.
@@ -426,6 +496,14 @@ class Ops : public Device {
   virtual absl::Status DoPrefillAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoDecodeAttention(const PagedAttentionArgs& args) = 0;
   virtual absl::Status DoStaticAttention(const PagedAttentionArgs& args) = 0;
+  // Mixtures of experts; Unimplemented unless a backend has them.
+  virtual absl::Status DoMoeRoute(const TensorView& logits, bool renormalize,
+                                  const TensorView& topk_ids,
+                                  const TensorView& topk_weights);
+  virtual absl::Status DoMoeExperts(const MoeExpertsArgs& args);
+  virtual absl::Status DoSigmoidGatedAdd(const TensorView& gate,
+                                         const TensorView& x,
+                                         const TensorView& out);
   // With out->size() == rows.size() > 0.
   virtual absl::Status DoSample(const TensorView& logits,
                                 absl::Span<const SampleRow> rows,

@@ -236,6 +236,7 @@ int RunParallel(
 struct ParallelFlags {
   int64_t tp = 1, pp = 1;
   std::string pp_layers, weights = "rank0";
+  bool ep = false;
 
   void Add(tessera::FlagParser& flags) {
     flags.Add("tp", &tp,
@@ -243,6 +244,10 @@ struct ParallelFlags {
     flags.Add("pp", &pp, "pipeline-parallel stages");
     flags.Add("pp-layers", &pp_layers,
               "layers per stage, e.g. 3,2 (default: even split)");
+    flags.Add("ep", &ep,
+              "expert parallelism: a mixture of experts' tensor-parallel "
+              "ranks each hold whole experts (experts / tp of them) instead "
+              "of a slice of every expert");
     flags.Add("weights", &weights,
               "rank0 (rank 0 reads and sends each rank its shard) or local "
               "(each rank reads its own slices)");
@@ -272,6 +277,7 @@ struct ParallelFlags {
     p.pp = static_cast<int>(pp);
     ASSIGN_OR_RETURN(p.pp_layers, ParseLayerList(pp_layers));
     p.weights_local = weights == "local";
+    p.expert_parallel = ep;
     tessera::EngineOptions engine_options;
     RETURN_IF_ERROR(tessera::ResolveEngineFlags(engine, &engine_options, &p));
     p.show_progress = true;

@@ -79,6 +79,7 @@ proto::ModelManifest MakeManifest(const RankSpec& given, int world_size) {
   manifest.set_tensor_parallel(spec.tp);
   manifest.set_pipeline_parallel(spec.pp);
   for (int64_t n : spec.pp_layers) manifest.add_pp_layers(n);
+  manifest.set_expert_parallel(spec.expert_parallel);
   proto::EngineSettings* e = manifest.mutable_engine();
   e->set_max_num_seqs(static_cast<int32_t>(spec.max_num_seqs));
   e->set_max_num_batched_tokens(spec.max_num_batched_tokens);

@@ -123,6 +123,7 @@ RankSpec SpecFromManifest(const proto::ModelManifest& m, int rank) {
     spec.pp_stage = rank / spec.tp;
   }
   spec.pp_layers.assign(m.pp_layers().begin(), m.pp_layers().end());
+  spec.expert_parallel = m.expert_parallel();
   spec.weights_local = m.weights() == proto::ModelManifest::WEIGHTS_LOCAL;
   spec.random_weights = m.weights() == proto::ModelManifest::WEIGHTS_RANDOM;
   const proto::EngineSettings& e = m.engine();

@@ -187,6 +187,56 @@ else
   fail "--random-weights bench"
   cat "$TMP/rwb.json" "$TMP/rwb.err"
 fi
+# A mixture of experts from config.json alone (Qwen3-30B-A3B's layout, tiny: 16 experts, top 4).
+MOE="$TMP/qwen3_moe_config_only"
+mkdir -p "$MOE"
+cat >"$MOE/config.json" <<'JSON'
+{"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "vocab_size": 512,
+ "hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32, "num_experts": 16,
+ "num_experts_per_tok": 4, "norm_topk_prob": true, "decoder_sparse_step": 1,
+ "mlp_only_layers": [], "num_hidden_layers": 2, "num_attention_heads": 4,
+ "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256,
+ "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "hidden_act": "silu",
+ "tie_word_embeddings": false, "bos_token_id": 1, "eos_token_id": 2, "torch_dtype": "bfloat16"}
+JSON
+MOE_GEN=(generate --model "$MOE" --random-weights --prompt-ids 1,2,3,4,5 --max-tokens 12
+  --temperature 0 --output json)
+timeout 60 "$TESSERA" "${MOE_GEN[@]}" >"$TMP/moe1" 2>"$TMP/moe1.err"
+rc=$?
+if [ "$rc" = 0 ] && grep -q '"output_ids":\[[0-9,]*\]' "$TMP/moe1"; then
+  pass "--random-weights generate builds a MoE model"
+else
+  fail "--random-weights MoE generate (exit $rc)"
+  cat "$TMP/moe1" "$TMP/moe1.err"
+fi
+timeout 120 mpirun -np 2 --bind-to none "$TESSERA" "${MOE_GEN[@]}" --tp 2 \
+  >"$TMP/moep" 2>"$TMP/moep.err"
+rc=$?
+if [ "$rc" = 0 ] && cmp -s "$TMP/moe1" "$TMP/moep"; then
+  pass "--random-weights MoE --tp 2 gives the one-process tokens"
+else
+  fail "--random-weights MoE --tp 2 (exit $rc)"
+  cat "$TMP/moep"
+  head -c 800 "$TMP/moep.err"
+fi
+timeout 120 mpirun -np 2 --bind-to none "$TESSERA" "${MOE_GEN[@]}" --tp 2 --ep \
+  >"$TMP/moee" 2>"$TMP/moee.err"
+rc=$?
+if [ "$rc" = 0 ] && cmp -s "$TMP/moe1" "$TMP/moee"; then
+  pass "--random-weights MoE --tp 2 --ep gives the one-process tokens"
+else
+  fail "--random-weights MoE --tp 2 --ep (exit $rc)"
+  cat "$TMP/moee"
+  head -c 800 "$TMP/moee.err"
+fi
+timeout 120 "$TESSERA" bench --model "$MOE" --random-weights --batch-size 2 --input-len 16 \
+  --output-len 4 --iterations 1 --json >"$TMP/moeb.json" 2>"$TMP/moeb.err"
+if [ "$(field "$TMP/moeb.json" '["random_weights"]' 2>/dev/null)" = "True" ]; then
+  pass "--random-weights MoE bench"
+else
+  fail "--random-weights MoE bench"
+  cat "$TMP/moeb.json" "$TMP/moeb.err"
+fi
 if timeout 60 "$TESSERA" generate --model "$RW" --random-weights --weights local --tp 1 \
   --prompt-ids 1 --max-tokens 1 >/dev/null 2>"$TMP/local.err"; then
   fail "--random-weights --weights local must be refused"

@@ -382,8 +382,9 @@ INSTANTIATE_TEST_SUITE_P(Architectures, GoldenFixtureTest,
 
 TEST(GoldenFixtures, EveryArchitectureIsCovered) {
   const std::vector<std::string> names = FixtureNames();
-  for (const char* required : {"llama", "llama3_rope", "llama_linear_rope",
-                               "mistral_1kv", "qwen2", "qwen3"}) {
+  for (const char* required :
+       {"llama", "llama3_rope", "llama_linear_rope", "mistral_1kv", "qwen2",
+        "qwen3", "mixtral", "qwen3_moe", "qwen2_moe"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end())
         << required;
   }

@@ -57,6 +57,15 @@ for dir in "$GOLDEN"/*/; do
   done
 done
 
+# Mixtures of experts with expert parallelism (--ep: each rank holds whole experts).
+for fixture in mixtral qwen3_moe qwen2_moe; do
+  extract "$GOLDEN/$fixture"
+  for layout in "2 --tp 2 --ep" "4 --tp 2 --pp 2 --ep" "4 --tp 4 --ep"; do
+    # shellcheck disable=SC2086
+    run_case "$fixture np=$layout" "$GOLDEN/$fixture" 20 $layout
+  done
+done
+
 # Prefill logits through the vocabulary-parallel head, within 1e-4 of transformers'.
 for dir in "$GOLDEN"/*/; do
   for layout in "2 2 1" "2 1 2" "4 2 2"; do

@@ -172,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("llama", "llama3_rope",
                                          "llama_linear_rope", "mistral_1kv",
                                          "qwen2", "qwen3", "gemma", "gemma2",
-                                         "gemma3_text"),
+                                         "gemma3_text", "mixtral", "qwen3_moe",
+                                         "qwen2_moe"),
                        ::testing::Values(Layout{2, 1}, Layout{1, 2},
                                          Layout{2, 2}, Layout{4, 1})),
     [](const auto& info) {

@@ -25,7 +25,8 @@ mkdir -p "$TMP/runfiles/shared/models"
 ln -s "$PWD/$DEMO" "$TMP/runfiles/shared/models/stories260K"
 for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test sample_parity_test \
   decode_allocations_cuda_test decode_graphs_cuda_test attention_kernels_test gemm_plans_test \
-  cuda_ops_test fused_ops_test skinny_gemm_test flash_prefill_test decode_attention_test; do
+  cuda_ops_test fused_ops_test skinny_gemm_test flash_prefill_test decode_attention_test \
+  moe_kernels_test moe_model_cuda_test; do
   cases=$((cases + 1))
   if TEST_SRCDIR="$TMP/runfiles" TEST_TMPDIR="$TMP" TESSERA_TEST_DEVICE=cuda \
     timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then

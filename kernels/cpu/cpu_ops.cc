@@ -828,3 +828,165 @@ absl::Status CpuOps::DoSample(const TensorView& logits,
 }
 
 }  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Whether (value a, id ia) ranks before (b, ib) in MoeRoute's order:
+// larger probability first, NaN above every number, ties by the lower id.
+bool RanksBefore(float a, int32_t ia, float b, int32_t ib) {
+  const bool na = std::isnan(a), nb = std::isnan(b);
+  if (na != nb) return na;
+  if (!na && a != b) return a > b;
+  return ia < ib;
+}
+
+}  // namespace
+
+absl::Status CpuOps::DoMoeRoute(const TensorView& logits, bool renormalize,
+                                const TensorView& topk_ids,
+                                const TensorView& topk_weights) {
+  const int64_t tokens = logits.shape()[0], experts = logits.shape()[1];
+  const int64_t k = topk_ids.shape()[1];
+  std::vector<float> probs(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits.data_as<const float>() + t * experts;
+    // softmax in f32: exp(l - max) / sum, the sum in expert order.
+    float max = -INFINITY;
+    for (int64_t e = 0; e < experts; ++e) max = std::max(max, l[e]);
+    float sum = 0.0f;
+    for (int64_t e = 0; e < experts; ++e) {
+      probs[e] = std::exp(l[e] - max);
+      sum += probs[e];
+    }
+    for (int64_t e = 0; e < experts; ++e) probs[e] = probs[e] / sum;
+    int32_t* ids = topk_ids.data_as<int32_t>() + t * k;
+    float* w = topk_weights.data_as<float>() + t * k;
+    // Pick j is the best of the experts that rank after pick j - 1 (the
+    // order is total, so no expert is picked twice).
+    for (int64_t j = 0; j < k; ++j) {
+      int32_t best = -1;
+      for (int64_t e = 0; e < experts; ++e) {
+        const int32_t id = static_cast<int32_t>(e);
+        if (j > 0 && !RanksBefore(probs[ids[j - 1]], ids[j - 1], probs[e], id))
+          continue;
+        if (best < 0 || RanksBefore(probs[e], id, probs[best], best)) best = id;
+      }
+      ids[j] = best;
+      w[j] = probs[best];
+    }
+    if (renormalize) {
+      float total = 0.0f;
+      for (int64_t j = 0; j < k; ++j) total += w[j];
+      for (int64_t j = 0; j < k; ++j) w[j] = w[j] / total;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoMoeExperts(const MoeExpertsArgs& a) {
+  const int64_t tokens = a.x.shape()[0], hidden = a.x.shape()[1];
+  const int64_t k = a.topk_ids.shape()[1];
+  const int64_t experts = a.gate_up.data.shape()[0];
+  const int64_t inter = a.gate_up.data.shape()[1] / 2;
+  const int64_t rows = tokens * k;
+  // The scratch (Ops::MoeExpertsScratchBytes): xs [T, H], gate_up [T, 2I],
+  // act [T, I], y [T * k, H] (f32), then order [T * k], position [T * k],
+  // offsets [E + 1] (int32).
+  float* xs = a.scratch.data_as<float>();
+  float* gate_up = xs + tokens * hidden;
+  float* act = gate_up + tokens * 2 * inter;
+  float* y = act + tokens * inter;
+  int32_t* order = reinterpret_cast<int32_t*>(y + rows * hidden);
+  int32_t* position = order + rows;
+  int32_t* offsets = position + rows;
+  const int32_t* ids = a.topk_ids.data_as<const int32_t>();
+  const float* weights = a.topk_weights.data_as<const float>();
+  const float* x = a.x.data_as<const float>();
+  // Routed rows (token t's j-th choice is row t * k + j) sorted by expert,
+  // in token order within one: a counting sort.
+  auto local = [&](int64_t r) -> int64_t {
+    const int64_t e = static_cast<int64_t>(ids[r]) - a.first_expert;
+    return e >= 0 && e < experts ? e : -1;
+  };
+  std::fill_n(offsets, experts + 1, 0);
+  for (int64_t r = 0; r < rows; ++r) {
+    if (const int64_t e = local(r); e >= 0) ++offsets[e + 1];
+  }
+  for (int64_t e = 0; e < experts; ++e) offsets[e + 1] += offsets[e];
+  {
+    std::vector<int32_t> cursor(offsets, offsets + experts);
+    for (int64_t r = 0; r < rows; ++r) {
+      position[r] = -1;
+      if (const int64_t e = local(r); e >= 0) {
+        position[r] = cursor[e];
+        order[cursor[e]++] = static_cast<int32_t>(r);
+      }
+    }
+  }
+  const float* w_gate_up = a.gate_up.data.data_as<const float>();
+  const float* w_down = a.down.data.data_as<const float>();
+  for (int64_t e = 0; e < experts; ++e) {
+    const int64_t n = offsets[e + 1] - offsets[e];
+    if (n == 0) continue;
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = order[offsets[e] + i] / k;
+      std::copy_n(x + t * hidden, hidden, xs + i * hidden);
+    }
+    const TensorView xs_view(xs, DType::kF32, {n, hidden});
+    const TensorView gu_view(gate_up, DType::kF32, {n, 2 * inter});
+    const TensorView act_view(act, DType::kF32, {n, inter});
+    const TensorView y_view(y + offsets[e] * hidden, DType::kF32, {n, hidden});
+    const TensorView gu_w(
+        const_cast<float*>(w_gate_up + e * 2 * inter * hidden), DType::kF32,
+        {2 * inter, hidden});
+    const TensorView down_w(const_cast<float*>(w_down + e * hidden * inter),
+                            DType::kF32, {hidden, inter});
+    RETURN_IF_ERROR(DoLinear(xs_view, gu_w, nullptr, gu_view));
+    RETURN_IF_ERROR(
+        DoGatedActivation(GatedActivationKind::kSilu, gu_view, act_view));
+    RETURN_IF_ERROR(DoLinear(act_view, down_w, nullptr, y_view));
+  }
+  // out[t] = 0 + w_a * y_a + w_b * y_b + ... in ascending expert id (ties by
+  // j), each product rounded before its add, as index_add_ expert by expert.
+  float* out = a.out.data_as<float>();
+  std::vector<int64_t> picks(static_cast<size_t>(k));
+  for (int64_t t = 0; t < tokens; ++t) {
+    float* o = out + t * hidden;
+    std::fill_n(o, hidden, 0.0f);
+    int64_t n = 0;
+    for (int64_t j = 0; j < k; ++j) {
+      if (position[t * k + j] >= 0) picks[n++] = t * k + j;
+    }
+    std::stable_sort(picks.begin(), picks.begin() + n,
+                     [&](int64_t p, int64_t q) { return ids[p] < ids[q]; });
+    for (int64_t i = 0; i < n; ++i) {
+      const float w = weights[picks[i]];
+      const float* yr = y + static_cast<int64_t>(position[picks[i]]) * hidden;
+      for (int64_t h = 0; h < hidden; ++h) {
+        const float term = w * yr[h];
+        o[h] = o[h] + term;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuOps::DoSigmoidGatedAdd(const TensorView& gate,
+                                       const TensorView& x,
+                                       const TensorView& out) {
+  const int64_t tokens = x.shape()[0], n = x.shape()[1];
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float g = gate.data_as<const float>()[t];
+    const float s = 1.0f / (1.0f + std::exp(-g));
+    const float* xr = x.data_as<const float>() + t * n;
+    float* o = out.data_as<float>() + t * n;
+    for (int64_t i = 0; i < n; ++i) {
+      const float term = s * xr[i];
+      o[i] = o[i] + term;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace tessera

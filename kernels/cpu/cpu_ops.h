@@ -67,6 +67,17 @@ class CpuOps final : public Ops {
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
+  // Mixtures of experts. MoeRoute: one token after another, the softmax's
+  // sum in expert order. MoeExperts: expert by expert (ascending), its routed
+  // rows gathered in token order and run through Linear, GatedActivation and
+  // Linear as a dense MLP would be; then each token's terms summed in
+  // ascending expert order.
+  absl::Status DoMoeRoute(const TensorView& logits, bool renormalize,
+                          const TensorView& topk_ids,
+                          const TensorView& topk_weights) override;
+  absl::Status DoMoeExperts(const MoeExpertsArgs& args) override;
+  absl::Status DoSigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                                 const TensorView& out) override;
   // One row after another through kernels/cpu/cpu_sampling.h (the same tokens
   // as the CUDA sampler).
   absl::Status DoSample(const TensorView& logits,

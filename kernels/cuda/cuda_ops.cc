@@ -19,6 +19,7 @@
 #include "kernels/cuda/fused_kernels.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
 #include "kernels/cuda/gemm/skinny_gemm.h"
+#include "kernels/cuda/moe/moe_kernels.h"
 #include "kernels/cuda/sampling/sampling_kernels.h"
 #include "kernels/op_checks.h"
 #include "kernels/op_timer.h"
@@ -1133,6 +1134,57 @@ absl::Status CudaOps::DoDecodeAttention(const PagedAttentionArgs& args) {
 }
 absl::Status CudaOps::DoStaticAttention(const PagedAttentionArgs& args) {
   return Attention(args, AttentionKind::kStatic);
+}
+
+}  // namespace tessera
+
+namespace tessera {
+
+int64_t CudaOps::MoeExpertsScratchBytes(int64_t tokens, int64_t top_k,
+                                        int64_t experts, int64_t hidden,
+                                        int64_t intermediate) const {
+  return cuda::MoeExpertsScratchBytes(tokens, top_k, experts, hidden,
+                                      intermediate);
+}
+
+absl::Status CudaOps::DoMoeRoute(const TensorView& logits, bool renormalize,
+                                 const TensorView& topk_ids,
+                                 const TensorView& topk_weights) {
+  return Launch(
+      cuda::LaunchMoeRoute(logits.data_as<const float>(), logits.shape()[0],
+                           logits.shape()[1], topk_ids.shape()[1], renormalize,
+                           topk_ids.data_as<int32_t>(),
+                           topk_weights.data_as<float>(), stream_),
+      "MoeRoute");
+}
+
+absl::Status CudaOps::DoMoeExperts(const MoeExpertsArgs& a) {
+  cuda::MoeExpertsLaunch l;
+  l.x = a.x.data_as<const float>();
+  l.topk_ids = a.topk_ids.data_as<const int32_t>();
+  l.topk_weights = a.topk_weights.data_as<const float>();
+  l.gate_up = a.gate_up.data.data();
+  l.down = a.down.data.data();
+  l.weight_type = a.gate_up.dtype() == DType::kBF16 ? cuda::MoeWeightType::kBF16
+                                                    : cuda::MoeWeightType::kF32;
+  l.tokens = a.x.shape()[0];
+  l.top_k = a.topk_ids.shape()[1];
+  l.experts = a.gate_up.data.shape()[0];
+  l.hidden = a.x.shape()[1];
+  l.intermediate = a.gate_up.data.shape()[1] / 2;
+  l.first_expert = a.first_expert;
+  l.scratch = a.scratch.data();
+  l.out = a.out.data_as<float>();
+  return Launch(cuda::LaunchMoeExperts(l, stream_), "MoeExperts");
+}
+
+absl::Status CudaOps::DoSigmoidGatedAdd(const TensorView& gate,
+                                        const TensorView& x,
+                                        const TensorView& out) {
+  return Launch(cuda::LaunchSigmoidGatedAdd(
+                    gate.data_as<const float>(), x.data_as<const float>(),
+                    x.shape()[0], x.shape()[1], out.data_as<float>(), stream_),
+                "SigmoidGatedAdd");
 }
 
 }  // namespace tessera

@@ -70,6 +70,11 @@ class CudaOps final : public Ops {
   // Begin/End record nothing, so a capture is never disturbed and a replay
   // is not timed. The timer must not outlive the ops.
   absl::StatusOr<std::unique_ptr<OpTimer>> NewOpTimer() override;
+  // moe/moe_kernels.h's layout: the sort's tables, the activations and the
+  // experts' outputs of every routed row.
+  int64_t MoeExpertsScratchBytes(int64_t tokens, int64_t top_k, int64_t experts,
+                                 int64_t hidden,
+                                 int64_t intermediate) const override;
 
  protected:
   absl::Status DoConcatShards(const TensorView& gathered, int64_t shards,
@@ -116,6 +121,16 @@ class CudaOps final : public Ops {
   absl::Status DoPrefillAttention(const PagedAttentionArgs& args) override;
   absl::Status DoDecodeAttention(const PagedAttentionArgs& args) override;
   absl::Status DoStaticAttention(const PagedAttentionArgs& args) override;
+  // Mixtures of experts (moe/moe_kernels.h): routing in one kernel; the
+  // experts in four launches (sort by expert, grouped gate/up with SiLU,
+  // grouped down, combine) for any number of experts, graph-safe, in the
+  // model's scratch; bf16 or f32 weights.
+  absl::Status DoMoeRoute(const TensorView& logits, bool renormalize,
+                          const TensorView& topk_ids,
+                          const TensorView& topk_weights) override;
+  absl::Status DoMoeExperts(const MoeExpertsArgs& args) override;
+  absl::Status DoSigmoidGatedAdd(const TensorView& gate, const TensorView& x,
+                                 const TensorView& out) override;
   // Penalty arrays, masks and params staged per call; the penalties' [rows,
   // V] arrays only when a row has penalties.
   absl::Status DoSample(const TensorView& logits,

@@ -139,7 +139,7 @@ absl::StatusOr<ModelConfig> RankConfig(const RankSpec& spec) {
 absl::StatusOr<ShardSpec> RankShard(const RankSpec& spec,
                                     const ModelConfig& config) {
   return MakeShardSpec(config, spec.tp_rank, spec.tp, spec.pp_stage, spec.pp,
-                       spec.pp_layers);
+                       spec.pp_layers, spec.expert_parallel);
 }
 
 Rank::~Rank() {

@@ -35,6 +35,9 @@ struct RankSpec {
   int tp_rank = 0;
   int pp_stage = 0;
   std::vector<int64_t> pp_layers;
+  // --ep: a mixture of experts' TP group splits its experts rather than
+  // their intermediate dimension (shard.h ShardSpec::expert_parallel).
+  bool expert_parallel = false;
   // A job's ranks each read their own slices (--weights local) instead of
   // receiving them from rank 0 (parallel/ picks the WeightSource by it).
   bool weights_local = false;

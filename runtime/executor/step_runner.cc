@@ -62,9 +62,9 @@ absl::StatusOr<std::unique_ptr<StepInputs>> StepRunner::Reserve(
   scratch.max_seq_len = c.max_position_embeddings;
   scratch.max_heads = static_cast<int32_t>(shard.local_heads);
   scratch.max_head_dim = static_cast<int32_t>(c.head_dim);
-  scratch.max_linear_in =
-      std::max<int64_t>({c.hidden_size, shard.local_heads * c.head_dim,
-                         shard.local_intermediate});
+  scratch.max_linear_in = std::max<int64_t>(
+      {c.hidden_size, shard.local_heads * c.head_dim, shard.local_intermediate,
+       shard.local_shared_intermediate});
   scratch.vocab_size = c.vocab_size;
   RETURN_IF_ERROR(model->ops()->ReserveStepScratch(scratch));
   return inputs;

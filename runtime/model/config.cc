@@ -392,6 +392,130 @@ absl::Status ParseQwenSlidingWindow(const Json& root, ModelConfig* config) {
   return absl::OkStatus();
 }
 
+// ---------------------------------------------------------------------------
+// Mixtures of experts (mixtral, qwen3_moe, qwen2_moe).
+
+// What the transformers config classes default to.
+struct MoeDefaults {
+  int64_t num_experts = 8;
+  int64_t experts_per_token = 2;
+  // moe_intermediate_size's default; 0: the experts use intermediate_size
+  // (mixtral, which has no moe_intermediate_size).
+  int64_t expert_intermediate_size = 0;
+  // shared_expert_intermediate_size's default; 0: no shared expert.
+  int64_t shared_expert_intermediate_size = 0;
+  // mixtral always renormalises (norm_topk_prob is not read).
+  bool always_norm_topk = false;
+  // qwen: decoder_sparse_step and mlp_only_layers pick the MoE layers;
+  // mixtral: every layer is one.
+  bool sparse_layer_keys = false;
+};
+
+// num_local_experts (MixtralConfig) and num_experts (the Qwen classes, whose
+// attribute_map also accepts the other spelling): either key, and when both
+// are present they must agree.
+absl::StatusOr<int64_t> NumExperts(const Json& root, int64_t fallback) {
+  const Json* local = Find(root, "num_local_experts");
+  const Json* plain = Find(root, "num_experts");
+  int64_t n = fallback;
+  if (local != nullptr) {
+    ASSIGN_OR_RETURN(n, AsInt(*local, "num_local_experts"));
+  }
+  if (plain != nullptr) {
+    ASSIGN_OR_RETURN(const int64_t m, AsInt(*plain, "num_experts"));
+    if (local != nullptr && m != n) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config keys \"num_local_experts\" (", n,
+                       ") and \"num_experts\" (", m, ") disagree"));
+    }
+    n = m;
+  }
+  const absl::string_view key =
+      plain != nullptr ? "num_experts" : "num_local_experts";
+  if (n < 1 || n > kMaxExperts) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key, "\" must be in [1, ", kMaxExperts,
+                     "], found ", n));
+  }
+  return n;
+}
+
+absl::Status ParseMoeHParams(const Json& root, const MoeDefaults& d,
+                             ModelConfig* config) {
+  MoeHParams& m = config->moe;
+  ASSIGN_OR_RETURN(m.num_experts, NumExperts(root, d.num_experts));
+  ASSIGN_OR_RETURN(
+      m.experts_per_token,
+      OptionalPositiveInt(root, "num_experts_per_tok", d.experts_per_token));
+  if (m.experts_per_token > m.num_experts ||
+      m.experts_per_token > kMaxExpertsPerToken) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"num_experts_per_tok\" is ",
+                     m.experts_per_token, ": more than the ", m.num_experts,
+                     " experts or the ", kMaxExpertsPerToken, " supported"));
+  }
+  if (d.expert_intermediate_size > 0) {
+    ASSIGN_OR_RETURN(m.expert_intermediate_size,
+                     OptionalPositiveInt(root, "moe_intermediate_size",
+                                         d.expert_intermediate_size));
+  } else {
+    m.expert_intermediate_size = config->intermediate_size;
+  }
+  if (d.shared_expert_intermediate_size > 0) {
+    ASSIGN_OR_RETURN(
+        m.shared_expert_intermediate_size,
+        OptionalPositiveInt(root, "shared_expert_intermediate_size",
+                            d.shared_expert_intermediate_size));
+  }
+  if (d.always_norm_topk) {
+    m.norm_topk_prob = true;
+  } else {
+    ASSIGN_OR_RETURN(m.norm_topk_prob,
+                     OptionalBool(root, "norm_topk_prob", false));
+  }
+  // Per-layer tables hold num_layers entries; every size above is bounded
+  // so that the expert tables' element counts fit (weights.h).
+  using KeyValue = std::pair<const char*, int64_t>;
+  for (const KeyValue& kv :
+       {KeyValue{"moe_intermediate_size", m.expert_intermediate_size},
+        KeyValue{"shared_expert_intermediate_size",
+                 m.shared_expert_intermediate_size}}) {
+    const auto& [key, value] = kv;
+    if (value > (int64_t{1} << 24)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", key, "\" is ", value,
+                       ", more than the ", int64_t{1} << 24, " supported"));
+    }
+  }
+  m.sparse_layers.assign(config->num_layers, 1);
+  if (!d.sparse_layer_keys) return absl::OkStatus();
+  // Qwen2MoeDecoderLayer / Qwen3MoeDecoderLayer: layer l is MoE unless it is
+  // in mlp_only_layers, and only when (l + 1) % decoder_sparse_step == 0.
+  ASSIGN_OR_RETURN(const int64_t step,
+                   OptionalPositiveInt(root, "decoder_sparse_step", 1));
+  for (int64_t l = 0; l < config->num_layers; ++l) {
+    m.sparse_layers[l] = (l + 1) % step == 0 ? 1 : 0;
+  }
+  if (const Json* only = Find(root, "mlp_only_layers")) {
+    if (!only->is_array()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"mlp_only_layers\" must be a list, found ",
+                       TypeName(*only)));
+    }
+    for (size_t i = 0; i < only->size(); ++i) {
+      ASSIGN_OR_RETURN(const int64_t l, AsInt((*only)[i], "mlp_only_layers"));
+      if (l < 0 || l >= config->num_layers) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"mlp_only_layers\"[", i, "] is ", l,
+                         ", not a layer index (num_hidden_layers is ",
+                         config->num_layers, ")"));
+      }
+      m.sparse_layers[l] = 0;
+    }
+  }
+  return absl::OkStatus();
+}
+
 constexpr ArchitectureConfig kArchitectures[] = {
     {"llama", Architecture::kLlama, &ParseLlamaHParams},
     {"mistral", Architecture::kMistral, &ParseMistralHParams},
@@ -403,6 +527,10 @@ constexpr ArchitectureConfig kArchitectures[] = {
      /*own_activation_and_rope=*/true},
     {"gemma3_text", Architecture::kGemma3, &ParseGemma3HParams,
      /*own_activation_and_rope=*/true},
+    // Mixtures of experts.
+    {"mixtral", Architecture::kMixtral, &ParseMixtralHParams},
+    {"qwen3_moe", Architecture::kQwen3Moe, &ParseQwen3MoeHParams},
+    {"qwen2_moe", Architecture::kQwen2Moe, &ParseQwen2MoeHParams},
 };
 
 // The Hugging Face classes (config.json's `architectures`) Tessera runs, and
@@ -881,6 +1009,86 @@ absl::Status ParseGemma3HParams(const Json& root, ModelConfig* config) {
   return ParseGemma3Rope(root, config);
 }
 
+absl::Status ParseMixtralHParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  // MixtralConfig: sliding_window defaults to None (full attention).
+  ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 0));
+  config->sliding_window_per_layer.assign(config->num_layers, window);
+  MoeDefaults d;  // 8 experts, top 2, renormalised, every layer.
+  d.always_norm_topk = true;
+  return ParseMoeHParams(root, d, config);
+}
+
+absl::Status ParseQwen3MoeHParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  LlamaHParams& h = config->llama;
+  ASSIGN_OR_RETURN(h.attention_bias,
+                   OptionalBool(root, "attention_bias", false));
+  h.attention_out_bias = h.attention_bias;
+  h.qk_norm = true;
+  // Qwen3MoeConfig has no max_window_layers: with use_sliding_window every
+  // layer slides, unless layer_types says otherwise.
+  if (Find(root, "layer_types") != nullptr) {
+    RETURN_IF_ERROR(ParseQwenSlidingWindow(root, config));
+  } else {
+    ASSIGN_OR_RETURN(const bool use_sliding,
+                     OptionalBool(root, "use_sliding_window", false));
+    if (use_sliding) {
+      ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 4096));
+      config->sliding_window_per_layer.assign(config->num_layers, window);
+    }
+  }
+  MoeDefaults d;
+  d.num_experts = 128;
+  d.experts_per_token = 8;
+  d.expert_intermediate_size = 768;
+  d.sparse_layer_keys = true;
+  return ParseMoeHParams(root, d, config);
+}
+
+absl::Status ParseQwen2MoeHParams(const Json& root, ModelConfig* config) {
+  config->sliding_window_per_layer.assign(config->num_layers, 0);
+  // Qwen2MoeAttention: q/k/v biases when qkv_bias (default true), o_proj
+  // never.
+  ASSIGN_OR_RETURN(config->llama.attention_bias,
+                   OptionalBool(root, "qkv_bias", true));
+  config->llama.attention_out_bias = false;
+  if (Find(root, "layer_types") != nullptr) {
+    RETURN_IF_ERROR(ParseQwenSlidingWindow(root, config));
+  } else {
+    // Qwen2MoeConfig's own rule when layer_types is absent: with
+    // use_sliding_window, the even layers below max_window_layers slide.
+    ASSIGN_OR_RETURN(const bool use_sliding,
+                     OptionalBool(root, "use_sliding_window", false));
+    if (use_sliding) {
+      ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 4096));
+      int64_t max_window_layers = 28;
+      if (const Json* v = Find(root, "max_window_layers")) {
+        ASSIGN_OR_RETURN(max_window_layers, AsInt(*v, "max_window_layers"));
+      }
+      for (int64_t i = 0; i < config->num_layers; ++i) {
+        if (i % 2 == 0 && i < max_window_layers) {
+          config->sliding_window_per_layer[i] = window;
+        }
+      }
+    }
+  }
+  MoeDefaults d;
+  d.num_experts = 60;
+  d.experts_per_token = 4;
+  d.expert_intermediate_size = 1408;
+  d.shared_expert_intermediate_size = 5632;
+  d.sparse_layer_keys = true;
+  return ParseMoeHParams(root, d, config);
+}
+
+bool MoeHParams::any_dense() const {
+  for (uint8_t s : sparse_layers) {
+    if (s == 0) return true;
+  }
+  return !enabled();
+}
+
 absl::Span<const ArchitectureConfig> ConfigArchitectures() {
   return kArchitectures;
 }
@@ -901,6 +1109,12 @@ absl::string_view ArchitectureName(Architecture arch) {
       return "gemma2";
     case Architecture::kGemma3:
       return "gemma3_text";
+    case Architecture::kMixtral:
+      return "mixtral";
+    case Architecture::kQwen3Moe:
+      return "qwen3_moe";
+    case Architecture::kQwen2Moe:
+      return "qwen2_moe";
   }
   return "unknown";
 }

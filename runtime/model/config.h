@@ -1,10 +1,11 @@
 // ModelConfig: the hyperparameters of a Llama-family checkpoint, read from its
 // config.json.
 //
-// Supported `model_type`s: llama, mistral, qwen2, qwen3, gemma, gemma2,
-// gemma3_text. Everything the forward pass needs is resolved here (defaults
-// applied, derived values computed, unsupported features rejected), so the
-// model code never looks at JSON.
+// Supported `model_type`s: llama, mistral, qwen2, qwen3, phi3; gemma, gemma2,
+// gemma3_text; mixtral, qwen3_moe, qwen2_moe (mixtures of experts).
+// Everything the forward pass needs is resolved here (defaults applied,
+// derived values computed, unsupported features rejected), so the model code
+// never looks at JSON.
 #ifndef TESSERA_RUNTIME_MODEL_CONFIG_H_
 #define TESSERA_RUNTIME_MODEL_CONFIG_H_
 
@@ -30,6 +31,12 @@ enum class Architecture {
              // sliding/global layers and logit soft-capping.
   kGemma3,   // model_type "gemma3_text" (Gemma3ForCausalLM): Gemma 2 with q/k
              // norms and a local RoPE for the sliding layers.
+  // Mixtures of experts: the Llama-family layer with a MoE block in place of
+  // the MLP (MoeHParams below).
+  kMixtral,   // model_type "mixtral": Mistral attention, every layer MoE.
+  kQwen3Moe,  // model_type "qwen3_moe": Qwen3 attention, MoE layers.
+  kQwen2Moe,  // model_type "qwen2_moe": Qwen2 attention, MoE layers with a
+              // shared expert.
 };
 
 absl::string_view ArchitectureName(Architecture arch);
@@ -98,6 +105,43 @@ struct GemmaHParams {
   // sliding_window_pattern). Its window is sliding_window_per_layer.
   std::vector<bool> sliding_layer;
 };
+// Mixture-of-experts hyperparameters (mixtral, qwen3_moe, qwen2_moe), as
+// Hugging Face's MixtralSparseMoeBlock / Qwen3MoeSparseMoeBlock /
+// Qwen2MoeSparseMoeBlock run them:
+//   p = softmax(x · Wrouterᵀ) in f32 over the experts;
+//   the experts_per_token most probable (ties: the lower id), their p
+//   divided by their sum when norm_topk_prob;
+//   out = Σ p_e · expert_e(x), over those experts in ascending id order
+//   [qwen2_moe] + sigmoid(x · Wshared_gateᵀ) · shared_expert(x).
+// Each expert (and the shared one) is a SwiGLU MLP. num_experts == 0: a
+// dense model (every other field unset).
+struct MoeHParams {
+  int64_t num_experts = 0;        // num_local_experts (mixtral) / num_experts.
+  int64_t experts_per_token = 0;  // num_experts_per_tok (top-k).
+  // An expert's intermediate size: moe_intermediate_size (qwen), the
+  // intermediate_size (mixtral).
+  int64_t expert_intermediate_size = 0;
+  // The shared expert's (qwen2_moe: shared_expert_intermediate_size); 0 none.
+  int64_t shared_expert_intermediate_size = 0;
+  bool norm_topk_prob = false;  // mixtral: always.
+  // Per layer (size num_layers): 1 where the layer's MLP is the MoE block, 0
+  // where it is the dense MLP of intermediate_size (qwen: mlp_only_layers and
+  // decoder_sparse_step; mixtral: every layer MoE).
+  std::vector<uint8_t> sparse_layers;
+
+  bool enabled() const { return num_experts > 0; }
+  bool sparse(int64_t layer) const {
+    return layer >= 0 && layer < static_cast<int64_t>(sparse_layers.size()) &&
+           sparse_layers[layer] != 0;
+  }
+  // Whether any layer is dense (the model then holds dense MLPs too).
+  bool any_dense() const;
+};
+
+// The most experts and experts per token a config may declare (the routing
+// kernels keep a token's top-k in registers).
+inline constexpr int64_t kMaxExperts = int64_t{1} << 14;
+inline constexpr int64_t kMaxExpertsPerToken = 32;
 
 // The longest context config.json may declare (max_position_embeddings):
 // positions are int32 in every kernel. Larger values are InvalidArgument.
@@ -126,6 +170,7 @@ struct ModelConfig {
   // The architecture's own hyperparameters (its ParseHParams below).
   LlamaHParams llama;
   GemmaHParams gemma;
+  MoeHParams moe;  // Mixtures of experts; disabled for a dense model.
 
   // Sliding-window attention per layer: 0 = full attention, otherwise a query
   // at position p sees keys at positions (p - window, p]. Size num_layers
@@ -189,6 +234,22 @@ absl::Status ParseMistralHParams(const nlohmann::json& root,
                                  ModelConfig* config);
 absl::Status ParseQwen2HParams(const nlohmann::json& root, ModelConfig* config);
 absl::Status ParseQwen3HParams(const nlohmann::json& root, ModelConfig* config);
+// The mixtures of experts: their attention as mistral's (mixtral, but with
+// sliding_window absent meaning full attention, as MixtralConfig has it),
+// qwen3's (qwen3_moe) or qwen2's (qwen2_moe: qkv_bias, default true, and its
+// own sliding-window layer rule), plus MoeHParams: num_local_experts or
+// num_experts (either spelling; both must then agree), num_experts_per_tok,
+// moe_intermediate_size, shared_expert_intermediate_size (qwen2_moe),
+// norm_topk_prob, decoder_sparse_step (>= 1) and mlp_only_layers (layer
+// indices). Defaults are the transformers classes'. router_aux_loss_coef,
+// router_jitter_noise and output_router_logits are training-only and
+// ignored.
+absl::Status ParseMixtralHParams(const nlohmann::json& root,
+                                 ModelConfig* config);
+absl::Status ParseQwen3MoeHParams(const nlohmann::json& root,
+                                  ModelConfig* config);
+absl::Status ParseQwen2MoeHParams(const nlohmann::json& root,
+                                  ModelConfig* config);
 
 // Gemma's ParseHParams (transformers 5's GemmaConfig, Gemma2Config and
 // Gemma3TextConfig): tied embeddings and head_dim 256 by default, the

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -666,9 +667,15 @@ TEST(ConfigTest, UnknownModelType) {
   root["model_type"] = "gpt2";
   absl::StatusOr<ModelConfig> c = ParseModelConfig(root.dump());
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(c.status().message(),
-            "unsupported model_type \"gpt2\" (supported: llama, mistral, "
-            "qwen2, qwen3, gemma, gemma2, gemma3_text)");
+  // Architectures are appended to the list; the message starts with these.
+  EXPECT_TRUE(absl::StartsWith(c.status().message(),
+                               "unsupported model_type \"gpt2\" (supported: "
+                               "llama, mistral, qwen2, qwen3"))
+      << c.status();
+  EXPECT_TRUE(MessageContains(c.status(), "gemma3_text"));
+  EXPECT_TRUE(MessageContains(c.status(), "mixtral"));
+  EXPECT_TRUE(MessageContains(c.status(), "qwen3_moe"));
+  EXPECT_TRUE(MessageContains(c.status(), "qwen2_moe"));
 }
 
 // Dispatch: the architectures class first (transformers' AutoModelForCausalLM
@@ -855,6 +862,335 @@ TEST(LoadModelConfigTest, FifosAreRefusedNotWaitedOn) {
   EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(
       MessageContains(c.status(), dir + "/generation_config.json is a FIFO"));
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+// Mixtral-8x7B-v0.1's config.json (transformers 4.36 spelling).
+constexpr char kMixtral[] = R"json({
+  "architectures": ["MixtralForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "eos_token_id": 2,
+  "hidden_act": "silu",
+  "hidden_size": 4096,
+  "initializer_range": 0.02,
+  "intermediate_size": 14336,
+  "max_position_embeddings": 32768,
+  "model_type": "mixtral",
+  "num_attention_heads": 32,
+  "num_experts_per_tok": 2,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 8,
+  "num_local_experts": 8,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-05,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.02,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "vocab_size": 32000
+})json";
+
+// Qwen3-30B-A3B's config.json.
+constexpr char kQwen3Moe[] = R"json({
+  "architectures": ["Qwen3MoeForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151645,
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 6144,
+  "max_position_embeddings": 40960,
+  "max_window_layers": 48,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_moe",
+  "moe_intermediate_size": 768,
+  "norm_topk_prob": true,
+  "num_attention_heads": 32,
+  "num_experts": 128,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 4,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_scaling": null,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "sliding_window": null,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})json";
+
+// Qwen1.5-MoE-A2.7B's config.json.
+constexpr char kQwen2Moe[] = R"json({
+  "architectures": ["Qwen2MoeForCausalLM"],
+  "attention_dropout": 0.0,
+  "bos_token_id": 151643,
+  "decoder_sparse_step": 1,
+  "eos_token_id": 151643,
+  "hidden_act": "silu",
+  "hidden_size": 2048,
+  "initializer_range": 0.02,
+  "intermediate_size": 5632,
+  "max_position_embeddings": 8192,
+  "max_window_layers": 21,
+  "model_type": "qwen2_moe",
+  "moe_intermediate_size": 1408,
+  "norm_topk_prob": false,
+  "num_attention_heads": 16,
+  "num_experts": 60,
+  "num_experts_per_tok": 4,
+  "num_hidden_layers": 24,
+  "num_key_value_heads": 16,
+  "output_router_logits": false,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "router_aux_loss_coef": 0.001,
+  "shared_expert_intermediate_size": 5632,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "use_cache": true,
+  "use_sliding_window": false,
+  "vocab_size": 151936
+})json";
+
+Json Patched(const char* base, const Json& patch) {
+  Json config = Json::parse(base);
+  config.merge_patch(patch);
+  return config;
+}
+
+TEST(MoeConfigTest, Mixtral) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kMixtral);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kMixtral);
+  EXPECT_EQ(ArchitectureName(c->arch), "mixtral");
+  EXPECT_FALSE(c->llama.attention_bias);
+  EXPECT_FALSE(c->llama.qk_norm);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 0));
+  const MoeHParams& m = c->moe;
+  EXPECT_TRUE(m.enabled());
+  EXPECT_EQ(m.num_experts, 8);
+  EXPECT_EQ(m.experts_per_token, 2);
+  EXPECT_EQ(m.expert_intermediate_size, 14336);  // intermediate_size.
+  EXPECT_EQ(m.shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(m.norm_topk_prob);  // Mixtral always renormalises.
+  EXPECT_EQ(m.sparse_layers, std::vector<uint8_t>(32, 1));
+  EXPECT_FALSE(m.any_dense());
+  // norm_topk_prob is not Mixtral's: ignored.
+  c = ParseEdited(kMixtral, {{"norm_topk_prob", false}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->moe.norm_topk_prob);
+}
+
+TEST(MoeConfigTest, MixtralDefaults) {
+  Json config = Json::parse(kMixtral);
+  for (const char* key : {"num_local_experts", "num_experts_per_tok",
+                          "sliding_window", "router_aux_loss_coef"}) {
+    config.erase(key);
+  }
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.num_experts, 8);
+  EXPECT_EQ(c->moe.experts_per_token, 2);
+  // MixtralConfig's sliding_window defaults to None, unlike Mistral's 4096.
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 0));
+  c = ParseEdited(kMixtral, {{"sliding_window", 4096}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 4096));
+}
+
+TEST(MoeConfigTest, Qwen3Moe) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen3Moe);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kQwen3Moe);
+  EXPECT_EQ(ArchitectureName(c->arch), "qwen3_moe");
+  EXPECT_TRUE(c->llama.qk_norm);
+  EXPECT_FALSE(c->llama.attention_bias);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(48, 0));
+  const MoeHParams& m = c->moe;
+  EXPECT_EQ(m.num_experts, 128);
+  EXPECT_EQ(m.experts_per_token, 8);
+  EXPECT_EQ(m.expert_intermediate_size, 768);
+  EXPECT_EQ(c->intermediate_size, 6144);  // The dense layers' (none here).
+  EXPECT_EQ(m.shared_expert_intermediate_size, 0);
+  EXPECT_TRUE(m.norm_topk_prob);
+  EXPECT_EQ(m.sparse_layers, std::vector<uint8_t>(48, 1));
+  EXPECT_FALSE(m.any_dense());
+  // Qwen3MoeConfig's norm_topk_prob defaults to false.
+  c = ParseModelConfig([] {
+    Json j = Json::parse(kQwen3Moe);
+    j.erase("norm_topk_prob");
+    return j.dump();
+  }());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->moe.norm_topk_prob);
+}
+
+TEST(MoeConfigTest, Qwen3MoeSlidingWindowCoversEveryLayer) {
+  absl::StatusOr<ModelConfig> c = ParseEdited(
+      kQwen3Moe, {{"use_sliding_window", true}, {"sliding_window", 512}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(48, 512));
+}
+
+TEST(MoeConfigTest, Qwen2Moe) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen2Moe);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kQwen2Moe);
+  EXPECT_EQ(ArchitectureName(c->arch), "qwen2_moe");
+  EXPECT_TRUE(c->llama.attention_bias);  // qkv_bias defaults to true.
+  EXPECT_FALSE(c->llama.attention_out_bias);
+  EXPECT_FALSE(c->llama.qk_norm);
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(24, 0));
+  const MoeHParams& m = c->moe;
+  EXPECT_EQ(m.num_experts, 60);
+  EXPECT_EQ(m.experts_per_token, 4);
+  EXPECT_EQ(m.expert_intermediate_size, 1408);
+  EXPECT_EQ(m.shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(m.norm_topk_prob);
+  EXPECT_EQ(m.sparse_layers, std::vector<uint8_t>(24, 1));
+  c = ParseEdited(kQwen2Moe, {{"qkv_bias", false}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->llama.attention_bias);
+}
+
+TEST(MoeConfigTest, Qwen2MoeDefaults) {
+  Json config = Json::parse(kQwen2Moe);
+  for (const char* key :
+       {"num_experts", "num_experts_per_tok", "moe_intermediate_size",
+        "shared_expert_intermediate_size", "norm_topk_prob",
+        "decoder_sparse_step"}) {
+    config.erase(key);
+  }
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.num_experts, 60);
+  EXPECT_EQ(c->moe.experts_per_token, 4);
+  EXPECT_EQ(c->moe.expert_intermediate_size, 1408);
+  EXPECT_EQ(c->moe.shared_expert_intermediate_size, 5632);
+  EXPECT_FALSE(c->moe.norm_topk_prob);
+  EXPECT_EQ(c->moe.sparse_layers, std::vector<uint8_t>(24, 1));
+}
+
+TEST(MoeConfigTest, Qwen2MoeSlidingWindowRule) {
+  // Without layer_types: the even layers below max_window_layers slide.
+  Json config = Patched(kQwen2Moe, {{"use_sliding_window", true},
+                                    {"sliding_window", 64},
+                                    {"max_window_layers", 5},
+                                    {"num_hidden_layers", 6}});
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer,
+            (std::vector<int64_t>{64, 0, 64, 0, 64, 0}));
+  // layer_types (what transformers 5 writes) decides when present.
+  config["layer_types"] =
+      Json::array({"full_attention", "sliding_attention", "full_attention",
+                   "full_attention", "full_attention", "full_attention"});
+  c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer,
+            (std::vector<int64_t>{0, 64, 0, 0, 0, 0}));
+}
+
+TEST(MoeConfigTest, SparseLayers) {
+  // decoder_sparse_step 2: layers 1, 3, 5 are MoE; mlp_only_layers takes 3
+  // back.
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kQwen3Moe, {{"num_hidden_layers", 6},
+                              {"decoder_sparse_step", 2},
+                              {"mlp_only_layers", Json::array({3})}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.sparse_layers, (std::vector<uint8_t>{0, 1, 0, 0, 0, 1}));
+  EXPECT_TRUE(c->moe.sparse(1));
+  EXPECT_FALSE(c->moe.sparse(3));
+  EXPECT_FALSE(c->moe.sparse(6));
+  EXPECT_TRUE(c->moe.any_dense());
+  c = ParseEdited(kQwen2Moe, {{"mlp_only_layers", Json::array({0, 23})}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->moe.sparse(0));
+  EXPECT_TRUE(c->moe.sparse(1));
+  EXPECT_FALSE(c->moe.sparse(23));
+}
+
+TEST(MoeConfigTest, ExpertCountEitherSpelling) {
+  // transformers 5's Qwen3MoeConfig maps num_experts to num_local_experts.
+  Json config = Json::parse(kQwen3Moe);
+  config.erase("num_experts");
+  config["num_local_experts"] = 16;
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.num_experts, 16);
+  config["num_experts"] = 16;
+  c = ParseModelConfig(config.dump());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->moe.num_experts, 16);
+  config["num_experts"] = 32;
+  c = ParseModelConfig(config.dump());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "disagree")) << c.status();
+  c = ParseEdited(kMixtral, {{"num_experts", 8}});
+  ASSERT_TRUE(c.ok()) << c.status();
+}
+
+TEST(MoeConfigTest, BadValuesNameTheKey) {
+  const struct {
+    const char* base;
+    const char* key;
+    Json value;
+  } cases[] = {
+      {kMixtral, "num_local_experts", 0},
+      {kMixtral, "num_local_experts", -3},
+      {kMixtral, "num_local_experts", int64_t{1} << 40},
+      {kMixtral, "num_local_experts", "8"},
+      {kMixtral, "num_experts_per_tok", 0},
+      {kMixtral, "num_experts_per_tok", 9},  // More than the 8 experts.
+      {kQwen3Moe, "num_experts", 0},
+      {kQwen3Moe, "num_experts_per_tok", 64},  // More than supported.
+      {kQwen3Moe, "moe_intermediate_size", 0},
+      {kQwen3Moe, "moe_intermediate_size", int64_t{1} << 30},
+      {kQwen3Moe, "moe_intermediate_size", 7.5},
+      {kQwen3Moe, "decoder_sparse_step", 0},
+      {kQwen3Moe, "norm_topk_prob", 1},
+      {kQwen3Moe, "mlp_only_layers", 3},
+      {kQwen3Moe, "mlp_only_layers", Json::array({48})},
+      {kQwen3Moe, "mlp_only_layers", Json::array({-1})},
+      {kQwen3Moe, "mlp_only_layers", Json::array({"0"})},
+      {kQwen2Moe, "shared_expert_intermediate_size", -1},
+      {kQwen2Moe, "qkv_bias", "yes"},
+  };
+  for (const auto& t : cases) {
+    absl::StatusOr<ModelConfig> c = ParseWith(t.base, t.key, t.value);
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument)
+        << t.key << " = " << t.value.dump();
+    EXPECT_TRUE(MessageContains(c.status(), t.key))
+        << t.key << ": " << c.status();
+  }
+}
+
+TEST(MoeConfigTest, DenseModelsHaveNoExperts) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kQwen3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->moe.enabled());
+  EXPECT_TRUE(c->moe.sparse_layers.empty());
+  EXPECT_FALSE(c->moe.sparse(0));
+  EXPECT_TRUE(c->moe.any_dense());
 }
 
 }  // namespace

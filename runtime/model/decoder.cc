@@ -254,8 +254,10 @@ void PlanDecoderScratch(const ModelConfig& c, const ShardSpec& s, int64_t T,
   plan->Add("q", &x->attention.q, {T, s.local_heads, D});
   plan->Add("attn", &x->attention.attn, {T, s.local_heads, D});
   plan->Add("proj", &x->proj, {T, H});
-  plan->Add("gate_up", &x->mlp.gate_up, {T, 2 * s.local_intermediate});
-  plan->Add("act", &x->mlp.act, {T, s.local_intermediate});
+  // A model whose every layer is MoE has no dense MLP to hold scratch for.
+  const int64_t dense_i = c.moe.any_dense() ? s.local_intermediate : 1;
+  plan->Add("gate_up", &x->mlp.gate_up, {T, 2 * dense_i});
+  plan->Add("act", &x->mlp.act, {T, dense_i});
   plan->Add("last_hidden", &x->last_hidden, {rows, H});
   plan->Add("local_logits", &x->local_logits, {rows, s.vocab_per_rank});
   plan->Add("gathered_logits", &x->gathered_logits,

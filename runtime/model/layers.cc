@@ -112,4 +112,52 @@ absl::Status GatedMlp::Forward(Ops* ops, Communicator* tp, const TensorView& x,
   return FinishRowParallel(ops, tp, w.down_bias, out);
 }
 
+int64_t MoeWeights::bytes() const {
+  int64_t b = static_cast<int64_t>(router.nbytes() + gate_up_proj.nbytes() +
+                                   down_proj.nbytes()) +
+              Bytes(shared_expert_gate);
+  if (shared_expert.has_value()) b += shared_expert->bytes();
+  return b;
+}
+
+absl::Status MoeBlock::Forward(Ops* ops, Communicator* tp, const TensorView& x,
+                               const MoeScratch& scratch,
+                               const TensorView& out) const {
+  const MoeWeights& w = weights;
+  const int64_t T = x.shape()[0];
+  TensorView logits = scratch.router_logits.Rows(0, T);
+  TensorView ids = scratch.topk_ids.Rows(0, T);
+  TensorView topk_weights = scratch.topk_weights.Rows(0, T);
+  RETURN_IF_ERROR(ops->Linear(x, w.router.view(), nullptr, logits));
+  RETURN_IF_ERROR(ops->MoeRoute(logits, renormalize, ids, topk_weights));
+  MoeExpertsArgs args;
+  args.x = x;
+  args.topk_ids = ids;
+  args.topk_weights = topk_weights;
+  args.gate_up = w.gate_up_proj;
+  args.down = w.down_proj;
+  args.first_expert = first_expert;
+  args.scratch = scratch.experts;
+  args.out = out;
+  RETURN_IF_ERROR(ops->MoeExperts(args));
+  if (w.shared_expert.has_value() && w.shared_expert_gate.has_value()) {
+    // expert output + sigmoid(gate(x)) * shared(x), transformers' order; at
+    // TP the shared expert's partial sum joins the experts' before the one
+    // all-reduce (the gate, held whole, is the same on every rank).
+    const GatedMlpWeights& s = *w.shared_expert;
+    TensorView gate_up = scratch.shared.gate_up.Rows(0, T);
+    TensorView act = scratch.shared.act.Rows(0, T);
+    TensorView shared_out = scratch.shared_out.Rows(0, T);
+    TensorView gate = scratch.shared_gate.Rows(0, T);
+    RETURN_IF_ERROR(ops->GatedLinear(GatedActivationKind::kSilu, x,
+                                     s.gate_up_proj.view(), nullptr, gate_up,
+                                     act));
+    RETURN_IF_ERROR(ops->Linear(act, s.down_proj.view(), nullptr, shared_out));
+    RETURN_IF_ERROR(
+        ops->Linear(x, w.shared_expert_gate->view(), nullptr, gate));
+    RETURN_IF_ERROR(ops->SigmoidGatedAdd(gate, shared_out, out));
+  }
+  return FinishRowParallel(ops, tp, std::nullopt, out);
+}
+
 }  // namespace tessera

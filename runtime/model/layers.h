@@ -1,5 +1,6 @@
 // The pieces a decoder's layer loop is made of, written once over the op set
-// (a model file composes them; next: MoeBlock). Each block maps its input
+// (a model file composes them): attention, the gated MLP and the
+// mixture-of-experts block. Each block maps its input
 // [T, H] to an output [T, H] that the layer loop adds to the residual stream;
 // norms and residual adds stay in the loop, where they fuse (AddRmsNorm).
 //
@@ -103,6 +104,49 @@ struct GatedMlp {
   absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
                        const GatedMlpScratch& scratch,
                        const TensorView& out) const;
+};
+
+// Weights of a mixture-of-experts block (config.h MoeHParams); shapes are
+// this rank's. Every rank holds every expert and, of each, its slice of the
+// intermediate dimension (as of a dense MLP: shard.h), so the experts'
+// outputs are partial sums like GatedMlp's.
+struct MoeWeights {
+  Tensor router;        // [E, H], whole: every rank routes every token alike.
+  Tensor gate_up_proj;  // [E, 2 * local_I, H]: each expert's gate rows, then
+                        // its up rows.
+  Tensor down_proj;     // [E, H, local_I]
+  // Qwen2-MoE's shared expert and its gate [1, H] (whole): both or neither.
+  std::optional<GatedMlpWeights> shared_expert;
+  std::optional<Tensor> shared_expert_gate;
+
+  int64_t bytes() const;
+};
+
+// The MoE block's scratch (views of at least the step's T rows).
+struct MoeScratch {
+  TensorView router_logits;  // f32 [T, E]
+  TensorView topk_ids;       // kI32 [T, k]
+  TensorView topk_weights;   // f32 [T, k]
+  TensorView experts;        // Ops::MoeExpertsScratchBytes for max T.
+  // The shared expert's, when there is one.
+  GatedMlpScratch shared;  // gate_up [T, 2 local_Is], act [T, local_Is]
+  TensorView shared_out;   // f32 [T, H]
+  TensorView shared_gate;  // f32 [T, 1]
+};
+
+// A mixture-of-experts MLP: route each token (Linear by the router, then
+// MoeRoute: softmax, top-k, optional renormalisation), run its experts
+// (MoeExperts), [qwen2_moe] add sigmoid(x · shared_gateᵀ) · shared_expert(x)
+// (SigmoidGatedAdd), then one all-reduce over `tp` for the whole block.
+struct MoeBlock {
+  MoeWeights weights;
+  int64_t top_k = 1;
+  bool renormalize = false;
+  int64_t first_expert = 0;  // Global id of weights' expert 0.
+
+  // out [T, H] = moe(x [T, H]).
+  absl::Status Forward(Ops* ops, Communicator* tp, const TensorView& x,
+                       const MoeScratch& scratch, const TensorView& out) const;
 };
 
 }  // namespace tessera

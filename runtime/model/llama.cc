@@ -10,6 +10,67 @@
 #include "runtime/core/status.h"
 
 namespace tessera {
+namespace {
+
+// A MoE layer's tensors (see LlamaWeightTable): the router, the stacked
+// experts (this rank's slice of each expert's intermediate dimension), and
+// qwen2_moe's shared expert and gate.
+void AddMoeWeights(const ModelConfig& c, const ShardSpec& s,
+                   const std::string& p, int part, WeightTable* t) {
+  const int64_t H = c.hidden_size, E = c.moe.num_experts;
+  const int64_t I = c.moe.expert_intermediate_size;
+  const int64_t local = s.local_expert_intermediate;
+  const int64_t ib = s.tp_rank * local, ie = ib + local;
+  const bool mixtral = c.arch == Architecture::kMixtral;
+  // Published checkpoints: Mixtral's block_sparse_moe.experts.N.w1 (gate),
+  // w3 (up), w2 (down); Qwen's mlp.experts.N.gate_proj/up_proj/down_proj.
+  const std::string experts =
+      p + (mixtral ? "block_sparse_moe.experts." : "mlp.experts.");
+  const char* gate = mixtral ? ".w1.weight" : ".gate_proj.weight";
+  const char* up = mixtral ? ".w3.weight" : ".up_proj.weight";
+  const char* down = mixtral ? ".w2.weight" : ".down_proj.weight";
+  std::vector<std::string> gate_up_parts, down_parts;
+  for (int64_t e = 0; e < E; ++e) {
+    gate_up_parts.push_back(absl::StrCat(experts, e, gate));
+    gate_up_parts.push_back(absl::StrCat(experts, e, up));
+    down_parts.push_back(absl::StrCat(experts, e, down));
+  }
+  // transformers 5 names the router mlp.gate for Mixtral too.
+  WeightSpec router = Replicated(
+      p + (mixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight"),
+      {E, H}, part);
+  if (mixtral)
+    router = WithParts(std::move(router), {p + "mlp.gate.weight"}, {E, H});
+  t->push_back(std::move(router));
+  const std::string gate_up_name = p + "mlp.experts.gate_up_proj";
+  const std::string down_name = p + "mlp.experts.down_proj";
+  // Without tensor parallelism the whole stacks, read in place; with expert
+  // parallelism this rank's whole experts; otherwise its slice of each.
+  const bool whole = s.tp_size == 1 || s.expert_parallel;
+  const int64_t eb = s.first_expert, ee = s.first_expert + s.local_experts;
+  WeightSpec gate_up_spec =
+      whole ? ExpertSplit(gate_up_name, {E, 2 * I, H}, eb, ee, part)
+            : ExpertSlices(gate_up_name, {E, 2 * I, H}, 0, E, 1,
+                           {{ib, ie}, {I + ib, I + ie}}, part);
+  WeightSpec down_spec =
+      whole ? ExpertSplit(down_name, {E, H, I}, eb, ee, part)
+            : ExpertSlices(down_name, {E, H, I}, 0, E, 2, {{ib, ie}}, part);
+  t->push_back(
+      WithParts(std::move(gate_up_spec), std::move(gate_up_parts), {I, H}));
+  t->push_back(WithParts(std::move(down_spec), std::move(down_parts), {H, I}));
+  const int64_t Is = c.moe.shared_expert_intermediate_size;
+  if (Is > 0) {
+    const int64_t sb = s.tp_rank * s.local_shared_intermediate;
+    const int64_t se = sb + s.local_shared_intermediate;
+    const std::string q = p + "mlp.shared_expert.";
+    t->push_back(RowSplit(q + "gate_proj.weight", {Is, H}, sb, se, part));
+    t->push_back(RowSplit(q + "up_proj.weight", {Is, H}, sb, se, part));
+    t->push_back(ColumnSplit(q + "down_proj.weight", {H, Is}, sb, se, part));
+    t->push_back(Replicated(p + "mlp.shared_expert_gate.weight", {1, H}, part));
+  }
+}
+
+}  // namespace
 
 WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   WeightTable t;
@@ -26,7 +87,11 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
     AddAttentionSpecs(c, s, p, attention, part, &t);
     t.push_back(Replicated(p + "post_attention_layernorm.weight",
                            {c.hidden_size}, part));
-    AddGatedMlpSpecs(c, s, p, c.llama.mlp_bias, part, &t);
+    if (c.moe.sparse(l)) {
+      AddMoeWeights(c, s, p, part, &t);
+    } else {
+      AddGatedMlpSpecs(c, s, p, c.llama.mlp_bias, part, &t);
+    }
   }
   if (s.last_stage()) AddHeadSpecs(c, s, part, &t);
   return t;
@@ -65,7 +130,33 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
     a.sliding_window = config_.sliding_window_per_layer.empty()
                            ? 0
                            : config_.sliding_window_per_layer[l];
-    RETURN_IF_ERROR(BindGatedMlpWeights(w, p, &layer.mlp.weights));
+    if (config_.moe.sparse(l)) {
+      // The table's names (LlamaWeightTable / AddMoeWeights).
+      MoeBlock moe;
+      MoeWeights& mw = moe.weights;
+      const bool mixtral = config_.arch == Architecture::kMixtral;
+      ASSIGN_OR_RETURN(mw.router,
+                       w.Take(p + (mixtral ? "block_sparse_moe.gate.weight"
+                                           : "mlp.gate.weight")));
+      ASSIGN_OR_RETURN(mw.gate_up_proj, w.Take(p + "mlp.experts.gate_up_proj"));
+      ASSIGN_OR_RETURN(mw.down_proj, w.Take(p + "mlp.experts.down_proj"));
+      if (w.Has(p + "mlp.shared_expert_gate.weight")) {
+        const std::string q = p + "mlp.shared_expert.";
+        GatedMlpWeights shared;
+        ASSIGN_OR_RETURN(shared.gate_up_proj, w.Stack({q + "gate_proj.weight",
+                                                       q + "up_proj.weight"}));
+        ASSIGN_OR_RETURN(shared.down_proj, w.Take(q + "down_proj.weight"));
+        mw.shared_expert = std::move(shared);
+        ASSIGN_OR_RETURN(mw.shared_expert_gate,
+                         w.Optional(p + "mlp.shared_expert_gate.weight"));
+      }
+      moe.top_k = config_.moe.experts_per_token;
+      moe.first_expert = shard_.first_expert;
+      moe.renormalize = config_.moe.norm_topk_prob;
+      layer.moe = std::move(moe);
+    } else {
+      RETURN_IF_ERROR(BindGatedMlpWeights(w, p, &layer.mlp.weights));
+    }
     layers_.push_back(std::move(layer));
   }
   return BindHead(w, config_, shard_, &ends_);
@@ -100,15 +191,35 @@ int64_t LlamaModel::weight_bytes() const {
   for (const DecoderLayer& layer : layers_) {
     bytes += static_cast<int64_t>(layer.input_norm.nbytes() +
                                   layer.post_attention_norm.nbytes()) +
-             layer.attention.weights.bytes() + layer.mlp.weights.bytes();
+             layer.attention.weights.bytes() +
+             (layer.moe.has_value() ? layer.moe->weights.bytes()
+                                    : layer.mlp.weights.bytes());
   }
   return bytes;
 }
 
 absl::Status LlamaModel::BindScratch() {
+  const ModelConfig& c = config_;
+  const ShardSpec& s = shard_;
+  const int64_t T = max_step_tokens_;
   ScratchPlan plan;
-  PlanDecoderScratch(config_, shard_, max_step_tokens_, max_logit_rows_,
-                     &scratch_, &plan);
+  PlanDecoderScratch(c, s, T, max_logit_rows_, &scratch_, &plan);
+  if (c.moe.enabled()) {
+    const int64_t E = c.moe.num_experts, k = c.moe.experts_per_token;
+    const int64_t experts_bytes = ops_->MoeExpertsScratchBytes(
+        T, k, s.local_experts, c.hidden_size, s.local_expert_intermediate);
+    const int64_t is = std::max<int64_t>(s.local_shared_intermediate, 1);
+    plan.Add("router_logits", &moe_scratch_.router_logits, {T, E});
+    plan.Add("topk_ids", &moe_scratch_.topk_ids, {T, k}, DType::kI32);
+    plan.Add("topk_weights", &moe_scratch_.topk_weights, {T, k});
+    plan.Add("moe_experts", &moe_scratch_.experts, {(experts_bytes + 3) / 4});
+    if (c.moe.shared_expert_intermediate_size > 0) {
+      plan.Add("shared_gate_up", &moe_scratch_.shared.gate_up, {T, 2 * is});
+      plan.Add("shared_act", &moe_scratch_.shared.act, {T, is});
+      plan.Add("shared_out", &moe_scratch_.shared_out, {T, c.hidden_size});
+      plan.Add("shared_gate", &moe_scratch_.shared_gate, {T, 1});
+    }
+  }
   return plan.Bind(&workspace_, allocator_);
 }
 
@@ -180,6 +291,9 @@ absl::Status LlamaModel::Layer(int l, const StepBatch& batch,
       hidden, proj, layer.post_attention_norm.view(), eps, normed));
   // The MLP output stays in proj: its residual add fuses with the next norm
   // (see ForwardBatch).
+  if (layer.moe.has_value()) {
+    return layer.moe->Forward(ops_, tp_, normed, moe_scratch_, proj);
+  }
   return layer.mlp.Forward(ops_, tp_, normed, scratch_.mlp, proj);
 }
 

@@ -1,5 +1,6 @@
-// The Llama-family decoder (llama, mistral, qwen2, qwen3), written once over
-// the op set.
+// The Llama-family decoder (llama, mistral, qwen2, qwen3, and the mixtures
+// of experts mixtral, qwen3_moe, qwen2_moe, whose MoE layers run a MoeBlock
+// (layers.h) in place of the MLP), written once over the op set.
 //
 //   h = embed(tokens)
 //   for each layer:
@@ -8,6 +9,7 @@
 //     q, k = rope(q), rope(k);  append k, v to the cache
 //     h += attention(q, cache; causal, GQA, optional sliding window)·Woᵀ(+b)
 //     x = rms_norm(h);  h += (silu(x·Wgateᵀ) * x·Wupᵀ)·Wdownᵀ
+//       [MoE layer] h += moe(x)   (config.h MoeHParams)
 //   logits = rms_norm(h)·Wlm_headᵀ   (Wlm_head = Wembed when tied)
 //
 // As run: q/k/v is one GEMM over their stacked rows (and gate/up another),
@@ -54,6 +56,11 @@ namespace tessera {
 // list of this architecture's weights. Optional tensors (biases, q/k norms)
 // are listed when the config has them; a tied LM head is not listed on a
 // rank that holds the embedding. Parts: the embedding, each layer, the head.
+// A MoE layer lists its router, its stacked experts under transformers 5's
+// in-memory names (mlp.experts.gate_up_proj [E, 2I, H], mlp.experts.down_proj
+// [E, H, I]) with the per-expert tensors of published checkpoints as their
+// parts (weights.h WeightSpec::parts: either layout loads), and qwen2_moe's
+// shared expert and its gate.
 WeightTable LlamaWeightTable(const ModelConfig& config, const ShardSpec& shard);
 
 class LlamaModel : public Model {
@@ -93,8 +100,9 @@ class LlamaModel : public Model {
   struct DecoderLayer {
     Tensor input_norm;  // [H]
     AttentionBlock attention;
-    Tensor post_attention_norm;  // [H]
-    GatedMlp mlp;
+    Tensor post_attention_norm;   // [H]
+    GatedMlp mlp;                 // A dense layer's.
+    std::optional<MoeBlock> moe;  // A MoE layer's (then mlp is empty).
   };
 
   ModelConfig config_;
@@ -116,6 +124,7 @@ class LlamaModel : public Model {
   int64_t max_step_tokens_ = 0;
   int64_t max_logit_rows_ = 1;
   DecoderScratch scratch_;
+  MoeScratch moe_scratch_;  // When the config has experts.
   TensorView step_logits_;  // The last step's logits, in the backend.
 };
 

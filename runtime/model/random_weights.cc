@@ -113,6 +113,18 @@ absl::Status CheckRandomWeightConfig(const ModelConfig& config) {
                      config.num_heads * config.head_dim, ", more than the ",
                      kMaxRandomDim, " supported"));
   }
+  // Stacked expert tensors are [E, 2I, H]: E x 2I within the same bound keeps
+  // their element counts within int64 (config.h bounds E and I further).
+  const MoeHParams& moe = config.moe;
+  if (moe.num_experts * 2 *
+          std::max(moe.expert_intermediate_size,
+                   moe.shared_expert_intermediate_size) >
+      kMaxRandomDim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--random-weights: num_experts x 2 x moe_intermediate_size is ",
+        moe.num_experts * 2 * moe.expert_intermediate_size, ", more than the ",
+        kMaxRandomDim, " supported"));
+  }
   return absl::OkStatus();
 }
 
@@ -150,9 +162,15 @@ void FillRandomSlice(const WeightSpec& spec, double stddev, uint64_t seed,
   const int64_t full_row = FullRowElems(spec.full);
   // Elements per local row, and where local row r starts in the full tensor
   // (-1: a vocabulary padding row, zeros).
-  const int64_t local_row =
-      spec.split == WeightSplit::kColumns ? spec.end - spec.begin : full_row;
+  // An expert slice (inner ranges) is runs of the full tensor instead of
+  // rows (weights.h ExpertSliceRunStart).
+  const bool runs = spec.inner_dim > 0;
+  const int64_t local_row = runs ? ExpertSliceRunElems(spec)
+                            : spec.split == WeightSplit::kColumns
+                                ? spec.end - spec.begin
+                                : full_row;
   const auto row_start = [&](int64_t r) -> int64_t {
+    if (runs) return ExpertSliceRunStart(spec, r);
     switch (spec.split) {
       case WeightSplit::kReplicated:
         return r * full_row;

@@ -40,6 +40,10 @@ constexpr ArchitectureEntry kArchitectures[] = {
     {"gemma", &ParseGemmaHParams, &GemmaWeightTable, &CreateGemma},
     {"gemma2", &ParseGemma2HParams, &GemmaWeightTable, &CreateGemma},
     {"gemma3_text", &ParseGemma3HParams, &GemmaWeightTable, &CreateGemma},
+    // Mixtures of experts: the same layers with a MoeBlock for the MLP.
+    {"mixtral", &ParseMixtralHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen3_moe", &ParseQwen3MoeHParams, &LlamaWeightTable, &CreateLlama},
+    {"qwen2_moe", &ParseQwen2MoeHParams, &LlamaWeightTable, &CreateLlama},
 };
 
 }  // namespace

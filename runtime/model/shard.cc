@@ -12,12 +12,16 @@ ShardSpec FullModel(const ModelConfig& c) {
   s.local_kv_heads = c.num_kv_heads;
   s.local_intermediate = c.intermediate_size;
   s.vocab_per_rank = c.vocab_size;
+  s.local_expert_intermediate = c.moe.expert_intermediate_size;
+  s.local_shared_intermediate = c.moe.shared_expert_intermediate_size;
+  s.local_experts = c.moe.num_experts;
   return s;
 }
 
 absl::StatusOr<ShardSpec> MakeShardSpec(const ModelConfig& c, int tp_rank,
                                         int tp_size, int pp_stage, int pp_size,
-                                        const std::vector<int64_t>& pp_layers) {
+                                        const std::vector<int64_t>& pp_layers,
+                                        bool expert_parallel) {
   if (tp_size < 1 || pp_size < 1 || tp_rank < 0 || tp_rank >= tp_size ||
       pp_stage < 0 || pp_stage >= pp_size) {
     return absl::InvalidArgumentError(
@@ -41,6 +45,29 @@ absl::StatusOr<ShardSpec> MakeShardSpec(const ModelConfig& c, int tp_rank,
                      ": intermediate_size ", c.intermediate_size,
                      " is not divisible by it"));
   }
+  if (expert_parallel && !c.moe.enabled()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--ep: the ", model, " has no experts to split over the ranks"));
+  }
+  if (expert_parallel && c.moe.num_experts % tp_size != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot split the ", model, "'s ", c.moe.num_experts,
+        " experts over --tp ", tp_size, " (--ep): not divisible by it"));
+  }
+  // With --ep every rank holds whole experts.
+  for (const auto& [what, size] :
+       {std::pair<const char*, int64_t>(
+            "moe_intermediate_size",
+            expert_parallel ? 0 : c.moe.expert_intermediate_size),
+        std::pair<const char*, int64_t>(
+            "shared_expert_intermediate_size",
+            c.moe.shared_expert_intermediate_size)}) {
+    if (size % tp_size != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("cannot split the ", model, " over --tp ", tp_size, ": ",
+                       what, " ", size, " is not divisible by it"));
+    }
+  }
   ShardSpec s;
   s.tp_rank = tp_rank;
   s.tp_size = tp_size;
@@ -55,6 +82,15 @@ absl::StatusOr<ShardSpec> MakeShardSpec(const ModelConfig& c, int tp_rank,
     s.first_kv_head = tp_rank / (tp_size / c.num_kv_heads);
   }
   s.local_intermediate = c.intermediate_size / tp_size;
+  s.local_expert_intermediate = c.moe.expert_intermediate_size / tp_size;
+  s.local_experts = c.moe.num_experts;
+  if (expert_parallel) {
+    s.expert_parallel = true;
+    s.local_expert_intermediate = c.moe.expert_intermediate_size;
+    s.local_experts = c.moe.num_experts / tp_size;
+    s.first_expert = tp_rank * s.local_experts;
+  }
+  s.local_shared_intermediate = c.moe.shared_expert_intermediate_size / tp_size;
   s.vocab_per_rank = (c.vocab_size + tp_size - 1) / tp_size;
   s.first_vocab_id = tp_rank * s.vocab_per_rank;
 

@@ -48,6 +48,19 @@ struct ShardSpec {
   int64_t local_intermediate = 0;
   int64_t vocab_per_rank = 0;  // Vp (padded).
   int64_t first_vocab_id = 0;  // tp_rank · Vp.
+
+  // Mixtures of experts (config.moe): every rank holds every expert, and of
+  // each expert (and of the shared expert) the intermediate slice
+  // [tp_rank · local, (tp_rank + 1) · local), as of a dense MLP.
+  int64_t local_expert_intermediate = 0;
+  int64_t local_shared_intermediate = 0;
+  // Expert parallelism (--ep): the TP group splits the experts instead of
+  // their intermediate dimension, so rank r holds whole experts
+  // [first_expert, first_expert + local_experts) (attention and the shared
+  // expert stay split as above). Without it every rank holds all of them.
+  bool expert_parallel = false;
+  int64_t first_expert = 0;
+  int64_t local_experts = 0;
 };
 
 // The whole model on one rank.
@@ -56,11 +69,15 @@ ShardSpec FullModel(const ModelConfig& config);
 // Validates the split and computes the local sizes. `pp_layers` lists the
 // number of layers of each stage (empty: as even as possible, earlier stages
 // taking the remainder). Errors (InvalidArgument) say why the model cannot be
-// split: heads, KV heads or intermediate size not divisible by tp, more stages
-// than layers, pp_layers not summing to num_layers, ...
+// split: heads, KV heads or intermediate size (or an expert's or the shared
+// expert's) not divisible by tp, more stages than layers, pp_layers not
+// summing to num_layers, ...
+// `expert_parallel` (--ep): see ShardSpec::expert_parallel; InvalidArgument
+// for a model without experts or experts not divisible by tp.
 absl::StatusOr<ShardSpec> MakeShardSpec(
     const ModelConfig& config, int tp_rank, int tp_size, int pp_stage,
-    int pp_size, const std::vector<int64_t>& pp_layers = {});
+    int pp_size, const std::vector<int64_t>& pp_layers = {},
+    bool expert_parallel = false);
 
 }  // namespace tessera
 

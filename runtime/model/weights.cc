@@ -34,6 +34,7 @@ int64_t RowElems(const Shape& full) {
 }
 
 bool Contiguous(const WeightSpec& spec) {
+  if (spec.inner_dim > 0) return false;  // Strided expert slices.
   switch (spec.split) {
     case WeightSplit::kColumns:
       return false;
@@ -113,6 +114,11 @@ Shape WeightSpec::local_shape() const {
     case WeightSplit::kRows:
     case WeightSplit::kExperts:
       if (!dims.empty()) dims[0] = end - begin;
+      if (split == WeightSplit::kExperts && inner_dim > 0 &&
+          inner_dim < static_cast<int>(dims.size()) && !inner_ranges.empty()) {
+        dims[inner_dim] =
+            static_cast<int64_t>(inner_ranges.size()) * inner_ranges[0].size();
+      }
       break;
     case WeightSplit::kVocab:
       if (!dims.empty()) dims[0] = end - begin + pad_rows;
@@ -149,6 +155,53 @@ WeightSpec ExpertSplit(std::string name, Shape full, int64_t begin, int64_t end,
                           WeightSplit::kExperts, begin, end, 0, part);
   s.matrix = s.full.rank() >= 2;
   return s;
+}
+
+WeightSpec ExpertSlices(std::string name, Shape full, int64_t begin,
+                        int64_t end, int inner_dim,
+                        std::vector<IndexRange> inner_ranges, int part) {
+  WeightSpec s =
+      ExpertSplit(std::move(name), std::move(full), begin, end, part);
+  s.inner_dim = inner_dim;
+  s.inner_ranges = std::move(inner_ranges);
+  return s;
+}
+
+WeightSpec WithParts(WeightSpec spec, std::vector<std::string> parts,
+                     Shape part_shape) {
+  spec.parts = std::move(parts);
+  spec.part_shape = std::move(part_shape);
+  return spec;
+}
+
+namespace {
+
+// The product of full's dims [from, to).
+int64_t DimProduct(const Shape& full, int from, int to) {
+  int64_t p = 1;
+  for (int d = from; d < to; ++d) p *= full[d];
+  return p;
+}
+
+}  // namespace
+
+int64_t ExpertSliceRunElems(const WeightSpec& spec) {
+  const int d = spec.inner_dim;
+  return spec.inner_ranges[0].size() *
+         DimProduct(spec.full, d + 1, spec.full.rank());
+}
+
+int64_t ExpertSliceRunStart(const WeightSpec& spec, int64_t run) {
+  // Per expert: mid (the dims between 0 and inner_dim) blocks of n runs.
+  const int d = spec.inner_dim;
+  const int64_t n = static_cast<int64_t>(spec.inner_ranges.size());
+  const int64_t mid = DimProduct(spec.full, 1, d);
+  const int64_t tail = DimProduct(spec.full, d + 1, spec.full.rank());
+  const int64_t e = spec.begin + run / (mid * n);
+  const int64_t rem = run % (mid * n);
+  const int64_t m = rem / n;
+  const IndexRange& r = spec.inner_ranges[rem % n];
+  return ((e * mid + m) * spec.full[d] + r.begin) * tail;
 }
 
 int64_t WeightParts(const WeightTable& table) {
@@ -197,6 +250,16 @@ void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
   const size_t elem = DTypeSize(dtype);
   const char* src = static_cast<const char*>(full);
   char* dst = static_cast<char*>(out);
+  if (spec.inner_dim > 0) {
+    const int64_t run = ExpertSliceRunElems(spec);
+    const int64_t runs = run == 0 ? 0 : spec.local_shape().numel() / run;
+    const size_t width = static_cast<size_t>(run) * elem;
+    for (int64_t r = 0; r < runs; ++r) {
+      std::memcpy(dst + r * width, src + ExpertSliceRunStart(spec, r) * elem,
+                  width);
+    }
+    return;
+  }
   if (spec.split == WeightSplit::kColumns) {
     // Row r's columns [begin, end): one strided copy per row.
     const int64_t rows = spec.full[0], cols = spec.full[1];
@@ -220,9 +283,143 @@ void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
   }
 }
 
+namespace {
+
+// An ExpertSlices spec's ranges fit its tensor and have one length (the
+// tables are ours, but a bad one must not read out of bounds).
+absl::Status CheckInnerRanges(const WeightSpec& spec) {
+  if (spec.inner_dim <= 0) return absl::OkStatus();
+  const Shape& f = spec.full;
+  bool ok = spec.split == WeightSplit::kExperts && f.rank() >= 2 &&
+            spec.inner_dim < f.rank() && !spec.inner_ranges.empty() &&
+            spec.begin >= 0 && spec.begin <= spec.end && spec.end <= f[0];
+  for (const IndexRange& r : spec.inner_ranges) {
+    ok = ok && r.begin >= 0 && r.begin <= r.end && r.end <= f[spec.inner_dim] &&
+         r.size() == spec.inner_ranges[0].size();
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.name, ": the expert slice's ranges do not fit ", f.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+// The checkpoint's parts of `spec` (WeightSpec::parts), checked: each of
+// part_shape, floating point, all of one dtype, together the full tensor.
+absl::StatusOr<std::vector<TensorInfo>> CheckedParts(const Checkpoint& ckpt,
+                                                     const WeightSpec& spec) {
+  if (static_cast<int64_t>(spec.parts.size()) * spec.part_shape.numel() !=
+      spec.full.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.name, ": ", spec.parts.size(), " parts of ",
+        spec.part_shape.ToString(), " do not make ", spec.full.ToString()));
+  }
+  std::vector<TensorInfo> infos;
+  infos.reserve(spec.parts.size());
+  for (const std::string& part : spec.parts) {
+    absl::StatusOr<TensorInfo> info = ckpt.Get(part);
+    if (!info.ok()) {
+      return absl::NotFoundError(absl::StrCat(
+          "tensor ", part, " not found (a part of ", spec.name, ")"));
+    }
+    if (info->shape != spec.part_shape) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(part, ": expected shape ", spec.part_shape.ToString(),
+                       ", found ", info->shape.ToString()));
+    }
+    if (!IsFloatConvertible(info->dtype)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          part, ": dtype ", DTypeName(info->dtype), " is not a float type"));
+    }
+    if (!infos.empty() && info->dtype != infos[0].dtype) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          part, ": dtype ", DTypeName(info->dtype), " differs from ",
+          spec.parts[0], "'s ", DTypeName(infos[0].dtype)));
+    }
+    infos.push_back(*std::move(info));
+  }
+  return infos;
+}
+
+// Copies full elements [first, first + count) of a tensor stored as `parts`
+// (each `part_elems` elements) to `dst`.
+void CopyFromParts(absl::Span<const TensorInfo> parts, int64_t part_elems,
+                   size_t elem, int64_t first, int64_t count, char* dst) {
+  while (count > 0) {
+    const int64_t p = first / part_elems;
+    const int64_t offset = first % part_elems;
+    const int64_t n = std::min(count, part_elems - offset);
+    std::memcpy(dst, static_cast<const char*>(parts[p].data) + offset * elem,
+                static_cast<size_t>(n) * elem);
+    dst += static_cast<size_t>(n) * elem;
+    first += n;
+    count -= n;
+  }
+}
+
+// `spec`'s local slice gathered from its parts, in local row-major order:
+// the same bytes CopySlice writes from the whole tensor.
+void CopySliceFromParts(const WeightSpec& spec,
+                        absl::Span<const TensorInfo> parts, void* out) {
+  const size_t elem = DTypeSize(parts[0].dtype);
+  const int64_t part_elems = spec.part_shape.numel();
+  char* dst = static_cast<char*>(out);
+  auto copy = [&](int64_t first, int64_t count) {
+    if (count <= 0) return;
+    CopyFromParts(parts, part_elems, elem, first, count, dst);
+    dst += static_cast<size_t>(count) * elem;
+  };
+  if (spec.inner_dim > 0) {
+    const int64_t run = ExpertSliceRunElems(spec);
+    const int64_t runs = run == 0 ? 0 : spec.local_shape().numel() / run;
+    for (int64_t r = 0; r < runs; ++r) copy(ExpertSliceRunStart(spec, r), run);
+    return;
+  }
+  const int64_t row = RowElems(spec.full);
+  switch (spec.split) {
+    case WeightSplit::kReplicated:
+      copy(0, spec.full.numel());
+      return;
+    case WeightSplit::kRows:
+    case WeightSplit::kExperts:
+      copy(spec.begin * row, (spec.end - spec.begin) * row);
+      return;
+    case WeightSplit::kVocab:
+      copy(spec.begin * row, (spec.end - spec.begin) * row);
+      std::memset(dst, 0, static_cast<size_t>(spec.pad_rows * row) * elem);
+      return;
+    case WeightSplit::kColumns: {
+      const int64_t rows = spec.full[0], cols = spec.full[1];
+      for (int64_t r = 0; r < rows; ++r) {
+        copy(r * cols + spec.begin, spec.end - spec.begin);
+      }
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<TensorView> ReadSlice(const Checkpoint& ckpt,
                                      const WeightSpec& spec,
                                      HostStaging* staging) {
+  RETURN_IF_ERROR(CheckInnerRanges(spec));
+  if (!spec.parts.empty() && !ckpt.Has(spec.name)) {
+    if (!ckpt.Has(spec.parts[0])) {
+      return absl::NotFoundError(
+          absl::StrCat("tensor ", spec.name, " not found, nor its ",
+                       spec.parts.size() == 1 ? "other name " : "parts ",
+                       spec.parts[0], spec.parts.size() > 1 ? ", ..." : ""));
+    }
+    ASSIGN_OR_RETURN(const std::vector<TensorInfo> parts,
+                     CheckedParts(ckpt, spec));
+    const DType dtype = parts[0].dtype;
+    ASSIGN_OR_RETURN(void* out,
+                     staging->Reserve(std::max<size_t>(
+                         static_cast<size_t>(SliceBytes(spec, dtype)), 1)));
+    CopySliceFromParts(spec, parts, out);
+    return TensorView(out, dtype, spec.local_shape());
+  }
   ASSIGN_OR_RETURN(const TensorInfo info, CheckedTensor(ckpt, spec));
   const Shape local = spec.local_shape();
   if (Contiguous(spec)) {

@@ -46,6 +46,13 @@ enum class WeightSplit {
 
 absl::string_view WeightSplitName(WeightSplit split);
 
+// A range [begin, end) of indices along one dimension.
+struct IndexRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  int64_t size() const { return end - begin; }
+};
+
 // One tensor of a model as one rank holds it.
 struct WeightSpec {
   std::string name;  // The Hugging Face name in the checkpoint.
@@ -63,6 +70,22 @@ struct WeightSpec {
   // one part each); non-decreasing along a table.
   int part = 0;
 
+  // Stacked expert tensors under tensor parallelism (kExperts only): when
+  // inner_dim > 0, each expert's slice is, along dimension inner_dim, the
+  // concatenation of inner_ranges (all of one length). [E, 2I, H] gate/up
+  // rows of intermediate [a, b): inner_dim 1, {[a, b), [I + a, I + b)};
+  // [E, H, I] down columns: inner_dim 2, {[a, b)}.
+  int inner_dim = 0;
+  std::vector<IndexRange> inner_ranges;
+
+  // Another layout the checkpoint may hold the tensor in: when it has no
+  // `name`, the full tensor is the concatenation in row-major order of the
+  // tensors `parts`, each of shape part_shape (the per-expert matrices of a
+  // stacked expert tensor, or the same tensor under another name). Empty: no
+  // other layout.
+  std::vector<std::string> parts;
+  Shape part_shape;
+
   // The shape of this rank's slice.
   Shape local_shape() const;
 };
@@ -77,6 +100,22 @@ WeightSpec VocabSplit(std::string name, Shape full, int64_t begin, int64_t end,
                       int64_t pad_rows, int part);
 WeightSpec ExpertSplit(std::string name, Shape full, int64_t begin, int64_t end,
                        int part);
+// Experts [begin, end) of dim 0, and of each, `inner_ranges` along
+// `inner_dim` (>= 1; see WeightSpec::inner_dim).
+WeightSpec ExpertSlices(std::string name, Shape full, int64_t begin,
+                        int64_t end, int inner_dim,
+                        std::vector<IndexRange> inner_ranges, int part);
+// `spec`, also found in a checkpoint as `parts` (see WeightSpec::parts).
+WeightSpec WithParts(WeightSpec spec, std::vector<std::string> parts,
+                     Shape part_shape);
+
+// The local slice of an ExpertSlices spec (inner_dim > 0) is runs of
+// ExpertSliceRunElems(spec) consecutive elements of the full tensor
+// (row-major); run r of the slice starts at full element
+// ExpertSliceRunStart(spec, r). (For the random weights, which make each
+// element from its full index.)
+int64_t ExpertSliceRunElems(const WeightSpec& spec);
+int64_t ExpertSliceRunStart(const WeightSpec& spec, int64_t run);
 
 // Every tensor one rank holds, in one canonical order: the order it is read,
 // sent and received in.
@@ -121,7 +160,10 @@ void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
 
 // This rank's slice of `spec` in the checkpoint's dtype, as a host view that
 // is valid until `staging` is next used or the checkpoint closes: into the
-// mapping when the slice is contiguous, else gathered into `staging`.
+// mapping when the slice is contiguous, else gathered into `staging`. A
+// checkpoint without `spec.name` is read from spec.parts when it has them
+// (each checked as CheckedTensor checks, of one dtype); NotFound names the
+// tensor and its parts when it has neither, or the first missing part.
 absl::StatusOr<TensorView> ReadSlice(const Checkpoint& checkpoint,
                                      const WeightSpec& spec,
                                      HostStaging* staging);
