@@ -500,6 +500,62 @@ absl::Status CheckMoeExperts(const OpSupport& support, const MoeExpertsArgs& a,
   return absl::OkStatus();
 }
 
+namespace {
+
+// QkvRopeStoreArgs::rope and the metadata it reads (ops.h RopeOptions).
+absl::Status CheckRopeOptions(const QkvRopeStoreArgs& a, int64_t tokens) {
+  constexpr absl::string_view kOp = "QkvRopeStore";
+  const RopeOptions& r = a.rope;
+  if (!std::isfinite(r.cos_sin_scale)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": cos_sin_scale ", r.cos_sin_scale, " is not finite"));
+  }
+  if (r.length_scaling == RopeLengthScaling::kNone) return absl::OkStatus();
+  if (r.original_max_len <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kOp,
+                     ": length-scaled RoPE needs original_max_len > 0, "
+                     "got ",
+                     r.original_max_len));
+  }
+  if (a.metadata == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": length-scaled RoPE needs the step's attention metadata"));
+  }
+  const AttentionMetadata& m = *a.metadata;
+  const int64_t n = m.num_seqs;
+  if (m.num_tokens != tokens || n < 0 ||
+      !CheckDType(kOp, "", m.query_start_loc, DType::kI32).ok() ||
+      !CheckDType(kOp, "", m.seq_lens, DType::kI32).ok() ||
+      m.query_start_loc.shape() != Shape({n + 1}) ||
+      m.seq_lens.shape() != Shape({n})) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": the metadata (", m.num_tokens, " tokens, ", n,
+        " sequences, query_start_loc ", m.query_start_loc.shape().ToString(),
+        ", seq_lens ", m.seq_lens.shape().ToString(), ") does not describe ",
+        tokens, " tokens"));
+  }
+  if (r.length_scaling == RopeLengthScaling::kLongRope) {
+    RETURN_IF_ERROR(CheckF32(kOp, "long_inv_freq", r.long_inv_freq));
+    if (r.long_inv_freq.shape() != a.inv_freq.shape()) {
+      return ShapeError(kOp, "long_inv_freq must have inv_freq's shape",
+                        r.long_inv_freq.shape(), a.inv_freq.shape());
+    }
+    return absl::OkStatus();
+  }
+  // kDynamicNtk: R > 2 (the exponent R / (R - 2)), a positive base.
+  if (a.inv_freq.shape()[0] < 2 || !(r.base > 0.0f) || !std::isfinite(r.base) ||
+      !std::isfinite(r.factor) || !std::isfinite(r.factor_minus_one) ||
+      !std::isfinite(r.exponent)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        kOp, ": dynamic NTK needs R > 2 and finite constants (R = ",
+        2 * a.inv_freq.shape()[0], ", base ", r.base, ", factor ", r.factor,
+        ")"));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
 absl::Status CheckSigmoidGatedAdd(const TensorView& gate, const TensorView& x,
                                   const TensorView& out) {
   constexpr absl::string_view kOp = "SigmoidGatedAdd";
@@ -550,9 +606,13 @@ absl::Status CheckQkvRopeStore(const OpSupport& support,
     return ShapeError(kOp, "positions and slot_mapping need T entries",
                       a.positions.shape(), a.slot_mapping.shape());
   }
-  if (a.inv_freq.shape() != Shape({dim / 2})) {
-    return ShapeError(kOp, "inv_freq must be [D/2]", a.inv_freq.shape(), qs);
+  // inv_freq [R/2]: the first R dims of each head rotate, the rest pass.
+  if (a.inv_freq.shape().rank() != 1 || a.inv_freq.shape()[0] < 1 ||
+      a.inv_freq.shape()[0] > dim / 2) {
+    return ShapeError(kOp, "inv_freq must be [R/2] with 2 <= R <= D",
+                      a.inv_freq.shape(), qs);
   }
+  RETURN_IF_ERROR(CheckRopeOptions(a, tokens));
   for (const TensorView* norm : {a.q_norm, a.k_norm}) {
     if (norm == nullptr) continue;
     RETURN_IF_ERROR(
@@ -715,9 +775,10 @@ absl::Status CheckPagedAttention(const OpSupport& support, AttentionKind kind,
   // The values were checked once for the step (PackAttentionMetadata): here
   // only that they were, against a pool that fits this cache.
   if (m.num_seqs > 0 && m.num_blocks <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        op,
-        ": the metadata's arrays were not checked (PackAttentionMetadata)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(op,
+                     ": the metadata's arrays were not checked "
+                     "(PackAttentionMetadata)"));
   }
   const int64_t num_slots = args.cache.k.shape()[0];
   if (m.num_blocks > num_slots / m.block_size) {

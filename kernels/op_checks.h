@@ -132,8 +132,11 @@ absl::Status CheckGatedLinear(const OpSupport& support, const TensorView& x,
                               const TensorView& out);
 // QkvRopeStoreArgs' contract (ops.h): f32 qkv [T, (H + 2 Hkv) D] with Hkv and
 // D (even, == Dv) the valid cache's, q_out [T, H, D] not overlapping qkv,
-// norms f32 [D] when given, inv_freq f32 [D/2], positions kI32 [T],
-// slot_mapping kI64 [T].
+// norms f32 [D] when given, inv_freq f32 [R/2] (2 <= R <= D), positions kI32
+// [T], slot_mapping kI64 [T]; RopeOptions: a finite cos_sin_scale, and for
+// length scaling original_max_len > 0, metadata of T tokens (query_start_loc
+// and seq_lens of its num_seqs), long_inv_freq shaped as inv_freq (LongRoPE),
+// R > 2 and finite constants (dynamic NTK).
 absl::Status CheckQkvRopeStore(const OpSupport& support,
                                const QkvRopeStoreArgs& args);
 // Every slot in [0, S) or -1.

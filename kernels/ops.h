@@ -86,6 +86,45 @@ struct PagedAttentionArgs {
   float softcap = 0.0f;
 };
 
+// How QkvRopeStore's frequencies follow each sequence's length, as
+// transformers' dynamic_rope_update does at batch 1: every token of sequence
+// s rotates with the frequencies for L = metadata.seq_lens[s], the
+// sequence's length after this step (transformers' max(position_ids) + 1);
+// keys written to the cache earlier keep the rotation they were written with.
+// Where Tessera's keys differ from transformers' (which prefills a prompt
+// whole): a prompt prefilled in several chunks rotates each chunk for the
+// length at its end; a preempted sequence recomputed rotates its earlier
+// output for the recomputed length; a prefix-cache hit reuses keys written
+// for the length of the request that wrote them.
+enum class RopeLengthScaling {
+  kNone,        // inv_freq for every token.
+  kDynamicNtk,  // L <= original_max_len: inv_freq. Beyond: inv_freq[i] =
+                // 1 / b^(2i / R), b = base * (factor * L / original_max_len -
+                // (factor - 1))^(R / (R - 2)), each operation in f32 as
+                // transformers computes it from a tensor length.
+  kLongRope,    // L <= original_max_len: inv_freq (LongRoPE's short
+                // factors). Beyond: long_inv_freq.
+};
+
+// What QkvRopeStore applies beyond one inv_freq table; the defaults are
+// plain RoPE.
+struct RopeOptions {
+  RopeLengthScaling length_scaling = RopeLengthScaling::kNone;
+  int32_t original_max_len = 0;  // > 0 when length_scaling is set.
+  TensorView long_inv_freq;      // kLongRope: f32, inv_freq's shape.
+  // kDynamicNtk, rounded to f32 from the double values transformers starts
+  // from: base = rope_theta, factor, factor_minus_one = factor - 1,
+  // exponent = R / (R - 2).
+  float base = 0.0f;
+  float factor = 1.0f;
+  float factor_minus_one = 0.0f;
+  float exponent = 1.0f;
+  // Multiplies cos and sin (transformers' attention_scaling), for a model
+  // whose attention scale cannot carry it (partial rotary: the pass-through
+  // dims are not scaled). Finite.
+  float cos_sin_scale = 1.0f;
+};
+
 // The attention block's fused prologue (Ops::QkvRopeStore): the output of
 // the one q/k/v projection split into heads, normed (Qwen3), rotated, q kept
 // and k, v written to the cache.
@@ -93,7 +132,12 @@ struct PagedAttentionArgs {
 //  qkv:       f32 [T, (H + 2 Hkv) * D], each row q's H heads, then k's Hkv,
 //             then v's Hkv (the concatenated projection's output).
 //  q_norm, k_norm: f32 [D] per-head RMSNorm weights, or null (none).
-//  positions: kI32 [T] (a step array); inv_freq f32 [D/2] (D even).
+//  positions: kI32 [T] (a step array); inv_freq f32 [R/2] with R even,
+//             2 <= R <= D: dims [0, R) of each head are rotated (pairs i,
+//             i + R/2), dims [R, D) pass through (partial rotary).
+//  rope:      per-sequence frequencies and a cos/sin factor (RopeOptions);
+//             with length scaling, `metadata` (query_start_loc and seq_lens,
+//             device arrays) gives each token's sequence and length.
 //  slot_mapping: kI64 [T] (a step array): every slot in [0, num_slots) or -1
 //             (a padded token: its k and v are not written).
 //  cache:     Hkv kv heads, D = the cache's k and v head dims.
@@ -108,6 +152,9 @@ struct QkvRopeStoreArgs {
   float eps = 1e-6f;
   TensorView positions;
   TensorView inv_freq;
+  RopeOptions rope;
+  // Required when rope.length_scaling != kNone (num_tokens == T).
+  const AttentionMetadata* metadata = nullptr;
   TensorView slot_mapping;
   KvCacheLayer cache;
   TensorView q_out;

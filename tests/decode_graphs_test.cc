@@ -5,8 +5,10 @@
 // padded step run eagerly (every row, the padding's included), and the real
 // rows agree with the unpadded eager step (a different GEMM shape: close,
 // and the same greedy token). Neither replays nor eager steps allocate. Also
-// prints decode ms/step with and without graphs. Skips without a GPU, but for
-// the CPU's refusal of graphs.
+// prints decode ms/step with and without graphs. The replay check runs again
+// with dynamic NTK and LongRoPE, whose frequencies change as the lengths
+// cross their switch between replays. Skips without a GPU, but for the CPU's
+// refusal of graphs.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -50,6 +52,9 @@ std::string LongContextModel() {
 
 class DecodeGraphsTest : public ::testing::Test {
  protected:
+  // The model folder the fixture loads (its context is kContext).
+  virtual std::string ModelDir() { return LongContextModel(); }
+
   void SetUp() override {
     if (VisibleCudaDevices() == 0) GTEST_SKIP() << "no CUDA device";
     auto backend = CreateBackend("cuda", 0);
@@ -58,7 +63,7 @@ class DecodeGraphsTest : public ::testing::Test {
     ModelPlacement placement;
     placement.allocator = backend_.allocator.get();
     placement.matrix_dtype = DType::kF32;
-    auto model = LoadModel(LongContextModel(), backend_.ops.get(),
+    auto model = LoadModel(ModelDir(), backend_.ops.get(),
                            /*max_step_tokens=*/512,
                            /*max_logit_rows=*/kMaxBatch, placement);
     ASSERT_TRUE(model.ok()) << model.status();
@@ -155,9 +160,51 @@ class DecodeGraphsTest : public ::testing::Test {
   std::unique_ptr<GraphRunner> graphs_;
   std::vector<std::vector<int32_t>> tables_;
   int64_t vocab_ = 0;
+
+  // The replay-equals-eager check of the tests below.
+  void CheckReplayEqualsEager();
+};
+
+// The same model with a RoPE whose frequencies follow each sequence's length
+// (dynamic NTK over an original context of 550; LongRoPE switching at 530,
+// with its attention factor on the softmax scale): the lengths of the replay
+// test cross the switch, so the captured QkvRopeStore must read them from
+// the step's device arrays at every replay.
+class RopeDecodeGraphsTest : public DecodeGraphsTest,
+                             public ::testing::WithParamInterface<const char*> {
+ protected:
+  std::string ModelDir() override {
+    const std::string dir =
+        LongContextDemoModel(std::string("graphs_") + GetParam(), kContext);
+    std::ifstream in(dir + "/config.json");
+    nlohmann::json config = nlohmann::json::parse(in);
+    in.close();
+    if (std::string(GetParam()) == "dynamic") {
+      config["max_position_embeddings"] = kContext / 2;  // Served: x 2.
+      config["rope_scaling"] = {{"rope_type", "dynamic"}, {"factor", 2.0}};
+    } else {
+      config["rope_scaling"] = {{"rope_type", "longrope"},
+                                {"original_max_position_embeddings", 530},
+                                {"short_factor", {1.0, 1.1, 1.3, 1.6}},
+                                {"long_factor", {1.0, 2.0, 4.0, 8.0}}};
+    }
+    std::ofstream(dir + "/config.json") << config.dump();
+    return dir;
+  }
 };
 
 TEST_F(DecodeGraphsTest, ReplayEqualsEagerBitForBit) {
+  CheckReplayEqualsEager();
+}
+
+TEST_P(RopeDecodeGraphsTest, ReplayEqualsEagerBitForBit) {
+  CheckReplayEqualsEager();
+}
+
+INSTANTIATE_TEST_SUITE_P(LengthScaledRope, RopeDecodeGraphsTest,
+                         ::testing::Values("dynamic", "longrope"));
+
+void DecodeGraphsTest::CheckReplayEqualsEager() {
   const AllocatorStats built = model_->allocator()->stats();
   float worst_unpadded = 0.0f;
   int64_t bitwise_unpadded = 0, compared = 0;

@@ -26,18 +26,18 @@ namespace {
 constexpr int64_t kParallelThreshold = 1 << 16;
 // Multiply-adds below which a matrix product runs on one thread.
 constexpr int64_t kBlasParallelThreshold = int64_t{1} << 23;
-// A split matrix product runs as slices of output features (rows of the
-// weight), each one OpenBLAS call on one thread. Every slice starts on a
-// multiple of this, the same micro-kernel tile boundary as in the whole
-// product (OpenBLAS's sgemm/sgemv tiles are at most 16 wide)...
+// A large matrix product runs as slices of output features (rows of the
+// weight), each one OpenBLAS call on one thread. The slices depend only on
+// the product's shape, never on the number of threads: a slice is computed
+// by the same OpenBLAS call whichever thread runs it, so the result is bit
+// for bit the same on any thread count (cpu_ops_test). (An OpenBLAS call over
+// the whole product is not: on Zen cores its sgemm sums an output column in
+// another order when the product is wider, measured with 0.3.21.) Every slice
+// starts on a multiple of this...
 constexpr int64_t kBlasSliceAlign = 64;
 // ...and holds at least this many multiply-adds, so OpenBLAS never takes its
-// small-matrix path for it (on AVX-512 cores, sgemm products of up to 10^6
-// multiply-adds: measured, slices of ~10^6 differed in the last bit). An
-// output element is then computed by the same kernel code in the same order
-// as in one single-threaded call over the whole product: bit for bit the same
-// result, whatever the number of threads (cpu_ops_test). Small enough that a
-// thread the OS is slow to run holds up little.
+// small-matrix path for one (on AVX-512 cores, sgemm products of up to 10^6
+// multiply-adds) and a thread the OS is slow to run holds up little.
 constexpr int64_t kBlasSliceWork = int64_t{1} << 21;
 
 // Who runs the threads of a large matrix product. OpenBLAS (the pthreads
@@ -607,9 +607,8 @@ absl::Status CpuOps::DoLinear(const TensorView& x, const WeightView& w,
     const int64_t blocks = n / kBlasSliceAlign;
     const int64_t min_blocks = (kBlasSliceWork + t * k * kBlasSliceAlign - 1) /
                                (t * k * kBlasSliceAlign);
-    const int64_t slices = large && pool_->threads() > 1
-                               ? std::max<int64_t>(1, blocks / min_blocks)
-                               : 1;
+    const int64_t slices =
+        large ? std::max<int64_t>(1, blocks / min_blocks) : 1;
     pool_->ParallelFor(slices, [&](int64_t i) {
       const int64_t begin = i * blocks / slices * kBlasSliceAlign;
       const int64_t end =
@@ -726,6 +725,94 @@ void StoreRows(const float* kin, const float* vin,
   }
 }
 
+// The dynamic NTK frequencies for a sequence of `length` positions
+// (RopeOptions::kDynamicNtk), each operation in f32 as transformers computes
+// them from a tensor length: x = factor * L / original_max_len -
+// (factor - 1); b = base * x^exponent; out[i] = 1 / b^(2i / R).
+void DynamicNtkInvFreq(const RopeOptions& r, int32_t length, int64_t half,
+                       float* out) {
+  float x = r.factor * static_cast<float>(length);
+  x = x / static_cast<float>(r.original_max_len);
+  x = x - r.factor_minus_one;
+  const float base = r.base * std::pow(x, r.exponent);
+  const float rotary = static_cast<float>(2 * half);
+  for (int64_t i = 0; i < half; ++i) {
+    out[i] = 1.0f / std::pow(base, static_cast<float>(2 * i) / rotary);
+  }
+}
+
+// Each token's inverse frequencies for a QkvRopeStore step: inv_freq, or,
+// with length scaling, the table its sequence's length after the step
+// selects (LongRoPE) or makes (dynamic NTK, kept in `tables`). Rows beyond
+// the metadata's sequences keep inv_freq.
+std::vector<const float*> TokenInvFreq(
+    const QkvRopeStoreArgs& a, std::vector<std::vector<float>>* tables) {
+  const int64_t tokens = a.q_out.shape()[0];
+  const float* base = a.inv_freq.data_as<const float>();
+  std::vector<const float*> freq(static_cast<size_t>(tokens), base);
+  const RopeOptions& r = a.rope;
+  if (r.length_scaling == RopeLengthScaling::kNone) return freq;
+  const AttentionMetadata& m = *a.metadata;
+  const absl::Span<const int32_t> starts =
+      HostArray<int32_t>(m.query_start_loc);
+  const absl::Span<const int32_t> lens = HostArray<int32_t>(m.seq_lens);
+  const int64_t half = a.inv_freq.shape()[0];
+  tables->assign(static_cast<size_t>(m.num_seqs), {});
+  for (int32_t s = 0; s < m.num_seqs; ++s) {
+    const int32_t length = lens[s];
+    if (length <= r.original_max_len) continue;
+    const float* table = nullptr;
+    if (r.length_scaling == RopeLengthScaling::kLongRope) {
+      table = r.long_inv_freq.data_as<const float>();
+    } else {
+      std::vector<float>& own = (*tables)[s];
+      own.resize(static_cast<size_t>(half));
+      DynamicNtkInvFreq(r, length, half, own.data());
+      table = own.data();
+    }
+    // The step's arrays were checked when packed; clamp regardless.
+    const int64_t begin = std::clamp<int64_t>(starts[s], 0, tokens);
+    const int64_t end = std::clamp<int64_t>(starts[s + 1], begin, tokens);
+    for (int64_t t = begin; t < end; ++t) freq[t] = table;
+  }
+  return freq;
+}
+
+// Rope ("rotate half") over dims [0, 2 * half) of each head of x [tokens,
+// heads, dim], token t with freq[t]; cos and sin times `scale`
+// (transformers' attention_scaling). DoRope's arithmetic where half = dim / 2
+// and scale = 1.
+void RotateHeads(const TensorView& x, absl::Span<const int32_t> positions,
+                 absl::Span<const float* const> freq, int64_t half,
+                 float scale) {
+  const int64_t tokens = x.shape()[0];
+  const int64_t heads = x.shape()[1];
+  const int64_t dim = x.shape()[2];
+  std::vector<float> cos_table(half), sin_table(half);
+  for (int64_t t = 0; t < tokens; ++t) {
+    for (int64_t i = 0; i < half; ++i) {
+      // As transformers: angle = float(position) * inv_freq in f32, then
+      // cos(angle) * attention_scaling.
+      const float angle = static_cast<float>(positions[t]) * freq[t][i];
+      cos_table[i] = std::cos(angle);
+      sin_table[i] = std::sin(angle);
+      if (scale != 1.0f) {
+        cos_table[i] *= scale;
+        sin_table[i] *= scale;
+      }
+    }
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x.data_as<float>() + (t * heads + h) * dim;
+      for (int64_t i = 0; i < half; ++i) {
+        const float a = v[i];
+        const float b = v[i + half];
+        v[i] = a * cos_table[i] - b * sin_table[i];
+        v[i + half] = b * cos_table[i] + a * sin_table[i];
+      }
+    }
+  }
+}
+
 }  // namespace
 
 absl::Status CpuOps::DoStoreKvCache(const TensorView& k, const TensorView& v,
@@ -788,8 +875,12 @@ absl::Status CpuOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
   if (a.k_norm != nullptr) {
     RETURN_IF_ERROR(DoRmsNorm(k_view, *a.k_norm, a.eps, k_view));
   }
-  RETURN_IF_ERROR(DoRope(a.q_out, a.positions, a.inv_freq));
-  RETURN_IF_ERROR(DoRope(k_view, a.positions, a.inv_freq));
+  std::vector<std::vector<float>> tables;
+  const std::vector<const float*> freq = TokenInvFreq(a, &tables);
+  const absl::Span<const int32_t> positions = HostArray<int32_t>(a.positions);
+  const int64_t half = a.inv_freq.shape()[0];
+  RotateHeads(a.q_out, positions, freq, half, a.rope.cos_sin_scale);
+  RotateHeads(k_view, positions, freq, half, a.rope.cos_sin_scale);
   StoreRows(k, v, HostArray<int64_t>(a.slot_mapping), a.cache);
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/attention_metadata.h"
 #include "kernels/testing/step_arrays.h"
 
 namespace tessera {
@@ -143,10 +144,12 @@ TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {
             absl::StatusCode::kInvalidArgument);
 }
 
-// Products large enough to run on several threads (>= 2^23 multiply-adds)
-// with an output width that is not a multiple of any slice or tile.
-// K = 1024 with 3 or 5 tokens: slices of about 10^6 multiply-adds would take
-// OpenBLAS's small-matrix path and differ in the last bit.
+// Products large enough to run as slices (>= 2^23 multiply-adds) with an
+// output width that is not a multiple of any slice or tile: bit for bit the
+// same on every thread count (the slices depend on the shape alone), and
+// within f32 rounding of one single-threaded OpenBLAS call over the whole
+// product (which need not be bit-identical: on Zen cores OpenBLAS sums a
+// column in another order when the product is wider).
 TEST_F(CpuOpsTest, LargeLinearIsBitIdenticalOnAnyThreadCount) {
   struct Case {
     int64_t t, n, k;
@@ -159,27 +162,33 @@ TEST_F(CpuOpsTest, LargeLinearIsBitIdenticalOnAnyThreadCount) {
     Tensor w = Random({kN, kK});
     Tensor x = Random({t, kK});
     Tensor out = *Tensor::Empty(DType::kF32, {t, kN});
-    // The reference: one single-threaded OpenBLAS call over the whole
-    // product (after a first Linear, which fixes the threading).
+    // A first Linear fixes OpenBLAS's threading.
     ASSERT_TRUE(ops_.Linear(x.view(), w.view(), nullptr, out.view()).ok());
     const int before = openblas_get_num_threads();
     openblas_set_num_threads(1);
-    std::vector<float> want(t * kN);
+    Tensor whole = *Tensor::Empty(DType::kF32, {t, kN});
     if (t == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, kN, kK, 1.0f, w.data_as<float>(),
-                  kK, x.data_as<float>(), 1, 0.0f, want.data(), 1);
+                  kK, x.data_as<float>(), 1, 0.0f, whole.data_as<float>(), 1);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, t, kN, kK, 1.0f,
                   x.data_as<float>(), kK, w.data_as<float>(), kK, 0.0f,
-                  want.data(), kN);
+                  whole.data_as<float>(), kN);
     }
     openblas_set_num_threads(before);
+    std::vector<float> want;
     for (int threads : {1, 2, 3, 4, 7}) {
       CpuThreadPool pool(threads);
       CpuOps ops(&pool);
       std::fill_n(out.data_as<float>(), t * kN, NAN);
       ASSERT_TRUE(ops.Linear(x.view(), w.view(), nullptr, out.view()).ok());
-      EXPECT_EQ(std::memcmp(out.data(), want.data(), want.size() * 4), 0)
+      const float* o = out.data_as<float>();
+      if (want.empty()) {
+        want.assign(o, o + t * kN);
+        const float* h = whole.data_as<float>();
+        ExpectClose(out, std::vector<double>(h, h + t * kN), 1e-4);
+      }
+      EXPECT_EQ(std::memcmp(o, want.data(), want.size() * 4), 0)
           << threads << " threads";
     }
   }
@@ -430,6 +439,168 @@ TEST_F(CpuOpsTest, QkvRopeStoreRefusesSlotsOutsideTheCacheOtherThanMinusOne) {
               std::string::npos)
         << st;
   }
+}
+
+// QkvRopeStore's RoPE variants against a float64 transcription of
+// transformers' rotation (modeling_rope_utils.py, apply_rotary_pos_emb):
+// partial rotary (dims [R, D) pass through), cos and sin times a factor,
+// and per-sequence frequencies in a mixed batch, where every token of
+// sequence s rotates with the table for L = seq_lens[s] (its length after
+// the step): dynamic NTK grows theta to theta * (factor * L / Lmax -
+// (factor - 1))^(R / (R - 2)) once L > Lmax, LongRoPE switches to its long
+// table. Both q (q_out) and k (the f32 cache) are checked; v is stored as
+// given.
+struct RopeVariantCase {
+  const char* name;
+  int64_t rotary;  // R <= D = 8.
+  RopeLengthScaling scaling;
+  float cos_sin_scale;
+};
+
+TEST_F(CpuOpsTest, QkvRopeStoreRopeVariantsMatchTheFormula) {
+  const RopeVariantCase cases[] = {
+      {"full", 8, RopeLengthScaling::kNone, 1.0f},
+      {"partial 6 of 8", 6, RopeLengthScaling::kNone, 1.0f},
+      {"partial, cos/sin x 1.19", 4, RopeLengthScaling::kNone, 1.19f},
+      {"dynamic NTK", 8, RopeLengthScaling::kDynamicNtk, 1.0f},
+      {"dynamic NTK, partial", 6, RopeLengthScaling::kDynamicNtk, 1.0f},
+      {"longrope", 8, RopeLengthScaling::kLongRope, 1.0f},
+      {"longrope, partial, scaled", 6, RopeLengthScaling::kLongRope, 1.3f},
+  };
+  const int64_t H = 3, Hkv = 1, D = 8;
+  constexpr int32_t kOriginal = 8;
+  constexpr double kTheta = 10000.0, kFactor = 2.5;
+  // A decode beyond the original context, a prefill within it, a prefill
+  // that crosses it, a decode exactly at it.
+  const std::vector<int32_t> table0 = {0}, table1 = {1}, table2 = {2},
+                             table3 = {3};
+  const SequenceSlice seqs[] = {
+      {10, 1, table0}, {0, 3, table1}, {5, 6, table2}, {7, 1, table3}};
+  auto meta = BuildAttentionMetadata(seqs, /*block_size=*/16,
+                                     /*num_blocks=*/4);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const AttentionMetadata view = meta->View();
+  const int64_t T = meta->num_tokens;
+  for (const RopeVariantCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t R = c.rotary, half = R / 2;
+    Tensor qkv = Random({T, (H + 2 * Hkv) * D});
+    Tensor freq = *Tensor::Empty(DType::kF32, {half});
+    Tensor long_freq = *Tensor::Empty(DType::kF32, {half});
+    for (int64_t i = 0; i < half; ++i) {
+      freq.data_as<float>()[i] =
+          static_cast<float>(1.0 / std::pow(kTheta, 2.0 * i / R));
+      long_freq.data_as<float>()[i] = freq.data_as<float>()[i] / (1.5f + i);
+    }
+    TestCache cache = MakeCache(DType::kF32, 64, Hkv, D);
+    Tensor q = *Tensor::Empty(DType::kF32, {T, H, D});
+    QkvRopeStoreArgs args;
+    args.qkv = qkv.view();
+    args.positions = StepArray(meta->positions);
+    args.inv_freq = freq.view();
+    args.rope.length_scaling = c.scaling;
+    args.rope.cos_sin_scale = c.cos_sin_scale;
+    if (c.scaling != RopeLengthScaling::kNone) {
+      args.rope.original_max_len = kOriginal;
+      args.metadata = &view;
+    }
+    args.rope.long_inv_freq = long_freq.view();
+    args.rope.base = static_cast<float>(kTheta);
+    args.rope.factor = static_cast<float>(kFactor);
+    args.rope.factor_minus_one = static_cast<float>(kFactor - 1.0);
+    args.rope.exponent = static_cast<float>(R / (R - 2.0));
+    args.slot_mapping = StepArray(meta->slot_mapping);
+    args.cache = cache.layer();
+    args.q_out = q.view();
+    ASSERT_TRUE(ops_.QkvRopeStore(args).ok());
+
+    for (int32_t s = 0; s < meta->num_seqs; ++s) {
+      const int32_t length = meta->seq_lens[s];
+      // The sequence's frequencies, in double.
+      std::vector<double> f(half);
+      for (int64_t i = 0; i < half; ++i) {
+        f[i] = freq.data_as<float>()[i];
+        if (length <= kOriginal) continue;
+        if (c.scaling == RopeLengthScaling::kLongRope) {
+          f[i] = long_freq.data_as<float>()[i];
+        } else if (c.scaling == RopeLengthScaling::kDynamicNtk) {
+          const double base =
+              kTheta * std::pow(kFactor * length / kOriginal - (kFactor - 1),
+                                static_cast<double>(R) / (R - 2));
+          f[i] = 1.0 / std::pow(base, 2.0 * i / R);
+        }
+      }
+      for (int32_t t = meta->query_start_loc[s];
+           t < meta->query_start_loc[s + 1]; ++t) {
+        const double pos = meta->positions[t];
+        const float* row = qkv.data_as<float>() + t * (H + 2 * Hkv) * D;
+        for (int64_t h = 0; h < H + Hkv; ++h) {
+          const float* in = row + h * D;
+          const float* got =
+              h < H ? q.data_as<float>() + (t * H + h) * D
+                    : cache.k.data_as<float>() +
+                          (meta->slot_mapping[t] * Hkv + (h - H)) * D;
+          for (int64_t i = 0; i < half; ++i) {
+            const double cs = std::cos(pos * f[i]) * c.cos_sin_scale;
+            const double sn = std::sin(pos * f[i]) * c.cos_sin_scale;
+            const double a = in[i], b = in[i + half];
+            const double want_a = a * cs - b * sn, want_b = b * cs + a * sn;
+            ASSERT_NEAR(got[i], want_a, 2e-5 * (1 + std::fabs(want_a)))
+                << "seq " << s << " token " << t << " head " << h << " " << i;
+            ASSERT_NEAR(got[i + half], want_b, 2e-5 * (1 + std::fabs(want_b)))
+                << "seq " << s << " token " << t << " head " << h << " " << i;
+          }
+          for (int64_t i = R; i < D; ++i) {
+            ASSERT_EQ(got[i], in[i]) << "pass-through dim " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Length-scaled RoPE needs the step's metadata, and the long table for
+// LongRoPE; inv_freq may not be wider than half a head.
+TEST_F(CpuOpsTest, QkvRopeStoreRefusesIncompleteRopeOptions) {
+  const int64_t H = 2, Hkv = 1, D = 4;
+  Tensor qkv = Random({1, (H + 2 * Hkv) * D});
+  Tensor q = *Tensor::Empty(DType::kF32, {1, H, D});
+  Tensor freq = Random({D / 2});
+  Tensor wide = Random({D});
+  TestCache cache = MakeCache(DType::kF32, 8, Hkv, D);
+  const std::vector<int32_t> positions = {0};
+  const std::vector<int64_t> slots = {0};
+  const std::vector<int32_t> table = {0};
+  const SequenceSlice seq[] = {{0, 1, table}};
+  auto meta = BuildAttentionMetadata(seq, 8, 1);
+  ASSERT_TRUE(meta.ok());
+  const AttentionMetadata view = meta->View();
+  QkvRopeStoreArgs args;
+  args.qkv = qkv.view();
+  args.positions = StepArray(positions);
+  args.inv_freq = freq.view();
+  args.slot_mapping = StepArray(slots);
+  args.cache = cache.layer();
+  args.q_out = q.view();
+  ASSERT_TRUE(ops_.QkvRopeStore(args).ok());
+  QkvRopeStoreArgs bad = args;
+  bad.inv_freq = wide.view();
+  EXPECT_EQ(ops_.QkvRopeStore(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = args;
+  bad.rope.length_scaling = RopeLengthScaling::kLongRope;
+  bad.rope.original_max_len = 4;
+  EXPECT_EQ(ops_.QkvRopeStore(bad).code(), absl::StatusCode::kInvalidArgument)
+      << "no metadata";
+  bad.metadata = &view;
+  EXPECT_EQ(ops_.QkvRopeStore(bad).code(), absl::StatusCode::kInvalidArgument)
+      << "no long table";
+  bad.rope.long_inv_freq = freq.view();
+  EXPECT_TRUE(ops_.QkvRopeStore(bad).ok());
+  bad.rope.original_max_len = 0;
+  EXPECT_EQ(ops_.QkvRopeStore(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = args;
+  bad.rope.cos_sin_scale = INFINITY;
+  EXPECT_EQ(ops_.QkvRopeStore(bad).code(), absl::StatusCode::kInvalidArgument);
 }
 
 // The gated activation over the stacked gate/up output is SiluMul over its

@@ -1029,6 +1029,28 @@ absl::Status CudaOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
         absl::StrCat("QkvRopeStore: head_dim ", layer.head_dim,
                      " is above the CUDA kernel's ", cuda::kMaxFusedHeadDim));
   }
+  // The rope's tables and the step's lengths stay on the device: the kernel
+  // finds each token's sequence there (graph-safe).
+  cuda::DeviceRope rope;
+  const RopeOptions& r = a.rope;
+  rope.rotary_half = static_cast<int32_t>(a.inv_freq.shape()[0]);
+  rope.cos_sin_scale = r.cos_sin_scale;
+  if (r.length_scaling != RopeLengthScaling::kNone) {
+    rope.length_scaling = r.length_scaling == RopeLengthScaling::kLongRope
+                              ? cuda::DeviceRopeLengthScaling::kLongRope
+                              : cuda::DeviceRopeLengthScaling::kDynamicNtk;
+    rope.original_max_len = r.original_max_len;
+    rope.long_inv_freq = r.length_scaling == RopeLengthScaling::kLongRope
+                             ? r.long_inv_freq.data_as<const float>()
+                             : nullptr;
+    rope.base = r.base;
+    rope.factor = r.factor;
+    rope.factor_minus_one = r.factor_minus_one;
+    rope.exponent = r.exponent;
+    rope.query_start_loc = a.metadata->query_start_loc.data_as<const int32_t>();
+    rope.seq_lens = a.metadata->seq_lens.data_as<const int32_t>();
+    rope.num_seqs = a.metadata->num_seqs;
+  }
   // Slots are device values: the kernel skips one outside the cache (-1).
   return Launch(
       cuda::LaunchQkvRopeStore(
@@ -1037,7 +1059,7 @@ absl::Status CudaOps::DoQkvRopeStore(const QkvRopeStoreArgs& a) {
           a.q_norm != nullptr ? a.q_norm->data_as<const float>() : nullptr,
           a.k_norm != nullptr ? a.k_norm->data_as<const float>() : nullptr,
           a.eps, a.positions.data_as<const int32_t>(),
-          a.inv_freq.data_as<const float>(),
+          a.inv_freq.data_as<const float>(), rope,
           a.slot_mapping.data_as<const int64_t>(), tokens, layer,
           a.q_out.data_as<float>(), stream_),
       "QkvRopeStore");

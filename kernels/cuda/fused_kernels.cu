@@ -57,16 +57,37 @@ __device__ void WriteCacheRow<int8_t>(const float* row, int32_t n, int8_t* dst,
   if (threadIdx.x == 0) *scale_dst = s;
 }
 
+// The length after this step of the sequence that holds token t (the
+// largest s with query_start_loc[s] <= t); 0 for a row beyond every
+// sequence.
+__device__ int32_t SeqLenOfToken(const DeviceRope& r, int64_t t) {
+  if (r.num_seqs <= 0 || t >= r.query_start_loc[r.num_seqs]) return 0;
+  int32_t lo = 0, hi = r.num_seqs - 1;
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo + 1) / 2;
+    if (r.query_start_loc[mid] <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return r.seq_lens[lo];
+}
+
 // grid (num_tokens, num_heads + 2 * kv_heads): head j < num_heads is q head
 // j, then the k heads, then the v heads.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) QkvRopeStoreKernel(
-    const float* __restrict__ qkv, int32_t num_heads, int32_t kv_heads,
-    int32_t dim, const float* __restrict__ q_norm,
-    const float* __restrict__ k_norm, float eps,
-    const int32_t* __restrict__ positions, const float* __restrict__ inv_freq,
-    const int64_t* __restrict__ slot_mapping, int64_t num_slots, T* k_cache,
-    T* v_cache, float* k_scale, float* v_scale, float* __restrict__ q_out) {
+__global__ void __launch_bounds__(kThreads)
+    QkvRopeStoreKernel(const float* __restrict__ qkv, int32_t num_heads,
+                       int32_t kv_heads, int32_t dim,
+                       const float* __restrict__ q_norm,
+                       const float* __restrict__ k_norm, float eps,
+                       const int32_t* __restrict__ positions,
+                       const float* __restrict__ inv_freq, DeviceRope rope,
+                       const int64_t* __restrict__ slot_mapping,
+                       int64_t num_slots, T* k_cache, T* v_cache,
+                       float* k_scale, float* v_scale,
+                       float* __restrict__ q_out) {
   extern __shared__ float row[];  // dim floats
   __shared__ float scratch[kWarpSize + 1];
   PdlWait();  // Launched with LaunchPdl (launch.cuh).
@@ -101,13 +122,43 @@ __global__ void __launch_bounds__(kThreads) QkvRopeStoreKernel(
   }
   __syncthreads();
   if (is_q || is_k) {
-    // Rope, "rotate half": each thread owns whole pairs (i, i + half).
-    const int32_t half = dim / 2;
+    // Rope, "rotate half" over the first 2 * half dims: each thread owns
+    // whole pairs (i, i + half); the dims beyond pass through.
+    const int32_t half = rope.rotary_half;
+    const float* freq = inv_freq;
+    bool dynamic = false;
+    float dynamic_base = 0.0f;
+    if (rope.length_scaling != DeviceRopeLengthScaling::kNone) {
+      const int32_t length = SeqLenOfToken(rope, t);
+      if (length > rope.original_max_len) {
+        if (rope.length_scaling == DeviceRopeLengthScaling::kLongRope) {
+          freq = rope.long_inv_freq;
+        } else {
+          // RopeOptions' dynamic NTK base, operation by operation in f32.
+          float x = __fmul_rn(rope.factor, static_cast<float>(length));
+          x = __fdiv_rn(x, static_cast<float>(rope.original_max_len));
+          x = __fsub_rn(x, rope.factor_minus_one);
+          dynamic_base = __fmul_rn(rope.base, powf(x, rope.exponent));
+          dynamic = true;
+        }
+      }
+    }
+    const float rotary = static_cast<float>(2 * half);
     const float pos = static_cast<float>(positions[t]);
     for (int i = threadIdx.x; i < half; i += kThreads) {
-      const float angle = __fmul_rn(pos, inv_freq[i]);
-      const float c = cosf(angle);
-      const float s = sinf(angle);
+      const float f =
+          dynamic
+              ? __fdiv_rn(1.0f,
+                          powf(dynamic_base,
+                               __fdiv_rn(static_cast<float>(2 * i), rotary)))
+              : freq[i];
+      const float angle = __fmul_rn(pos, f);
+      float c = cosf(angle);
+      float s = sinf(angle);
+      if (rope.cos_sin_scale != 1.0f) {
+        c = __fmul_rn(c, rope.cos_sin_scale);
+        s = __fmul_rn(s, rope.cos_sin_scale);
+      }
       const float a = row[i];
       const float b = row[i + half];
       row[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
@@ -132,9 +183,9 @@ template <typename T>
 cudaError_t RunQkvRopeStore(const float* qkv, int32_t num_heads,
                             const float* q_norm, const float* k_norm, float eps,
                             const int32_t* positions, const float* inv_freq,
-                            const int64_t* slot_mapping, int64_t num_tokens,
-                            const DeviceKvLayer& c, float* q_out,
-                            cudaStream_t stream) {
+                            const DeviceRope& rope, const int64_t* slot_mapping,
+                            int64_t num_tokens, const DeviceKvLayer& c,
+                            float* q_out, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(num_tokens),
                   static_cast<unsigned>(num_heads + 2 * c.num_kv_heads));
   const size_t shared = static_cast<size_t>(c.head_dim) * sizeof(float);
@@ -142,7 +193,7 @@ cudaError_t RunQkvRopeStore(const float* qkv, int32_t num_heads,
   const cudaError_t e = LaunchPdl(
       QkvRopeStoreKernel<T>, grid, dim3(kThreads), shared, stream, qkv,
       num_heads, c.num_kv_heads, c.head_dim, q_norm, k_norm, eps, positions,
-      inv_freq, slot_mapping, c.num_slots, static_cast<T*>(c.k),
+      inv_freq, rope, slot_mapping, c.num_slots, static_cast<T*>(c.k),
       static_cast<T*>(c.v), quantized ? c.k_scale : nullptr,
       quantized ? c.v_scale : nullptr, q_out);
   return e != cudaSuccess ? e : cudaGetLastError();
@@ -185,6 +236,20 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
                                const int64_t* slot_mapping, int64_t num_tokens,
                                const DeviceKvLayer& cache, float* q_out,
                                cudaStream_t stream) {
+  DeviceRope rope;
+  rope.rotary_half = cache.head_dim / 2;
+  return LaunchQkvRopeStore(qkv, num_heads, q_norm, k_norm, eps, positions,
+                            inv_freq, rope, slot_mapping, num_tokens, cache,
+                            q_out, stream);
+}
+
+cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
+                               const float* q_norm, const float* k_norm,
+                               float eps, const int32_t* positions,
+                               const float* inv_freq, const DeviceRope& rope,
+                               const int64_t* slot_mapping, int64_t num_tokens,
+                               const DeviceKvLayer& cache, float* q_out,
+                               cudaStream_t stream) {
   const int32_t dim = cache.head_dim;
   if (num_tokens < 0 || num_tokens > INT32_MAX || num_heads <= 0 ||
       cache.num_kv_heads <= 0 || dim <= 0 || dim % 2 != 0 ||
@@ -192,7 +257,8 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
       int64_t{num_heads} + 2 * int64_t{cache.num_kv_heads} > kMaxGridY ||
       cache.k == nullptr || cache.v == nullptr ||
       (cache.dtype == KvDType::kI8 &&
-       (cache.k_scale == nullptr || cache.v_scale == nullptr))) {
+       (cache.k_scale == nullptr || cache.v_scale == nullptr)) ||
+      rope.rotary_half < 1 || rope.rotary_half > dim / 2) {
     return cudaErrorInvalidValue;
   }
   if (num_tokens == 0) return cudaSuccess;
@@ -200,18 +266,26 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
       slot_mapping == nullptr || q_out == nullptr) {
     return cudaErrorInvalidValue;
   }
+  if (rope.length_scaling != DeviceRopeLengthScaling::kNone &&
+      (rope.query_start_loc == nullptr ||
+       (rope.num_seqs > 0 && rope.seq_lens == nullptr) || rope.num_seqs < 0 ||
+       rope.original_max_len <= 0 ||
+       (rope.length_scaling == DeviceRopeLengthScaling::kLongRope &&
+        rope.long_inv_freq == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
   switch (cache.dtype) {
     case KvDType::kF32:
       return RunQkvRopeStore<float>(qkv, num_heads, q_norm, k_norm, eps,
-                                    positions, inv_freq, slot_mapping,
+                                    positions, inv_freq, rope, slot_mapping,
                                     num_tokens, cache, q_out, stream);
     case KvDType::kBF16:
-      return RunQkvRopeStore<__nv_bfloat16>(qkv, num_heads, q_norm, k_norm, eps,
-                                            positions, inv_freq, slot_mapping,
-                                            num_tokens, cache, q_out, stream);
+      return RunQkvRopeStore<__nv_bfloat16>(
+          qkv, num_heads, q_norm, k_norm, eps, positions, inv_freq, rope,
+          slot_mapping, num_tokens, cache, q_out, stream);
     case KvDType::kI8:
       return RunQkvRopeStore<int8_t>(qkv, num_heads, q_norm, k_norm, eps,
-                                     positions, inv_freq, slot_mapping,
+                                     positions, inv_freq, rope, slot_mapping,
                                      num_tokens, cache, q_out, stream);
   }
   return cudaErrorInvalidValue;

@@ -39,6 +39,44 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
                                const DeviceKvLayer& cache, float* q_out,
                                cudaStream_t stream);
 
+// QkvRopeStore's RoPE beyond one full-width table (kernels/ops.h
+// RopeOptions), in device pointers and f32 constants.
+enum class DeviceRopeLengthScaling : int32_t {
+  kNone = 0,
+  kDynamicNtk = 1,
+  kLongRope = 2,
+};
+struct DeviceRope {
+  // inv_freq's entries R / 2, in [1, D / 2]: dims [0, R) rotate (pairs i,
+  // i + R / 2), [R, D) pass through.
+  int32_t rotary_half = 0;
+  DeviceRopeLengthScaling length_scaling = DeviceRopeLengthScaling::kNone;
+  // Length scaling: a token of sequence s (query_start_loc[s] <= t <
+  // query_start_loc[s + 1], found by binary search) whose seq_lens[s] >
+  // original_max_len rotates with long_inv_freq (LongRoPE) or the dynamic
+  // NTK frequencies of that length (RopeOptions' formula, f32 with IEEE
+  // rounding). Rows outside the sequences keep inv_freq.
+  int32_t original_max_len = 0;
+  const float* long_inv_freq = nullptr;
+  float base = 0.0f, factor = 1.0f, factor_minus_one = 0.0f, exponent = 1.0f;
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1]
+  const int32_t* seq_lens = nullptr;         // [num_seqs]
+  int32_t num_seqs = 0;        // A host value fixed for a batch bucket.
+  float cos_sin_scale = 1.0f;  // Multiplies cos and sin.
+};
+
+// LaunchQkvRopeStore with `rope` (the launcher above is rope.rotary_half =
+// D / 2 and nothing else). cudaErrorInvalidValue for a rotary_half outside
+// [1, D / 2], or length scaling without its arrays (LongRoPE: without
+// long_inv_freq).
+cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
+                               const float* q_norm, const float* k_norm,
+                               float eps, const int32_t* positions,
+                               const float* inv_freq, const DeviceRope& rope,
+                               const int64_t* slot_mapping, int64_t num_tokens,
+                               const DeviceKvLayer& cache, float* q_out,
+                               cudaStream_t stream);
+
 // out[r, i] = silu(gate_up[r, i]) * gate_up[r, inter + i] for r < rows,
 // i < inter (SiLU as LaunchSiluMul computes it). out must not overlap
 // gate_up.

@@ -1,9 +1,10 @@
 // CudaOps' fused ops against the CPU reference (CpuOps) on fresh random
 // inputs: QkvRopeStore (f32, bf16 and int8 caches, q/k norms on and off,
 // GQA and MQA, head dims 64/128 and a small one, padded tokens with slot -1
-// that must leave their slots untouched) and GatedActivation. Prints the
-// fused prologue's time beside the unfused ops' at a decode shape. Skips
-// without a GPU.
+// that must leave their slots untouched), its RoPE variants (partial rotary,
+// a cos/sin factor, per-sequence dynamic NTK and LongRoPE in a mixed batch)
+// and GatedActivation. Prints the fused prologue's time beside the unfused
+// ops' at a decode shape. Skips without a GPU.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/attention_metadata.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/cuda/cuda_memory_source.h"
 #include "kernels/cuda/cuda_ops.h"
@@ -207,6 +209,159 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
             ASSERT_NEAR(got, want, 1.01f * want_scale + 1e-6)
                 << side << " slot " << s << " elem " << e;
           }
+        }
+      }
+    }
+  }
+}
+
+// The RoPE variants of QkvRopeStore (kernels/ops.h RopeOptions) against the
+// CPU on one mixed batch: decodes and prefills whose lengths after the step
+// fall below, at and beyond the original context (63, 64, 65, a prefill
+// crossing it, a long one), with a static table (a yarn-like blend), partial
+// rotary with a cos/sin factor, dynamic NTK (per-sequence theta, computed on
+// the device from seq_lens) and LongRoPE (per-sequence table), with and
+// without q/k norms. q and the k cache (f32) are compared, and the dims
+// beyond the rotary ones must be the input's, exactly.
+TEST_F(FusedOpsTest, QkvRopeStoreRopeVariantsMatchTheCpu) {
+  struct Case {
+    const char* name;
+    int64_t heads, kv_heads, dim, rotary;
+    RopeLengthScaling scaling;
+    float cos_sin_scale;
+    bool norm;
+  };
+  const Case cases[] = {
+      {"static yarn-like table", 8, 2, 128, 128, RopeLengthScaling::kNone, 1.0f,
+       false},
+      {"partial 96/128, scaled", 8, 2, 128, 96, RopeLengthScaling::kNone, 1.19f,
+       true},
+      {"dynamic NTK", 8, 2, 128, 128, RopeLengthScaling::kDynamicNtk, 1.0f,
+       true},
+      {"dynamic NTK, D 64", 4, 4, 64, 64, RopeLengthScaling::kDynamicNtk, 1.0f,
+       false},
+      {"longrope", 8, 2, 96, 96, RopeLengthScaling::kLongRope, 1.0f, false},
+      {"longrope, partial 96/128, scaled", 6, 2, 128, 96,
+       RopeLengthScaling::kLongRope, 1.2f, true},
+  };
+  constexpr int32_t kOriginal = 64;
+  constexpr int32_t kBlock = 16;
+  // (context, query) per sequence, decodes first.
+  const std::vector<std::pair<int64_t, int64_t>> shape = {
+      {100, 1}, {62, 1}, {63, 1}, {64, 1}, {0, 30}, {50, 20}, {3000, 7}};
+  std::vector<std::vector<int32_t>> tables;
+  int32_t next_block = 0;
+  for (const auto& [context, query] : shape) {
+    std::vector<int32_t> t((context + query + kBlock - 1) / kBlock);
+    for (int32_t& b : t) b = next_block++;
+    tables.push_back(std::move(t));
+  }
+  std::vector<SequenceSlice> seqs;
+  for (size_t s = 0; s < shape.size(); ++s) {
+    seqs.push_back({shape[s].first, shape[s].second, tables[s]});
+  }
+  auto meta = BuildAttentionMetadata(seqs, kBlock, next_block);
+  ASSERT_TRUE(meta.ok()) << meta.status();
+  const AttentionMetadata host_meta = meta->View();
+  const int64_t T = meta->num_tokens;
+  const int64_t S = int64_t{next_block} * kBlock;
+  DeviceArray<int32_t> g_starts(meta->query_start_loc);
+  DeviceArray<int32_t> g_lens(meta->seq_lens);
+  DeviceArray<int32_t> g_pos(meta->positions);
+  DeviceArray<int64_t> g_slots(meta->slot_mapping);
+  AttentionMetadata gpu_meta = host_meta;
+  gpu_meta.query_start_loc = DView(g_starts, DType::kI32, {meta->num_seqs + 1});
+  gpu_meta.seq_lens = DView(g_lens, DType::kI32, {meta->num_seqs});
+
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const int64_t H = c.heads, Hkv = c.kv_heads, D = c.dim, half = c.rotary / 2;
+    const int64_t row = (H + 2 * Hkv) * D;
+    const std::vector<float> qkv = Random(static_cast<size_t>(T * row), 2.0f);
+    std::vector<float> q_norm = Random(D), k_norm = Random(D);
+    std::vector<float> inv_freq(half), long_freq(half);
+    for (int64_t i = 0; i < half; ++i) {
+      const float plain = std::pow(10000.0f, -2.0f * i / c.rotary);
+      // A yarn-like blend: the low dims kept, the high ones / 4.
+      const float ramp = std::min(1.0f, std::max(0.0f, (i - 4.0f) / 20.0f));
+      inv_freq[i] = c.scaling == RopeLengthScaling::kNone
+                        ? plain * (1.0f - ramp) + plain / 4.0f * ramp
+                        : plain / (1.0f + 0.01f * i);
+      long_freq[i] = plain / (1.0f + 0.5f * i);
+    }
+    RopeOptions rope;
+    rope.length_scaling = c.scaling;
+    rope.cos_sin_scale = c.cos_sin_scale;
+    if (c.scaling != RopeLengthScaling::kNone) {
+      rope.original_max_len = kOriginal;
+    }
+    rope.base = 10000.0f;
+    rope.factor = 3.0f;
+    rope.factor_minus_one = 2.0f;
+    rope.exponent = static_cast<float>(c.rotary / (c.rotary - 2.0));
+
+    Tensor ck = *Tensor::Zeros(DType::kF32, {S, Hkv, D});
+    Tensor cv = *Tensor::Zeros(DType::kF32, {S, Hkv, D});
+    std::vector<float> cq(static_cast<size_t>(T * H * D));
+    const TensorView qn = View(q_norm, {D}), kn = View(k_norm, {D});
+    QkvRopeStoreArgs a;
+    a.qkv = View(qkv, {T, row});
+    a.q_norm = c.norm ? &qn : nullptr;
+    a.k_norm = c.norm ? &kn : nullptr;
+    a.positions = StepArray(meta->positions);
+    a.inv_freq = View(inv_freq, {half});
+    a.rope = rope;
+    a.rope.long_inv_freq = View(long_freq, {half});
+    a.metadata = &host_meta;
+    a.slot_mapping = StepArray(meta->slot_mapping);
+    a.cache = {ck.view(), cv.view(), TensorView(), TensorView()};
+    a.q_out = View(cq, {T, H, D});
+    ASSERT_TRUE(cpu_.QkvRopeStore(a).ok());
+
+    DeviceArray<float> g_qkv(qkv), g_qn(q_norm), g_kn(k_norm);
+    DeviceArray<float> g_freq(inv_freq), g_long(long_freq);
+    DeviceArray<float> gk(static_cast<size_t>(S * Hkv * D));
+    DeviceArray<float> gv(static_cast<size_t>(S * Hkv * D));
+    DeviceArray<float> g_q(static_cast<size_t>(T * H * D));
+    const TensorView gqn = DView(g_qn, DType::kF32, {D});
+    const TensorView gkn = DView(g_kn, DType::kF32, {D});
+    QkvRopeStoreArgs g = a;
+    g.qkv = DView(g_qkv, DType::kF32, {T, row});
+    g.q_norm = c.norm ? &gqn : nullptr;
+    g.k_norm = c.norm ? &gkn : nullptr;
+    g.positions = DView(g_pos, DType::kI32, {T});
+    g.inv_freq = DView(g_freq, DType::kF32, {half});
+    g.rope.long_inv_freq = DView(g_long, DType::kF32, {half});
+    g.metadata = &gpu_meta;
+    g.slot_mapping = DView(g_slots, DType::kI64, {T});
+    g.cache = {DView(gk, DType::kF32, {S, Hkv, D}),
+               DView(gv, DType::kF32, {S, Hkv, D}), TensorView(), TensorView()};
+    g.q_out = DView(g_q, DType::kF32, {T, H, D});
+    ASSERT_TRUE(gpu_->QkvRopeStore(g).ok());
+
+    // Static tables give both sides the same angles; dynamic NTK's
+    // frequencies come from powf on each side (a few ulp apart), which a
+    // position of ~3000 turns into ~1e-4 of angle.
+    const double tol =
+        c.scaling == RopeLengthScaling::kDynamicNtk ? 1e-3 : 2e-5;
+    const std::vector<float> got_q = g_q.Download();
+    const std::vector<float> got_k = gk.Download();
+    for (int64_t t = 0; t < T; ++t) {
+      for (int64_t h = 0; h < H + Hkv; ++h) {
+        const float* want =
+            h < H ? cq.data() + (t * H + h) * D
+                  : ck.data_as<float>() +
+                        (meta->slot_mapping[t] * Hkv + (h - H)) * D;
+        const float* got =
+            h < H ? got_q.data() + (t * H + h) * D
+                  : got_k.data() + (meta->slot_mapping[t] * Hkv + (h - H)) * D;
+        for (int64_t i = 0; i < D; ++i) {
+          if (i >= c.rotary && !c.norm) {
+            ASSERT_EQ(got[i], qkv[t * row + h * D + i])
+                << "pass-through: token " << t << " head " << h << " " << i;
+          }
+          ASSERT_NEAR(got[i], want[i], tol * (1.0 + std::fabs(want[i])))
+              << "token " << t << " head " << h << " dim " << i;
         }
       }
     }

@@ -49,8 +49,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   bm.num_blocks = static_cast<int>(layout.num_blocks);
   bm.block_size = static_cast<int>(layout.block_size);
   // A static layout gives each sequence a block of its own: nothing to share.
-  bm.enable_prefix_caching =
-      options.enable_prefix_caching && !layout.static_layout;
+  // With dynamic NTK or LongRoPE a block's keys are rotated for the length of
+  // the request that wrote them (kernels/ops.h RopeLengthScaling): reusing
+  // them would make a request's tokens depend on what ran before it.
+  const ModelConfig& config = executor->config();
+  const bool length_scaled_rope =
+      config.rope.scaling == RopeScaling::kDynamic ||
+      config.rope.scaling == RopeScaling::kLongRope;
+  bm.enable_prefix_caching = options.enable_prefix_caching &&
+                             !layout.static_layout && !length_scaled_rope;
+  options.scheduler.recompute_at_length = config.recompute_at_length;
   ASSIGN_OR_RETURN(BlockManager blocks, BlockManager::Create(bm));
   std::unique_ptr<Engine> engine(
       new Engine(executor, options, tokenizer, std::move(blocks)));

@@ -1,6 +1,7 @@
 #include "runtime/engine/scheduler.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <utility>
@@ -41,6 +42,13 @@ absl::StatusOr<Scheduler> Scheduler::Create(SchedulerConfig config,
     return absl::InvalidArgumentError(absl::StrCat(
         "scheduler: max_num_batched_tokens must be at least 1, got ",
         config.max_num_batched_tokens));
+  }
+  if (config.recompute_at_length < 0 ||
+      (config.recompute_at_length > 0 && blocks->prefix_caching_enabled())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "scheduler: recompute_at_length ", config.recompute_at_length,
+        " needs prefix caching off (a recomputed sequence would reuse its "
+        "own cached blocks)"));
   }
   return Scheduler(config, blocks);
 }
@@ -114,6 +122,21 @@ absl::Status Scheduler::PreemptNewest(std::vector<ScheduledSequence>& scheduled,
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::Recompute(size_t i) {
+  const SeqId id = running_[i];
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return Inconsistent(id, "running but unknown");
+  if (absl::Status s = blocks_->Free(id); !s.ok()) return s;
+  running_.erase(running_.begin() + static_cast<std::ptrdiff_t>(i));
+  Sequence& seq = it->second;
+  seq.num_computed = 0;
+  seq.running = false;
+  seq.recomputed = true;
+  waiting_.push_front(id);
+  ++stats_.recomputes;
+  return absl::OkStatus();
+}
+
 absl::Status Scheduler::AdmitWaiting(std::vector<ScheduledSequence>& scheduled,
                                      int64_t& budget) {
   while (!waiting_.empty() &&
@@ -172,6 +195,14 @@ absl::StatusOr<SchedulerOutput> Scheduler::Schedule() {
     if (remaining <= 0) {  // Sampled, and no token appended (yet).
       ++i;
       continue;
+    }
+    // About to decode token L + 1 with L tokens computed at lengths <= L:
+    // recompute it whole (admission below takes it first, this step).
+    if (remaining == 1 && !seq.recomputed && config_.recompute_at_length > 0 &&
+        static_cast<int64_t>(seq.tokens.size()) ==
+            config_.recompute_at_length + 1) {
+      if (absl::Status s = Recompute(i); !s.ok()) return s;
+      continue;  // running_[i] is the next sequence now.
     }
     while (true) {
       const int64_t n = std::min(remaining, budget);

@@ -18,6 +18,8 @@
 //    block_manager.h on why prefills allocate by chunk). A waiting sequence
 //    that does not fit stops admission (no skipping: FIFO).
 //  - No admission in a step that preempted (the pool is tight).
+//  - With recompute_at_length (Phi-3's LongRoPE), a sequence reaching that
+//    length is recomputed whole once (see SchedulerConfig).
 //
 // A sequence's tokens are everything it has: prompt, then each token the
 // engine appends after sampling. A scheduled chunk that reaches the end of
@@ -44,6 +46,15 @@ namespace tessera {
 struct SchedulerConfig {
   int max_num_seqs = 256;
   int64_t max_num_batched_tokens = 2048;
+  // > 0: a running sequence about to decode its (L + 1)-th token, L =
+  // recompute_at_length, with every earlier token's KV computed at lengths
+  // <= L, is recomputed whole instead (once): its blocks are freed and it is
+  // readmitted at the front of the queue, its prefill covering every token.
+  // transformers' Phi3ForCausalLM drops its cache at that point so that
+  // LongRoPE rotates every key with its long factors
+  // (ModelConfig::recompute_at_length). Needs prefix caching off: the
+  // recompute must not find its own blocks in the cache.
+  int64_t recompute_at_length = 0;
 };
 
 // One sequence's part of a step.
@@ -71,10 +82,12 @@ class Scheduler {
     int64_t steps = 0;        // Non-empty Schedule() results.
     int64_t preemptions = 0;  // Sequences preempted, counted each time.
     int64_t max_batch = 0;    // Most sequences in one step.
+    int64_t recomputes = 0;   // Sequences recomputed at recompute_at_length.
   };
 
   // `blocks` must outlive the scheduler; the scheduler is its only user.
-  // InvalidArgument unless max_num_seqs >= 1 and max_num_batched_tokens >= 1.
+  // InvalidArgument unless max_num_seqs >= 1 and max_num_batched_tokens >= 1,
+  // and for a recompute_at_length with prefix caching on.
   static absl::StatusOr<Scheduler> Create(SchedulerConfig config,
                                           BlockManager* blocks);
 
@@ -119,6 +132,7 @@ class Scheduler {
     int64_t num_computed = 0;  // KV written (or scheduled to be).
     int64_t max_total_tokens = 0;
     bool running = false;
+    bool recomputed = false;  // Once at recompute_at_length.
   };
 
   Scheduler(SchedulerConfig config, BlockManager* blocks);
@@ -129,6 +143,9 @@ class Scheduler {
   // tokens go back to `budget`.
   absl::Status PreemptNewest(std::vector<ScheduledSequence>& scheduled,
                              int64_t& budget, SchedulerOutput& output);
+  // Frees running_[i]'s blocks and puts it at the front of the waiting queue
+  // with nothing computed (SchedulerConfig::recompute_at_length).
+  absl::Status Recompute(size_t i);
   // Admits waiting sequences (FIFO) into `scheduled` while budget,
   // max_num_seqs and free blocks allow.
   absl::Status AdmitWaiting(std::vector<ScheduledSequence>& scheduled,

@@ -184,6 +184,63 @@ TEST(SchedulerTest, ChunkedPrefillFollowsTheBudget) {
   EXPECT_EQ(s.stats().steps, 5);
 }
 
+// recompute_at_length L (Phi-3's LongRoPE): the step that would decode token
+// L + 1 recomputes the whole sequence instead, once, through admission (so in
+// this very step, chunked to the budget), with a fresh block table; later
+// decodes are ordinary. Other sequences are not touched.
+TEST(SchedulerTest, RecomputesASequenceOnceAtRecomputeAtLength) {
+  auto bm = MakePool(32, 2, /*prefix_caching=*/false);
+  SchedulerConfig config;
+  config.max_num_seqs = 4;
+  config.max_num_batched_tokens = 8;
+  config.recompute_at_length = 4;
+  auto created = Scheduler::Create(config, bm.get());
+  ASSERT_TRUE(created.ok()) << created.status();
+  Scheduler s = std::move(created).value();
+  ASSERT_TRUE(s.Add(1, Range(0, 3), 20).ok());
+  ASSERT_TRUE(s.Add(2, Range(50, 6), 20).ok());  // Already past L.
+  EXPECT_EQ(Step(s).seqs,
+            (Seqs{S(1, 0, 3, true, true), S(2, 0, 5, false, true)}));
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(2, 5, 1, true)}));
+  ASSERT_TRUE(s.AppendToken(1, 3).ok());  // 4 tokens: an ordinary decode.
+  ASSERT_TRUE(s.AppendToken(2, 56).ok());
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 3, 1, true), S(2, 6, 1, true)}));
+  ASSERT_TRUE(s.AppendToken(1, 4).ok());  // 5 tokens: recompute all of them.
+  ASSERT_TRUE(s.AppendToken(2, 57).ok());
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(2, 7, 1, true), S(1, 0, 5, true, true)}));
+  EXPECT_EQ(s.stats().recomputes, 1);
+  EXPECT_EQ(s.stats().preemptions, 0);
+  ASSERT_TRUE(s.AppendToken(1, 5).ok());
+  ASSERT_TRUE(s.AppendToken(2, 58).ok());
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(2, 8, 1, true), S(1, 5, 1, true)}));
+  EXPECT_EQ(s.stats().recomputes, 1);
+}
+
+// A recompute longer than the budget is chunked, and its last one-token
+// chunk does not recompute again.
+TEST(SchedulerTest, ARecomputeIsChunkedAndHappensOnce) {
+  auto bm = MakePool(32, 2, /*prefix_caching=*/false);
+  SchedulerConfig config;
+  config.max_num_seqs = 2;
+  config.max_num_batched_tokens = 2;
+  config.recompute_at_length = 4;
+  auto created = Scheduler::Create(config, bm.get());
+  ASSERT_TRUE(created.ok());
+  Scheduler s = std::move(created).value();
+  ASSERT_TRUE(s.Add(1, Range(0, 4), 20).ok());
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 0, 2, false, true)}));
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 2, 2, true)}));
+  ASSERT_TRUE(s.AppendToken(1, 4).ok());
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 0, 2, false, true)}));
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 2, 2, false)}));
+  EXPECT_EQ(Step(s).seqs, (Seqs{S(1, 4, 1, true)}));
+  EXPECT_EQ(s.stats().recomputes, 1);
+  // Prefix caching would hand the recompute its own blocks back: refused.
+  auto caching = MakePool(32, 2, /*prefix_caching=*/true);
+  EXPECT_EQ(Scheduler::Create(config, caching.get()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(SchedulerTest, DecodesRunBeforeNewPrefillsAndShareTheBudget) {
   auto bm = MakePool(64, 16);
   Scheduler s = MakeScheduler(bm.get(), 8, 32);

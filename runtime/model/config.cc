@@ -228,12 +228,71 @@ absl::Status CheckPartialRotary(const Json& obj, absl::string_view where) {
   return absl::OkStatus();
 }
 
+// partial_rotary_factor: rope_parameters' value, else the top-level key, else
+// 1. In (0, 1].
+absl::StatusOr<double> PartialRotaryFactor(const Json& root,
+                                           const Json* params) {
+  const Json* value =
+      params != nullptr ? Find(*params, "partial_rotary_factor") : nullptr;
+  if (value == nullptr) value = Find(root, "partial_rotary_factor");
+  if (value == nullptr) return 1.0;
+  ASSIGN_OR_RETURN(const double factor,
+                   AsDouble(*value, "partial_rotary_factor"));
+  if (!(factor > 0.0 && factor <= 1.0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"partial_rotary_factor\" must be in (0, 1], found ",
+        value->dump()));
+  }
+  return factor;
+}
+
+// A list of rope divisors (longrope's short_factor / long_factor): exactly
+// `size` positive numbers.
+absl::StatusOr<std::vector<double>> RopeFactorList(const Json& params,
+                                                   absl::string_view where,
+                                                   absl::string_view key,
+                                                   int64_t size) {
+  const Json* value = Find(params, key);
+  if (value == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "rope_type \"longrope\" requires \"", key, "\""));
+  }
+  if (!value->is_array() || static_cast<int64_t>(value->size()) != size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, "\"", key, "\" must be a list of ", size,
+                     " numbers (rotary dims / 2), found ",
+                     value->is_array() ? absl::StrCat(value->size(), " entries")
+                                       : TypeName(*value)));
+  }
+  std::vector<double> out;
+  out.reserve(value->size());
+  for (const Json& item : *value) {
+    ASSIGN_OR_RETURN(const double v, AsDouble(item, key));
+    if (!(v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "\"", key, "\" holds ", item.dump(),
+                       ", not a positive number"));
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+// transformers' get_mscale(scale, mscale) of YaRN.
+double YarnMscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
 // RoPE: transformers 5 writes `rope_parameters` (theta inside, rope_type);
 // transformers 4 writes top-level `rope_theta` and an optional `rope_scaling`
 // ({"type" | "rope_type": ..., "factor": ...}). `rope_parameters` wins.
-absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
+// `config` holds the fields parsed before (arch, head_dim,
+// max_position_embeddings).
+absl::StatusOr<RopeConfig> ParseRope(const Json& root,
+                                     const ModelConfig& config) {
   RopeConfig rope;
-  RETURN_IF_ERROR(CheckPartialRotary(root, ""));
+  const bool phi3 = config.arch == Architecture::kPhi3;
   ASSIGN_OR_RETURN(rope.theta,
                    OptionalPositiveDouble(root, "rope_theta", 10000.0));
 
@@ -243,22 +302,43 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
     params = Find(root, "rope_scaling");
     params_key = "rope_scaling";
   }
-  if (params == nullptr) return rope;
-  if (!params->is_object()) {
+  if (params != nullptr && !params->is_object()) {
     return absl::InvalidArgumentError(
         absl::StrCat("config key \"", params_key,
                      "\" must be an object, found ", TypeName(*params)));
   }
-  for (const auto& item : params->items()) {
-    if (item.value().is_object()) {
-      // {"full_attention": {...}, "sliding_attention": {...}}.
-      return absl::UnimplementedError(
-          absl::StrCat("per-layer-type ", params_key, " (key \"", item.key(),
-                       "\") are not supported yet"));
+  if (params != nullptr) {
+    for (const auto& item : params->items()) {
+      if (item.value().is_object()) {
+        // {"full_attention": {...}, "sliding_attention": {...}}.
+        return absl::UnimplementedError(
+            absl::StrCat("per-layer-type ", params_key, " (key \"", item.key(),
+                         "\") are not supported yet"));
+      }
     }
   }
-  const std::string where = absl::StrCat(params_key, ": ");
-  RETURN_IF_ERROR(CheckPartialRotary(*params, where));
+  const std::string where =
+      params != nullptr ? absl::StrCat(params_key, ": ") : std::string();
+
+  // The rotated dims. Only Phi-3's attention rotates part of a head
+  // (transformers' Llama and Qwen attention would fail on a shorter cos).
+  ASSIGN_OR_RETURN(const double partial, PartialRotaryFactor(root, params));
+  if (partial != 1.0 && !phi3) {
+    return absl::UnimplementedError(
+        absl::StrCat("partial_rotary_factor ", partial,
+                     " is not supported yet for model_type \"",
+                     config.model_type, "\" (only 1.0; phi3 takes any)"));
+  }
+  rope.rotary_dim =
+      static_cast<int64_t>(static_cast<double>(config.head_dim) * partial);
+  if (rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partial_rotary_factor ", partial, " of head_dim ", config.head_dim,
+        " rotates ", rope.rotary_dim, " dims; RoPE needs an even number >= 2"));
+  }
+  const int64_t half = rope.rotary_dim / 2;
+  if (params == nullptr) return rope;
+
   ASSIGN_OR_RETURN(rope.theta,
                    OptionalPositiveDouble(*params, "rope_theta", rope.theta));
 
@@ -277,17 +357,64 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
     return absl::InvalidArgumentError(
         "config key \"rope_scaling\" has no \"rope_type\" (or \"type\")");
   }
+  if (phi3) {
+    // Phi3Config reads its older spellings as LongRoPE and takes nothing
+    // else.
+    if (rope_type == "su" || rope_type == "yarn") rope_type = "longrope";
+    if (rope_type != "default" && rope_type != "longrope") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where,
+                       "phi3 takes rope_type \"default\" or "
+                       "\"longrope\", found \"",
+                       rope_type, "\""));
+    }
+  }
 
+  auto positive = [&](const Json& value,
+                      absl::string_view key) -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(const double v, AsDouble(value, key));
+    if (!(v > 0) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "\"", key, "\" must be positive, found ", value.dump()));
+    }
+    return v;
+  };
   auto required = [&](absl::string_view key) -> absl::StatusOr<double> {
     const Json* value = Find(*params, key);
     if (value == nullptr) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "rope_type \"", rope_type, "\" requires \"", key, "\""));
     }
-    ASSIGN_OR_RETURN(const double v, AsDouble(*value, key));
-    if (!(v > 0)) {
+    return positive(*value, key);
+  };
+  // An optional positive number; nullopt when absent or null.
+  auto optional =
+      [&](absl::string_view key) -> absl::StatusOr<std::optional<double>> {
+    const Json* value = Find(*params, key);
+    if (value == nullptr) return std::optional<double>();
+    ASSIGN_OR_RETURN(const double v, positive(*value, key));
+    return std::optional<double>(v);
+  };
+  // original_max_position_embeddings as transformers' standardize_rope_params
+  // sets it for llama3, yarn and longrope: phi3's top-level key (its config
+  // class always has one, default 4096) wins; otherwise rope parameters', the
+  // top-level key, then max_position_embeddings (when `fallback`).
+  auto original_max = [&](bool fallback) -> absl::StatusOr<int64_t> {
+    constexpr absl::string_view kKey = "original_max_position_embeddings";
+    const Json* top = Find(root, kKey);
+    const Json* value = phi3 ? top : Find(*params, kKey);
+    if (value == nullptr) value = phi3 ? Find(*params, kKey) : top;
+    if (value == nullptr && phi3) return int64_t{4096};
+    if (value == nullptr) {
+      if (fallback) return config.max_position_embeddings;
       return absl::InvalidArgumentError(absl::StrCat(
-          where, "\"", key, "\" must be positive, found ", value->dump()));
+          where, "rope_type \"", rope_type, "\" requires \"", kKey, "\""));
+    }
+    ASSIGN_OR_RETURN(const int64_t v, AsInt(*value, kKey));
+    if (v <= 0 || v > kMaxPositionEmbeddings) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "\"", kKey, "\" must be in [1, ",
+                       kMaxPositionEmbeddings, "], found ", v));
     }
     return v;
   };
@@ -302,27 +429,113 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
     ASSIGN_OR_RETURN(rope.factor, required("factor"));
     ASSIGN_OR_RETURN(rope.low_freq_factor, required("low_freq_factor"));
     ASSIGN_OR_RETURN(rope.high_freq_factor, required("high_freq_factor"));
-    const Json* original = Find(*params, "original_max_position_embeddings");
-    if (original == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where,
-                       "rope_type \"llama3\" requires "
-                       "\"original_max_position_embeddings\""));
-    }
     ASSIGN_OR_RETURN(rope.original_max_position,
-                     AsInt(*original, "original_max_position_embeddings"));
-    if (rope.original_max_position <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where,
-                       "\"original_max_position_embeddings\" must be positive, "
-                       "found ",
-                       rope.original_max_position));
-    }
+                     original_max(/*fallback=*/false));
     // The smooth ramp divides by (high - low).
     if (rope.high_freq_factor <= rope.low_freq_factor) {
       return absl::InvalidArgumentError(absl::StrCat(
           where, "llama3 high_freq_factor (", rope.high_freq_factor,
           ") must exceed low_freq_factor (", rope.low_freq_factor, ")"));
+    }
+  } else if (rope_type == "yarn") {
+    rope.scaling = RopeScaling::kYarn;
+    if (rope.theta == 1.0) {
+      // The correction range divides by ln(theta).
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "rope_type \"yarn\" needs rope_theta != 1"));
+    }
+    ASSIGN_OR_RETURN(rope.original_max_position,
+                     original_max(/*fallback=*/true));
+    // "factor" is required; an explicit null means the ratio of the
+    // extended to the original context (DeepSeek-V3's spelling).
+    if (!params->contains("factor")) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "rope_type \"yarn\" requires \"factor\""));
+    }
+    ASSIGN_OR_RETURN(const std::optional<double> factor, optional("factor"));
+    rope.factor = factor.has_value()
+                      ? *factor
+                      : static_cast<double>(config.max_position_embeddings) /
+                            static_cast<double>(rope.original_max_position);
+    ASSIGN_OR_RETURN(const std::optional<double> attention,
+                     optional("attention_factor"));
+    // mscale / mscale_all_dim count only when both are non-zero (a 0 is
+    // transformers' falsy "unset").
+    const Json* mscale = Find(*params, "mscale");
+    const Json* mscale_all_dim = Find(*params, "mscale_all_dim");
+    double m = 0, m_all = 0;
+    if (mscale != nullptr) {
+      ASSIGN_OR_RETURN(m, AsDouble(*mscale, "mscale"));
+    }
+    if (mscale_all_dim != nullptr) {
+      ASSIGN_OR_RETURN(m_all, AsDouble(*mscale_all_dim, "mscale_all_dim"));
+    }
+    if (attention.has_value()) {
+      rope.attention_factor = *attention;
+    } else if (m != 0 && m_all != 0) {
+      rope.attention_factor =
+          YarnMscale(rope.factor, m) / YarnMscale(rope.factor, m_all);
+    } else {
+      rope.attention_factor = YarnMscale(rope.factor, 1.0);
+    }
+    // `beta_fast or 32`, `beta_slow or 1`: 0 is unset too.
+    auto beta = [&](absl::string_view key,
+                    double fallback) -> absl::StatusOr<double> {
+      const Json* value = Find(*params, key);
+      if (value == nullptr) return fallback;
+      ASSIGN_OR_RETURN(const double v, AsDouble(*value, key));
+      if (v == 0.0) return fallback;
+      return positive(*value, key);
+    };
+    ASSIGN_OR_RETURN(rope.beta_fast, beta("beta_fast", 32.0));
+    ASSIGN_OR_RETURN(rope.beta_slow, beta("beta_slow", 1.0));
+    ASSIGN_OR_RETURN(rope.truncate, OptionalBool(*params, "truncate", true));
+    if (!std::isfinite(rope.attention_factor) || !(rope.attention_factor > 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "yarn attention factor ", rope.attention_factor,
+                       " is not a positive number"));
+    }
+  } else if (rope_type == "dynamic") {
+    rope.scaling = RopeScaling::kDynamic;
+    ASSIGN_OR_RETURN(rope.factor, required("factor"));
+    // transformers compares each length with config.max_position_embeddings
+    // (the checkpoint's; --max-model-len lowers only the served context).
+    rope.original_max_position = config.max_position_embeddings;
+    if (rope.rotary_dim <= 2) {
+      // The theta exponent is dim / (dim - 2).
+      return absl::InvalidArgumentError(absl::StrCat(
+          where, "rope_type \"dynamic\" needs more than 2 rotary dims, found ",
+          rope.rotary_dim));
+    }
+  } else if (rope_type == "longrope") {
+    rope.scaling = RopeScaling::kLongRope;
+    ASSIGN_OR_RETURN(rope.original_max_position,
+                     original_max(/*fallback=*/true));
+    ASSIGN_OR_RETURN(rope.short_factor,
+                     RopeFactorList(*params, where, "short_factor", half));
+    ASSIGN_OR_RETURN(rope.long_factor,
+                     RopeFactorList(*params, where, "long_factor", half));
+    ASSIGN_OR_RETURN(const std::optional<double> factor, optional("factor"));
+    rope.factor = factor.has_value()
+                      ? *factor
+                      : static_cast<double>(config.max_position_embeddings) /
+                            static_cast<double>(rope.original_max_position);
+    ASSIGN_OR_RETURN(const std::optional<double> attention,
+                     optional("attention_factor"));
+    if (attention.has_value()) {
+      rope.attention_factor = *attention;
+    } else if (rope.factor <= 1.0) {
+      rope.attention_factor = 1.0;
+    } else if (rope.original_max_position == 1) {
+      // ln(1) = 0 would divide by zero.
+      return absl::InvalidArgumentError(absl::StrCat(
+          where,
+          "longrope needs original_max_position_embeddings > 1 for its "
+          "attention factor"));
+    } else {
+      rope.attention_factor = std::sqrt(
+          1.0 + std::log(rope.factor) /
+                    std::log(static_cast<double>(rope.original_max_position)));
     }
   } else {
     return absl::UnimplementedError(
@@ -331,6 +544,28 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root) {
   return rope;
 }
 
+// The context a rope scaling extends a model to, as vLLM derives it
+// (_get_and_verify_max_len): dynamic max_position_embeddings * factor, yarn
+// original_max_position_embeddings * factor; never below the declared
+// max_position_embeddings. Other types keep max_position_embeddings.
+absl::StatusOr<int64_t> ScaledContext(const ModelConfig& config) {
+  const RopeConfig& r = config.rope;
+  double scaled = 0;
+  if (r.scaling == RopeScaling::kDynamic) {
+    scaled = static_cast<double>(config.max_position_embeddings) * r.factor;
+  } else if (r.scaling == RopeScaling::kYarn) {
+    scaled = static_cast<double>(r.original_max_position) * r.factor;
+  }
+  if (!(scaled > static_cast<double>(config.max_position_embeddings))) {
+    return config.max_position_embeddings;
+  }
+  if (scaled > static_cast<double>(kMaxPositionEmbeddings)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the rope scaling extends the context to ", scaled,
+        " positions, more than the ", kMaxPositionEmbeddings, " supported"));
+  }
+  return static_cast<int64_t>(scaled);
+}
 // config.json's sliding_window: `fallback` when absent, 0 (full attention)
 // when null.
 absl::StatusOr<int64_t> SlidingWindowValue(const Json& root, int64_t fallback) {
@@ -521,6 +756,7 @@ constexpr ArchitectureConfig kArchitectures[] = {
     {"mistral", Architecture::kMistral, &ParseMistralHParams},
     {"qwen2", Architecture::kQwen2, &ParseQwen2HParams},
     {"qwen3", Architecture::kQwen3, &ParseQwen3HParams},
+    {"phi3", Architecture::kPhi3, &ParsePhi3HParams},
     {"gemma", Architecture::kGemma, &ParseGemmaHParams,
      /*own_activation_and_rope=*/true},
     {"gemma2", Architecture::kGemma2, &ParseGemma2HParams,
@@ -561,6 +797,18 @@ absl::Status RefuseMultimodalGemma3() {
       "\"gemma3_text\") runs");
 }
 
+// model_types whose names suggest a supported one but whose architecture is
+// another: refused with the reason, not as merely unknown.
+struct KnownUnsupported {
+  absl::string_view model_type;
+  absl::string_view why;
+};
+constexpr KnownUnsupported kKnownUnsupported[] = {
+    {"phi3small",
+     "Phi-3-small is not the phi3 architecture (LayerNorm, a GeGLU-style "
+     "MLP, block-sparse attention, muP scaling)"},
+};
+
 absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
     absl::string_view model_type) {
   if (model_type == "gemma3") return RefuseMultimodalGemma3();
@@ -568,6 +816,13 @@ absl::StatusOr<const ArchitectureConfig*> FindArchitectureConfig(
   for (const ArchitectureConfig& a : kArchitectures) {
     if (a.model_type == model_type) return &a;
     names.push_back(a.model_type);
+  }
+  for (const KnownUnsupported& k : kKnownUnsupported) {
+    if (k.model_type == model_type) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unsupported model_type \"", model_type, "\": ", k.why,
+                       " (supported: ", absl::StrJoin(names, ", "), ")"));
+    }
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unsupported model_type \"", model_type,
@@ -709,13 +964,14 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
       return absl::InvalidArgumentError(absl::StrCat(
           "hidden_act \"", *act, "\" is not supported (only \"silu\")"));
     }
-    ASSIGN_OR_RETURN(config.rope, ParseRope(root));
+    ASSIGN_OR_RETURN(config.rope, ParseRope(root, config));
   }
 
   ASSIGN_OR_RETURN(config.tie_word_embeddings,
                    OptionalBool(root, "tie_word_embeddings", false));
 
   RETURN_IF_ERROR(arch->parse_hparams(root, &config));
+  ASSIGN_OR_RETURN(config.max_position_embeddings, ScaledContext(config));
 
   if (const Json* bos = Find(root, "bos_token_id")) {
     ASSIGN_OR_RETURN(config.bos_token_id, AsInt(*bos, "bos_token_id"));
@@ -793,6 +1049,24 @@ absl::Status ParseQwen3HParams(const Json& root, ModelConfig* config) {
   h.attention_out_bias = h.attention_bias;
   h.qk_norm = true;
   return ParseQwenSlidingWindow(root, config);
+}
+
+absl::Status ParsePhi3HParams(const Json& root, ModelConfig* config) {
+  // Phi3Config: sliding_window defaults to None (full attention); when set,
+  // every layer slides (transformers' sliding-window causal mask).
+  ASSIGN_OR_RETURN(const int64_t window, SlidingWindowValue(root, 0));
+  config->sliding_window_per_layer.assign(config->num_layers, window);
+  // Phi3Config's default, where ParseRoot assumed Llama's.
+  if (Find(root, "rms_norm_eps") == nullptr) config->rms_norm_eps = 1e-5;
+  // No biases (qkv_proj, o_proj, gate_up_proj, down_proj have none).
+  config->llama = LlamaHParams();
+  // Phi3ForCausalLM.prepare_inputs_for_generation: the cache is dropped when
+  // the input first reaches original_max_position_embeddings + 1 tokens.
+  // Only LongRoPE rotates differently past it.
+  if (config->rope.scaling == RopeScaling::kLongRope) {
+    config->recompute_at_length = config->rope.original_max_position;
+  }
+  return absl::OkStatus();
 }
 
 namespace {
@@ -930,7 +1204,7 @@ absl::Status ParseGemma3Rope(const Json& root, ModelConfig* config) {
     if (const Json* scaling = Find(root, "rope_scaling")) {
       full["rope_scaling"] = *scaling;
     }
-    ASSIGN_OR_RETURN(config->rope, ParseRope(full));
+    ASSIGN_OR_RETURN(config->rope, ParseRope(full, *config));
     config->gemma.rope_local = RopeConfig();
     config->gemma.rope_local.theta = local_theta;
     return absl::OkStatus();
@@ -956,7 +1230,7 @@ absl::Status ParseGemma3Rope(const Json& root, ModelConfig* config) {
     one["rope_theta"] = local ? local_theta : global_theta;
     const Json* sub = Find(*params, key);
     one["rope_parameters"] = sub != nullptr ? *sub : Json::object();
-    absl::StatusOr<RopeConfig> rope = ParseRope(one);
+    absl::StatusOr<RopeConfig> rope = ParseRope(one, *config);
     if (!rope.ok()) {
       return Annotate(rope.status(),
                       absl::StrCat("rope_parameters[\"", key, "\"]"));
@@ -982,7 +1256,7 @@ absl::Status ParseGemmaHParams(const Json& root, ModelConfig* config) {
   if (act.has_value()) {
     ASSIGN_OR_RETURN(config->gemma.activation, GemmaActivation(*act, key));
   }
-  ASSIGN_OR_RETURN(config->rope, ParseRope(root));
+  ASSIGN_OR_RETURN(config->rope, ParseRope(root, *config));
   return absl::OkStatus();
 }
 
@@ -991,7 +1265,7 @@ absl::Status ParseGemma2HParams(const Json& root, ModelConfig* config) {
   RETURN_IF_ERROR(ParseGemmaSandwich(root, /*pattern=*/2,
                                      /*attn_softcap=*/50.0,
                                      /*final_softcap=*/30.0, config));
-  ASSIGN_OR_RETURN(config->rope, ParseRope(root));
+  ASSIGN_OR_RETURN(config->rope, ParseRope(root, *config));
   return absl::OkStatus();
 }
 
@@ -1103,6 +1377,8 @@ absl::string_view ArchitectureName(Architecture arch) {
       return "qwen2";
     case Architecture::kQwen3:
       return "qwen3";
+    case Architecture::kPhi3:
+      return "phi3";
     case Architecture::kGemma:
       return "gemma";
     case Architecture::kGemma2:
@@ -1176,7 +1452,11 @@ absl::Status LimitContext(int64_t max_model_len, ModelConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--max-model-len ", max_model_len, " exceeds the model's context of ",
         config->max_position_embeddings,
-        " (max_position_embeddings in config.json)"));
+        config->rope.scaling == RopeScaling::kDynamic ||
+                config->rope.scaling == RopeScaling::kYarn
+            ? " (max_position_embeddings in config.json, extended by its rope "
+              "scaling)"
+            : " (max_position_embeddings in config.json)"));
   }
   if (max_model_len > 0) config->max_position_embeddings = max_model_len;
   return absl::OkStatus();

@@ -26,6 +26,9 @@ enum class Architecture {
   kQwen2,    // model_type "qwen2": Llama with q/k/v biases.
   kQwen3,    // model_type "qwen3": Llama with per-head q/k RMSNorm and an
              // explicit head_dim.
+  kPhi3,     // model_type "phi3" (Phi-3, Phi-3.5, Phi-4-mini): Llama with
+             // fused qkv_proj / gate_up_proj tensors, an optional sliding
+             // window, LongRoPE and partial rotary embeddings.
   kGemma,    // model_type "gemma": GeGLU, (1 + w) RMSNorm, a scaled embedding.
   kGemma2,   // model_type "gemma2": Gemma with sandwich norms, alternating
              // sliding/global layers and logit soft-capping.
@@ -43,21 +46,56 @@ absl::string_view ArchitectureName(Architecture arch);
 
 // How rotary frequencies are adjusted for long contexts (HF `rope_type`).
 enum class RopeScaling {
-  kNone,    // "default": inv_freq[i] = theta^(-2i/head_dim).
-  kLinear,  // "linear": positions divided by `factor` (equivalently inv_freq /
-            // factor).
-  kLlama3,  // "llama3": low frequencies divided by `factor`, high kept, smooth
-            // ramp between.
+  kNone,     // "default": inv_freq[i] = theta^(-2i/head_dim).
+  kLinear,   // "linear": positions divided by `factor` (equivalently inv_freq /
+             // factor).
+  kLlama3,   // "llama3": low frequencies divided by `factor`, high kept, smooth
+             // ramp between.
+  kYarn,     // "yarn": inv_freq blends interpolated (/ factor) and original
+             // frequencies over a ramp set by beta_fast/beta_slow, and cos/sin
+             // are scaled by attention_factor. Static.
+  kDynamic,  // "dynamic" (dynamic NTK): a sequence longer than
+             // original_max_position rotates with theta grown from its
+             // length. Depends on each sequence's length at each step.
+  kLongRope,  // "longrope" (phi3 also "su", "yarn"): inv_freq divided by
+              // short_factor, or by long_factor once a sequence is longer
+              // than original_max_position; cos/sin scaled by
+              // attention_factor. Depends on each sequence's length.
 };
 
+// Every value is resolved at parse, from the checkpoint's config.json, as
+// transformers 5 resolves it (RotaryEmbeddingConfigMixin and the
+// _compute_*_parameters of modeling_rope_utils.py); nothing here reads
+// ModelConfig::max_position_embeddings later, so --max-model-len (which
+// lowers it) never changes the rotation.
 struct RopeConfig {
   double theta = 10000.0;  // rope_theta.
   RopeScaling scaling = RopeScaling::kNone;
-  double factor = 1.0;            // linear and llama3.
+  // linear, llama3, yarn, dynamic; longrope: only for its default
+  // attention_factor (absent: max_position_embeddings /
+  // original_max_position, as yarn's when null).
+  double factor = 1.0;
   double low_freq_factor = 1.0;   // llama3.
   double high_freq_factor = 4.0;  // llama3.
-  int64_t original_max_position =
-      8192;  // llama3: original_max_position_embeddings.
+  // llama3, yarn, longrope: original_max_position_embeddings (yarn and
+  // longrope default to max_position_embeddings; phi3's top-level key wins).
+  // dynamic: the checkpoint's max_position_embeddings, which transformers'
+  // dynamic NTK compares each length with.
+  int64_t original_max_position = 8192;
+  double beta_fast = 32.0;  // yarn (0 or null: 32).
+  double beta_slow = 1.0;   // yarn (0 or null: 1).
+  bool truncate = true;     // yarn: floor/ceil the correction range.
+  // longrope: the per-frequency divisors, rotary_dim / 2 each.
+  std::vector<double> short_factor, long_factor;
+  // transformers' attention_scaling, the factor cos and sin are multiplied
+  // by: yarn's attention_factor (given, or from factor, mscale and
+  // mscale_all_dim), longrope's (given, or sqrt(1 + ln factor / ln
+  // original_max_position) when factor > 1); 1 for every other type.
+  double attention_factor = 1.0;
+  // The leading dims of each head that are rotated:
+  // int(head_dim * partial_rotary_factor) (phi3 only; even); 0 means all of
+  // head_dim. The rest pass through.
+  int64_t rotary_dim = 0;
 };
 
 // The variants of the Llama family (llama, mistral, qwen2, qwen3): which
@@ -172,6 +210,13 @@ struct ModelConfig {
   GemmaHParams gemma;
   MoeHParams moe;  // Mixtures of experts; disabled for a dense model.
 
+  // transformers' Phi3ForCausalLM drops a sequence's KV cache the first time
+  // it grows past original_max_position_embeddings and recomputes it whole,
+  // so that LongRoPE rotates every key with its long factors; the engine's
+  // scheduler recomputes at this length too (SchedulerConfig). 0: never
+  // (set for phi3 with longrope only).
+  int64_t recompute_at_length = 0;
+
   // Sliding-window attention per layer: 0 = full attention, otherwise a query
   // at position p sees keys at positions (p - window, p]. Size num_layers
   // (set by the architecture's ParseHParams).
@@ -195,11 +240,19 @@ struct ModelConfig {
 //    != 0 without an explicit head_dim, hidden_act other than silu (Gemma:
 //    its activations, see ParseGemmaHParams), an unknown model_type
 //    ("unsupported model_type \"gpt2\" (supported: llama, mistral, qwen2,
-//    qwen3, gemma, gemma2, gemma3_text)");
+//    qwen3, phi3, gemma, gemma2, gemma3_text)"); model_type "phi3small"
+//    (Phi-3-small: another architecture, not phi3);
 //  - Unimplemented: model_type "gemma3" (the multimodal
 //    Gemma3ForConditionalGeneration; its text part is a gemma3_text model);
-//  - Unimplemented: rope types other than default/linear/llama3, partial rotary
-//  embeddings;
+//  - rope types: default, linear, llama3, yarn, dynamic, longrope (phi3:
+//    default and longrope, its "su" and "yarn" read as longrope, others
+//    InvalidArgument as transformers' Phi3Config refuses them); unknown types
+//    Unimplemented; partial_rotary_factor != 1 Unimplemented except for phi3;
+//  - the context (max_position_embeddings) of a dynamic or yarn model is the
+//    length its scaling extends to, as vLLM derives it: dynamic
+//    max_position_embeddings * factor, yarn original_max_position * factor
+//    (when longer than max_position_embeddings); rope.original_max_position
+//    keeps the checkpoint's value;
 //  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and
 //  mxfp4 are
 //    recognised and rejected as "not supported yet" naming the method
@@ -250,6 +303,10 @@ absl::Status ParseQwen3MoeHParams(const nlohmann::json& root,
                                   ModelConfig* config);
 absl::Status ParseQwen2MoeHParams(const nlohmann::json& root,
                                   ModelConfig* config);
+// Phi-3: no biases; sliding_window (absent or null: full attention) for every
+// layer; rms_norm_eps defaults to 1e-5 (Phi3Config's); with LongRoPE,
+// recompute_at_length = original_max_position_embeddings.
+absl::Status ParsePhi3HParams(const nlohmann::json& root, ModelConfig* config);
 
 // Gemma's ParseHParams (transformers 5's GemmaConfig, Gemma2Config and
 // Gemma3TextConfig): tied embeddings and head_dim 256 by default, the

@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -347,7 +348,7 @@ TEST(ConfigTest, Llama3MissingFieldsAreErrors) {
 }
 
 TEST(ConfigTest, UnsupportedRopeTypesAreUnimplemented) {
-  for (const char* type : {"yarn", "dynamic", "longrope", "su"}) {
+  for (const char* type : {"su", "ntk", "proportional"}) {
     absl::StatusOr<ModelConfig> c = ParseWith(
         kStories260K, "rope_scaling", {{"rope_type", type}, {"factor", 4.0}});
     EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << type;
@@ -356,10 +357,281 @@ TEST(ConfigTest, UnsupportedRopeTypesAreUnimplemented) {
   }
   absl::StatusOr<ModelConfig> c =
       ParseWith(kStories260K, "rope_parameters",
-                {{"rope_type", "yarn"}, {"factor", 4.0}, {"rope_theta", 1e6}});
+                {{"rope_type", "mrope"}, {"factor", 4.0}, {"rope_theta", 1e6}});
   EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_TRUE(
-      MessageContains(c.status(), "rope_type \"yarn\" is not supported yet"));
+      MessageContains(c.status(), "rope_type \"mrope\" is not supported yet"));
+}
+
+// transformers' get_mscale(scale, m) = 0.1 m ln(scale) + 1 (scale > 1).
+double Mscale(double scale, double m) { return 0.1 * m * std::log(scale) + 1; }
+
+// Qwen3 with YaRN as Qwen's model cards say to add it (transformers 4):
+// factor 4 over 32768 original positions; attention_factor 0.1 ln 4 + 1;
+// the context becomes 32768 * 4 (vLLM's), the rope keeps 32768.
+TEST(ConfigTest, YarnTransformers4) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kQwen3, "rope_scaling",
+                {{"rope_type", "yarn"},
+                 {"factor", 4.0},
+                 {"original_max_position_embeddings", 32768}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeConfig& r = c->rope;
+  EXPECT_EQ(r.scaling, RopeScaling::kYarn);
+  EXPECT_DOUBLE_EQ(r.theta, 1e6);
+  EXPECT_DOUBLE_EQ(r.factor, 4.0);
+  EXPECT_EQ(r.original_max_position, 32768);
+  EXPECT_DOUBLE_EQ(r.attention_factor, Mscale(4.0, 1.0));
+  EXPECT_DOUBLE_EQ(r.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(r.beta_slow, 1.0);
+  EXPECT_TRUE(r.truncate);
+  EXPECT_EQ(r.rotary_dim, 128);
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+}
+
+// The same as transformers 5 saves it, with every optional key.
+TEST(ConfigTest, YarnTransformers5WithEveryKey) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kQwen3, {{"rope_scaling", nullptr},
+                           {"rope_theta", nullptr},
+                           {"max_position_embeddings", 4096},
+                           {"rope_parameters",
+                            {{"rope_type", "yarn"},
+                             {"rope_theta", 50000.0},
+                             {"factor", 8.0},
+                             {"original_max_position_embeddings", 1024},
+                             {"beta_fast", 16},
+                             {"beta_slow", 2.0},
+                             {"mscale", 0.707},
+                             {"mscale_all_dim", 1.0},
+                             {"truncate", false}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeConfig& r = c->rope;
+  EXPECT_EQ(r.scaling, RopeScaling::kYarn);
+  EXPECT_DOUBLE_EQ(r.theta, 50000.0);
+  EXPECT_DOUBLE_EQ(r.beta_fast, 16.0);
+  EXPECT_DOUBLE_EQ(r.beta_slow, 2.0);
+  EXPECT_FALSE(r.truncate);
+  EXPECT_DOUBLE_EQ(r.attention_factor, Mscale(8.0, 0.707) / Mscale(8.0, 1.0));
+  EXPECT_EQ(c->max_position_embeddings, 8192);
+}
+
+TEST(ConfigTest, YarnDefaultsAndExplicitValues) {
+  // No original_max_position_embeddings: transformers' standardization uses
+  // max_position_embeddings (40960); beta 0 is unset; an explicit
+  // attention_factor wins over mscale.
+  absl::StatusOr<ModelConfig> c = ParseWith(kQwen3, "rope_scaling",
+                                            {{"type", "yarn"},
+                                             {"factor", 2.0},
+                                             {"beta_fast", 0},
+                                             {"attention_factor", 1.5},
+                                             {"mscale", 1.0},
+                                             {"mscale_all_dim", 0.5}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope.original_max_position, 40960);
+  EXPECT_DOUBLE_EQ(c->rope.beta_fast, 32.0);
+  EXPECT_DOUBLE_EQ(c->rope.attention_factor, 1.5);
+  EXPECT_EQ(c->max_position_embeddings, 81920);
+  // factor null: the ratio of the declared to the original context.
+  c = ParseWith(kQwen3, "rope_scaling",
+                {{"rope_type", "yarn"},
+                 {"factor", nullptr},
+                 {"original_max_position_embeddings", 10240}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_DOUBLE_EQ(c->rope.factor, 4.0);
+  EXPECT_EQ(c->max_position_embeddings, 40960);
+  // factor absent: refused, as transformers' validation does.
+  c = ParseWith(kQwen3, "rope_scaling", {{"rope_type", "yarn"}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "\"factor\""));
+  c = ParseWith(kQwen3, "rope_scaling",
+                {{"rope_type", "yarn"}, {"factor", 2.0}, {"beta_slow", -1}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "beta_slow"));
+}
+
+// Dynamic NTK (transformers 4 spelling with "type"): transformers compares
+// each length with max_position_embeddings, which the rope keeps; the
+// served context is max_position_embeddings * factor (vLLM's), and
+// --max-model-len lowers only that.
+TEST(ConfigTest, DynamicNtk) {
+  absl::StatusOr<ModelConfig> c =
+      ParseWith(kQwen2, "rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kDynamic);
+  EXPECT_DOUBLE_EQ(c->rope.factor, 2.0);
+  EXPECT_EQ(c->rope.original_max_position, 32768);
+  EXPECT_EQ(c->max_position_embeddings, 65536);
+  ASSERT_TRUE(LimitContext(1000, &*c).ok());
+  EXPECT_EQ(c->max_position_embeddings, 1000);
+  EXPECT_EQ(c->rope.original_max_position, 32768);
+  c = ParseWith(kQwen2, "rope_parameters", {{"rope_type", "dynamic"}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "\"factor\""));
+}
+
+// Phi-3 mini 4k as Microsoft ships it (transformers 4.40): no rope scaling,
+// a 2047-token sliding window, rms_norm_eps 1e-5.
+constexpr char kPhi3Mini4k[] = R"json({
+  "architectures": ["Phi3ForCausalLM"],
+  "attention_bias": false,
+  "attention_dropout": 0.0,
+  "bos_token_id": 1,
+  "embd_pdrop": 0.0,
+  "eos_token_id": 32000,
+  "hidden_act": "silu",
+  "hidden_size": 3072,
+  "initializer_range": 0.02,
+  "intermediate_size": 8192,
+  "max_position_embeddings": 4096,
+  "model_type": "phi3",
+  "num_attention_heads": 32,
+  "num_hidden_layers": 32,
+  "num_key_value_heads": 32,
+  "original_max_position_embeddings": 4096,
+  "pad_token_id": 32000,
+  "resid_pdrop": 0.0,
+  "rms_norm_eps": 1e-05,
+  "rope_scaling": null,
+  "rope_theta": 10000.0,
+  "sliding_window": 2047,
+  "tie_word_embeddings": false,
+  "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.2",
+  "use_cache": true,
+  "vocab_size": 32064
+})json";
+
+TEST(ConfigTest, Phi3Mini4k) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kPhi3Mini4k);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->arch, Architecture::kPhi3);
+  EXPECT_EQ(ArchitectureName(c->arch), "phi3");
+  EXPECT_EQ(c->head_dim, 96);
+  EXPECT_EQ(c->rope.scaling, RopeScaling::kNone);
+  EXPECT_EQ(c->rope.rotary_dim, 96);
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+  EXPECT_EQ(c->sliding_window_per_layer,
+            std::vector<int64_t>(32, int64_t{2047}));
+  EXPECT_FALSE(c->llama.attention_bias || c->llama.attention_out_bias ||
+               c->llama.mlp_bias || c->llama.qk_norm);
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+  // Phi3Config's defaults: no window, eps 1e-5.
+  c = ParseEdited(kPhi3Mini4k,
+                  {{"sliding_window", nullptr}, {"rms_norm_eps", nullptr}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->sliding_window_per_layer, std::vector<int64_t>(32, 0));
+  EXPECT_DOUBLE_EQ(c->rms_norm_eps, 1e-5);
+}
+
+std::vector<double> Ramp(int n, double from, double step) {
+  std::vector<double> v(n);
+  for (int i = 0; i < n; ++i) v[i] = from + step * i;
+  return v;
+}
+
+// Phi-3 mini 128k (transformers 4): LongRoPE with the top-level
+// original_max_position_embeddings; factor = 131072 / 4096 = 32 and
+// attention_factor sqrt(1 + ln 32 / ln 4096). The context stays 131072.
+TEST(ConfigTest, Phi3LongRopeTransformers4) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kPhi3Mini4k, {{"max_position_embeddings", 131072},
+                                {"sliding_window", 262144},
+                                {"rope_scaling",
+                                 {{"type", "longrope"},
+                                  {"short_factor", Ramp(48, 1.0, 0.01)},
+                                  {"long_factor", Ramp(48, 1.0, 0.5)}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeConfig& r = c->rope;
+  EXPECT_EQ(r.scaling, RopeScaling::kLongRope);
+  EXPECT_EQ(r.original_max_position, 4096);
+  EXPECT_DOUBLE_EQ(r.factor, 32.0);
+  EXPECT_DOUBLE_EQ(r.attention_factor,
+                   std::sqrt(1 + std::log(32.0) / std::log(4096.0)));
+  EXPECT_EQ(r.short_factor, Ramp(48, 1.0, 0.01));
+  EXPECT_EQ(r.long_factor, Ramp(48, 1.0, 0.5));
+  EXPECT_EQ(c->max_position_embeddings, 131072);
+  // Phi-3's older spellings "su" and "yarn" are LongRoPE too.
+  for (const char* type : {"su", "yarn"}) {
+    absl::StatusOr<ModelConfig> old =
+        ParseEdited(kPhi3Mini4k, {{"max_position_embeddings", 131072},
+                                  {"rope_scaling",
+                                   {{"type", type},
+                                    {"short_factor", Ramp(48, 1.0, 0.01)},
+                                    {"long_factor", Ramp(48, 1.0, 0.5)}}}});
+    ASSERT_TRUE(old.ok()) << type << " " << old.status();
+    EXPECT_EQ(old->rope.scaling, RopeScaling::kLongRope) << type;
+  }
+}
+
+// Phi-4-mini as transformers 5 saves it: rope_parameters with a partial
+// rotary factor of 0.75 (96 of 128 dims, 48 factors) and an explicit
+// factor and attention_factor; phi3's top-level original context wins over
+// rope_parameters'.
+TEST(ConfigTest, Phi3LongRopePartialRotaryTransformers5) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kPhi3Mini4k, {{"rope_scaling", nullptr},
+                                {"rope_theta", nullptr},
+                                {"hidden_size", 3072},
+                                {"num_attention_heads", 24},
+                                {"num_key_value_heads", 8},
+                                {"max_position_embeddings", 131072},
+                                {"partial_rotary_factor", 0.75},
+                                {"original_max_position_embeddings", 4096},
+                                {"rope_parameters",
+                                 {{"rope_type", "longrope"},
+                                  {"rope_theta", 10000.0},
+                                  {"partial_rotary_factor", 0.75},
+                                  {"original_max_position_embeddings", 2048},
+                                  {"factor", 16.0},
+                                  {"attention_factor", 1.2},
+                                  {"short_factor", Ramp(48, 1.0, 0.0)},
+                                  {"long_factor", Ramp(48, 1.0, 1.0)}}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  const RopeConfig& r = c->rope;
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(r.rotary_dim, 96);
+  EXPECT_EQ(r.original_max_position, 4096);
+  EXPECT_DOUBLE_EQ(r.factor, 16.0);
+  EXPECT_DOUBLE_EQ(r.attention_factor, 1.2);
+  // Factor lists must have one entry per rotated pair.
+  c = ParseEdited(kPhi3Mini4k, {{"rope_scaling",
+                                 {{"type", "longrope"},
+                                  {"short_factor", Ramp(47, 1.0, 0.0)},
+                                  {"long_factor", Ramp(48, 1.0, 0.0)}}}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "short_factor"));
+  c = ParseEdited(kPhi3Mini4k, {{"rope_scaling",
+                                 {{"type", "longrope"},
+                                  {"short_factor", Ramp(48, 1.0, 0.0)},
+                                  {"long_factor", Ramp(48, -1.0, 0.0)}}}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "long_factor"));
+}
+
+TEST(ConfigTest, Phi3RefusesOtherRopeTypesAndOddRotaryDims) {
+  absl::StatusOr<ModelConfig> c = ParseWith(
+      kPhi3Mini4k, "rope_scaling", {{"type", "linear"}, {"factor", 2.0}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "\"linear\""));
+  // 96 * 0.3 = 28.8 -> 28 dims: fine; 96 * 0.01 -> 0: refused.
+  c = ParseWith(kPhi3Mini4k, "partial_rotary_factor", 0.3);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rope.rotary_dim, 28);
+  c = ParseWith(kPhi3Mini4k, "partial_rotary_factor", 0.01);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  c = ParseWith(kPhi3Mini4k, "partial_rotary_factor", 1.5);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ConfigTest, Phi3SmallIsRefusedAsAnotherArchitecture) {
+  absl::StatusOr<ModelConfig> c =
+      ParseEdited(kPhi3Mini4k, {{"model_type", "phi3small"},
+                                {"architectures", {"Phi3SmallForCausalLM"}}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      MessageContains(c.status(), "unsupported model_type \"phi3small\""));
+  EXPECT_TRUE(MessageContains(c.status(), "not the phi3 architecture"));
 }
 
 TEST(ConfigTest, PartialRotaryFactorIsUnimplemented) {
@@ -676,6 +948,7 @@ TEST(ConfigTest, UnknownModelType) {
   EXPECT_TRUE(MessageContains(c.status(), "mixtral"));
   EXPECT_TRUE(MessageContains(c.status(), "qwen3_moe"));
   EXPECT_TRUE(MessageContains(c.status(), "qwen2_moe"));
+  EXPECT_TRUE(MessageContains(c.status(), "phi3"));
 }
 
 // Dispatch: the architectures class first (transformers' AutoModelForCausalLM

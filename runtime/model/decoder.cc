@@ -148,9 +148,15 @@ absl::StatusOr<std::optional<Tensor>> WeightBinder::StackOptional(
 
 absl::Status BindAttentionWeights(WeightBinder& w, const std::string& p,
                                   AttentionWeights* a) {
-  ASSIGN_OR_RETURN(a->qkv_proj, w.Stack({p + "self_attn.q_proj.weight",
-                                         p + "self_attn.k_proj.weight",
-                                         p + "self_attn.v_proj.weight"}));
+  // A fused checkpoint tensor (Phi-3's qkv_proj, split by row ranges) is
+  // already this rank's stack.
+  if (w.Has(p + "self_attn.qkv_proj.weight")) {
+    ASSIGN_OR_RETURN(a->qkv_proj, w.Take(p + "self_attn.qkv_proj.weight"));
+  } else {
+    ASSIGN_OR_RETURN(a->qkv_proj, w.Stack({p + "self_attn.q_proj.weight",
+                                           p + "self_attn.k_proj.weight",
+                                           p + "self_attn.v_proj.weight"}));
+  }
   ASSIGN_OR_RETURN(a->o_proj, w.Take(p + "self_attn.o_proj.weight"));
   ASSIGN_OR_RETURN(a->qkv_bias, w.StackOptional({p + "self_attn.q_proj.bias",
                                                  p + "self_attn.k_proj.bias",
@@ -163,8 +169,12 @@ absl::Status BindAttentionWeights(WeightBinder& w, const std::string& p,
 
 absl::Status BindGatedMlpWeights(WeightBinder& w, const std::string& p,
                                  GatedMlpWeights* m) {
-  ASSIGN_OR_RETURN(m->gate_up_proj, w.Stack({p + "mlp.gate_proj.weight",
-                                             p + "mlp.up_proj.weight"}));
+  if (w.Has(p + "mlp.gate_up_proj.weight")) {  // Phi-3's fused gate/up.
+    ASSIGN_OR_RETURN(m->gate_up_proj, w.Take(p + "mlp.gate_up_proj.weight"));
+  } else {
+    ASSIGN_OR_RETURN(m->gate_up_proj, w.Stack({p + "mlp.gate_proj.weight",
+                                               p + "mlp.up_proj.weight"}));
+  }
   ASSIGN_OR_RETURN(m->down_proj, w.Take(p + "mlp.down_proj.weight"));
   ASSIGN_OR_RETURN(m->gate_up_bias, w.StackOptional({p + "mlp.gate_proj.bias",
                                                      p + "mlp.up_proj.bias"}));

@@ -93,7 +93,9 @@ class WeightBinder {
 
 // The tensors AddAttentionSpecs / AddGatedMlpSpecs list under `prefix`, into
 // a block's weights (q/k/v and gate/up stacked; the optional tensors when
-// listed).
+// listed). A table that lists a fused self_attn.qkv_proj.weight or
+// mlp.gate_up_proj.weight instead (Phi3WeightTable) has it taken as the
+// stack.
 absl::Status BindAttentionWeights(WeightBinder& binder,
                                   const std::string& prefix,
                                   AttentionWeights* weights);

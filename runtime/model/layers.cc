@@ -62,6 +62,8 @@ absl::Status AttentionBlock::Forward(
   prologue.eps = rms_norm_eps;
   prologue.positions = meta.positions;
   prologue.inv_freq = inv_freq;
+  prologue.rope = rope;
+  prologue.metadata = &meta;
   prologue.slot_mapping = meta.slot_mapping;
   prologue.cache = cache;
   prologue.q_out = q;

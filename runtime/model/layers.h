@@ -81,6 +81,10 @@ struct AttentionBlock {
   int64_t sliding_window = 0;  // 0: full attention.
   // The softmax scale q·k is multiplied by; 0: 1 / sqrt(head_dim).
   float scale = 0.0f;
+  // RoPE beyond Forward's inv_freq (per-sequence frequencies, a cos/sin
+  // factor; see rope.h); the default is plain RoPE. Its tables are the
+  // model's, in the backend's memory.
+  RopeOptions rope;
 
   // out [T, H] = attention(x [T, H]) for the step described by `metadata`
   // (T = metadata.num_tokens). kStatic runs every sequence with the static

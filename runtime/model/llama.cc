@@ -1,12 +1,15 @@
 #include "runtime/model/llama.h"
 
+#include <cmath>
 #include <functional>
 #include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -97,6 +100,45 @@ WeightTable LlamaWeightTable(const ModelConfig& c, const ShardSpec& s) {
   return t;
 }
 
+WeightTable Phi3WeightTable(const ModelConfig& c, const ShardSpec& s) {
+  const int64_t H = c.hidden_size, I = c.intermediate_size, D = c.head_dim;
+  const int64_t q_dim = c.num_heads * D, kv_dim = c.num_kv_heads * D;
+  const int64_t q_begin = s.tp_rank * s.local_heads * D;
+  const int64_t q_end = q_begin + s.local_heads * D;
+  const int64_t kv_begin = s.first_kv_head * D;
+  const int64_t kv_end = kv_begin + s.local_kv_heads * D;
+  const int64_t i_begin = s.tp_rank * s.local_intermediate;
+  const int64_t i_end = i_begin + s.local_intermediate;
+  // The Llama table, with each layer's q/k/v and gate/up tensors replaced by
+  // Phi-3's fused ones: this rank's q, k and v rows of qkv_proj ([q; k; v]
+  // rows), its gate and up rows of gate_up_proj ([gate; up] rows), stacked
+  // as AttentionWeights and GatedMlpWeights hold them.
+  WeightTable llama = LlamaWeightTable(c, s);
+  WeightTable t;
+  t.reserve(llama.size());
+  for (WeightSpec& spec : llama) {
+    absl::string_view layer = spec.name;
+    if (absl::ConsumeSuffix(&layer, "self_attn.q_proj.weight")) {
+      t.push_back(
+          RowRangesSplit(absl::StrCat(layer, "self_attn.qkv_proj.weight"),
+                         {q_dim + 2 * kv_dim, H},
+                         {{q_begin, q_end},
+                          {q_dim + kv_begin, q_dim + kv_end},
+                          {q_dim + kv_dim + kv_begin, q_dim + kv_dim + kv_end}},
+                         spec.part));
+    } else if (absl::ConsumeSuffix(&layer, "mlp.gate_proj.weight")) {
+      t.push_back(RowRangesSplit(
+          absl::StrCat(layer, "mlp.gate_up_proj.weight"), {2 * I, H},
+          {{i_begin, i_end}, {I + i_begin, I + i_end}}, spec.part));
+    } else if (!absl::EndsWith(spec.name, "self_attn.k_proj.weight") &&
+               !absl::EndsWith(spec.name, "self_attn.v_proj.weight") &&
+               !absl::EndsWith(spec.name, "mlp.up_proj.weight")) {
+      t.push_back(std::move(spec));
+    }
+  }
+  return t;
+}
+
 LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq,
                        Ops* ops, Communicator* tp, Communicator* pp)
     : config_(std::move(config)),
@@ -130,6 +172,8 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
     a.sliding_window = config_.sliding_window_per_layer.empty()
                            ? 0
                            : config_.sliding_window_per_layer[l];
+    a.scale = attention_scale_;
+    a.rope = rope_options_;
     if (config_.moe.sparse(l)) {
       // The table's names (LlamaWeightTable / AddMoeWeights).
       MoeBlock moe;
@@ -167,12 +211,25 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::Create(
     const ModelContext& context) {
   RETURN_IF_ERROR(CheckModelContext(context, shard, "LlamaModel"));
   Ops* ops = context.ops;
-  ASSIGN_OR_RETURN(Tensor host_inv_freq, ComputeRopeInvFreq(config));
+  ASSIGN_OR_RETURN(RopeTables rope, ComputeRope(config));
   ASSIGN_OR_RETURN(Tensor inv_freq,
-                   ops->Upload(host_inv_freq.view(), DType::kF32));
+                   ops->Upload(rope.inv_freq.view(), DType::kF32));
   std::unique_ptr<LlamaModel> model(new LlamaModel(std::move(config), shard,
                                                    std::move(inv_freq), ops,
                                                    context.tp, context.pp));
+  // The rope's per-sequence tables and factors, which Bind gives every
+  // attention block (rope.h).
+  model->rope_options_ = rope.options;
+  if (rope.long_inv_freq.has_value()) {
+    ASSIGN_OR_RETURN(model->long_inv_freq_,
+                     ops->Upload(rope.long_inv_freq->view(), DType::kF32));
+    model->rope_options_.long_inv_freq = model->long_inv_freq_->view();
+  }
+  if (rope.softmax_scale_factor != 1.0) {
+    model->attention_scale_ = static_cast<float>(
+        rope.softmax_scale_factor /
+        std::sqrt(static_cast<double>(model->config_.head_dim)));
+  }
   RETURN_IF_ERROR(model->Bind(weights));
   // Binding freed the separate q/k/v and gate/up parts; give their blocks
   // back, so the KV cache, sized from the free memory, can have them.

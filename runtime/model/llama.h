@@ -1,6 +1,6 @@
-// The Llama-family decoder (llama, mistral, qwen2, qwen3, and the mixtures
-// of experts mixtral, qwen3_moe, qwen2_moe, whose MoE layers run a MoeBlock
-// (layers.h) in place of the MLP), written once over the op set.
+// The Llama-family decoder (llama, mistral, qwen2, qwen3, phi3, and the
+// mixtures of experts mixtral, qwen3_moe, qwen2_moe, whose MoE layers run a
+// MoeBlock (layers.h) in place of the MLP), written once over the op set.
 //
 //   h = embed(tokens)
 //   for each layer:
@@ -63,6 +63,13 @@ namespace tessera {
 // shared expert and its gate.
 WeightTable LlamaWeightTable(const ModelConfig& config, const ShardSpec& shard);
 
+// Phi-3's table: the Llama one (without biases) where each layer's q/k/v and
+// gate/up tensors are the checkpoint's fused self_attn.qkv_proj.weight
+// [(H + 2 Hkv) D, hidden] and mlp.gate_up_proj.weight [2 I, hidden], split
+// by row ranges (this rank's q, k, v rows; its gate, up rows), so Bind takes
+// them as the stacked projections.
+WeightTable Phi3WeightTable(const ModelConfig& config, const ShardSpec& shard);
+
 class LlamaModel : public Model {
  public:
   // The model over a complete weight set of LlamaWeightTable(config, shard)
@@ -110,6 +117,9 @@ class LlamaModel : public Model {
   EmbeddingAndHead ends_;             // This stage's embedding and head.
   std::vector<DecoderLayer> layers_;  // This stage's layers.
   Tensor inv_freq_;
+  std::optional<Tensor> long_inv_freq_;  // LongRoPE's long-factor table.
+  RopeOptions rope_options_;             // Every attention block's.
+  float attention_scale_ = 0.0f;         // 0: 1 / sqrt(head_dim).
   Ops* ops_;
   Communicator* tp_;
   Communicator* pp_;

@@ -181,6 +181,16 @@ void FillRandomSlice(const WeightSpec& spec, double stddev, uint64_t seed,
         return r < spec.end - spec.begin ? (spec.begin + r) * full_row : -1;
       case WeightSplit::kColumns:
         return r * spec.full[1] + spec.begin;
+      case WeightSplit::kRowRanges: {
+        // Local row r: the r-th row over the ranges in order.
+        int64_t before = 0;
+        for (const RowRange& range : spec.row_ranges) {
+          const int64_t n = range.end - range.begin;
+          if (r < before + n) return (range.begin + r - before) * full_row;
+          before += n;
+        }
+        return -1;
+      }
     }
     return -1;
   };

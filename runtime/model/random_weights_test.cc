@@ -105,39 +105,63 @@ TEST(RandomWeightsTest, ScalesFollowHuggingFaceInit) {
 
 // A TP-2 rank holds exactly its slice of the TP-1 tensors: rows (q), columns
 // (o, down) and the padded vocabulary (zeros past the real rows).
+// Also for Phi-3's fused tensors (row-range slices).
 TEST(RandomWeightsTest, TensorParallelSlicesAreSlicesOfTheWholeModel) {
   CpuOps ops;
-  const ModelConfig config = Config();
-  WeightSet whole = Make(config, 0, 1, &ops);
-  for (int r = 0; r < 2; ++r) {
-    WeightSet part = Make(config, r, 2, &ops);
-    for (const WeightSpec& spec : part.table()) {
-      const std::vector<float> full = Values(whole, spec.name);
-      const std::vector<float> mine = Values(part, spec.name);
-      const Shape local = spec.local_shape();
-      for (int64_t i = 0; i < local.numel(); ++i) {
-        float expected = 0;
-        const int64_t row_elems =
-            local.rank() <= 1 ? 1 : local.numel() / local[0];
-        const int64_t row = i / row_elems, col = i % row_elems;
-        switch (spec.split) {
-          case WeightSplit::kReplicated:
-            expected = full[i];
-            break;
-          case WeightSplit::kRows:
-          case WeightSplit::kExperts:
-            expected = full[(spec.begin + row) * row_elems + col];
-            break;
-          case WeightSplit::kVocab:
-            expected = row < spec.end - spec.begin
-                           ? full[(spec.begin + row) * row_elems + col]
-                           : 0.0f;
-            break;
-          case WeightSplit::kColumns:
-            expected = full[row * spec.full[1] + spec.begin + col];
-            break;
+  ModelConfig phi3 = Config();
+  {
+    absl::StatusOr<ModelConfig> c = ParseModelConfig(absl::StrReplaceAll(
+        kConfig, {{"DTYPE", "float32"}, {"qwen2", "phi3"}}));
+    ASSERT_TRUE(c.ok()) << c.status();
+    phi3 = *c;
+  }
+  for (const ModelConfig& config : {Config(), phi3}) {
+    SCOPED_TRACE(config.model_type);
+    WeightSet whole = Make(config, 0, 1, &ops);
+    for (int r = 0; r < 2; ++r) {
+      WeightSet part = Make(config, r, 2, &ops);
+      for (const WeightSpec& spec : part.table()) {
+        const std::vector<float> full = Values(whole, spec.name);
+        const std::vector<float> mine = Values(part, spec.name);
+        const Shape local = spec.local_shape();
+        for (int64_t i = 0; i < local.numel(); ++i) {
+          float expected = 0;
+          const int64_t row_elems =
+              local.rank() <= 1 ? 1 : local.numel() / local[0];
+          const int64_t row = i / row_elems, col = i % row_elems;
+          switch (spec.split) {
+            case WeightSplit::kReplicated:
+              expected = full[i];
+              break;
+            case WeightSplit::kRows:
+            case WeightSplit::kExperts:
+              expected = full[(spec.begin + row) * row_elems + col];
+              break;
+            case WeightSplit::kVocab:
+              expected = row < spec.end - spec.begin
+                             ? full[(spec.begin + row) * row_elems + col]
+                             : 0.0f;
+              break;
+            case WeightSplit::kColumns:
+              expected = full[row * spec.full[1] + spec.begin + col];
+              break;
+            case WeightSplit::kRowRanges: {
+              int64_t before = 0, full_row = -1;
+              for (const RowRange& range : spec.row_ranges) {
+                if (row < before + range.end - range.begin) {
+                  full_row = range.begin + row - before;
+                  break;
+                }
+                before += range.end - range.begin;
+              }
+              ASSERT_GE(full_row, 0);
+              expected = full[full_row * row_elems + col];
+              break;
+            }
+          }
+          ASSERT_EQ(mine[i], expected)
+              << spec.name << " rank " << r << " #" << i;
         }
-        ASSERT_EQ(mine[i], expected) << spec.name << " rank " << r << " #" << i;
       }
     }
   }

@@ -37,6 +37,9 @@ constexpr ArchitectureEntry kArchitectures[] = {
     {"mistral", &ParseMistralHParams, &LlamaWeightTable, &CreateLlama},
     {"qwen2", &ParseQwen2HParams, &LlamaWeightTable, &CreateLlama},
     {"qwen3", &ParseQwen3HParams, &LlamaWeightTable, &CreateLlama},
+    // Llama with fused q/k/v and gate/up tensors: its own table, the same
+    // layer loop.
+    {"phi3", &ParsePhi3HParams, &Phi3WeightTable, &CreateLlama},
     {"gemma", &ParseGemmaHParams, &GemmaWeightTable, &CreateGemma},
     {"gemma2", &ParseGemma2HParams, &GemmaWeightTable, &CreateGemma},
     {"gemma3_text", &ParseGemma3HParams, &GemmaWeightTable, &CreateGemma},

@@ -40,9 +40,19 @@ bool Contiguous(const WeightSpec& spec) {
       return false;
     case WeightSplit::kVocab:
       return spec.pad_rows == 0;
+    case WeightSplit::kRowRanges:
+      // RowRangesSplit merged the ranges that meet.
+      return spec.row_ranges.size() <= 1;
     default:
       return true;
   }
+}
+
+// Rows of dim 0 in the local slice of a kRowRanges spec.
+int64_t RangeRows(const WeightSpec& spec) {
+  int64_t rows = 0;
+  for (const RowRange& r : spec.row_ranges) rows += r.end - r.begin;
+  return rows;
 }
 
 // Byte offset of the slice's first element in the full tensor (contiguous
@@ -51,6 +61,11 @@ int64_t SliceOffset(const WeightSpec& spec, DType dtype) {
   if (spec.split == WeightSplit::kReplicated ||
       spec.split == WeightSplit::kColumns)
     return 0;
+  if (spec.split == WeightSplit::kRowRanges) {
+    const int64_t first =
+        spec.row_ranges.empty() ? 0 : spec.row_ranges.front().begin;
+    return first * RowElems(spec.full) * static_cast<int64_t>(DTypeSize(dtype));
+  }
   return spec.begin * RowElems(spec.full) *
          static_cast<int64_t>(DTypeSize(dtype));
 }
@@ -102,6 +117,8 @@ absl::string_view WeightSplitName(WeightSplit split) {
       return "vocab";
     case WeightSplit::kExperts:
       return "experts";
+    case WeightSplit::kRowRanges:
+      return "row ranges";
   }
   return "?";
 }
@@ -125,6 +142,9 @@ Shape WeightSpec::local_shape() const {
       break;
     case WeightSplit::kColumns:
       if (dims.size() >= 2) dims[1] = end - begin;
+      break;
+    case WeightSplit::kRowRanges:
+      if (!dims.empty()) dims[0] = RangeRows(*this);
       break;
   }
   return Shape(absl::MakeConstSpan(dims));
@@ -204,6 +224,25 @@ int64_t ExpertSliceRunStart(const WeightSpec& spec, int64_t run) {
   return ((e * mid + m) * spec.full[d] + r.begin) * tail;
 }
 
+WeightSpec RowRangesSplit(std::string name, Shape full,
+                          std::vector<RowRange> ranges, int part) {
+  std::vector<RowRange> merged;
+  for (const RowRange& r : ranges) {
+    if (r.end == r.begin) continue;  // An empty range holds nothing.
+    if (!merged.empty() && merged.back().end == r.begin) {
+      merged.back().end = r.end;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  const int64_t begin = merged.empty() ? 0 : merged.front().begin;
+  const int64_t end = merged.empty() ? 0 : merged.back().end;
+  WeightSpec s = MakeSpec(std::move(name), std::move(full),
+                          WeightSplit::kRowRanges, begin, end, 0, part);
+  s.row_ranges = std::move(merged);
+  return s;
+}
+
 int64_t WeightParts(const WeightTable& table) {
   int64_t parts = 0;
   for (size_t i = 0; i < table.size(); ++i) {
@@ -242,6 +281,16 @@ absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& ckpt,
     return absl::InvalidArgumentError(absl::StrCat(
         spec.name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
   }
+  if (spec.split == WeightSplit::kRowRanges) {
+    const int64_t rows = spec.full.rank() >= 1 ? spec.full[0] : 0;
+    for (const RowRange& r : spec.row_ranges) {
+      if (r.begin < 0 || r.begin > r.end || r.end > rows) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(spec.name, ": rows [", r.begin, ", ", r.end,
+                         ") are outside its ", rows, " rows"));
+      }
+    }
+  }
   return info;
 }
 
@@ -266,6 +315,16 @@ void CopySlice(const WeightSpec& spec, DType dtype, const void* full,
     const size_t width = static_cast<size_t>(spec.end - spec.begin) * elem;
     for (int64_t r = 0; r < rows; ++r) {
       std::memcpy(dst + r * width, src + (r * cols + spec.begin) * elem, width);
+    }
+    return;
+  }
+  if (spec.split == WeightSplit::kRowRanges) {
+    // Each range's rows, one after the other.
+    const size_t row = static_cast<size_t>(RowElems(spec.full)) * elem;
+    for (const RowRange& r : spec.row_ranges) {
+      const size_t n = static_cast<size_t>(r.end - r.begin) * row;
+      if (n > 0) std::memcpy(dst, src + static_cast<size_t>(r.begin) * row, n);
+      dst += n;
     }
     return;
   }

@@ -6,11 +6,12 @@
 // Weights keep the checkpoint's dtype from file to device. Loading streams
 // tensor by tensor: a rank's slice is read straight from the mmapped
 // safetensors when it is contiguous (replicated, rows, experts, vocabulary
-// without padding), or gathered into one reused host staging buffer in the
-// checkpoint's dtype when it is not (columns: strided rows; vocabulary with
-// padding rows). Device::Upload then stores it in the backend. The only
-// conversions are the backend's (Upload): f32 compute on the CPU, bf16/f32
-// matrices on a GPU; never a host f32 copy of a bf16 checkpoint on a GPU.
+// without padding, row ranges that meet), or gathered into one reused host
+// staging buffer in the checkpoint's dtype when it is not (columns: strided
+// rows; vocabulary with padding rows; separate row ranges). Device::Upload then
+// stores it in the backend. The only conversions are the backend's (Upload):
+// f32 compute on the CPU, bf16/f32 matrices on a GPU; never a host f32 copy of
+// a bf16 checkpoint on a GPU.
 #ifndef TESSERA_RUNTIME_MODEL_WEIGHTS_H_
 #define TESSERA_RUNTIME_MODEL_WEIGHTS_H_
 
@@ -42,6 +43,15 @@ enum class WeightSplit {
   kVocab,       // Rows [begin, end) of dim 0 then `pad_rows` rows of zeros
                 // (embedding and LM head, vocabulary-parallel).
   kExperts,     // Experts [begin, end) of dim 0 of [E, ...] (MoE).
+  kRowRanges,   // Several row ranges of dim 0 (row_ranges), stacked in
+                // order: this rank's q, k and v rows of a fused qkv_proj,
+                // its gate and up rows of a fused gate_up_proj (Phi-3).
+};
+
+// Rows [begin, end) of dim 0 (WeightSplit::kRowRanges).
+struct RowRange {
+  int64_t begin = 0;
+  int64_t end = 0;
 };
 
 absl::string_view WeightSplitName(WeightSplit split);
@@ -63,6 +73,9 @@ struct WeightSpec {
   int64_t begin = 0;
   int64_t end = 0;
   int64_t pad_rows = 0;  // kVocab only.
+  // kRowRanges only: the ranges, each within dim 0 (begin/end above span
+  // the first range's begin to the last's end, for messages).
+  std::vector<RowRange> row_ranges;
   // Stored in the backend's matrix dtype (projections, embedding, head);
   // everything else (norms, biases) is f32.
   bool matrix = false;
@@ -116,6 +129,10 @@ WeightSpec WithParts(WeightSpec spec, std::vector<std::string> parts,
 // element from its full index.)
 int64_t ExpertSliceRunElems(const WeightSpec& spec);
 int64_t ExpertSliceRunStart(const WeightSpec& spec, int64_t run);
+// Adjacent ranges are merged, so a rank that holds every row (one rank, or
+// ranges that meet) reads one contiguous slice.
+WeightSpec RowRangesSplit(std::string name, Shape full,
+                          std::vector<RowRange> ranges, int part);
 
 // Every tensor one rank holds, in one canonical order: the order it is read,
 // sent and received in.
@@ -149,7 +166,8 @@ class HostStaging {
 
 // The checkpoint's entry for `spec`, after checking that it has the full
 // shape ("<name>: expected shape [64, 256], found [128, 256]") and a
-// floating-point dtype. A missing tensor is NotFound naming it.
+// floating-point dtype, and that a kRowRanges spec's ranges lie within dim 0.
+// A missing tensor is NotFound naming it.
 absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& checkpoint,
                                          const WeightSpec& spec);
 

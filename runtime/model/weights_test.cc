@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -11,6 +12,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/dtype.h"
@@ -133,6 +136,24 @@ TEST_P(SplitRuleTest, Experts) {
   Check(
       ExpertSplit("e", {4, 3, 5}, 1, 3, 0), {2, 3, 5},
       [](int64_t i) { return 15 + i; }, true);
+}
+
+// Several row ranges stacked in order (a fused projection's q, k and v rows
+// on one rank): gathered when apart, read in place when they meet.
+TEST_P(SplitRuleTest, RowRanges) {
+  const WeightSpec apart = RowRangesSplit("m", {6, 10}, {{0, 1}, {3, 5}}, 0);
+  EXPECT_EQ(apart.split, WeightSplit::kRowRanges);
+  Check(
+      apart, {3, 10}, [](int64_t i) { return i < 10 ? i : 30 + (i - 10); },
+      false);
+  const WeightSpec meet =
+      RowRangesSplit("m", {6, 10}, {{1, 3}, {3, 3}, {3, 4}}, 0);
+  ASSERT_EQ(meet.row_ranges.size(), 1u);
+  Check(
+      meet, {3, 10}, [](int64_t i) { return 10 + i; }, true);
+  Check(
+      RowRangesSplit("b", {6}, {{4, 6}, {0, 2}}, 0), {4},
+      [](int64_t i) { return i < 2 ? 4 + i : i - 2; }, false);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, SplitRuleTest,
@@ -322,6 +343,7 @@ TEST(RegistryTest, UnknownModelTypeNamesTheSupportedOnes) {
       << entry.status();
   EXPECT_NE(entry.status().message().find("qwen3_moe"),
             absl::string_view::npos);
+  EXPECT_NE(entry.status().message().find("phi3"), absl::string_view::npos);
   EXPECT_TRUE(FindArchitecture("qwen3").ok());
 }
 
@@ -335,10 +357,10 @@ TEST(RegistryTest, ConfigParsingAndRegistryAgree) {
     EXPECT_EQ((*entry)->parse_hparams, a.parse_hparams) << a.model_type;
     ++found;
   }
-  EXPECT_GE(found, 10u);
+  EXPECT_GE(found, 11u);
   for (absl::string_view t :
-       {"llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gemma3_text",
-        "mixtral", "qwen3_moe", "qwen2_moe"}) {
+       {"llama", "mistral", "qwen2", "qwen3", "phi3", "gemma", "gemma2",
+        "gemma3_text", "mixtral", "qwen3_moe", "qwen2_moe"}) {
     bool listed = false;
     for (const ArchitectureConfig& a : ConfigArchitectures())
       listed |= a.model_type == t;
@@ -494,6 +516,239 @@ Tensor Filled(DType dtype, Shape shape, uint8_t first) {
 // on a host-memory backend (in place), on one that copies within its own
 // memory (StackRows, as a GPU), and on one that cannot (one round trip: a
 // copy per part, one upload).
+constexpr char kPhi3Config[] = R"({
+  "model_type": "phi3", "hidden_size": 256, "intermediate_size": 1024,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "vocab_size": 4096, "max_position_embeddings": 64, "rms_norm_eps": 1e-6,
+  "hidden_act": "silu", "tie_word_embeddings": false})";
+
+// A Phi-3 checkpoint holding exactly a Llama one's tensors, q/k/v and
+// gate/up fused as Phi-3 stores them ([q; k; v] rows, [gate; up] rows).
+std::string WriteFusedCopy(const std::string& llama_dir,
+                           const std::string& name) {
+  const std::string dir = MakeDir(name);
+  std::ofstream(dir + "/config.json") << kPhi3Config;
+  auto ckpt = Checkpoint::Open(llama_dir);
+  EXPECT_TRUE(ckpt.ok());
+  auto bytes = [&](const std::string& n) {
+    const TensorInfo info = *(*ckpt)->Get(n);
+    return std::string(static_cast<const char*>(info.data),
+                       info.shape.numel() * DTypeSize(info.dtype));
+  };
+  CheckpointWriter writer;
+  for (const std::string& n : (*ckpt)->Names()) {
+    const TensorInfo info = *(*ckpt)->Get(n);
+    absl::string_view layer = n;
+    if (absl::ConsumeSuffix(&layer, "self_attn.q_proj.weight")) {
+      const std::string p(layer);
+      const int64_t rows =
+          info.shape[0] +
+          2 * (*ckpt)->Get(p + "self_attn.k_proj.weight")->shape[0];
+      writer.Add(p + "self_attn.qkv_proj.weight", info.dtype,
+                 {rows, info.shape[1]},
+                 bytes(n) + bytes(p + "self_attn.k_proj.weight") +
+                     bytes(p + "self_attn.v_proj.weight"));
+    } else if (absl::ConsumeSuffix(&layer, "mlp.gate_proj.weight")) {
+      const std::string p(layer);
+      writer.Add(p + "mlp.gate_up_proj.weight", info.dtype,
+                 {2 * info.shape[0], info.shape[1]},
+                 bytes(n) + bytes(p + "mlp.up_proj.weight"));
+    } else if (!absl::EndsWith(n, "k_proj.weight") &&
+               !absl::EndsWith(n, "v_proj.weight") &&
+               !absl::EndsWith(n, "up_proj.weight")) {
+      writer.Add(n, info.dtype, info.shape, bytes(n));
+    }
+  }
+  writer.Write(dir + "/model.safetensors");
+  return dir;
+}
+
+// Each tensor-parallel rank reads, from Phi-3's fused tensors, exactly the
+// rows its Llama counterpart stacks from the separate ones: its q heads, its
+// kv heads' k and v, its slice of gate and of up.
+TEST(Phi3WeightTableTest, FusedSlicesAreTheLlamaRanksStacks) {
+  const std::string llama_dir = WriteLlama("phi3_src", DType::kBF16, kConfig);
+  const std::string phi3_dir = WriteFusedCopy(llama_dir, "phi3_fused");
+  auto llama_config = ParseModelConfig(kConfig);
+  auto phi3_config = ParseModelConfig(kPhi3Config);
+  ASSERT_TRUE(llama_config.ok() && phi3_config.ok());
+  auto llama_ckpt = Checkpoint::Open(llama_dir);
+  auto phi3_ckpt = Checkpoint::Open(phi3_dir);
+  ASSERT_TRUE(llama_ckpt.ok() && phi3_ckpt.ok());
+  for (const int tp : {1, 2, 4}) {
+    for (int rank = 0; rank < tp; ++rank) {
+      SCOPED_TRACE(testing::Message() << "tp " << tp << " rank " << rank);
+      auto llama_shard = MakeShardSpec(*llama_config, rank, tp, 0, 1);
+      auto phi3_shard = MakeShardSpec(*phi3_config, rank, tp, 0, 1);
+      ASSERT_TRUE(llama_shard.ok() && phi3_shard.ok());
+      const WeightTable llama = LlamaWeightTable(*llama_config, *llama_shard);
+      const WeightTable phi3 = Phi3WeightTable(*phi3_config, *phi3_shard);
+      EXPECT_EQ(phi3.size(), llama.size() - 2 * 3);  // 2 layers x 3 fewer.
+      EXPECT_EQ(WeightParts(phi3), WeightParts(llama));
+      auto read = [](const Checkpoint& ckpt, const WeightTable& table,
+                     const std::string& name) {
+        for (const WeightSpec& spec : table) {
+          if (spec.name != name) continue;
+          HostStaging staging;
+          auto view = ReadSlice(ckpt, spec, &staging);
+          EXPECT_TRUE(view.ok()) << view.status();
+          return std::string(static_cast<const char*>(view->data()),
+                             view->nbytes());
+        }
+        ADD_FAILURE() << name << " not in the table";
+        return std::string();
+      };
+      for (int l = 0; l < 2; ++l) {
+        const std::string p = absl::StrCat("model.layers.", l, ".");
+        EXPECT_EQ(read(**phi3_ckpt, phi3, p + "self_attn.qkv_proj.weight"),
+                  read(**llama_ckpt, llama, p + "self_attn.q_proj.weight") +
+                      read(**llama_ckpt, llama, p + "self_attn.k_proj.weight") +
+                      read(**llama_ckpt, llama, p + "self_attn.v_proj.weight"));
+        EXPECT_EQ(read(**phi3_ckpt, phi3, p + "mlp.gate_up_proj.weight"),
+                  read(**llama_ckpt, llama, p + "mlp.gate_proj.weight") +
+                      read(**llama_ckpt, llama, p + "mlp.up_proj.weight"));
+        EXPECT_EQ(read(**phi3_ckpt, phi3, p + "self_attn.o_proj.weight"),
+                  read(**llama_ckpt, llama, p + "self_attn.o_proj.weight"));
+      }
+    }
+  }
+}
+
+// Phi-3 over fused tensors is the Llama model over the separate ones: the
+// same logits, bit for bit, on the CPU.
+TEST(Phi3WeightTableTest, Phi3ModelIsLlamaOverFusedTensors) {
+  const std::string llama_dir = WriteLlama("phi3_eq_src", DType::kF32, kConfig);
+  const std::string phi3_dir = WriteFusedCopy(llama_dir, "phi3_eq_fused");
+  CpuOps ops;
+  auto a = LoadModel(llama_dir, &ops);
+  auto b = LoadModel(phi3_dir, &ops);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->config().arch, Architecture::kPhi3);
+  EXPECT_EQ((*a)->weight_bytes(), (*b)->weight_bytes());
+  const std::vector<int32_t> tokens = {1, 7, 300, 4000, 12};
+  std::vector<float> la(4096), lb(4096);
+  SequenceRunner ra(a->get()), rb(b->get());
+  auto ca = ra.NewKvCache(8);
+  auto cb = rb.NewKvCache(8);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE(ra.Forward(tokens, &*ca, la.data()).ok());
+  ASSERT_TRUE(rb.Forward(tokens, &*cb, lb.data()).ok());
+  EXPECT_EQ(la, lb);
+}
+
+// The next-token logits of `tokens` prefilled in one step by the model in
+// `dir`, its config.json replaced by `config_json` (a key given twice takes
+// its last value).
+std::vector<float> PrefillLogits(const std::string& dir,
+                                 const std::string& config_json,
+                                 const std::vector<int32_t>& tokens) {
+  std::ofstream(dir + "/config.json") << config_json;
+  CpuOps ops;
+  auto model = LoadModel(dir, &ops);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  std::vector<float> logits((*model)->config().vocab_size);
+  SequenceRunner runner(model->get());
+  auto cache = runner.NewKvCache(static_cast<int64_t>(tokens.size()));
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  EXPECT_TRUE(runner.Forward(tokens, &*cache, logits.data()).ok());
+  return logits;
+}
+
+void ExpectNear(const std::vector<float>& got, const std::vector<float>& want,
+                double tol) {
+  ASSERT_EQ(got.size(), want.size());
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (got[i] - want[i]) * (got[i] - want[i]);
+    norm += want[i] * want[i];
+  }
+  EXPECT_LT(std::sqrt(diff / norm), tol);
+}
+
+constexpr char kRopeConfig[] = R"({
+  "model_type": "llama", "hidden_size": 256, "intermediate_size": 512,
+  "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "vocab_size": 4096, "max_position_embeddings": 16, "rms_norm_eps": 1e-6,
+  "hidden_act": "silu", "tie_word_embeddings": false, ROPE})";
+
+std::string WithRope(const std::string& rope) {
+  std::string s = kRopeConfig;
+  s.replace(s.find("ROPE"), 4, rope);
+  return s;
+}
+
+// A model with per-sequence RoPE, end to end (config, tables, the fused
+// prologue): a prompt longer than the original context, prefilled in one
+// step, equals the same weights under the static RoPE its length implies.
+// Dynamic NTK: default RoPE with theta' = theta (factor L / Lmax - (factor -
+// 1))^(D / (D - 2)). LongRoPE with short factors 1 and long factors f (and
+// attention factor 1): default RoPE within the original context, linear
+// scaling by f beyond it.
+TEST(LengthScaledRopeTest, AStepEqualsTheStaticRopeOfItsLength) {
+  const std::string dir = WriteLlama(
+      "rope_e2e", DType::kF32,
+      WithRope(R"("rope_theta": 10000.0, "max_position_embeddings": 64)"));
+  std::vector<int32_t> tokens(24);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = 17 * i % 4096;
+  const double D = 64, L = 24, Lmax = 16, f = 2.0;
+  const double theta = 10000.0 * std::pow(f * L / Lmax - (f - 1), D / (D - 2));
+  {
+    SCOPED_TRACE("dynamic NTK");
+    const std::vector<float> dynamic = PrefillLogits(
+        dir,
+        WithRope(R"("rope_parameters": {"rope_type": "dynamic", "factor": 2.0,
+                    "rope_theta": 10000.0})"),
+        tokens);
+    const std::vector<float> fixed = PrefillLogits(
+        dir,
+        WithRope(absl::StrCat(R"("rope_theta": )", theta,
+                              R"(, "max_position_embeddings": 64)")),
+        tokens);
+    ExpectNear(dynamic, fixed, 1e-4);
+    // Within the original context the table is the plain one.
+    const std::vector<int32_t> short_prompt(tokens.begin(),
+                                            tokens.begin() + 16);
+    ExpectNear(
+        PrefillLogits(dir, WithRope(R"("rope_parameters": {
+                                "rope_type": "dynamic", "factor": 2.0,
+                                "rope_theta": 10000.0})"),
+                      short_prompt),
+        PrefillLogits(dir, WithRope(R"("rope_theta": 10000.0)"), short_prompt),
+        1e-6);
+  }
+  {
+    SCOPED_TRACE("longrope");
+    std::string ones = "[1", threes = "[3";
+    for (int i = 1; i < 32; ++i) {
+      ones += ", 1";
+      threes += ", 3";
+    }
+    ones += "]";
+    threes += "]";
+    const std::string longrope = WithRope(absl::StrCat(
+        R"("rope_parameters": {"rope_type": "longrope", "rope_theta": 10000.0,
+            "original_max_position_embeddings": 16, "attention_factor": 1.0,
+            "short_factor": )",
+        ones, R"(, "long_factor": )", threes,
+        R"(}, "max_position_embeddings": 64)"));
+    ExpectNear(PrefillLogits(dir, longrope, tokens),
+               PrefillLogits(dir, WithRope(R"("rope_parameters": {
+                                "rope_type": "linear", "factor": 3.0,
+                                "rope_theta": 10000.0},
+                                "max_position_embeddings": 64)"),
+                             tokens),
+               1e-5);
+    const std::vector<int32_t> short_prompt(tokens.begin(),
+                                            tokens.begin() + 16);
+    ExpectNear(
+        PrefillLogits(dir, longrope, short_prompt),
+        PrefillLogits(dir, WithRope(R"("rope_theta": 10000.0)"), short_prompt),
+        1e-6);
+  }
+}
+
 TEST(ConcatRowsTest, StacksRowsInOrderOnEitherKindOfBackend) {
   for (DType dtype : {DType::kF32, DType::kBF16}) {
     Tensor a = Filled(dtype, {2, 3}, 1), b = Filled(dtype, {1, 3}, 50),
