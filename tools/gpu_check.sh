@@ -6,7 +6,9 @@
 # with --no-graphs, static attention, and a decode benchmark with and without graphs.
 # With two GPUs it also runs TP2 and PP2 under mpirun (NCCL).
 set -uo pipefail
-[ -d .carry/gpu/lib ] || tar -C .carry/gpu -xJf .carry/gpu/lib.tar.xz
+for part in bin lib qwen3_tokenizer; do  # tools/gpu_build.sh packed them
+  [ -d ".carry/gpu/$part" ] || tar -C .carry/gpu -xJf ".carry/gpu/$part.tar.xz"
+done
 export LD_LIBRARY_PATH=$PWD/.carry/gpu/lib:${LD_LIBRARY_PATH:-}
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 NCCL_NVLS_ENABLE=0
 BIN=.carry/gpu/bin
@@ -56,6 +58,13 @@ with open(tmp + "/prompts.jsonl", "w") as p, open(tmp + "/want", "w") as w:
 PY
 }
 LAUNCH=("$T")  # What runs tessera: itself, or mpirun in front of it.
+# FIXTURES="qwen3 gemma2 ..." runs only those golden fixtures (default: all of them).
+if [ -n "${FIXTURES:-}" ]; then
+  FIXTURE_DIRS=()
+  for f in $FIXTURES; do FIXTURE_DIRS+=("tests/fixtures/golden/$f/"); done
+else
+  FIXTURE_DIRS=(tests/fixtures/golden/*/)
+fi
 run_case() {  # name, model, max tokens, generate flags...
   local name="$1" model="$2" max="$3"
   shift 3
@@ -88,7 +97,7 @@ print(f"INFO: {sys.argv[3]}: greedy prefix agreement {same}/{total} tokens")
 PY
 }
 
-for dir in tests/fixtures/golden/*/; do
+for dir in "${FIXTURE_DIRS[@]}"; do
   name=$(basename "$dir")
   extract "$dir"
   run_case "$name cuda f32 paged (graphs)" "$dir" 20 --dtype float32
@@ -170,7 +179,7 @@ fi
 
 if [ "$GPUS" -ge 2 ]; then
   LAUNCH=(mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE "$T")
-  for dir in tests/fixtures/golden/*/; do
+  for dir in "${FIXTURE_DIRS[@]}"; do
     name=$(basename "$dir")
     extract "$dir"
     for layout in "--tp 2" "--pp 2"; do
@@ -186,7 +195,7 @@ fi
 # one process's.
 if command -v mpirun >/dev/null; then
   LAUNCH=(mpirun -np 1 --bind-to none -x LD_LIBRARY_PATH "$T")
-  for dir in tests/fixtures/golden/*/; do
+  for dir in "${FIXTURE_DIRS[@]}"; do
     name=$(basename "$dir")
     extract "$dir"
     run_case "$name mpirun -np 1 cuda f32 (polled device waits)" "$dir" 20 --dtype float32
