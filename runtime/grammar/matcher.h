@@ -7,13 +7,18 @@
 // "adaptive token mask cache" finds them, because walking the whole
 // vocabulary per step costs tens of milliseconds:
 //  - Once per stack top (the top kCacheFrames frames' positions) and
-//    vocabulary, lazily, every token is classified by walking the
-//    vocabulary's shared prefixes from those frames with the rest of the
+//    vocabulary, lazily, every token is classified with the rest of the
 //    stack unknown: accepted (some path consumes all its bytes above the
 //    unknown rest), rejected (every path fails there), or uncertain (a path
-//    pops into the unknown rest with bytes left).
+//    pops into the unknown rest with bytes left). The fill walks the
+//    vocabulary's byte trie (token_vocabulary.h), each distinct prefix once,
+//    skipping a dead prefix's subtree, and follows the grammar through a
+//    lazy DFA: the set of stacks after each prefix is a state, and a
+//    (state, byte class) transition is computed once per fill, so most trie
+//    nodes cost one table load.
 //  - Per step, for each stack: its top's accepted set is ORed into
-//    the mask, and only its uncertain tokens are walked with the real stack.
+//    the mask, and the stacks' uncertain tokens are walked once, together,
+//    with the real stacks (through the same kind of lazy DFA).
 // In JSON, the uncertain tokens are the few that close a string or a value,
 // so a step costs a few hundred token checks rather than the vocabulary.
 //
@@ -30,6 +35,7 @@
 #ifndef TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 #define TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -55,7 +61,15 @@ inline constexpr int32_t kMaxStackDepth = 1000;
 inline constexpr int kCacheFrames = 4;
 namespace internal {
 class Arena;
-}
+// The grammar's bytes in classes that every byte set treats alike:
+// of[byte] is its class, representative[class] one byte of it.
+struct ByteClasses {
+  explicit ByteClasses(const Grammar& g);
+  std::array<uint8_t, 256> of;
+  int32_t count = 1;
+  std::vector<uint8_t> representative;
+};
+}  // namespace internal
 inline constexpr size_t kMaxStacks = 4096;
 // A mask walks the vocabulary's uncertain part once per stack, and a new
 // stack top costs a whole vocabulary walk: a state with more stacks than
@@ -72,6 +86,7 @@ class CompiledGrammar {
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
+  const internal::ByteClasses& byte_classes() const { return byte_classes_; }
 
   // The token classes (see above) of a stack whose top frames are
   // `frames` (top first, at most kCacheFrames positions); `exact`: those
@@ -97,6 +112,7 @@ class CompiledGrammar {
  private:
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
+  internal::ByteClasses byte_classes_;
   mutable std::mutex mu_;
   // Key: the frames, then 1 for exact or 0.
   mutable absl::flat_hash_map<std::vector<int32_t>,
@@ -151,6 +167,9 @@ class GrammarMatcher {
   int32_t mask_words() const { return grammar_->vocabulary().mask_words(); }
 
  private:
+  // The state's stacks interned into `to` (whole, over the grammar's end).
+  std::vector<int32_t> CopyStacks(internal::Arena* to) const;
+
   std::shared_ptr<const CompiledGrammar> grammar_;
   std::vector<int32_t> end_ids_;
   // The stacks' arena (matcher.cc): the committed state's nodes, then
