@@ -435,24 +435,17 @@ CompiledGrammar::CompiledGrammar(
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-absl::StatusOr<const CompiledGrammar::PositionCache*> CompiledGrammar::Cache(
+std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
     const std::vector<int32_t>& frames, bool exact) const {
   std::vector<int32_t> key = frames;
   key.push_back(exact ? 1 : 0);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = caches_.find(key); it != caches_.end()) {
-      return it->second.get();
-    }
-    if (caches_.size() >= kMaxCachedTops) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the grammar reaches more than ", kMaxCachedTops,
-                       " distinct parse states (too large or too ambiguous)"));
-    }
+    if (const auto* found = caches_.Find(key)) return *found;
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
   // the same key at once, and the first stored wins.
-  auto cache = std::make_unique<PositionCache>();
+  auto cache = std::make_shared<PositionCache>();
   const TokenVocabulary& vocab = *vocabulary_;
   Dfa dfa(&grammar_, &byte_classes_);
   int32_t node = exact ? kBottom : kUnknown;
@@ -476,13 +469,18 @@ absl::StatusOr<const CompiledGrammar::PositionCache*> CompiledGrammar::Cache(
     }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = caches_.emplace(std::move(key), std::move(cache));
-  return it->second.get();
+  ++fills_;
+  return caches_.Insert(std::move(key), std::move(cache));
 }
 
 int64_t CompiledGrammar::cached_positions() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(caches_.size());
+}
+
+int64_t CompiledGrammar::filled_positions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fills_;
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
@@ -537,6 +535,23 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
 
 GrammarMatcher::~GrammarMatcher() = default;
 
+std::unique_ptr<GrammarMatcher> GrammarMatcher::Clone() const {
+  // Through the private default state: the constructor's root expansion
+  // would be thrown away.
+  std::unique_ptr<GrammarMatcher> m(
+      new GrammarMatcher(grammar_, end_ids_, *arena_));
+  m->state_ = state_;
+  m->can_end_ = can_end_;
+  m->terminated_ = terminated_;
+  return m;
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
+                               std::vector<int32_t> end_ids, const Arena& arena)
+    : grammar_(std::move(grammar)),
+      end_ids_(std::move(end_ids)),
+      arena_(std::make_unique<Arena>(arena)) {}
+
 std::vector<int32_t> GrammarMatcher::CopyStacks(Arena* to) const {
   std::vector<int32_t> out, frames;
   out.reserve(state_.size());
@@ -579,8 +594,8 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
         n = arena_->node(n).parent;
       }
       const bool exact = n == kBottom;
-      ASSIGN_OR_RETURN(const CompiledGrammar::PositionCache* cached,
-                       grammar_->Cache(frames, exact));
+      const std::shared_ptr<const CompiledGrammar::PositionCache> cached =
+          grammar_->Cache(frames, exact);
       const CompiledGrammar::PositionCache& cache = *cached;
       frames.push_back(exact ? 1 : 0);
       if (std::find(seen.begin(), seen.end(), frames) != seen.end()) continue;

@@ -24,10 +24,13 @@
 //
 // Bounds: a stack is at most kMaxStackDepth frames (deeper paths are
 // dropped, so nesting that deep is refused rather than followed); a state
-// holds at most kMaxStacks stacks, a mask is computed over at most
-// kMaxMaskStacks, and a grammar fills at most kMaxCachedTops token classes
-// (an ambiguous or hostile grammar past them fails its request with an error
-// rather than growing or stalling the step).
+// holds at most kMaxStacks stacks and a mask is computed over at most
+// kMaxMaskStacks (an ambiguous or hostile grammar past them fails its
+// request with an error rather than growing or stalling the step). A
+// grammar keeps at most kMaxCachedTops token classes: past them the least
+// recently used is dropped and filled again when next needed, so a large
+// legitimate grammar (or many sequences exploring one) costs fills, never
+// an error, and memory stays bounded.
 //
 // Threads: a CompiledGrammar is shared and thread-safe (its caches fill
 // under once-flags); a GrammarMatcher belongs to one sequence and one thread
@@ -37,6 +40,7 @@
 
 #include <array>
 #include <cstdint>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -71,12 +75,54 @@ struct ByteClasses {
 };
 }  // namespace internal
 inline constexpr size_t kMaxStacks = 4096;
-// A mask walks the vocabulary's uncertain part once per stack, and a new
-// stack top costs a whole vocabulary walk: a state with more stacks than
-// this, or a grammar with more distinct stack tops than kMaxCachedTops, fails
-// its request rather than stalling every sequence of the step.
+// A mask walks the vocabulary's uncertain part once per stack: a state with
+// more stacks than this fails its request rather than stalling every
+// sequence of the step.
 inline constexpr size_t kMaxMaskStacks = 64;
+// Token classes kept per grammar (each up to a vocabulary bitmask, 19 KB for
+// 151,669 tokens): the least recently used past this are dropped.
 inline constexpr size_t kMaxCachedTops = 2048;
+
+namespace internal {
+// A map of at most `capacity` entries that drops the least recently used.
+// Not thread-safe: its owner locks around it.
+template <typename V>
+class LruMap {
+ public:
+  using Key = std::vector<int32_t>;
+  explicit LruMap(size_t capacity) : capacity_(capacity) {}
+
+  // The value stored for `key`, now the most recent; null when absent.
+  const V* Find(const Key& key) {
+    auto it = index_.find(key);
+    if (it == index_.end()) return nullptr;
+    items_.splice(items_.begin(), items_, it->second);
+    return &it->second->second;
+  }
+  // Stores `value` unless `key` is present (then keeps the stored one);
+  // returns what is stored. Drops the least recently used past capacity.
+  const V& Insert(Key key, V value) {
+    if (const V* found = Find(key)) return *found;
+    items_.emplace_front(key, std::move(value));
+    index_.emplace(std::move(key), items_.begin());
+    while (items_.size() > capacity_) {
+      index_.erase(items_.back().first);
+      items_.pop_back();
+      ++evictions_;
+    }
+    return items_.front().second;
+  }
+  size_t size() const { return items_.size(); }
+  int64_t evictions() const { return evictions_; }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<Key, V>> items_;  // Most recent first.
+  absl::flat_hash_map<Key, typename std::list<std::pair<Key, V>>::iterator>
+      index_;
+  int64_t evictions_ = 0;
+};
+}  // namespace internal
 
 class CompiledGrammar {
  public:
@@ -101,13 +147,14 @@ class CompiledGrammar {
     // a walk over them shares prefixes).
     std::vector<int32_t> uncertain;
   };
-  // FailedPrecondition once the grammar holds kMaxCachedTops classes (each
-  // is a vocabulary walk and up to a vocabulary's worth of ids).
-  absl::StatusOr<const PositionCache*> Cache(const std::vector<int32_t>& frames,
+  // Shared: a class dropped from the cache lives on while a step uses it.
+  std::shared_ptr<const PositionCache> Cache(const std::vector<int32_t>& frames,
                                              bool exact) const;
 
-  // Stacks whose classes are filled (tests, statistics).
+  // Classes held now (at most kMaxCachedTops), and filled in all (tests,
+  // statistics).
   int64_t cached_positions() const;
+  int64_t filled_positions() const;
 
  private:
   Grammar grammar_;
@@ -115,9 +162,9 @@ class CompiledGrammar {
   internal::ByteClasses byte_classes_;
   mutable std::mutex mu_;
   // Key: the frames, then 1 for exact or 0.
-  mutable absl::flat_hash_map<std::vector<int32_t>,
-                              std::unique_ptr<const PositionCache>>
-      caches_;
+  mutable internal::LruMap<std::shared_ptr<const PositionCache>> caches_{
+      kMaxCachedTops};
+  mutable int64_t fills_ = 0;
 };
 
 class GrammarCache {
@@ -160,6 +207,10 @@ class GrammarMatcher {
   // (the state is unchanged then).
   absl::Status Accept(int32_t token);
 
+  // A matcher in the same state, sharing the compiled grammar (a rollback
+  // point, or a reference check in tests).
+  std::unique_ptr<GrammarMatcher> Clone() const;
+
   // The output so far is a complete sentence of the grammar.
   bool CanEnd() const { return can_end_; }
   // An end id was accepted.
@@ -167,6 +218,8 @@ class GrammarMatcher {
   int32_t mask_words() const { return grammar_->vocabulary().mask_words(); }
 
  private:
+  GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
+                 std::vector<int32_t> end_ids, const internal::Arena& arena);
   // The state's stacks interned into `to` (whole, over the grammar's end).
   std::vector<int32_t> CopyStacks(internal::Arena* to) const;
 
