@@ -457,7 +457,8 @@ std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
   size_t accepted = 0;
   internal::FillClasses(&dfa, vocab, dfa.Intern({node}), &bits, &accepted,
                         &cache->uncertain);
-  if (accepted > static_cast<size_t>(vocab.mask_words())) {
+  // A list when setting its ids costs less than copying the words.
+  if (accepted > static_cast<size_t>(vocab.mask_words()) / 8) {
     cache->accepted_bits = std::move(bits);
   } else {
     cache->accepted_ids.reserve(accepted);
@@ -471,6 +472,23 @@ std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
   std::lock_guard<std::mutex> lock(mu_);
   ++fills_;
   return caches_.Insert(std::move(key), std::move(cache));
+}
+
+std::shared_ptr<const CompiledGrammar::StepMask> CompiledGrammar::FindMask(
+    const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto* found = masks_.Find(key);
+  return found != nullptr ? *found : nullptr;
+}
+
+void CompiledGrammar::StoreMask(std::vector<int32_t> key,
+                                std::shared_ptr<const StepMask> mask) const {
+  // What it holds beyond its base class (the class cache's to bound).
+  const size_t cost = sizeof(StepMask) + 64 + key.size() * sizeof(int32_t) +
+                      mask->bits.size() * sizeof(uint32_t) +
+                      mask->ids.size() * sizeof(int32_t);
+  std::lock_guard<std::mutex> lock(mu_);
+  masks_.Insert(std::move(key), std::move(mask), cost);
 }
 
 int64_t CompiledGrammar::cached_positions() const {
@@ -552,6 +570,123 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
       end_ids_(std::move(end_ids)),
       arena_(std::make_unique<Arena>(arena)) {}
 
+bool GrammarMatcher::ApplyCachedMask(const std::vector<int32_t>& key,
+                                     absl::Span<uint32_t> mask) const {
+  const std::shared_ptr<const CompiledGrammar::StepMask> cached =
+      grammar_->FindMask(key);
+  if (cached == nullptr) return false;
+  if (!cached->bits.empty()) {
+    std::copy(cached->bits.begin(), cached->bits.end(), mask.begin());
+  } else if (cached->has_base) {
+    const std::shared_ptr<const CompiledGrammar::PositionCache> base =
+        cached->base.lock();
+    if (base == nullptr) return false;  // Dropped: recompute.
+    std::copy(base->accepted_bits.begin(), base->accepted_bits.end(),
+              mask.begin());
+  }
+  uint32_t* words = mask.data();
+  for (int32_t id : cached->ids) words[id >> 5] |= uint32_t{1} << (id & 31);
+  return true;
+}
+
+absl::Status GrammarMatcher::ComputeMask(absl::Span<uint32_t> mask,
+                                         std::vector<int32_t>* key) const {
+  const TokenVocabulary& vocab = grammar_->vocabulary();
+  auto entry = std::make_shared<CompiledGrammar::StepMask>();
+  std::vector<std::shared_ptr<const CompiledGrammar::PositionCache>> classes;
+  std::vector<int32_t> extra;  // Uncertain tokens the real stacks accept.
+  std::vector<std::vector<int32_t>> seen;
+  std::vector<int32_t> frames, uncertain;
+  for (int32_t id : state_) {
+    // The stack's top frames: its cache key.
+    frames.clear();
+    int32_t n = id;
+    while (n >= 0 && static_cast<int>(frames.size()) < kCacheFrames) {
+      frames.push_back(arena_->node(n).pos);
+      n = arena_->node(n).parent;
+    }
+    const bool exact = n == kBottom;
+    const std::shared_ptr<const CompiledGrammar::PositionCache> cached =
+        grammar_->Cache(frames, exact);
+    const CompiledGrammar::PositionCache& cache = *cached;
+    frames.push_back(exact ? 1 : 0);
+    if (std::find(seen.begin(), seen.end(), frames) != seen.end()) continue;
+    seen.push_back(frames);
+    classes.push_back(cached);
+    if (!cache.accepted_bits.empty()) {
+      for (size_t w = 0; w < mask.size(); ++w) {
+        mask[w] |= cache.accepted_bits[w];
+      }
+    }
+    for (int32_t t : cache.accepted_ids) {
+      mask[t >> 5] |= uint32_t{1} << (t & 31);
+    }
+    uncertain.insert(uncertain.end(), cache.uncertain.begin(),
+                     cache.uncertain.end());
+  }
+  if (!uncertain.empty()) {
+    // One walk of every stack's uncertain tokens from all the stacks at
+    // once: a token is allowed when any stack accepts it, and with the
+    // real stacks below nothing is unknown any more.
+    if (seen.size() > 1) {
+      std::sort(uncertain.begin(), uncertain.end());
+      uncertain.erase(std::unique(uncertain.begin(), uncertain.end()),
+                      uncertain.end());
+    }
+    Dfa dfa(&grammar_->grammar(), &grammar_->byte_classes());
+    const int32_t start = dfa.Intern(CopyStacks(&dfa.arena()));
+    const bool complete =
+        internal::WalkList(&dfa, vocab, start, uncertain.data(),
+                           uncertain.size(), [&](int32_t index) {
+                             const int32_t t = vocab.sorted()[index];
+                             mask[t >> 5] |= uint32_t{1} << (t & 31);
+                             extra.push_back(t);
+                           });
+    if (!complete) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the grammar is too ambiguous: more than ", kMaxStacks,
+                       " parse stacks at once"));
+    }
+  }
+  if (key != nullptr) {
+    // The quickest form to write next time (see StepMask): a lone dense
+    // class's bits by reference with the few other ids, else a list of ids
+    // when they are few, else a copy of the mask.
+    size_t dense = 0, sparse = extra.size();
+    const CompiledGrammar::PositionCache* base = nullptr;
+    for (const auto& c : classes) {
+      if (!c->accepted_bits.empty()) {
+        ++dense;
+        base = c.get();
+      }
+      sparse += c->accepted_ids.size();
+    }
+    const size_t few = static_cast<size_t>(vocab.mask_words()) / 8;
+    if (dense == 1 && sparse <= few) {
+      for (const auto& c : classes) {
+        if (c.get() == base) {
+          entry->base = c;
+          entry->has_base = true;
+        } else {
+          entry->ids.insert(entry->ids.end(), c->accepted_ids.begin(),
+                            c->accepted_ids.end());
+        }
+      }
+      entry->ids.insert(entry->ids.end(), extra.begin(), extra.end());
+    } else if (dense == 0 && sparse <= few) {
+      for (size_t w = 0; w < mask.size(); ++w) {
+        for (uint32_t x = mask[w]; x != 0; x &= x - 1) {
+          entry->ids.push_back(static_cast<int32_t>(w * 32) + __builtin_ctz(x));
+        }
+      }
+    } else {
+      entry->bits.assign(mask.begin(), mask.end());
+    }
+    grammar_->StoreMask(std::move(*key), std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
 std::vector<int32_t> GrammarMatcher::CopyStacks(Arena* to) const {
   std::vector<int32_t> out, frames;
   out.reserve(state_.size());
@@ -577,57 +712,25 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
   const auto allow = [&](int32_t id) {
     if (id >= 0 && id < vocab.size()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   };
-  if (!terminated_) {
+  if (!terminated_ && !state_.empty()) {
     if (state_.size() > kMaxMaskStacks) {
       return absl::FailedPreconditionError(
           absl::StrCat("the grammar is too ambiguous: ", state_.size(),
                        " parse stacks at once (at most ", kMaxMaskStacks, ")"));
     }
-    std::vector<std::vector<int32_t>> seen;
-    std::vector<int32_t> frames, uncertain;
+    std::vector<int32_t> key;
+    bool cacheable = true;
     for (int32_t id : state_) {
-      // The stack's top frames: its cache key.
-      frames.clear();
-      int32_t n = id;
-      while (n >= 0 && static_cast<int>(frames.size()) < kCacheFrames) {
-        frames.push_back(arena_->node(n).pos);
-        n = arena_->node(n).parent;
+      for (int32_t n = id; n >= 0 && cacheable; n = arena_->node(n).parent) {
+        key.push_back(arena_->node(n).pos);
+        cacheable = key.size() <= kMaxMaskKeyFrames + state_.size();
       }
-      const bool exact = n == kBottom;
-      const std::shared_ptr<const CompiledGrammar::PositionCache> cached =
-          grammar_->Cache(frames, exact);
-      const CompiledGrammar::PositionCache& cache = *cached;
-      frames.push_back(exact ? 1 : 0);
-      if (std::find(seen.begin(), seen.end(), frames) != seen.end()) continue;
-      seen.push_back(frames);
-      if (!cache.accepted_bits.empty()) {
-        for (size_t w = 0; w < mask.size(); ++w) {
-          mask[w] |= cache.accepted_bits[w];
-        }
-      }
-      for (int32_t t : cache.accepted_ids) allow(t);
-      uncertain.insert(uncertain.end(), cache.uncertain.begin(),
-                       cache.uncertain.end());
+      key.push_back(-1);
     }
-    if (!uncertain.empty()) {
-      // One walk of every stack's uncertain tokens from all the stacks at
-      // once: a token is allowed when any stack accepts it, and with the
-      // real stacks below nothing is unknown any more.
-      if (seen.size() > 1) {
-        std::sort(uncertain.begin(), uncertain.end());
-        uncertain.erase(std::unique(uncertain.begin(), uncertain.end()),
-                        uncertain.end());
-      }
-      Dfa dfa(&grammar_->grammar(), &grammar_->byte_classes());
-      const int32_t start = dfa.Intern(CopyStacks(&dfa.arena()));
-      const bool complete = internal::WalkList(
-          &dfa, vocab, start, uncertain.data(), uncertain.size(),
-          [&](int32_t index) { allow(vocab.sorted()[index]); });
-      if (!complete) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the grammar is too ambiguous: more than ", kMaxStacks,
-                         " parse stacks at once"));
-      }
+    if (cacheable && ApplyCachedMask(key, mask)) {
+      // A warm step: the same stacks were masked before.
+    } else {
+      RETURN_IF_ERROR(ComputeMask(mask, cacheable ? &key : nullptr));
     }
   }
   if (can_end_ || terminated_) {

@@ -83,9 +83,17 @@ inline constexpr size_t kMaxMaskStacks = 64;
 // 151,669 tokens): the least recently used past this are dropped.
 inline constexpr size_t kMaxCachedTops = 2048;
 
+// Whole-state masks kept per grammar (see CompiledGrammar::StepMask), in
+// bytes of what they hold beyond their classes.
+inline constexpr size_t kMaxCachedMaskBytes = size_t{8} << 20;
+// A state whose stacks have more frames than this in all is not cached (its
+// key would cost more than the mask).
+inline constexpr size_t kMaxMaskKeyFrames = 4096;
+
 namespace internal {
-// A map of at most `capacity` entries that drops the least recently used.
-// Not thread-safe: its owner locks around it.
+// A map holding entries of at most `capacity` cost in all (each Insert says
+// what its entry costs) that drops the least recently used. Not
+// thread-safe: its owner locks around it.
 template <typename V>
 class LruMap {
  public:
@@ -97,29 +105,37 @@ class LruMap {
     auto it = index_.find(key);
     if (it == index_.end()) return nullptr;
     items_.splice(items_.begin(), items_, it->second);
-    return &it->second->second;
+    return &it->second->value;
   }
   // Stores `value` unless `key` is present (then keeps the stored one);
-  // returns what is stored. Drops the least recently used past capacity.
-  const V& Insert(Key key, V value) {
+  // returns what is stored. Drops the least recently used past capacity
+  // (never the entry just stored).
+  const V& Insert(Key key, V value, size_t cost = 1) {
     if (const V* found = Find(key)) return *found;
-    items_.emplace_front(key, std::move(value));
+    items_.push_front(Item{key, std::move(value), cost});
     index_.emplace(std::move(key), items_.begin());
-    while (items_.size() > capacity_) {
-      index_.erase(items_.back().first);
+    total_ += cost;
+    while (total_ > capacity_ && items_.size() > 1) {
+      total_ -= items_.back().cost;
+      index_.erase(items_.back().key);
       items_.pop_back();
       ++evictions_;
     }
-    return items_.front().second;
+    return items_.front().value;
   }
   size_t size() const { return items_.size(); }
   int64_t evictions() const { return evictions_; }
 
  private:
+  struct Item {
+    Key key;
+    V value;
+    size_t cost;
+  };
   size_t capacity_;
-  std::list<std::pair<Key, V>> items_;  // Most recent first.
-  absl::flat_hash_map<Key, typename std::list<std::pair<Key, V>>::iterator>
-      index_;
+  size_t total_ = 0;
+  std::list<Item> items_;  // Most recent first.
+  absl::flat_hash_map<Key, typename std::list<Item>::iterator> index_;
   int64_t evictions_ = 0;
 };
 }  // namespace internal
@@ -151,6 +167,24 @@ class CompiledGrammar {
   std::shared_ptr<const PositionCache> Cache(const std::vector<int32_t>& frames,
                                              bool exact) const;
 
+  // A whole state's mask, for the next step of any sequence that reaches
+  // the same stacks, in the form that is quickest to write: one class's
+  // accepted bits (weak: a class dropped from the cache makes the entry
+  // stale rather than keeping the class alive) or a copy of the whole mask
+  // when several dense classes make it, plus the ids set besides. Keyed by
+  // every stack's positions, top first, each stack followed by -1. The end
+  // ids are the matcher's to add.
+  struct StepMask {
+    std::weak_ptr<const PositionCache> base;
+    bool has_base = false;
+    std::vector<uint32_t> bits;  // Empty, or mask words.
+    std::vector<int32_t> ids;
+  };
+  std::shared_ptr<const StepMask> FindMask(
+      const std::vector<int32_t>& key) const;
+  void StoreMask(std::vector<int32_t> key,
+                 std::shared_ptr<const StepMask> mask) const;
+
   // Classes held now (at most kMaxCachedTops), and filled in all (tests,
   // statistics).
   int64_t cached_positions() const;
@@ -165,6 +199,8 @@ class CompiledGrammar {
   mutable internal::LruMap<std::shared_ptr<const PositionCache>> caches_{
       kMaxCachedTops};
   mutable int64_t fills_ = 0;
+  mutable internal::LruMap<std::shared_ptr<const StepMask>> masks_{
+      kMaxCachedMaskBytes};
 };
 
 class GrammarCache {
@@ -220,6 +256,14 @@ class GrammarMatcher {
  private:
   GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
                  std::vector<int32_t> end_ids, const internal::Arena& arena);
+  // Writes the state's mask (without the end ids) into `mask`, zeroed, from
+  // the grammar's cache of whole-state masks; false when it has none.
+  bool ApplyCachedMask(const std::vector<int32_t>& key,
+                       absl::Span<uint32_t> mask) const;
+  // ORs the state's mask into `mask` from its stacks' token classes and a
+  // walk of their uncertain tokens; stores it under `key` unless null.
+  absl::Status ComputeMask(absl::Span<uint32_t> mask,
+                           std::vector<int32_t>* key) const;
   // The state's stacks interned into `to` (whole, over the grammar's end).
   std::vector<int32_t> CopyStacks(internal::Arena* to) const;
 
