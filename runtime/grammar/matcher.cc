@@ -32,7 +32,12 @@ struct Reached {
 // comparison beyond ids.
 class Arena {
  public:
-  explicit Arena(const Grammar* grammar) : g_(grammar) {}
+  explicit Arena(const Grammar* grammar) : g_(grammar) {
+    // A sequence's arena holds a few hundred nodes between compactions:
+    // sized once rather than grown through every power of two.
+    nodes_.reserve(256);
+    index_.reserve(256);
+  }
 
   struct Node {
     int32_t pos;
@@ -549,6 +554,7 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
   }
   can_end_ = reached.bottom;
   arena_->Compact(&state_);
+  compacted_size_ = arena_->size();
 }
 
 GrammarMatcher::~GrammarMatcher() = default;
@@ -561,6 +567,7 @@ std::unique_ptr<GrammarMatcher> GrammarMatcher::Clone() const {
   m->state_ = state_;
   m->can_end_ = can_end_;
   m->terminated_ = terminated_;
+  m->compacted_size_ = compacted_size_;
   return m;
 }
 
@@ -583,6 +590,8 @@ bool GrammarMatcher::ApplyCachedMask(const std::vector<int32_t>& key,
     if (base == nullptr) return false;  // Dropped: recompute.
     std::copy(base->accepted_bits.begin(), base->accepted_bits.end(),
               mask.begin());
+  } else {
+    std::fill(mask.begin(), mask.end(), 0u);
   }
   uint32_t* words = mask.data();
   for (int32_t id : cached->ids) words[id >> 5] |= uint32_t{1} << (id & 31);
@@ -708,7 +717,6 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grammar mask: ", mask.size(), " words for ", vocab.mask_words()));
   }
-  std::fill(mask.begin(), mask.end(), 0u);
   const auto allow = [&](int32_t id) {
     if (id >= 0 && id < vocab.size()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   };
@@ -730,8 +738,11 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
     if (cacheable && ApplyCachedMask(key, mask)) {
       // A warm step: the same stacks were masked before.
     } else {
+      std::fill(mask.begin(), mask.end(), 0u);
       RETURN_IF_ERROR(ComputeMask(mask, cacheable ? &key : nullptr));
     }
+  } else {
+    std::fill(mask.begin(), mask.end(), 0u);
   }
   if (can_end_ || terminated_) {
     for (int32_t id : end_ids_) allow(id);
@@ -764,7 +775,9 @@ absl::Status GrammarMatcher::Accept(int32_t token) {
   }
   const std::string& bytes = vocab.bytes(token);
   const size_t mark = arena_->size();
-  std::vector<int32_t> cur = state_, next;
+  std::vector<int32_t>& cur = scratch_[0];
+  std::vector<int32_t>& next = scratch_[1];
+  cur = state_;
   Reached reached;
   for (size_t i = 0; i < bytes.size(); ++i) {
     reached = Reached();
@@ -784,9 +797,14 @@ absl::Status GrammarMatcher::Accept(int32_t token) {
           "grammar: token ", token, " does not continue the output"));
     }
   }
-  state_ = std::move(cur);
+  state_.swap(cur);
   can_end_ = reached.bottom;
-  arena_->Compact(&state_);
+  // Dead nodes are dropped once they outnumber the live ones, not per
+  // token: compaction rebuilds the arena's index.
+  if (arena_->size() > 2 * compacted_size_ + 256) {
+    arena_->Compact(&state_);
+    compacted_size_ = arena_->size();
+  }
   return absl::OkStatus();
 }
 

@@ -256,8 +256,9 @@ class GrammarMatcher {
  private:
   GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
                  std::vector<int32_t> end_ids, const internal::Arena& arena);
-  // Writes the state's mask (without the end ids) into `mask`, zeroed, from
-  // the grammar's cache of whole-state masks; false when it has none.
+  // Writes the state's mask (without the end ids) over `mask` from the
+  // grammar's cache of whole-state masks; false (`mask` untouched) when it
+  // has none.
   bool ApplyCachedMask(const std::vector<int32_t>& key,
                        absl::Span<uint32_t> mask) const;
   // ORs the state's mask into `mask` from its stacks' token classes and a
@@ -273,6 +274,8 @@ class GrammarMatcher {
   // scratch that each call discards.
   std::unique_ptr<internal::Arena> arena_;
   std::vector<int32_t> state_;  // Its byte-topped stacks (arena nodes).
+  size_t compacted_size_ = 0;   // The arena's size after its last Compact.
+  std::vector<int32_t> scratch_[2];
   bool can_end_ = false;
   bool terminated_ = false;
 };
