@@ -441,27 +441,32 @@ CompiledGrammar::CompiledGrammar(
 CompiledGrammar::~CompiledGrammar() = default;
 
 std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
-    const std::vector<int32_t>& frames, bool exact) const {
-  std::vector<int32_t> key = frames;
-  key.push_back(exact ? 1 : 0);
+    const std::vector<int32_t>& tops) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (const auto* found = caches_.Find(key)) return *found;
+    if (const auto* found = caches_.Find(tops)) return *found;
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
   // the same key at once, and the first stored wins.
   auto cache = std::make_shared<PositionCache>();
   const TokenVocabulary& vocab = *vocabulary_;
   Dfa dfa(&grammar_, &byte_classes_);
-  int32_t node = exact ? kBottom : kUnknown;
-  for (size_t i = frames.size(); i-- > 0;) {
-    node = dfa.arena().Intern(frames[i], node);
+  // Each stack's frames come from a byte-topped stack: its top node is one
+  // of the start state's stacks.
+  std::vector<int32_t> start;
+  for (size_t begin = 0; begin < tops.size();) {
+    size_t end = begin;
+    while (tops[end] >= 0) ++end;
+    int32_t node = tops[end] == kExactTop ? kBottom : kUnknown;
+    for (size_t i = end; i-- > begin;) node = dfa.arena().Intern(tops[i], node);
+    start.push_back(node);
+    begin = end + 1;
   }
   // The frames come from a byte-topped stack: the node is a state's stack.
   std::vector<uint32_t> bits(vocab.mask_words(), 0);
   size_t accepted = 0;
-  internal::FillClasses(&dfa, vocab, dfa.Intern({node}), &bits, &accepted,
-                        &cache->uncertain);
+  internal::FillClasses(&dfa, vocab, dfa.Intern(std::move(start)), &bits,
+                        &accepted, &cache->uncertain);
   // A list when setting its ids costs less than copying the words.
   if (accepted > static_cast<size_t>(vocab.mask_words()) / 8) {
     cache->accepted_bits = std::move(bits);
@@ -476,7 +481,7 @@ std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
   }
   std::lock_guard<std::mutex> lock(mu_);
   ++fills_;
-  return caches_.Insert(std::move(key), std::move(cache));
+  return caches_.Insert(tops, std::move(cache));
 }
 
 std::shared_ptr<const CompiledGrammar::StepMask> CompiledGrammar::FindMask(
@@ -602,46 +607,37 @@ absl::Status GrammarMatcher::ComputeMask(absl::Span<uint32_t> mask,
                                          std::vector<int32_t>* key) const {
   const TokenVocabulary& vocab = grammar_->vocabulary();
   auto entry = std::make_shared<CompiledGrammar::StepMask>();
-  std::vector<std::shared_ptr<const CompiledGrammar::PositionCache>> classes;
   std::vector<int32_t> extra;  // Uncertain tokens the real stacks accept.
-  std::vector<std::vector<int32_t>> seen;
-  std::vector<int32_t> frames, uncertain;
+  // The key of the state's token classes: each stack's top frames and how
+  // it ends, in a canonical order (a set: equal tops classify alike).
+  std::vector<std::vector<int32_t>> tops;
+  tops.reserve(state_.size());
   for (int32_t id : state_) {
-    // The stack's top frames: its cache key.
-    frames.clear();
+    std::vector<int32_t> top;
     int32_t n = id;
-    while (n >= 0 && static_cast<int>(frames.size()) < kCacheFrames) {
-      frames.push_back(arena_->node(n).pos);
+    while (n >= 0 && static_cast<int>(top.size()) < kCacheFrames) {
+      top.push_back(arena_->node(n).pos);
       n = arena_->node(n).parent;
     }
-    const bool exact = n == kBottom;
-    const std::shared_ptr<const CompiledGrammar::PositionCache> cached =
-        grammar_->Cache(frames, exact);
-    const CompiledGrammar::PositionCache& cache = *cached;
-    frames.push_back(exact ? 1 : 0);
-    if (std::find(seen.begin(), seen.end(), frames) != seen.end()) continue;
-    seen.push_back(frames);
-    classes.push_back(cached);
-    if (!cache.accepted_bits.empty()) {
-      for (size_t w = 0; w < mask.size(); ++w) {
-        mask[w] |= cache.accepted_bits[w];
-      }
-    }
-    for (int32_t t : cache.accepted_ids) {
-      mask[t >> 5] |= uint32_t{1} << (t & 31);
-    }
-    uncertain.insert(uncertain.end(), cache.uncertain.begin(),
-                     cache.uncertain.end());
+    top.push_back(n == kBottom ? CompiledGrammar::kExactTop
+                               : CompiledGrammar::kOpenTop);
+    tops.push_back(std::move(top));
   }
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  std::vector<int32_t> flat;
+  for (const auto& top : tops) flat.insert(flat.end(), top.begin(), top.end());
+  const std::shared_ptr<const CompiledGrammar::PositionCache> cls =
+      grammar_->Cache(flat);
+  if (!cls->accepted_bits.empty()) {
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] |= cls->accepted_bits[w];
+  }
+  for (int32_t t : cls->accepted_ids) mask[t >> 5] |= uint32_t{1} << (t & 31);
+  const std::vector<int32_t>& uncertain = cls->uncertain;
   if (!uncertain.empty()) {
     // One walk of every stack's uncertain tokens from all the stacks at
     // once: a token is allowed when any stack accepts it, and with the
     // real stacks below nothing is unknown any more.
-    if (seen.size() > 1) {
-      std::sort(uncertain.begin(), uncertain.end());
-      uncertain.erase(std::unique(uncertain.begin(), uncertain.end()),
-                      uncertain.end());
-    }
     Dfa dfa(&grammar_->grammar(), &grammar_->byte_classes());
     const int32_t start = dfa.Intern(CopyStacks(&dfa.arena()));
     const bool complete =
@@ -658,36 +654,18 @@ absl::Status GrammarMatcher::ComputeMask(absl::Span<uint32_t> mask,
     }
   }
   if (key != nullptr) {
-    // The quickest form to write next time (see StepMask): a lone dense
-    // class's bits by reference with the few other ids, else a list of ids
-    // when they are few, else a copy of the mask.
-    size_t dense = 0, sparse = extra.size();
-    const CompiledGrammar::PositionCache* base = nullptr;
-    for (const auto& c : classes) {
-      if (!c->accepted_bits.empty()) {
-        ++dense;
-        base = c.get();
-      }
-      sparse += c->accepted_ids.size();
-    }
+    // The quickest form to write next time (see StepMask): the class's
+    // bits by reference with the few other ids, else a list of ids when
+    // they are few, else a copy of the mask.
     const size_t few = static_cast<size_t>(vocab.mask_words()) / 8;
-    if (dense == 1 && sparse <= few) {
-      for (const auto& c : classes) {
-        if (c.get() == base) {
-          entry->base = c;
-          entry->has_base = true;
-        } else {
-          entry->ids.insert(entry->ids.end(), c->accepted_ids.begin(),
-                            c->accepted_ids.end());
-        }
-      }
+    if (!cls->accepted_bits.empty() && extra.size() <= few) {
+      entry->base = cls;
+      entry->has_base = true;
+      entry->ids = std::move(extra);
+    } else if (cls->accepted_bits.empty() &&
+               cls->accepted_ids.size() + extra.size() <= few) {
+      entry->ids = cls->accepted_ids;
       entry->ids.insert(entry->ids.end(), extra.begin(), extra.end());
-    } else if (dense == 0 && sparse <= few) {
-      for (size_t w = 0; w < mask.size(); ++w) {
-        for (uint32_t x = mask[w]; x != 0; x &= x - 1) {
-          entry->ids.push_back(static_cast<int32_t>(w * 32) + __builtin_ctz(x));
-        }
-      }
     } else {
       entry->bits.assign(mask.begin(), mask.end());
     }

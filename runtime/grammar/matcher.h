@@ -150,10 +150,13 @@ class CompiledGrammar {
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   const internal::ByteClasses& byte_classes() const { return byte_classes_; }
 
-  // The token classes (see above) of a stack whose top frames are
-  // `frames` (top first, at most kCacheFrames positions); `exact`: those
-  // are the whole stack (the root's end below them), else the rest is
-  // unknown. Filled on first use.
+  // The token classes (see above) of a state whose stacks' top frames are
+  // `tops`: for each distinct stack top, in sorted order, its positions
+  // (top first, at most kCacheFrames) then kExactTop when those are the
+  // whole stack (the root's end below them) or kOpenTop when the rest is
+  // unknown. Filled on first use, by one walk for all the stacks.
+  static constexpr int32_t kOpenTop = -1;
+  static constexpr int32_t kExactTop = -2;
   struct PositionCache {
     // Accepted ids: a bitmask of vocabulary().mask_words() words when there
     // are many, else a list.
@@ -164,8 +167,8 @@ class CompiledGrammar {
     std::vector<int32_t> uncertain;
   };
   // Shared: a class dropped from the cache lives on while a step uses it.
-  std::shared_ptr<const PositionCache> Cache(const std::vector<int32_t>& frames,
-                                             bool exact) const;
+  std::shared_ptr<const PositionCache> Cache(
+      const std::vector<int32_t>& tops) const;
 
   // A whole state's mask, for the next step of any sequence that reaches
   // the same stacks, in the form that is quickest to write: one class's
@@ -195,7 +198,7 @@ class CompiledGrammar {
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   internal::ByteClasses byte_classes_;
   mutable std::mutex mu_;
-  // Key: the frames, then 1 for exact or 0.
+  // Key: the tops (see Cache).
   mutable internal::LruMap<std::shared_ptr<const PositionCache>> caches_{
       kMaxCachedTops};
   mutable int64_t fills_ = 0;
