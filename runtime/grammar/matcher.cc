@@ -245,6 +245,13 @@ class Dfa {
 
   Arena& arena() { return arena_; }
 
+  // The transition table: state s's transition by a byte of class c is
+  // table()[s * width() + c], kUnset until computed (then call Step).
+  // Valid until the next Step.
+  const uint32_t* table() const { return trans_.data(); }
+  size_t width() const { return width_; }
+  const uint8_t* byte_class_of() const { return classes_->of.data(); }
+
   // The state of the byte-topped stacks `set` (arena nodes, unique).
   int32_t Intern(std::vector<int32_t> set) {
     std::sort(set.begin(), set.end());
@@ -375,11 +382,15 @@ void FillClasses(Dfa* dfa, const TokenVocabulary& vocab, int32_t start,
                  std::vector<int32_t>* uncertain) {
   const size_t max_len = static_cast<size_t>(vocab.max_token_bytes());
   // path[d]: the state after the current node's first d bytes; unknown[d]:
-  // a path popped into the unknown rest within them.
-  std::vector<int32_t> path(max_len + 1, 0);
-  std::vector<char> unknown(max_len + 1, 0);
+  // a path popped into the unknown rest within them (words, not chars, so
+  // that stores to it do not make the compiler reload everything).
+  std::vector<int32_t> path_storage(max_len + 1, 0);
+  std::vector<uint32_t> unknown_storage(max_len + 1, 0);
+  int32_t* path = path_storage.data();
+  uint32_t* unknown = unknown_storage.data();
   path[0] = start;
-  const std::vector<int32_t>& sorted = vocab.sorted();
+  const int32_t* sorted = vocab.sorted().data();
+  const TokenVocabulary::TrieNode* trie = vocab.trie();
   uint32_t* bits = accepted_bits->data();
   size_t count = 0;
   const auto accept = [&](int32_t begin, int32_t end) {
@@ -392,29 +403,38 @@ void FillClasses(Dfa* dfa, const TokenVocabulary& vocab, int32_t start,
   const auto undecided = [&](int32_t begin, int32_t end) {
     for (int32_t k = begin; k < end; ++k) uncertain->push_back(k);
   };
+  // The DFA's table, reloaded after a transition is computed (it grows).
+  const uint8_t* of = dfa->byte_class_of();
+  const size_t width = dfa->width();
+  const uint32_t* table = dfa->table();
   const int32_t nodes = vocab.trie_nodes();
   int32_t i = 1;
   while (i < nodes) {
-    const int32_t d = vocab.trie_depth(i);
-    const int32_t end = vocab.trie_end(i);
-    const uint32_t t = dfa->Step(path.data(), d - 1, vocab.trie_byte(i));
+    const TokenVocabulary::TrieNode& node = trie[i];
+    const int32_t d = node.depth;
+    uint32_t t =
+        table[static_cast<size_t>(path[d - 1]) * width + of[node.byte]];
+    if (t == Dfa::kUnset) {
+      t = dfa->Step(path, d - 1, node.byte);
+      table = dfa->table();
+    }
     if (t & Dfa::kOverflowFlag) {
       // Stacks were dropped: nothing below is known to be rejected.
-      undecided(vocab.trie_tokens(i), vocab.trie_tokens(end));
-      i = end;
+      undecided(node.tokens, trie[node.end].tokens);
+      i = node.end;
       continue;
     }
     const int32_t target = Dfa::Target(t);
-    const int32_t here_end = vocab.trie_tokens(i + 1);
+    const int32_t here_end = trie[i + 1].tokens;
     if (target != 0 || (t & (Dfa::kBottomFlag | Dfa::kUnknownFlag))) {
-      accept(vocab.trie_tokens(i), here_end);
+      accept(node.tokens, here_end);
     } else if (unknown[d - 1]) {
-      undecided(vocab.trie_tokens(i), here_end);
+      undecided(node.tokens, here_end);
     }
-    const bool unknown_here = unknown[d - 1] || (t & Dfa::kUnknownFlag);
+    const uint32_t unknown_here = unknown[d - 1] | (t & Dfa::kUnknownFlag);
     if (target == 0) {
-      if (unknown_here) undecided(here_end, vocab.trie_tokens(end));
-      i = end;
+      if (unknown_here) undecided(here_end, trie[node.end].tokens);
+      i = node.end;
     } else {
       path[d] = target;
       unknown[d] = unknown_here;

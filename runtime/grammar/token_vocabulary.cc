@@ -55,14 +55,11 @@ void TokenVocabulary::BuildTrie() {
   // One node per distinct prefix: token i adds the nodes of its bytes past
   // its common prefix with token i - 1. `path[d]` is the node of the current
   // token's first d bytes; a node's subtree ends when the path leaves it.
-  trie_byte_.assign(1, 0);
-  trie_depth_.assign(1, 0);
-  trie_end_.assign(1, 0);
-  trie_tokens_.assign(1, 0);
+  trie_.assign(1, TrieNode{0, 0, 0, 0});
   std::vector<int32_t> path = {0};
   const auto close_to = [&](size_t depth) {
     while (path.size() > depth + 1) {
-      trie_end_[path.back()] = static_cast<int32_t>(trie_byte_.size());
+      trie_[path.back()].end = static_cast<int32_t>(trie_.size());
       path.pop_back();
     }
   };
@@ -71,16 +68,16 @@ void TokenVocabulary::BuildTrie() {
     const size_t common = k == 0 ? 0 : static_cast<size_t>(lcp_[k]);
     close_to(common);
     for (size_t d = common; d < tok.size(); ++d) {
-      path.push_back(static_cast<int32_t>(trie_byte_.size()));
-      trie_byte_.push_back(static_cast<uint8_t>(tok[d]));
-      trie_depth_.push_back(static_cast<uint16_t>(d + 1));
-      trie_end_.push_back(0);
-      trie_tokens_.push_back(static_cast<int32_t>(k));
+      path.push_back(static_cast<int32_t>(trie_.size()));
+      trie_.push_back(TrieNode{0, static_cast<int32_t>(k),
+                               static_cast<uint16_t>(d + 1),
+                               static_cast<uint8_t>(tok[d])});
     }
   }
   close_to(0);
-  trie_end_[0] = static_cast<int32_t>(trie_byte_.size());
-  trie_tokens_.push_back(static_cast<int32_t>(sorted_.size()));
+  trie_[0].end = static_cast<int32_t>(trie_.size());
+  trie_.push_back(TrieNode{static_cast<int32_t>(trie_.size()) + 1,
+                           static_cast<int32_t>(sorted_.size()), 0, 0});
 }
 
 }  // namespace grammar

@@ -48,11 +48,19 @@ class TokenVocabulary {
   // sorted()[trie_tokens(i) .. trie_tokens(trie_end(i))), and those whose
   // bytes equal it sorted()[trie_tokens(i) .. trie_tokens(i + 1)).
   // trie_tokens(trie_nodes()) is sorted().size().
-  int32_t trie_nodes() const { return static_cast<int32_t>(trie_byte_.size()); }
-  uint8_t trie_byte(int32_t i) const { return trie_byte_[i]; }
-  int32_t trie_depth(int32_t i) const { return trie_depth_[i]; }
-  int32_t trie_end(int32_t i) const { return trie_end_[i]; }
-  int32_t trie_tokens(int32_t i) const { return trie_tokens_[i]; }
+  struct TrieNode {
+    int32_t end;     // trie_end
+    int32_t tokens;  // trie_tokens
+    uint16_t depth;  // trie_depth
+    uint8_t byte;    // trie_byte
+  };
+  int32_t trie_nodes() const { return static_cast<int32_t>(trie_.size()) - 1; }
+  uint8_t trie_byte(int32_t i) const { return trie_[i].byte; }
+  int32_t trie_depth(int32_t i) const { return trie_[i].depth; }
+  int32_t trie_end(int32_t i) const { return trie_[i].end; }
+  int32_t trie_tokens(int32_t i) const { return trie_[i].tokens; }
+  // The nodes, then one past the last whose `tokens` is sorted().size().
+  const TrieNode* trie() const { return trie_.data(); }
 
  private:
   TokenVocabulary() = default;
@@ -62,10 +70,7 @@ class TokenVocabulary {
   std::vector<int32_t> sorted_;
   std::vector<int32_t> lcp_;
   int32_t max_token_bytes_ = 0;
-  std::vector<uint8_t> trie_byte_;
-  std::vector<uint16_t> trie_depth_;
-  std::vector<int32_t> trie_end_;
-  std::vector<int32_t> trie_tokens_;  // One more than the nodes.
+  std::vector<TrieNode> trie_;  // One more than the nodes.
 };
 
 }  // namespace grammar
