@@ -3,6 +3,8 @@
 //     bazel run -c opt //runtime/grammar:grammar_benchmark
 // - BM_CompileSchema: a JSON schema to EBNF to a parsed grammar (what rank 0
 //   does per request).
+// - BM_CreateVocabulary: the tokenizer's TokenVocabulary (sorted ids and the
+//   byte trie), once per tokenizer.
 // - BM_ColdMasks: a fresh compiled grammar's masks along one JSON output,
 //   every position's token cache filled on first use (a new schema's first
 //   request).
@@ -79,6 +81,8 @@ struct Setup {
   std::shared_ptr<const TokenVocabulary> vocab;
   std::vector<int32_t> output_ids;
   std::string ebnf;
+  std::vector<std::string> bytes;
+  std::vector<bool> excluded;
 };
 
 const Setup& GetSetup() {
@@ -99,6 +103,8 @@ const Setup& GetSetup() {
       excluded.push_back(s->tokenizer->IsSpecial(id));
     }
     s->vocab = *TokenVocabulary::Create(bytes, excluded);
+    s->bytes = bytes;
+    s->excluded = excluded;
     s->output_ids = *s->tokenizer->Encode(kOutput);
     s->ebnf = *JsonSchemaTextToEbnf(kSchema);
     return s;
@@ -114,6 +120,17 @@ void BM_CompileSchema(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_CompileSchema)->Unit(benchmark::kMicrosecond);
+
+// Once per tokenizer: sorting the vocabulary and building its trie.
+void BM_CreateVocabulary(benchmark::State& state) {
+  const Setup& s = GetSetup();
+  for (auto _ : state) {
+    auto v = TokenVocabulary::Create(s.bytes, s.excluded);
+    benchmark::DoNotOptimize(v);
+  }
+  state.counters["trie_nodes"] = static_cast<double>(s.vocab->trie_nodes());
+}
+BENCHMARK(BM_CreateVocabulary)->Unit(benchmark::kMillisecond);
 
 // Walks the output: mask, then accept, token by token.
 void Walk(const std::shared_ptr<const CompiledGrammar>& g) {

@@ -223,8 +223,9 @@ ByteClasses::ByteClasses(const Grammar& g) {
 // more than kMaxStacks stacks (then its target is state 0 and the walk must
 // treat what follows as undecided).
 //
-// Memory is bounded: past kMaxDfaStates states, kMaxDfaSetInts stack ids in
-// all or kMaxDfaArenaNodes arena nodes, the DFA is rebuilt from the states
+// Memory is bounded: past kMaxDfaStates states, kMaxDfaTableWords
+// transitions, kMaxDfaSetInts stack ids in all or kMaxDfaArenaNodes arena
+// nodes, the DFA is rebuilt from the states
 // the walk still stands on (its path), so a grammar whose prefixes all lead
 // to different stacks costs time, not memory.
 class Dfa {
@@ -237,9 +238,11 @@ class Dfa {
   static constexpr size_t kMaxDfaStates = 1 << 14;
   static constexpr size_t kMaxDfaSetInts = 1 << 20;
   static constexpr size_t kMaxDfaArenaNodes = 1 << 18;
+  static constexpr size_t kMaxDfaTableWords = 1 << 21;
 
   Dfa(const Grammar* g, const ByteClasses* classes)
       : arena_(g), classes_(classes), width_(classes->count) {
+    limit_states_ = MaxStates();
     Intern({});
   }
 
@@ -279,9 +282,14 @@ class Dfa {
 
  private:
   uint32_t Compute(int32_t* path, int32_t d, uint8_t byte) {
-    if (sets_.size() >= kMaxDfaStates || set_ints_ >= kMaxDfaSetInts ||
-        arena_.size() >= kMaxDfaArenaNodes) {
+    if (sets_.size() >= limit_states_ || set_ints_ >= limit_ints_ ||
+        arena_.size() >= limit_nodes_) {
       Rebuild(path, d);
+      // What the path alone holds stays; the next rebuild waits until as
+      // much again has been added, so rebuilds cannot follow each other.
+      limit_states_ = std::max(MaxStates(), 2 * sets_.size());
+      limit_ints_ = std::max(kMaxDfaSetInts, 2 * set_ints_);
+      limit_nodes_ = std::max(kMaxDfaArenaNodes, 2 * arena_.size());
     }
     const uint8_t c = classes_->of[byte];
     Reached reached;
@@ -321,9 +329,17 @@ class Dfa {
     }
   }
 
+  // States whose transition rows fit kMaxDfaTableWords.
+  size_t MaxStates() const {
+    return std::min(kMaxDfaStates, kMaxDfaTableWords / width_);
+  }
+
   Arena arena_;
   const ByteClasses* classes_;
   size_t width_;
+  size_t limit_states_ = 0;
+  size_t limit_ints_ = kMaxDfaSetInts;
+  size_t limit_nodes_ = kMaxDfaArenaNodes;
   std::vector<std::vector<int32_t>> sets_;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> index_;
   std::vector<uint32_t> trans_;  // sets_.size() * width_; kUnset if not yet.
