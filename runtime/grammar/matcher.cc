@@ -225,9 +225,9 @@ ByteClasses::ByteClasses(const Grammar& g) {
 //
 // Memory is bounded: past kMaxDfaStates states, kMaxDfaTableWords
 // transitions, kMaxDfaSetInts stack ids in all or kMaxDfaArenaNodes arena
-// nodes, the DFA is rebuilt from the states
-// the walk still stands on (its path), so a grammar whose prefixes all lead
-// to different stacks costs time, not memory.
+// nodes, the DFA is rebuilt from the states the walk still stands on (its
+// path), so a grammar whose prefixes all lead to different stacks costs
+// time, not memory.
 class Dfa {
  public:
   static constexpr uint32_t kBottomFlag = 1;    // The root rule ended.

@@ -118,6 +118,33 @@ TEST(MatcherTest, NestingPastTheStackBoundIsRefused) {
   EXPECT_FALSE(s.ok());
 }
 
+// A state too deep for the whole-state mask cache (its stacks hold more than
+// kMaxMaskKeyFrames frames in all) is masked directly, every time.
+TEST(MatcherTest, DeepStatesAreMaskedWithoutTheStepCache) {
+  GrammarMatcher m(Compile(kJson, ByteVocabulary()), {256});
+  int depth = 0;
+  for (; depth < 400 && m.Accept('[').ok(); ++depth) {
+  }
+  ASSERT_GT(depth, 100);
+  std::vector<uint32_t> mask(m.mask_words());
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+    const auto has = [&](int id) -> bool {
+      return (mask[id >> 5] >> (id & 31)) & 1;
+    };
+    EXPECT_TRUE(has(']'));
+    EXPECT_TRUE(has('"'));
+    EXPECT_TRUE(has('7'));
+    EXPECT_FALSE(has('}'));
+    EXPECT_FALSE(has(256));
+  }
+  int closed = 0;
+  for (; closed < depth && m.Accept(']').ok(); ++closed) {
+  }
+  EXPECT_EQ(closed, depth);
+  EXPECT_TRUE(m.CanEnd());
+}
+
 // Each "x" may or may not open a "y" to close later: after n of them the
 // state holds n + 1 stacks. A mask over more than kMaxMaskStacks fails the
 // request instead of walking the vocabulary that many times.
