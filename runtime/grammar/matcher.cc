@@ -32,7 +32,12 @@ struct Reached {
 // comparison beyond ids.
 class Arena {
  public:
-  explicit Arena(const Grammar* grammar) : g_(grammar) {}
+  explicit Arena(const Grammar* grammar) : g_(grammar) {
+    // A sequence's arena holds a few hundred nodes between compactions:
+    // sized once rather than grown through every power of two.
+    nodes_.reserve(256);
+    index_.reserve(256);
+  }
 
   struct Node {
     int32_t pos;
@@ -177,153 +182,369 @@ class Arena {
   std::vector<int32_t> work_;
 };
 
-enum class TokenClass { kAccepted, kRejected, kUncertain };
+// Bytes that every byte set of the grammar treats alike share a class, so a
+// lazy DFA's transition is computed once per class rather than per byte (a
+// JSON string's plain characters are one class).
+ByteClasses::ByteClasses(const Grammar& g) {
+  of.fill(0);
+  int32_t n = 1;
+  std::array<int16_t, 512> split;
+  for (const ByteSet& set : g.byte_sets) {
+    if (n == 256) break;
+    split.fill(-1);
+    int32_t next = 0;
+    for (int b = 0; b < 256; ++b) {
+      const int key = of[b] * 2 + (set.Has(static_cast<uint8_t>(b)) ? 1 : 0);
+      if (split[key] < 0) split[key] = static_cast<int16_t>(next++);
+      of[b] = static_cast<uint8_t>(split[key]);
+    }
+    n = next;
+  }
+  count = n;
+  representative.assign(n, 0);
+  std::vector<char> seen(n, 0);
+  for (int b = 0; b < 256; ++b) {
+    if (!seen[of[b]]) {
+      seen[of[b]] = 1;
+      representative[of[b]] = static_cast<uint8_t>(b);
+    }
+  }
+}
 
-// Classifies the tokens vocab.sorted()[list[k]] (list ascending) from the
-// byte-topped stacks `start`, calling on_token(sorted_index, class) for each.
-// Tokens are walked in byte order, so a shared prefix is advanced once; a
-// prefix no stack survives decides every token that extends it at once.
-template <typename OnToken>
-bool WalkTokens(Arena* arena, const TokenVocabulary& vocab,
-                std::vector<int32_t> start, const int32_t* list, size_t n,
-                bool list_is_all, OnToken on_token) {
+// A lazy DFA over sets of byte-topped stacks: state 0 is the empty set (no
+// stack survives), and Step(s, b) is the state after byte b from state s,
+// computed on first use and memoized. Tokens that share a prefix share its
+// states, and different prefixes that lead to the same stacks (every plain
+// character of a JSON string does) share their transitions, so most trie
+// nodes cost one table load.
+//
+// A transition carries the flags of what its expansion ran into besides
+// stacks: the grammar's end, the unknown rest of a cache walk's stack, or
+// more than kMaxStacks stacks (then its target is state 0 and the walk must
+// treat what follows as undecided).
+//
+// Memory is bounded: past kMaxDfaStates states, kMaxDfaTableWords
+// transitions, kMaxDfaSetInts stack ids in all or kMaxDfaArenaNodes arena
+// nodes, the DFA is rebuilt from the states the walk still stands on (its
+// path), so a grammar whose prefixes all lead to different stacks costs
+// time, not memory.
+class Dfa {
+ public:
+  static constexpr uint32_t kBottomFlag = 1;    // The root rule ended.
+  static constexpr uint32_t kUnknownFlag = 2;   // Popped into the unknown.
+  static constexpr uint32_t kOverflowFlag = 4;  // Past kMaxStacks.
+  static constexpr int kFlagBits = 3;
+  static constexpr uint32_t kUnset = ~uint32_t{0};
+  static constexpr size_t kMaxDfaStates = 1 << 14;
+  static constexpr size_t kMaxDfaSetInts = 1 << 20;
+  static constexpr size_t kMaxDfaArenaNodes = 1 << 18;
+  static constexpr size_t kMaxDfaTableWords = 1 << 21;
+
+  Dfa(const Grammar* g, const ByteClasses* classes)
+      : arena_(g), classes_(classes), width_(classes->count) {
+    limit_states_ = MaxStates();
+    Intern({});
+  }
+
+  Arena& arena() { return arena_; }
+
+  // The transition table: state s's transition by a byte of class c is
+  // table()[s * width() + c], kUnset until computed (then call Step).
+  // Valid until the next Step.
+  const uint32_t* table() const { return trans_.data(); }
+  size_t width() const { return width_; }
+  const uint8_t* byte_class_of() const { return classes_->of.data(); }
+
+  // The state of the byte-topped stacks `set` (arena nodes, unique).
+  int32_t Intern(std::vector<int32_t> set) {
+    std::sort(set.begin(), set.end());
+    if (auto it = index_.find(set); it != index_.end()) return it->second;
+    const int32_t id = static_cast<int32_t>(sets_.size());
+    set_ints_ += set.size();
+    index_.emplace(set, id);
+    sets_.push_back(std::move(set));
+    trans_.resize(trans_.size() + width_, kUnset);
+    return id;
+  }
+
+  static int32_t Target(uint32_t t) {
+    return static_cast<int32_t>(t >> kFlagBits);
+  }
+
+  // The transition from path[d] by `byte`. path[0..d] are the states the
+  // caller's walk stands on: a rebuild renumbers them in place.
+  uint32_t Step(int32_t* path, int32_t d, uint8_t byte) {
+    const uint32_t t =
+        trans_[static_cast<size_t>(path[d]) * width_ + classes_->of[byte]];
+    if (t != kUnset) return t;
+    return Compute(path, d, byte);
+  }
+
+ private:
+  uint32_t Compute(int32_t* path, int32_t d, uint8_t byte) {
+    if (sets_.size() >= limit_states_ || set_ints_ >= limit_ints_ ||
+        arena_.size() >= limit_nodes_) {
+      Rebuild(path, d);
+      // What the path alone holds stays; the next rebuild waits until as
+      // much again has been added, so rebuilds cannot follow each other.
+      limit_states_ = std::max(MaxStates(), 2 * sets_.size());
+      limit_ints_ = std::max(kMaxDfaSetInts, 2 * set_ints_);
+      limit_nodes_ = std::max(kMaxDfaArenaNodes, 2 * arena_.size());
+    }
+    const uint8_t c = classes_->of[byte];
+    Reached reached;
+    arena_.Advance(sets_[path[d]], classes_->representative[c], &scratch_,
+                   &reached);
+    uint32_t t;
+    if (reached.overflow) {
+      t = kOverflowFlag;
+    } else {
+      t = (static_cast<uint32_t>(Intern(scratch_)) << kFlagBits) |
+          (reached.bottom ? kBottomFlag : 0) |
+          (reached.unknown ? kUnknownFlag : 0);
+    }
+    trans_[static_cast<size_t>(path[d]) * width_ + c] = t;
+    return t;
+  }
+
+  // Keeps only the states path[0..d] and the arena nodes they use.
+  void Rebuild(int32_t* path, int32_t d) {
+    std::vector<int32_t> roots;
+    std::vector<size_t> begin;
+    for (int32_t i = 0; i <= d; ++i) {
+      begin.push_back(roots.size());
+      roots.insert(roots.end(), sets_[path[i]].begin(), sets_[path[i]].end());
+    }
+    begin.push_back(roots.size());
+    arena_.Compact(&roots);
+    sets_.clear();
+    index_.clear();
+    trans_.clear();
+    set_ints_ = 0;
+    Intern({});
+    // Compact renumbers in id order, so each set stays sorted and unique.
+    for (int32_t i = 0; i <= d; ++i) {
+      path[i] = Intern(std::vector<int32_t>(roots.begin() + begin[i],
+                                            roots.begin() + begin[i + 1]));
+    }
+  }
+
+  // States whose transition rows fit kMaxDfaTableWords.
+  size_t MaxStates() const {
+    return std::min(kMaxDfaStates, kMaxDfaTableWords / width_);
+  }
+
+  Arena arena_;
+  const ByteClasses* classes_;
+  size_t width_;
+  size_t limit_states_ = 0;
+  size_t limit_ints_ = kMaxDfaSetInts;
+  size_t limit_nodes_ = kMaxDfaArenaNodes;
+  std::vector<std::vector<int32_t>> sets_;
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> index_;
+  std::vector<uint32_t> trans_;  // sets_.size() * width_; kUnset if not yet.
+  size_t set_ints_ = 0;
+  std::vector<int32_t> scratch_;
+};
+
+// Calls on_accepted(sorted_index) for each token vocab.sorted()[list[k]]
+// (list ascending) that some stack of `start` (complete stacks, no unknown
+// rest) accepts whole. Consecutive tokens share their common prefix's
+// states. False when a state grew past kMaxStacks.
+template <typename OnAccepted>
+bool WalkList(Dfa* dfa, const TokenVocabulary& vocab, int32_t start,
+              const int32_t* list, size_t n, OnAccepted on_accepted) {
   const size_t max_len = static_cast<size_t>(vocab.max_token_bytes());
-  // sets[d]: stacks after the current token's first d bytes (valid for
-  // d <= valid); ended[d]: a path reached a rule's end above the unknown
-  // stack (or the root's end) after d bytes; unknown_upto[d]: a path ended
-  // above the unknown stack after some j in [1, d] bytes.
-  std::vector<std::vector<int32_t>> sets(max_len + 1);
-  std::vector<char> ended(max_len + 1, 0), unknown_upto(max_len + 1, 0);
-  std::vector<size_t> arena_mark(max_len + 1, 0);
-  sets[0] = std::move(start);
-  arena_mark[0] = arena->size();
+  // path[d]: the state after the current token's first d bytes (for
+  // d <= valid); ended[d]: the transition into it reached the root's end.
+  std::vector<int32_t> path(max_len + 1, 0);
+  std::vector<char> ended(max_len + 1, 0);
+  path[0] = start;
   size_t valid = 0;
-  bool overflow = false;
   const std::string* prev = nullptr;
   for (size_t k = 0; k < n; ++k) {
-    const int32_t index = list[k];
-    const std::string& tok = vocab.bytes(vocab.sorted()[index]);
+    const std::string& tok = vocab.bytes(vocab.sorted()[list[k]]);
     size_t common = 0;
-    if (k > 0) {
-      if (list_is_all) {
-        common = static_cast<size_t>(vocab.lcp(index));
-      } else {
-        while (common < tok.size() && common < prev->size() &&
-               tok[common] == (*prev)[common]) {
-          ++common;
-        }
-      }
+    if (prev != nullptr) {
+      const size_t limit = std::min({tok.size(), prev->size(), valid});
+      while (common < limit && tok[common] == (*prev)[common]) ++common;
     }
     prev = &tok;
-    size_t d = std::min(common, valid);
-    arena->Truncate(arena_mark[d]);
-    valid = d;
+    size_t d = common;
     const size_t len = tok.size();
-    while (d < len && (d == 0 || !sets[d].empty())) {
-      Reached reached;
-      arena->Advance(sets[d], static_cast<uint8_t>(tok[d]), &sets[d + 1],
-                     &reached);
-      overflow |= reached.overflow;
+    while (d < len && (d == 0 || path[d] != 0)) {
+      const uint32_t t = dfa->Step(path.data(), static_cast<int32_t>(d),
+                                   static_cast<uint8_t>(tok[d]));
+      if (t & Dfa::kOverflowFlag) return false;
       ++d;
-      ended[d] = reached.bottom || reached.unknown;
-      unknown_upto[d] = unknown_upto[d - 1] || reached.unknown;
-      arena_mark[d] = arena->size();
-      valid = d;
+      path[d] = Dfa::Target(t);
+      ended[d] = (t & Dfa::kBottomFlag) != 0;
     }
-    TokenClass c;
-    if (d == len) {
-      if (!sets[len].empty() || ended[len]) {
-        c = TokenClass::kAccepted;
-      } else {
-        c = unknown_upto[len - 1] ? TokenClass::kUncertain
-                                  : TokenClass::kRejected;
-      }
-    } else {
-      // No stack survives the first d bytes (d < len).
-      c = unknown_upto[d] ? TokenClass::kUncertain : TokenClass::kRejected;
-    }
-    on_token(index, c);
+    valid = d;
+    if (d == len && (path[len] != 0 || ended[len])) on_accepted(list[k]);
   }
-  arena->Truncate(arena_mark[0]);
-  return !overflow;
+  return true;
+}
+
+// The token classes of the one state `start` of a cache walk: the whole
+// vocabulary walked down its trie, each distinct prefix once. On a prefix
+// that no stack survives, every token extending it is decided at once:
+// uncertain if a path popped into the unknown rest of the stack on the way
+// (with bytes left, the rest decides), else rejected. Accepted ids are set
+// in `accepted_bits` (mask words, zeroed), counted in `accepted_count`;
+// uncertain ones appended to `uncertain` as sorted() indices, ascending.
+void FillClasses(Dfa* dfa, const TokenVocabulary& vocab, int32_t start,
+                 std::vector<uint32_t>* accepted_bits, size_t* accepted_count,
+                 std::vector<int32_t>* uncertain) {
+  const size_t max_len = static_cast<size_t>(vocab.max_token_bytes());
+  // path[d]: the state after the current node's first d bytes; unknown[d]:
+  // a path popped into the unknown rest within them (words, not chars, so
+  // that stores to it do not make the compiler reload everything).
+  std::vector<int32_t> path_storage(max_len + 1, 0);
+  std::vector<uint32_t> unknown_storage(max_len + 1, 0);
+  int32_t* path = path_storage.data();
+  uint32_t* unknown = unknown_storage.data();
+  path[0] = start;
+  const int32_t* sorted = vocab.sorted().data();
+  const TokenVocabulary::TrieNode* trie = vocab.trie();
+  uint32_t* bits = accepted_bits->data();
+  size_t count = 0;
+  const auto accept = [&](int32_t begin, int32_t end) {
+    for (int32_t k = begin; k < end; ++k) {
+      const int32_t id = sorted[k];
+      bits[id >> 5] |= uint32_t{1} << (id & 31);
+    }
+    count += static_cast<size_t>(end - begin);
+  };
+  const auto undecided = [&](int32_t begin, int32_t end) {
+    for (int32_t k = begin; k < end; ++k) uncertain->push_back(k);
+  };
+  // The DFA's table, reloaded after a transition is computed (it grows).
+  const uint8_t* of = dfa->byte_class_of();
+  const size_t width = dfa->width();
+  const uint32_t* table = dfa->table();
+  const int32_t nodes = vocab.trie_nodes();
+  int32_t i = 1;
+  while (i < nodes) {
+    const TokenVocabulary::TrieNode& node = trie[i];
+    const int32_t d = node.depth;
+    uint32_t t =
+        table[static_cast<size_t>(path[d - 1]) * width + of[node.byte]];
+    if (t == Dfa::kUnset) {
+      t = dfa->Step(path, d - 1, node.byte);
+      table = dfa->table();
+    }
+    if (t & Dfa::kOverflowFlag) {
+      // Stacks were dropped: nothing below is known to be rejected.
+      undecided(node.tokens, trie[node.end].tokens);
+      i = node.end;
+      continue;
+    }
+    const int32_t target = Dfa::Target(t);
+    const int32_t here_end = trie[i + 1].tokens;
+    if (target != 0 || (t & (Dfa::kBottomFlag | Dfa::kUnknownFlag))) {
+      accept(node.tokens, here_end);
+    } else if (unknown[d - 1]) {
+      undecided(node.tokens, here_end);
+    }
+    const uint32_t unknown_here = unknown[d - 1] | (t & Dfa::kUnknownFlag);
+    if (target == 0) {
+      if (unknown_here) undecided(here_end, trie[node.end].tokens);
+      i = node.end;
+    } else {
+      path[d] = target;
+      unknown[d] = unknown_here;
+      ++i;
+    }
+  }
+  *accepted_count = count;
 }
 
 }  // namespace internal
 
 using internal::Arena;
+using internal::Dfa;
 using internal::kBottom;
 using internal::kUnknown;
 using internal::Reached;
-using internal::TokenClass;
 
 CompiledGrammar::CompiledGrammar(
     Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary)
-    : grammar_(std::move(grammar)), vocabulary_(std::move(vocabulary)) {}
+    : grammar_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      byte_classes_(grammar_) {}
 
 CompiledGrammar::~CompiledGrammar() = default;
 
-absl::StatusOr<const CompiledGrammar::PositionCache*> CompiledGrammar::Cache(
-    const std::vector<int32_t>& frames, bool exact) const {
-  std::vector<int32_t> key = frames;
-  key.push_back(exact ? 1 : 0);
+std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
+    const std::vector<int32_t>& tops) const {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (auto it = caches_.find(key); it != caches_.end()) {
-      return it->second.get();
-    }
-    if (caches_.size() >= kMaxCachedTops) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the grammar reaches more than ", kMaxCachedTops,
-                       " distinct parse states (too large or too ambiguous)"));
-    }
+    if (const auto* found = caches_.Find(tops)) return *found;
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
   // the same key at once, and the first stored wins.
-  auto cache = std::make_unique<PositionCache>();
+  auto cache = std::make_shared<PositionCache>();
   const TokenVocabulary& vocab = *vocabulary_;
-  Arena arena(&grammar_);
-  int32_t node = exact ? kBottom : kUnknown;
-  for (size_t i = frames.size(); i-- > 0;) {
-    node = arena.Intern(frames[i], node);
+  Dfa dfa(&grammar_, &byte_classes_);
+  // Each stack's frames come from a byte-topped stack: its top node is one
+  // of the start state's stacks.
+  std::vector<int32_t> start;
+  for (size_t begin = 0; begin < tops.size();) {
+    size_t end = begin;
+    while (tops[end] >= 0) ++end;
+    int32_t node = tops[end] == kExactTop ? kBottom : kUnknown;
+    for (size_t i = end; i-- > begin;) node = dfa.arena().Intern(tops[i], node);
+    start.push_back(node);
+    begin = end + 1;
   }
-  std::vector<int32_t> accepted;
-  const std::vector<int32_t>& all = vocab.sorted();
-  std::vector<int32_t> indices(all.size());
-  for (size_t i = 0; i < indices.size(); ++i) {
-    indices[i] = static_cast<int32_t>(i);
-  }
-  // Overflow here only loses precision: an overflowing walk's missing
-  // stacks make tokens look rejected, so treat them all as uncertain.
-  const bool complete = internal::WalkTokens(
-      &arena, vocab, {node}, indices.data(), indices.size(),
-      /*list_is_all=*/true, [&](int32_t index, TokenClass c) {
-        if (c == TokenClass::kAccepted) {
-          accepted.push_back(all[index]);
-        } else if (c == TokenClass::kUncertain) {
-          cache->uncertain.push_back(index);
-        }
-      });
-  if (!complete) {
-    accepted.clear();
-    cache->uncertain = indices;
-  }
-  if (accepted.size() > static_cast<size_t>(vocab.mask_words())) {
-    cache->accepted_bits.assign(vocab.mask_words(), 0);
-    for (int32_t id : accepted) {
-      cache->accepted_bits[id >> 5] |= uint32_t{1} << (id & 31);
-    }
+  // The frames come from a byte-topped stack: the node is a state's stack.
+  std::vector<uint32_t> bits(vocab.mask_words(), 0);
+  size_t accepted = 0;
+  internal::FillClasses(&dfa, vocab, dfa.Intern(std::move(start)), &bits,
+                        &accepted, &cache->uncertain);
+  // A list when setting its ids costs less than copying the words.
+  if (accepted > static_cast<size_t>(vocab.mask_words()) / 8) {
+    cache->accepted_bits = std::move(bits);
   } else {
-    std::sort(accepted.begin(), accepted.end());
-    cache->accepted_ids = std::move(accepted);
+    cache->accepted_ids.reserve(accepted);
+    for (size_t w = 0; w < bits.size(); ++w) {
+      for (uint32_t x = bits[w]; x != 0; x &= x - 1) {
+        cache->accepted_ids.push_back(static_cast<int32_t>(w * 32) +
+                                      __builtin_ctz(x));
+      }
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
-  auto [it, inserted] = caches_.emplace(std::move(key), std::move(cache));
-  return it->second.get();
+  ++fills_;
+  return caches_.Insert(tops, std::move(cache));
+}
+
+std::shared_ptr<const CompiledGrammar::StepMask> CompiledGrammar::FindMask(
+    const std::vector<int32_t>& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto* found = masks_.Find(key);
+  return found != nullptr ? *found : nullptr;
+}
+
+void CompiledGrammar::StoreMask(std::vector<int32_t> key,
+                                std::shared_ptr<const StepMask> mask) const {
+  // What it holds beyond its base class (the class cache's to bound).
+  const size_t cost = sizeof(StepMask) + 64 + key.size() * sizeof(int32_t) +
+                      mask->bits.size() * sizeof(uint32_t) +
+                      mask->ids.size() * sizeof(int32_t);
+  std::lock_guard<std::mutex> lock(mu_);
+  masks_.Insert(std::move(key), std::move(mask), cost);
 }
 
 int64_t CompiledGrammar::cached_positions() const {
   std::lock_guard<std::mutex> lock(mu_);
   return static_cast<int64_t>(caches_.size());
+}
+
+int64_t CompiledGrammar::filled_positions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return fills_;
 }
 
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
@@ -374,9 +595,135 @@ GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
   }
   can_end_ = reached.bottom;
   arena_->Compact(&state_);
+  compacted_size_ = arena_->size();
 }
 
 GrammarMatcher::~GrammarMatcher() = default;
+
+std::unique_ptr<GrammarMatcher> GrammarMatcher::Clone() const {
+  // Through the private default state: the constructor's root expansion
+  // would be thrown away.
+  std::unique_ptr<GrammarMatcher> m(
+      new GrammarMatcher(grammar_, end_ids_, *arena_));
+  m->state_ = state_;
+  m->can_end_ = can_end_;
+  m->terminated_ = terminated_;
+  m->compacted_size_ = compacted_size_;
+  return m;
+}
+
+GrammarMatcher::GrammarMatcher(std::shared_ptr<const CompiledGrammar> grammar,
+                               std::vector<int32_t> end_ids, const Arena& arena)
+    : grammar_(std::move(grammar)),
+      end_ids_(std::move(end_ids)),
+      arena_(std::make_unique<Arena>(arena)) {}
+
+bool GrammarMatcher::ApplyCachedMask(const std::vector<int32_t>& key,
+                                     absl::Span<uint32_t> mask) const {
+  const std::shared_ptr<const CompiledGrammar::StepMask> cached =
+      grammar_->FindMask(key);
+  if (cached == nullptr) return false;
+  if (!cached->bits.empty()) {
+    std::copy(cached->bits.begin(), cached->bits.end(), mask.begin());
+  } else if (cached->has_base) {
+    const std::shared_ptr<const CompiledGrammar::PositionCache> base =
+        cached->base.lock();
+    if (base == nullptr) return false;  // Dropped: recompute.
+    std::copy(base->accepted_bits.begin(), base->accepted_bits.end(),
+              mask.begin());
+  } else {
+    std::fill(mask.begin(), mask.end(), 0u);
+  }
+  uint32_t* words = mask.data();
+  for (int32_t id : cached->ids) words[id >> 5] |= uint32_t{1} << (id & 31);
+  return true;
+}
+
+absl::Status GrammarMatcher::ComputeMask(absl::Span<uint32_t> mask,
+                                         std::vector<int32_t>* key) const {
+  const TokenVocabulary& vocab = grammar_->vocabulary();
+  auto entry = std::make_shared<CompiledGrammar::StepMask>();
+  std::vector<int32_t> extra;  // Uncertain tokens the real stacks accept.
+  // The key of the state's token classes: each stack's top frames and how
+  // it ends, in a canonical order (a set: equal tops classify alike).
+  std::vector<std::vector<int32_t>> tops;
+  tops.reserve(state_.size());
+  for (int32_t id : state_) {
+    std::vector<int32_t> top;
+    int32_t n = id;
+    while (n >= 0 && static_cast<int>(top.size()) < kCacheFrames) {
+      top.push_back(arena_->node(n).pos);
+      n = arena_->node(n).parent;
+    }
+    top.push_back(n == kBottom ? CompiledGrammar::kExactTop
+                               : CompiledGrammar::kOpenTop);
+    tops.push_back(std::move(top));
+  }
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  std::vector<int32_t> flat;
+  for (const auto& top : tops) flat.insert(flat.end(), top.begin(), top.end());
+  const std::shared_ptr<const CompiledGrammar::PositionCache> cls =
+      grammar_->Cache(flat);
+  if (!cls->accepted_bits.empty()) {
+    for (size_t w = 0; w < mask.size(); ++w) mask[w] |= cls->accepted_bits[w];
+  }
+  for (int32_t t : cls->accepted_ids) mask[t >> 5] |= uint32_t{1} << (t & 31);
+  const std::vector<int32_t>& uncertain = cls->uncertain;
+  if (!uncertain.empty()) {
+    // One walk of every stack's uncertain tokens from all the stacks at
+    // once: a token is allowed when any stack accepts it, and with the
+    // real stacks below nothing is unknown any more.
+    Dfa dfa(&grammar_->grammar(), &grammar_->byte_classes());
+    const int32_t start = dfa.Intern(CopyStacks(&dfa.arena()));
+    const bool complete =
+        internal::WalkList(&dfa, vocab, start, uncertain.data(),
+                           uncertain.size(), [&](int32_t index) {
+                             const int32_t t = vocab.sorted()[index];
+                             mask[t >> 5] |= uint32_t{1} << (t & 31);
+                             extra.push_back(t);
+                           });
+    if (!complete) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the grammar is too ambiguous: more than ", kMaxStacks,
+                       " parse stacks at once"));
+    }
+  }
+  if (key != nullptr) {
+    // The quickest form to write next time (see StepMask): the class's
+    // bits by reference with the few other ids, else a list of ids when
+    // they are few, else a copy of the mask.
+    const size_t few = static_cast<size_t>(vocab.mask_words()) / 8;
+    if (!cls->accepted_bits.empty() && extra.size() <= few) {
+      entry->base = cls;
+      entry->has_base = true;
+      entry->ids = std::move(extra);
+    } else if (cls->accepted_bits.empty() &&
+               cls->accepted_ids.size() + extra.size() <= few) {
+      entry->ids = cls->accepted_ids;
+      entry->ids.insert(entry->ids.end(), extra.begin(), extra.end());
+    } else {
+      entry->bits.assign(mask.begin(), mask.end());
+    }
+    grammar_->StoreMask(std::move(*key), std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<int32_t> GrammarMatcher::CopyStacks(Arena* to) const {
+  std::vector<int32_t> out, frames;
+  out.reserve(state_.size());
+  for (int32_t id : state_) {
+    frames.clear();
+    for (int32_t n = id; n >= 0; n = arena_->node(n).parent) {
+      frames.push_back(arena_->node(n).pos);
+    }
+    int32_t node = kBottom;
+    for (size_t i = frames.size(); i-- > 0;) node = to->Intern(frames[i], node);
+    out.push_back(node);
+  }
+  return out;
+}
 
 absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
   const TokenVocabulary& vocab = grammar_->vocabulary();
@@ -384,54 +731,32 @@ absl::Status GrammarMatcher::FillNextTokenMask(absl::Span<uint32_t> mask) {
     return absl::InvalidArgumentError(absl::StrCat(
         "grammar mask: ", mask.size(), " words for ", vocab.mask_words()));
   }
-  std::fill(mask.begin(), mask.end(), 0u);
   const auto allow = [&](int32_t id) {
     if (id >= 0 && id < vocab.size()) mask[id >> 5] |= uint32_t{1} << (id & 31);
   };
-  if (!terminated_) {
+  if (!terminated_ && !state_.empty()) {
     if (state_.size() > kMaxMaskStacks) {
       return absl::FailedPreconditionError(
           absl::StrCat("the grammar is too ambiguous: ", state_.size(),
                        " parse stacks at once (at most ", kMaxMaskStacks, ")"));
     }
-    std::vector<std::vector<int32_t>> seen;
-    std::vector<int32_t> frames;
+    std::vector<int32_t> key;
+    bool cacheable = true;
     for (int32_t id : state_) {
-      // The stack's top frames: its cache key.
-      frames.clear();
-      int32_t n = id;
-      while (n >= 0 && static_cast<int>(frames.size()) < kCacheFrames) {
-        frames.push_back(arena_->node(n).pos);
-        n = arena_->node(n).parent;
+      for (int32_t n = id; n >= 0 && cacheable; n = arena_->node(n).parent) {
+        key.push_back(arena_->node(n).pos);
+        cacheable = key.size() <= kMaxMaskKeyFrames + state_.size();
       }
-      const bool exact = n == kBottom;
-      ASSIGN_OR_RETURN(const CompiledGrammar::PositionCache* cached,
-                       grammar_->Cache(frames, exact));
-      const CompiledGrammar::PositionCache& cache = *cached;
-      frames.push_back(exact ? 1 : 0);
-      if (std::find(seen.begin(), seen.end(), frames) == seen.end()) {
-        seen.push_back(frames);
-        if (!cache.accepted_bits.empty()) {
-          for (size_t w = 0; w < mask.size(); ++w) {
-            mask[w] |= cache.accepted_bits[w];
-          }
-        }
-        for (int32_t t : cache.accepted_ids) allow(t);
-      }
-      if (cache.uncertain.empty()) continue;
-      const bool complete = internal::WalkTokens(
-          arena_.get(), vocab, {id}, cache.uncertain.data(),
-          cache.uncertain.size(), /*list_is_all=*/false,
-          [&](int32_t index, TokenClass c) {
-            // With the real stack below, nothing is unknown any more.
-            if (c == TokenClass::kAccepted) allow(vocab.sorted()[index]);
-          });
-      if (!complete) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the grammar is too ambiguous: more than ", kMaxStacks,
-                         " parse stacks at once"));
-      }
+      key.push_back(-1);
     }
+    if (cacheable && ApplyCachedMask(key, mask)) {
+      // A warm step: the same stacks were masked before.
+    } else {
+      std::fill(mask.begin(), mask.end(), 0u);
+      RETURN_IF_ERROR(ComputeMask(mask, cacheable ? &key : nullptr));
+    }
+  } else {
+    std::fill(mask.begin(), mask.end(), 0u);
   }
   if (can_end_ || terminated_) {
     for (int32_t id : end_ids_) allow(id);
@@ -464,7 +789,9 @@ absl::Status GrammarMatcher::Accept(int32_t token) {
   }
   const std::string& bytes = vocab.bytes(token);
   const size_t mark = arena_->size();
-  std::vector<int32_t> cur = state_, next;
+  std::vector<int32_t>& cur = scratch_[0];
+  std::vector<int32_t>& next = scratch_[1];
+  cur = state_;
   Reached reached;
   for (size_t i = 0; i < bytes.size(); ++i) {
     reached = Reached();
@@ -484,9 +811,14 @@ absl::Status GrammarMatcher::Accept(int32_t token) {
           "grammar: token ", token, " does not continue the output"));
     }
   }
-  state_ = std::move(cur);
+  state_.swap(cur);
   can_end_ = reached.bottom;
-  arena_->Compact(&state_);
+  // Dead nodes are dropped once they outnumber the live ones, not per
+  // token: compaction rebuilds the arena's index.
+  if (arena_->size() > 2 * compacted_size_ + 256) {
+    arena_->Compact(&state_);
+    compacted_size_ = arena_->size();
+  }
   return absl::OkStatus();
 }
 

@@ -1,6 +1,7 @@
 #include "runtime/grammar/matcher.h"
 
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,33 @@ TEST(MatcherTest, NestingPastTheStackBoundIsRefused) {
   EXPECT_FALSE(s.ok());
 }
 
+// A state too deep for the whole-state mask cache (its stacks hold more than
+// kMaxMaskKeyFrames frames in all) is masked directly, every time.
+TEST(MatcherTest, DeepStatesAreMaskedWithoutTheStepCache) {
+  GrammarMatcher m(Compile(kJson, ByteVocabulary()), {256});
+  int depth = 0;
+  for (; depth < 400 && m.Accept('[').ok(); ++depth) {
+  }
+  ASSERT_GT(depth, 100);
+  std::vector<uint32_t> mask(m.mask_words());
+  for (int round = 0; round < 2; ++round) {
+    ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok());
+    const auto has = [&](int id) -> bool {
+      return (mask[id >> 5] >> (id & 31)) & 1;
+    };
+    EXPECT_TRUE(has(']'));
+    EXPECT_TRUE(has('"'));
+    EXPECT_TRUE(has('7'));
+    EXPECT_FALSE(has('}'));
+    EXPECT_FALSE(has(256));
+  }
+  int closed = 0;
+  for (; closed < depth && m.Accept(']').ok(); ++closed) {
+  }
+  EXPECT_EQ(closed, depth);
+  EXPECT_TRUE(m.CanEnd());
+}
+
 // Each "x" may or may not open a "y" to close later: after n of them the
 // state holds n + 1 stacks. A mask over more than kMaxMaskStacks fails the
 // request instead of walking the vocabulary that many times.
@@ -213,6 +241,60 @@ TEST(MatcherTest, MaskEqualsDirectCheckOnRandomWalks) {
     }
   }
   EXPECT_GT(grammar->cached_positions(), 10);
+}
+
+// The trie against its definition: every node's tokens are exactly the
+// sorted tokens that extend (or equal) the node's prefix, and every distinct
+// prefix of every allowed token is one node.
+TEST(TokenVocabularyTest, TrieMatchesPrefixes) {
+  std::mt19937 rng(3);
+  std::vector<std::string> tokens = {"a",        "ab",   "ab", "abc", "b",
+                                     "\xC3\xA9", "\xC3", "",   "zz",  "z"};
+  for (int i = 0; i < 300; ++i) {
+    std::string t;
+    for (size_t n = 1 + rng() % 5; n > 0; --n)
+      t.push_back("ab\xC3\xA9z"[rng() % 5]);
+    tokens.push_back(t);
+  }
+  std::vector<bool> excluded(tokens.size(), false);
+  excluded[4] = true;  // "b" is special: not in the trie.
+  auto vocab = *TokenVocabulary::Create(tokens, excluded);
+  const int32_t n = vocab->trie_nodes();
+  const std::vector<int32_t>& sorted = vocab->sorted();
+  ASSERT_EQ(vocab->trie_end(0), n);
+  ASSERT_EQ(vocab->trie_tokens(0), 0);
+  ASSERT_EQ(vocab->trie_tokens(n), static_cast<int32_t>(sorted.size()));
+  std::vector<std::string> prefix(n);
+  std::vector<int32_t> parents = {0};
+  std::set<std::string> all_prefixes;
+  for (int32_t id : sorted) {
+    const std::string& t = vocab->bytes(id);
+    for (size_t d = 1; d <= t.size(); ++d) all_prefixes.insert(t.substr(0, d));
+  }
+  EXPECT_EQ(static_cast<size_t>(n - 1), all_prefixes.size());
+  for (int32_t i = 1; i < n; ++i) {
+    // The parent is the nearest earlier node one level up.
+    const int32_t d = vocab->trie_depth(i);
+    parents.resize(d);
+    prefix[i] = prefix[parents[d - 1]] + char(vocab->trie_byte(i));
+    parents.push_back(i);
+    ASSERT_EQ(static_cast<int32_t>(prefix[i].size()), d);
+    for (size_t k = 0; k < sorted.size(); ++k) {
+      const std::string& t = vocab->bytes(sorted[k]);
+      const bool extends = t.compare(0, prefix[i].size(), prefix[i]) == 0;
+      const bool in_subtree =
+          static_cast<int32_t>(k) >= vocab->trie_tokens(i) &&
+          static_cast<int32_t>(k) < vocab->trie_tokens(vocab->trie_end(i));
+      const bool here = static_cast<int32_t>(k) >= vocab->trie_tokens(i) &&
+                        static_cast<int32_t>(k) < vocab->trie_tokens(i + 1);
+      ASSERT_EQ(extends, in_subtree) << i << " '" << prefix[i] << "' " << t;
+      ASSERT_EQ(extends && t.size() == prefix[i].size(), here)
+          << i << " '" << prefix[i] << "' " << t;
+    }
+    for (int32_t j = i + 1; j < vocab->trie_end(i); ++j) {
+      ASSERT_GT(vocab->trie_depth(j), d);
+    }
+  }
 }
 
 TEST(GrammarCacheTest, SameTextSameGrammar) {

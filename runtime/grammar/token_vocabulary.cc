@@ -47,7 +47,37 @@ absl::StatusOr<std::shared_ptr<const TokenVocabulary>> TokenVocabulary::Create(
     while (k < cur.size() && k < prev.size() && cur[k] == prev[k]) ++k;
     v->lcp_[i] = static_cast<int32_t>(k);
   }
+  v->BuildTrie();
   return std::shared_ptr<const TokenVocabulary>(std::move(v));
+}
+
+void TokenVocabulary::BuildTrie() {
+  // One node per distinct prefix: token i adds the nodes of its bytes past
+  // its common prefix with token i - 1. `path[d]` is the node of the current
+  // token's first d bytes; a node's subtree ends when the path leaves it.
+  trie_.assign(1, TrieNode{0, 0, 0, 0});
+  std::vector<int32_t> path = {0};
+  const auto close_to = [&](size_t depth) {
+    while (path.size() > depth + 1) {
+      trie_[path.back()].end = static_cast<int32_t>(trie_.size());
+      path.pop_back();
+    }
+  };
+  for (size_t k = 0; k < sorted_.size(); ++k) {
+    const std::string& tok = bytes_[sorted_[k]];
+    const size_t common = k == 0 ? 0 : static_cast<size_t>(lcp_[k]);
+    close_to(common);
+    for (size_t d = common; d < tok.size(); ++d) {
+      path.push_back(static_cast<int32_t>(trie_.size()));
+      trie_.push_back(TrieNode{0, static_cast<int32_t>(k),
+                               static_cast<uint16_t>(d + 1),
+                               static_cast<uint8_t>(tok[d])});
+    }
+  }
+  close_to(0);
+  trie_[0].end = static_cast<int32_t>(trie_.size());
+  trie_.push_back(TrieNode{static_cast<int32_t>(trie_.size()) + 1,
+                           static_cast<int32_t>(sorted_.size()), 0, 0});
 }
 
 }  // namespace grammar
