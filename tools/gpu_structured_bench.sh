@@ -49,10 +49,10 @@ PY
     echo "$name: FAILED"; tail -5 "$OUT/$name.err"
   fi
 }
-for b in 1 64; do
-  for schema in tools/bench_schemas/array_of_records.json tools/bench_schemas/array_of_objects.json; do
-    run qwen3-8b "$b" "$schema"
-  done
+# ROWS="qwen3-0.6b:64:array_of_records ..." runs only those (model:batch:schema).
+ROWS=${ROWS:-"qwen3-8b:1:array_of_records qwen3-8b:1:array_of_objects qwen3-8b:64:array_of_records
+  qwen3-8b:64:array_of_objects qwen3-0.6b:1:array_of_records qwen3-0.6b:64:array_of_records"}
+for r in $ROWS; do
+  IFS=: read -r model batch schema <<<"$r"
+  run "$model" "$batch" "tools/bench_schemas/$schema.json"
 done
-run qwen3-0.6b 1 tools/bench_schemas/array_of_records.json
-run qwen3-0.6b 64 tools/bench_schemas/array_of_records.json

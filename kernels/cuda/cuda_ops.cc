@@ -610,14 +610,37 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
     // One bitmask per row, rows without a constraint left out of use (their
     // params say so) but kept in place so the kernel indexes by row.
     const size_t words = static_cast<size_t>((vocab + 31) / 32);
-    sample_allowed_.assign(static_cast<size_t>(n) * words, 0u);
-    for (int64_t i = 0; i < n; ++i) {
-      const absl::Span<const uint32_t> bits = rows[i].allowed;
-      std::copy(bits.begin(), bits.end(), sample_allowed_.begin() + i * words);
+    const size_t bytes = static_cast<size_t>(n) * words * sizeof(uint32_t);
+    if (allowed_copy_pending_) {
+      RETURN_IF_ERROR(CudaStatus(cudaStreamSynchronize(stream_),
+                                 "cudaStreamSynchronize",
+                                 "waiting for the last mask upload"));
+      allowed_copy_pending_ = false;
     }
-    ASSIGN_OR_RETURN(
-        void* a, CopySamplingInput(kSampleAllowed, sample_allowed_.data(),
-                                   sample_allowed_.size() * sizeof(uint32_t)));
+    if (sample_allowed_bytes_ < bytes) {
+      sample_allowed_.reset();
+      sample_allowed_bytes_ = 0;
+      void* host = nullptr;
+      RETURN_IF_ERROR(CudaStatus(
+          cudaHostAlloc(&host, bytes, cudaHostAllocDefault), "cudaHostAlloc",
+          absl::StrCat("allocating ", bytes,
+                       " page-locked bytes for the allowed-token masks")));
+      sample_allowed_.reset(host);
+      sample_allowed_bytes_ = bytes;
+    }
+    uint32_t* staging = static_cast<uint32_t*>(sample_allowed_.get());
+    for (int64_t i = 0; i < n; ++i) {
+      // Rows without a constraint are not read (their params say so).
+      const absl::Span<const uint32_t> bits = rows[i].allowed;
+      uint32_t* row = staging + i * words;
+      std::copy(bits.begin(), bits.end(), row);
+      std::fill(row + bits.size(), row + words, 0u);
+    }
+    ASSIGN_OR_RETURN(void* a, Grow(kSampleAllowed, bytes));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(a, staging, bytes, cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync", "copying the allowed-token masks to the GPU"));
+    allowed_copy_pending_ = true;
     d_allowed = static_cast<const uint32_t*>(a);
   }
   ASSIGN_OR_RETURN(void* scratch,
@@ -651,6 +674,8 @@ absl::Status CudaOps::DoSample(const TensorView& logits,
   RETURN_IF_ERROR(CopyToHost(
       TensorView(d_results, DType::kI32, {static_cast<int64_t>(words)}),
       sample_results_.data()));
+  // The results came back after the masks' upload (one stream).
+  allowed_copy_pending_ = false;
   const auto word_as_float = [&](size_t i) {
     float f;
     std::memcpy(&f, &sample_results_[i], sizeof(f));

@@ -210,7 +210,18 @@ class CudaOps final : public Ops {
   Scratch scratch_[kNumBuffers];
   // Host staging of the sampler, reused between steps.
   std::vector<int32_t> sample_counts_, sample_masked_;
-  std::vector<uint32_t> sample_allowed_;
+  // The structured-output masks (one bitmask per row: 1.2 MB at 64 rows of a
+  // 151,669-token vocabulary) in page-locked memory, so their copy is one
+  // asynchronous DMA behind the forward rather than a staged copy the host
+  // waits for after it (measured on an H200: +0.25 ms, 11%, on a 2.3 ms
+  // batch-64 step). `allowed_copy_pending_`: a copy from it may still be
+  // queued (a DoSample that failed before its results came back).
+  struct PinnedHostFree {
+    void operator()(void* p) const { cudaFreeHost(p); }
+  };
+  std::unique_ptr<void, PinnedHostFree> sample_allowed_;
+  size_t sample_allowed_bytes_ = 0;
+  bool allowed_copy_pending_ = false;
   std::vector<uint8_t> sample_mask_;
   // The packed results of one DoSample (kSampleResults' layout).
   std::vector<int32_t> sample_results_;
