@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 CLANG=${CLANG:-clang-14}
 command -v "$CLANG" >/dev/null || { echo "tools/fuzz/run.sh: $CLANG not found (apt-get install clang-14 libclang-rt-14-dev)" >&2; exit 1; }
 SECONDS_EACH=${FUZZ_SECONDS:-20}
-TARGETS=${FUZZ_TARGETS:-"config_json openai_request chat_template tokenizer safetensors_header"}
+TARGETS=${FUZZ_TARGETS:-"config_json openai_request chat_template tokenizer safetensors_header structured_output"}
 OUT=${FUZZ_OUT:-/tmp/tessera_fuzz}
 OUTPUT_BASE=${FUZZ_OUTPUT_BASE:-$HOME/.cache/bazel-tessera-fuzz}
 SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
