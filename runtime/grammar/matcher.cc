@@ -503,20 +503,20 @@ void BudgetCharge::Release() {
 
 BudgetedLru::~BudgetedLru() = default;
 
-std::shared_ptr<const void> BudgetedLru::Find(const Key& key) {
+const std::shared_ptr<const void>* BudgetedLru::Find(const Key& key) {
   auto it = map_.find(key);
   if (it == map_.end()) return nullptr;
   BudgetSlot& slot = it->second;
   lru_.splice(lru_.begin(), lru_, slot.local);
   budget_->lru_.splice(budget_->lru_.begin(), budget_->lru_, slot.global);
-  return slot.value;
+  return &slot.value;
 }
 
 std::shared_ptr<const void> BudgetedLru::Insert(
     Key key, std::shared_ptr<const void> value, size_t cost,
     BudgetCharge* charge, bool replace) {
   if (auto it = map_.find(key); it != map_.end()) {
-    if (!replace) return Find(key);
+    if (!replace) return *Find(key);
     Erase(&it->second);
   }
   // The grammar's own bound first: a grammar past it recycles its own
@@ -586,10 +586,12 @@ GrammarMemoryBudget::Stats GrammarMemoryBudget::stats() const {
   st.entries = lru_.size();
   st.evictions = evictions_;
   st.refused = refused_;
+  st.max_entry_bytes = max_entry_bytes_;
   return st;
 }
 
 bool GrammarMemoryBudget::MakeRoom(size_t cost) {
+  max_entry_bytes_ = std::max(max_entry_bytes_, cost);
   if (cost > limit_) return false;
   // From the least recently used, across every grammar, skipping the
   // entries a step holds: dropping them would free nothing until the step
@@ -633,8 +635,8 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar::PositionCache>>
 CompiledGrammar::Cache(const std::vector<int32_t>& tops) const {
   {
     std::lock_guard<std::mutex> lock(budget_->mu_);
-    if (auto found = caches_.Find(tops)) {
-      return std::static_pointer_cast<const PositionCache>(found);
+    if (const auto* found = caches_.Find(tops)) {
+      return std::static_pointer_cast<const PositionCache>(*found);
     }
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
@@ -697,7 +699,9 @@ CompiledGrammar::Cache(const std::vector<int32_t>& tops) const {
 std::shared_ptr<const CompiledGrammar::StepMask> CompiledGrammar::FindMask(
     const std::vector<int32_t>& key) const {
   std::lock_guard<std::mutex> lock(budget_->mu_);
-  return std::static_pointer_cast<const StepMask>(masks_.Find(key));
+  const auto* found = masks_.Find(key);
+  return found != nullptr ? std::static_pointer_cast<const StepMask>(*found)
+                          : nullptr;
 }
 
 void CompiledGrammar::StoreMask(std::vector<int32_t> key,

@@ -150,8 +150,8 @@ class BudgetedLru {
   BudgetedLru& operator=(const BudgetedLru&) = delete;
 
   // The value stored for `key`, now the most recent here and in the
-  // budget; null when absent.
-  std::shared_ptr<const void> Find(const Key& key);
+  // budget; null when absent. Valid until the mutex is released.
+  const std::shared_ptr<const void>* Find(const Key& key);
   // Stores `value` (which costs `cost` bytes) under `key` and returns it;
   // when `key` is present, keeps and returns the stored one instead unless
   // `replace`. Room is made first in this map's own bound (its least
@@ -208,6 +208,9 @@ class GrammarMemoryBudget
     // Charges refused because what was left was in use (or larger than
     // the limit).
     int64_t refused = 0;
+    // The largest entry a charge asked for so far (a budget below a few of
+    // these per thread refuses requests).
+    size_t max_entry_bytes = 0;
   };
   Stats stats() const;
   size_t limit_bytes() const { return limit_; }
@@ -238,6 +241,7 @@ class GrammarMemoryBudget
   std::list<internal::BudgetSlot*> lru_;  // Most recent first; mu_.
   int64_t evictions_ = 0;                 // mu_.
   int64_t refused_ = 0;                   // mu_.
+  size_t max_entry_bytes_ = 0;            // mu_.
 };
 
 class CompiledGrammar {
