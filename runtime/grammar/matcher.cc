@@ -556,12 +556,14 @@ void BudgetedLru::Erase(BudgetSlot* slot) {
   map_.erase(map_.find(*slot->key));
 }
 
-void BudgetedLru::Clear() {
+BudgetedLru::Entries BudgetedLru::TakeAll() {
   for (BudgetSlot* slot : lru_) budget_->lru_.erase(slot->global);
   lru_.clear();
-  map_.clear();
   units_ = 0;
   bytes_ = 0;
+  Entries out;
+  out.swap(map_);
+  return out;
 }
 
 // What an entry costs besides its vectors' contents: its slot, its map
@@ -625,10 +627,11 @@ CompiledGrammar::CompiledGrammar(
 
 CompiledGrammar::~CompiledGrammar() {
   // The budget reaches these entries through its own list: they leave it
-  // under its mutex.
+  // under its mutex, and are freed (credited) after it.
+  internal::BudgetedLru::Entries classes, masks;
   std::lock_guard<std::mutex> lock(budget_->mu_);
-  caches_.Clear();
-  masks_.Clear();
+  classes = caches_.TakeAll();
+  masks = masks_.TakeAll();
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar::PositionCache>>

@@ -31,16 +31,22 @@
 // kMaxMaskStacks (an ambiguous or hostile grammar past them fails its
 // request with an error rather than growing or stalling the step). A
 // grammar keeps at most kMaxCachedTops token classes and kMaxCachedMaskBytes
-// of whole-state masks: past them the least recently used are dropped and
+// of whole-state masks: past them its least recently used are dropped and
 // filled again when next needed, so a large legitimate grammar (or many
-// sequences exploring one) costs fills, never an error, and memory stays
-// bounded. A walk's lazy DFA is rebuilt from the states it stands on when it
-// outgrows its own bounds (matcher.cc), so it costs time, not memory.
+// sequences exploring one) costs fills, never an error. Across grammars
+// (many schemas: a GrammarCache's), every cached class and mask is charged
+// to one GrammarMemoryBudget (1 GiB by default): past it the least recently
+// used entries of any grammar that no step holds are dropped, and only when
+// every entry left is in use does a class fail its request. A walk's lazy
+// DFA is rebuilt from the states it stands on when it outgrows its own
+// bounds (matcher.cc), so it costs time, not memory (a walk's DFA is the
+// walking thread's scratch, outside the budget).
 //
-// Threads: a CompiledGrammar is shared and thread-safe (its caches are
-// behind one mutex, filled outside it; two threads may fill the same entry
-// and the first stored wins; a class in use stays alive when dropped); a
-// GrammarMatcher belongs to one sequence and one thread at a time.
+// Threads: a CompiledGrammar is shared and thread-safe (the caches of every
+// grammar on a budget are behind the budget's one mutex, filled outside it;
+// two threads may fill the same entry and the first stored wins; an entry
+// in use stays alive, and charged, when dropped); a GrammarMatcher belongs
+// to one sequence and one thread at a time.
 #ifndef TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 #define TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 
@@ -145,7 +151,7 @@ class BudgetedLru {
   using Key = std::vector<int32_t>;
   BudgetedLru(GrammarMemoryBudget* budget, size_t capacity, bool by_bytes)
       : budget_(budget), capacity_(capacity), by_bytes_(by_bytes) {}
-  ~BudgetedLru();  // Clear() must have run.
+  ~BudgetedLru();  // TakeAll() must have run.
   BudgetedLru(const BudgetedLru&) = delete;
   BudgetedLru& operator=(const BudgetedLru&) = delete;
 
@@ -162,8 +168,11 @@ class BudgetedLru {
   std::shared_ptr<const void> Insert(Key key, std::shared_ptr<const void> value,
                                      size_t cost, BudgetCharge* charge,
                                      bool replace);
-  // Drops every entry.
-  void Clear();
+  using Entries = absl::node_hash_map<Key, BudgetSlot>;
+  // Takes every entry out (of the budget's list too), for the caller to
+  // free after the mutex: a grammar's entries can be megabytes, and every
+  // grammar on the budget waits for its mutex.
+  Entries TakeAll();
   size_t size() const { return map_.size(); }
   size_t bytes() const { return bytes_; }
 
@@ -176,7 +185,7 @@ class BudgetedLru {
   bool by_bytes_;
   size_t units_ = 0;
   size_t bytes_ = 0;
-  absl::node_hash_map<Key, BudgetSlot> map_;
+  Entries map_;
   std::list<BudgetSlot*> lru_;  // Most recent first.
 };
 }  // namespace internal
