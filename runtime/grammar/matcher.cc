@@ -1,6 +1,7 @@
 #include "runtime/grammar/matcher.h"
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -468,19 +469,178 @@ using internal::kBottom;
 using internal::kUnknown;
 using internal::Reached;
 
+namespace internal {
+
+BudgetCharge::BudgetCharge(std::shared_ptr<GrammarMemoryBudget> budget,
+                           size_t bytes)
+    : budget_(std::move(budget)), bytes_(bytes) {
+  budget_->bytes_.fetch_add(bytes_, std::memory_order_relaxed);
+}
+
+BudgetCharge::BudgetCharge(BudgetCharge&& o) noexcept
+    : budget_(std::move(o.budget_)), bytes_(std::exchange(o.bytes_, 0)) {}
+
+BudgetCharge& BudgetCharge::operator=(BudgetCharge&& o) noexcept {
+  if (this != &o) {
+    Release();
+    budget_ = std::move(o.budget_);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+BudgetCharge::~BudgetCharge() { Release(); }
+
+void BudgetCharge::Release() {
+  // No lock: an entry is freed by whichever thread drops it last, which
+  // may be an eviction holding the budget's mutex.
+  if (budget_ != nullptr) {
+    budget_->bytes_.fetch_sub(bytes_, std::memory_order_relaxed);
+  }
+  budget_.reset();
+  bytes_ = 0;
+}
+
+BudgetedLru::~BudgetedLru() = default;
+
+const std::shared_ptr<const void>* BudgetedLru::Find(const Key& key) {
+  auto it = map_.find(key);
+  if (it == map_.end()) return nullptr;
+  BudgetSlot& slot = it->second;
+  lru_.splice(lru_.begin(), lru_, slot.local);
+  budget_->lru_.splice(budget_->lru_.begin(), budget_->lru_, slot.global);
+  return &slot.value;
+}
+
+std::shared_ptr<const void> BudgetedLru::Insert(
+    Key key, std::shared_ptr<const void> value, size_t cost,
+    BudgetCharge* charge, bool replace) {
+  if (auto it = map_.find(key); it != map_.end()) {
+    if (!replace) return *Find(key);
+    Erase(&it->second);
+  }
+  // The grammar's own bound first: a grammar past it recycles its own
+  // entries before it takes others'.
+  const size_t units = by_bytes_ ? cost : 1;
+  while (!lru_.empty() && units_ + units > capacity_) {
+    Erase(lru_.back());
+    ++budget_->evictions_;
+  }
+  if (!budget_->MakeRoom(cost)) {
+    ++budget_->refused_;
+    return nullptr;
+  }
+  *charge = BudgetCharge(budget_->shared_from_this(), cost);
+  auto [it, inserted] = map_.try_emplace(std::move(key));
+  BudgetSlot& slot = it->second;
+  slot.owner = this;
+  slot.key = &it->first;
+  slot.value = std::move(value);
+  slot.cost = cost;
+  slot.units = units;
+  lru_.push_front(&slot);
+  slot.local = lru_.begin();
+  budget_->lru_.push_front(&slot);
+  slot.global = budget_->lru_.begin();
+  units_ += units;
+  bytes_ += cost;
+  return slot.value;
+}
+
+void BudgetedLru::Erase(BudgetSlot* slot) {
+  lru_.erase(slot->local);
+  budget_->lru_.erase(slot->global);
+  units_ -= slot->units;
+  bytes_ -= slot->cost;
+  // Frees the value unless a step holds it (its charge goes with it).
+  map_.erase(map_.find(*slot->key));
+}
+
+BudgetedLru::Entries BudgetedLru::TakeAll() {
+  for (BudgetSlot* slot : lru_) budget_->lru_.erase(slot->global);
+  lru_.clear();
+  units_ = 0;
+  bytes_ = 0;
+  Entries out;
+  out.swap(map_);
+  return out;
+}
+
+// What an entry costs besides its vectors' contents: its slot, its map
+// key's header, its map node and its two list nodes, and its shared_ptr's
+// control block (estimates of the allocator's share included).
+constexpr size_t kEntryOverhead =
+    sizeof(BudgetSlot) + sizeof(std::vector<int32_t>) + 2 * sizeof(void*) +
+    2 * 4 * sizeof(void*) + 32;
+
+}  // namespace internal
+
+std::shared_ptr<GrammarMemoryBudget> GrammarMemoryBudget::Create(
+    size_t limit_bytes) {
+  return std::make_shared<GrammarMemoryBudget>(Passkey(), limit_bytes);
+}
+
+GrammarMemoryBudget::Stats GrammarMemoryBudget::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats st;
+  st.limit_bytes = limit_;
+  st.bytes = bytes_.load(std::memory_order_relaxed);
+  st.entries = lru_.size();
+  st.evictions = evictions_;
+  st.refused = refused_;
+  st.max_entry_bytes = max_entry_bytes_;
+  return st;
+}
+
+bool GrammarMemoryBudget::MakeRoom(size_t cost) {
+  max_entry_bytes_ = std::max(max_entry_bytes_, cost);
+  if (cost > limit_) return false;
+  // From the least recently used, across every grammar, skipping the
+  // entries a step holds: dropping them would free nothing until the step
+  // is done (and they are about to be used).
+  auto it = lru_.end();
+  while (bytes_.load(std::memory_order_relaxed) + cost > limit_ &&
+         it != lru_.begin()) {
+    auto victim = std::prev(it);
+    internal::BudgetSlot* slot = *victim;
+    // Under mu_ no step can take a new reference, so 1 is only the cache.
+    if (slot->value.use_count() > 1) {
+      it = victim;
+      continue;
+    }
+    slot->owner->Erase(slot);  // `it` (after the victim) stays valid.
+    ++evictions_;
+  }
+  return bytes_.load(std::memory_order_relaxed) + cost <= limit_;
+}
+
 CompiledGrammar::CompiledGrammar(
-    Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary)
+    Grammar grammar, std::shared_ptr<const TokenVocabulary> vocabulary,
+    std::shared_ptr<GrammarMemoryBudget> budget)
     : grammar_(std::move(grammar)),
       vocabulary_(std::move(vocabulary)),
-      byte_classes_(grammar_) {}
+      byte_classes_(grammar_),
+      budget_(budget != nullptr ? std::move(budget)
+                                : GrammarMemoryBudget::Create()),
+      caches_(budget_.get(), kMaxCachedTops, /*by_bytes=*/false),
+      masks_(budget_.get(), kMaxCachedMaskBytes, /*by_bytes=*/true) {}
 
-CompiledGrammar::~CompiledGrammar() = default;
+CompiledGrammar::~CompiledGrammar() {
+  // The budget reaches these entries through its own list: they leave it
+  // under its mutex, and are freed (credited) after it.
+  internal::BudgetedLru::Entries classes, masks;
+  std::lock_guard<std::mutex> lock(budget_->mu_);
+  classes = caches_.TakeAll();
+  masks = masks_.TakeAll();
+}
 
-std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
-    const std::vector<int32_t>& tops) const {
+absl::StatusOr<std::shared_ptr<const CompiledGrammar::PositionCache>>
+CompiledGrammar::Cache(const std::vector<int32_t>& tops) const {
   {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (const auto* found = caches_.Find(tops)) return *found;
+    std::lock_guard<std::mutex> lock(budget_->mu_);
+    if (const auto* found = caches_.Find(tops)) {
+      return std::static_pointer_cast<const PositionCache>(*found);
+    }
   }
   // Filled outside the lock (a walk of the vocabulary); two threads may fill
   // the same key at once, and the first stored wins.
@@ -515,42 +675,86 @@ std::shared_ptr<const CompiledGrammar::PositionCache> CompiledGrammar::Cache(
       }
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
-  ++fills_;
-  return caches_.Insert(tops, std::move(cache));
+  // Held for as long as the cache keeps it: no slack charged or held.
+  cache->uncertain.shrink_to_fit();
+  const size_t cost = sizeof(PositionCache) + internal::kEntryOverhead +
+                      tops.size() * sizeof(int32_t) +
+                      cache->accepted_bits.capacity() * sizeof(uint32_t) +
+                      cache->accepted_ids.capacity() * sizeof(int32_t) +
+                      cache->uncertain.capacity() * sizeof(int32_t);
+  PositionCache* const charged = cache.get();
+  std::shared_ptr<const void> stored;
+  {
+    std::lock_guard<std::mutex> lock(budget_->mu_);
+    ++fills_;
+    stored = caches_.Insert(tops, std::move(cache), cost, &charged->charge,
+                            /*replace=*/false);
+  }
+  if (stored == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "structured output: the grammar cache's memory budget (",
+        budget_->limit_bytes(), " bytes) has no room for a token class of ",
+        cost, " bytes: what it holds is in use by other steps"));
+  }
+  return std::static_pointer_cast<const PositionCache>(std::move(stored));
 }
 
 std::shared_ptr<const CompiledGrammar::StepMask> CompiledGrammar::FindMask(
     const std::vector<int32_t>& key) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(budget_->mu_);
   const auto* found = masks_.Find(key);
-  return found != nullptr ? *found : nullptr;
+  return found != nullptr ? std::static_pointer_cast<const StepMask>(*found)
+                          : nullptr;
 }
 
 void CompiledGrammar::StoreMask(std::vector<int32_t> key,
-                                std::shared_ptr<const StepMask> mask) const {
-  // What it holds beyond its base class (the class cache's to bound).
-  const size_t cost = sizeof(StepMask) + 64 + key.size() * sizeof(int32_t) +
-                      mask->bits.size() * sizeof(uint32_t) +
-                      mask->ids.size() * sizeof(int32_t);
-  std::lock_guard<std::mutex> lock(mu_);
-  masks_.Insert(std::move(key), std::move(mask), cost);
+                                std::shared_ptr<StepMask> mask) const {
+  // What it holds beyond its base class (the class's own charge), but the
+  // base's control block, which its weak reference keeps.
+  const size_t cost =
+      sizeof(StepMask) + internal::kEntryOverhead +
+      key.capacity() * sizeof(int32_t) +
+      mask->bits.capacity() * sizeof(uint32_t) +
+      mask->ids.capacity() * sizeof(int32_t) +
+      (mask->has_base ? sizeof(PositionCache) + 2 * sizeof(void*) : 0);
+  StepMask* const charged = mask.get();
+  std::lock_guard<std::mutex> lock(budget_->mu_);
+  // Replacing: an entry stored for the key was stale (its base dropped), or
+  // another thread's equal mask.
+  masks_.Insert(std::move(key), std::move(mask), cost, &charged->charge,
+                /*replace=*/true);
 }
 
 int64_t CompiledGrammar::cached_positions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(budget_->mu_);
   return static_cast<int64_t>(caches_.size());
 }
 
 int64_t CompiledGrammar::filled_positions() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<std::mutex> lock(budget_->mu_);
   return fills_;
 }
 
+int64_t CompiledGrammar::cached_masks() const {
+  std::lock_guard<std::mutex> lock(budget_->mu_);
+  return static_cast<int64_t>(masks_.size());
+}
+
+size_t CompiledGrammar::cached_bytes() const {
+  std::lock_guard<std::mutex> lock(budget_->mu_);
+  return caches_.bytes() + masks_.bytes();
+}
+
 GrammarCache::GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
-                           size_t capacity)
+                           size_t capacity, size_t memory_budget_bytes)
     : vocabulary_(std::move(vocabulary)),
-      capacity_(std::max<size_t>(1, capacity)) {}
+      capacity_(std::max<size_t>(1, capacity)),
+      budget_(GrammarMemoryBudget::Create(memory_budget_bytes)) {}
+
+size_t GrammarCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return entries_.size();
+}
 
 absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::Get(
     const std::string& ebnf) {
@@ -564,8 +768,11 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::Get(
   // Parsed outside the lock: another thread may compile the same text at
   // once; the first stored wins and both are correct.
   ASSIGN_OR_RETURN(Grammar g, ParseEbnf(ebnf));
-  auto compiled =
-      std::make_shared<const CompiledGrammar>(std::move(g), vocabulary_);
+  auto compiled = std::make_shared<const CompiledGrammar>(std::move(g),
+                                                          vocabulary_, budget_);
+  // A grammar dropped here is freed (its cached entries credited to the
+  // budget) after the lock, unless a request still holds it.
+  std::shared_ptr<const CompiledGrammar> dropped;
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = entries_.find(ebnf); it != entries_.end()) {
     it->second.last_used = ++clock_;
@@ -576,6 +783,7 @@ absl::StatusOr<std::shared_ptr<const CompiledGrammar>> GrammarCache::Get(
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
       if (it->second.last_used < oldest->second.last_used) oldest = it;
     }
+    dropped = std::move(oldest->second.grammar);
     entries_.erase(oldest);
   }
   entries_[ebnf] = Entry{compiled, ++clock_};
@@ -663,8 +871,9 @@ absl::Status GrammarMatcher::ComputeMask(absl::Span<uint32_t> mask,
   tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
   std::vector<int32_t> flat;
   for (const auto& top : tops) flat.insert(flat.end(), top.begin(), top.end());
-  const std::shared_ptr<const CompiledGrammar::PositionCache> cls =
-      grammar_->Cache(flat);
+  ASSIGN_OR_RETURN(
+      const std::shared_ptr<const CompiledGrammar::PositionCache> cls,
+      grammar_->Cache(flat));
   if (!cls->accepted_bits.empty()) {
     for (size_t w = 0; w < mask.size(); ++w) mask[w] |= cls->accepted_bits[w];
   }

@@ -31,20 +31,27 @@
 // kMaxMaskStacks (an ambiguous or hostile grammar past them fails its
 // request with an error rather than growing or stalling the step). A
 // grammar keeps at most kMaxCachedTops token classes and kMaxCachedMaskBytes
-// of whole-state masks: past them the least recently used are dropped and
+// of whole-state masks: past them its least recently used are dropped and
 // filled again when next needed, so a large legitimate grammar (or many
-// sequences exploring one) costs fills, never an error, and memory stays
-// bounded. A walk's lazy DFA is rebuilt from the states it stands on when it
-// outgrows its own bounds (matcher.cc), so it costs time, not memory.
+// sequences exploring one) costs fills, never an error. Across grammars
+// (many schemas: a GrammarCache's), every cached class and mask is charged
+// to one GrammarMemoryBudget (1 GiB by default): past it the least recently
+// used entries of any grammar that no step holds are dropped, and only when
+// every entry left is in use does a class fail its request. A walk's lazy
+// DFA is rebuilt from the states it stands on when it outgrows its own
+// bounds (matcher.cc), so it costs time, not memory (a walk's DFA is the
+// walking thread's scratch, outside the budget).
 //
-// Threads: a CompiledGrammar is shared and thread-safe (its caches are
-// behind one mutex, filled outside it; two threads may fill the same entry
-// and the first stored wins; a class in use stays alive when dropped); a
-// GrammarMatcher belongs to one sequence and one thread at a time.
+// Threads: a CompiledGrammar is shared and thread-safe (the caches of every
+// grammar on a budget are behind the budget's one mutex, filled outside it;
+// two threads may fill the same entry and the first stored wins; an entry
+// in use stays alive, and charged, when dropped); a GrammarMatcher belongs
+// to one sequence and one thread at a time.
 #ifndef TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 #define TESSERA_RUNTIME_GRAMMAR_MATCHER_H_
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <list>
 #include <memory>
@@ -53,6 +60,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -96,65 +104,170 @@ inline constexpr size_t kMaxCachedMaskBytes = size_t{8} << 20;
 // key would cost more than the mask).
 inline constexpr size_t kMaxMaskKeyFrames = 4096;
 
-namespace internal {
-// A map holding entries of at most `capacity` cost in all (each Insert says
-// what its entry costs) that drops the least recently used. Not
-// thread-safe: its owner locks around it.
-template <typename V>
-class LruMap {
- public:
-  using Key = std::vector<int32_t>;
-  explicit LruMap(size_t capacity) : capacity_(capacity) {}
+class CompiledGrammar;
+class GrammarMemoryBudget;
 
-  // The value stored for `key`, now the most recent; null when absent.
-  const V* Find(const Key& key) {
-    auto it = index_.find(key);
-    if (it == index_.end()) return nullptr;
-    items_.splice(items_.begin(), items_, it->second);
-    return &it->second->value;
-  }
-  // Stores `value` unless `key` is present (then keeps the stored one);
-  // returns what is stored. Drops the least recently used past capacity
-  // (never the entry just stored).
-  const V& Insert(Key key, V value, size_t cost = 1) {
-    if (const V* found = Find(key)) return *found;
-    items_.push_front(Item{key, std::move(value), cost});
-    index_.emplace(std::move(key), items_.begin());
-    total_ += cost;
-    while (total_ > capacity_ && items_.size() > 1) {
-      total_ -= items_.back().cost;
-      index_.erase(items_.back().key);
-      items_.pop_back();
-      ++evictions_;
-    }
-    return items_.front().value;
-  }
-  size_t size() const { return items_.size(); }
-  int64_t evictions() const { return evictions_; }
+namespace internal {
+// The bytes one cached entry holds of a GrammarMemoryBudget, credited back
+// when the entry is freed (not when it leaves the cache: a step may still
+// hold it, and its bytes are held until then). Move-only.
+class BudgetCharge {
+ public:
+  BudgetCharge() = default;
+  BudgetCharge(std::shared_ptr<GrammarMemoryBudget> budget, size_t bytes);
+  BudgetCharge(BudgetCharge&& o) noexcept;
+  BudgetCharge& operator=(BudgetCharge&& o) noexcept;
+  ~BudgetCharge();
+  size_t bytes() const { return bytes_; }
 
  private:
-  struct Item {
-    Key key;
-    V value;
-    size_t cost;
-  };
+  void Release();
+  std::shared_ptr<GrammarMemoryBudget> budget_;
+  size_t bytes_ = 0;
+};
+
+class BudgetedLru;
+// One cached entry: in its grammar's map (and that map's recency list) and
+// in its budget's recency list over every grammar.
+struct BudgetSlot {
+  BudgetedLru* owner;
+  const std::vector<int32_t>* key;  // The map's own key.
+  std::shared_ptr<const void> value;
+  size_t cost;   // Bytes charged.
+  size_t units;  // Of the map's own bound: 1, or `cost` when in bytes.
+  std::list<BudgetSlot*>::iterator local;
+  std::list<BudgetSlot*>::iterator global;
+};
+
+// One kind of cached entry (token classes, or step masks) of one grammar: a
+// map that keeps at most `capacity` units (entries, or bytes when
+// `by_bytes`), dropping its least recently used past that, and whose
+// entries are charged to a GrammarMemoryBudget shared with other grammars.
+// Every method needs the budget's mutex held: the budget drops entries of
+// any grammar to make room, so one mutex guards them all (no lock order to
+// get wrong).
+class BudgetedLru {
+ public:
+  using Key = std::vector<int32_t>;
+  BudgetedLru(GrammarMemoryBudget* budget, size_t capacity, bool by_bytes)
+      : budget_(budget), capacity_(capacity), by_bytes_(by_bytes) {}
+  ~BudgetedLru();  // TakeAll() must have run.
+  BudgetedLru(const BudgetedLru&) = delete;
+  BudgetedLru& operator=(const BudgetedLru&) = delete;
+
+  // The value stored for `key`, now the most recent here and in the
+  // budget; null when absent. Valid until the mutex is released.
+  const std::shared_ptr<const void>* Find(const Key& key);
+  // Stores `value` (which costs `cost` bytes) under `key` and returns it;
+  // when `key` is present, keeps and returns the stored one instead unless
+  // `replace`. Room is made first in this map's own bound (its least
+  // recently used go, in use or not), then in the budget (the least
+  // recently used entries of every grammar that no step holds). Null when
+  // the budget cannot make room: what it holds is in use. On success
+  // `*charge` (the value's own) holds the cost.
+  std::shared_ptr<const void> Insert(Key key, std::shared_ptr<const void> value,
+                                     size_t cost, BudgetCharge* charge,
+                                     bool replace);
+  using Entries = absl::node_hash_map<Key, BudgetSlot>;
+  // Takes every entry out (of the budget's list too), for the caller to
+  // free after the mutex: a grammar's entries can be megabytes, and every
+  // grammar on the budget waits for its mutex.
+  Entries TakeAll();
+  size_t size() const { return map_.size(); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  friend class tessera::grammar::GrammarMemoryBudget;
+  void Erase(BudgetSlot* slot);
+
+  GrammarMemoryBudget* budget_;
   size_t capacity_;
-  size_t total_ = 0;
-  std::list<Item> items_;  // Most recent first.
-  absl::flat_hash_map<Key, typename std::list<Item>::iterator> index_;
-  int64_t evictions_ = 0;
+  bool by_bytes_;
+  size_t units_ = 0;
+  size_t bytes_ = 0;
+  Entries map_;
+  std::list<BudgetSlot*> lru_;  // Most recent first.
 };
 }  // namespace internal
 
+// One byte budget for the cached token classes and step masks of every
+// grammar that shares it (a GrammarCache's, so that many schemas cannot
+// hold more than it between them). Each entry is charged when cached and
+// credited when freed; a charge past the limit drops the least recently
+// used entries of any grammar that no step is using, and when only entries
+// in use are left the charge is refused: a class then fails its request
+// with FailedPrecondition (a step mask is just not cached). Thread-safe.
+class GrammarMemoryBudget
+    : public std::enable_shared_from_this<GrammarMemoryBudget> {
+ public:
+  static constexpr size_t kDefaultBytes = size_t{1} << 30;
+  static std::shared_ptr<GrammarMemoryBudget> Create(
+      size_t limit_bytes = kDefaultBytes);
+  GrammarMemoryBudget(const GrammarMemoryBudget&) = delete;
+  GrammarMemoryBudget& operator=(const GrammarMemoryBudget&) = delete;
+
+  struct Stats {
+    size_t limit_bytes = 0;
+    // Charged now: cached entries and dropped ones a step still holds.
+    size_t bytes = 0;
+    size_t entries = 0;  // Cached, in every grammar.
+    // Entries dropped to make room: for the budget, or for a grammar's own
+    // bounds (kMaxCachedTops, kMaxCachedMaskBytes).
+    int64_t evictions = 0;
+    // Charges refused because what was left was in use (or larger than
+    // the limit).
+    int64_t refused = 0;
+    // The largest entry a charge asked for so far (a budget below a few of
+    // these per thread refuses requests).
+    size_t max_entry_bytes = 0;
+  };
+  Stats stats() const;
+  size_t limit_bytes() const { return limit_; }
+
+ private:
+  // Only Create makes one (entries' charges share it through
+  // shared_from_this).
+  struct Passkey {
+    explicit Passkey() = default;
+  };
+
+ public:
+  GrammarMemoryBudget(Passkey, size_t limit_bytes) : limit_(limit_bytes) {}
+
+ private:
+  friend class CompiledGrammar;
+  friend class internal::BudgetCharge;
+  friend class internal::BudgetedLru;
+  // With mu_ held: drops entries until `cost` more bytes fit; false when
+  // they cannot.
+  bool MakeRoom(size_t cost);
+
+  const size_t limit_;
+  mutable std::mutex mu_;
+  // Atomic: credits come from whichever thread frees an entry, without mu_
+  // (an entry may be freed while mu_ is held, by an eviction).
+  std::atomic<size_t> bytes_{0};
+  std::list<internal::BudgetSlot*> lru_;  // Most recent first; mu_.
+  int64_t evictions_ = 0;                 // mu_.
+  int64_t refused_ = 0;                   // mu_.
+  size_t max_entry_bytes_ = 0;            // mu_.
+};
+
 class CompiledGrammar {
  public:
+  // `budget`: shared with the other grammars whose caches it bounds; null
+  // gives the grammar one of its own of GrammarMemoryBudget::kDefaultBytes.
   CompiledGrammar(Grammar grammar,
-                  std::shared_ptr<const TokenVocabulary> vocabulary);
+                  std::shared_ptr<const TokenVocabulary> vocabulary,
+                  std::shared_ptr<GrammarMemoryBudget> budget = nullptr);
   ~CompiledGrammar();
+  CompiledGrammar(const CompiledGrammar&) = delete;
+  CompiledGrammar& operator=(const CompiledGrammar&) = delete;
 
   const Grammar& grammar() const { return grammar_; }
   const TokenVocabulary& vocabulary() const { return *vocabulary_; }
   const internal::ByteClasses& byte_classes() const { return byte_classes_; }
+  const std::shared_ptr<GrammarMemoryBudget>& budget() const { return budget_; }
 
   // The token classes (see above) of a state whose stacks' top frames are
   // `tops`: for each distinct stack top, in sorted order, its positions
@@ -171,9 +284,12 @@ class CompiledGrammar {
     // Uncertain tokens as indices into vocabulary().sorted(), ascending (so
     // a walk over them shares prefixes).
     std::vector<int32_t> uncertain;
+    internal::BudgetCharge charge;  // Its bytes of the budget.
   };
   // Shared: a class dropped from the cache lives on while a step uses it.
-  std::shared_ptr<const PositionCache> Cache(
+  // FailedPrecondition when the memory budget has no room for it (what it
+  // holds is all in use by steps).
+  absl::StatusOr<std::shared_ptr<const PositionCache>> Cache(
       const std::vector<int32_t>& tops) const;
 
   // A whole state's mask, for the next step of any sequence that reaches
@@ -188,44 +304,59 @@ class CompiledGrammar {
     bool has_base = false;
     std::vector<uint32_t> bits;  // Empty, or mask words.
     std::vector<int32_t> ids;
+    internal::BudgetCharge charge;  // Its bytes of the budget.
   };
   std::shared_ptr<const StepMask> FindMask(
       const std::vector<int32_t>& key) const;
+  // Caches `mask` (replacing a stale one stored for `key`); when the budget
+  // has no room it is not cached.
   void StoreMask(std::vector<int32_t> key,
-                 std::shared_ptr<const StepMask> mask) const;
+                 std::shared_ptr<StepMask> mask) const;
 
   // Classes held now (at most kMaxCachedTops), and filled in all (tests,
   // statistics).
   int64_t cached_positions() const;
   int64_t filled_positions() const;
+  // Step masks held now, and the bytes this grammar's cached entries are
+  // charged (classes and masks).
+  int64_t cached_masks() const;
+  size_t cached_bytes() const;
 
  private:
   Grammar grammar_;
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   internal::ByteClasses byte_classes_;
-  mutable std::mutex mu_;
+  // Before the caches: they are cleared under its mutex, which guards them.
+  std::shared_ptr<GrammarMemoryBudget> budget_;
   // Key: the tops (see Cache).
-  mutable internal::LruMap<std::shared_ptr<const PositionCache>> caches_{
-      kMaxCachedTops};
-  mutable int64_t fills_ = 0;
-  mutable internal::LruMap<std::shared_ptr<const StepMask>> masks_{
-      kMaxCachedMaskBytes};
+  mutable internal::BudgetedLru caches_;
+  mutable int64_t fills_ = 0;  // Under the budget's mutex.
+  mutable internal::BudgetedLru masks_;
 };
 
 class GrammarCache {
  public:
+  // `memory_budget_bytes`: what the compiled grammars' caches may hold
+  // between them (GrammarMemoryBudget).
   GrammarCache(std::shared_ptr<const TokenVocabulary> vocabulary,
-               size_t capacity = 256);
+               size_t capacity = 256,
+               size_t memory_budget_bytes = GrammarMemoryBudget::kDefaultBytes);
   absl::StatusOr<std::shared_ptr<const CompiledGrammar>> Get(
       const std::string& ebnf);
   const std::shared_ptr<const TokenVocabulary>& vocabulary() const {
     return vocabulary_;
   }
+  // The budget every grammar of this cache charges (it outlives the cache
+  // while a grammar or a step holds it).
+  const std::shared_ptr<GrammarMemoryBudget>& budget() const { return budget_; }
+  GrammarMemoryBudget::Stats memory_stats() const { return budget_->stats(); }
+  size_t size() const;
 
  private:
   std::shared_ptr<const TokenVocabulary> vocabulary_;
   size_t capacity_;
-  std::mutex mu_;
+  std::shared_ptr<GrammarMemoryBudget> budget_;
+  mutable std::mutex mu_;
   struct Entry {
     std::shared_ptr<const CompiledGrammar> grammar;
     uint64_t last_used = 0;

@@ -476,6 +476,143 @@ TEST(MatcherReferenceTest, ThreadsShareAnEvictingGrammar) {
   for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << t;
 }
 
+// Grammars of different kinds, each with its own vocabulary, on one memory
+// budget (bytes, whatever the vocabulary), and a fixed plan of walks through
+// them: the same plan fills the same entries however its walks interleave.
+struct SharedBudget {
+  std::vector<Vocab> vocabs;
+  std::vector<std::shared_ptr<const CompiledGrammar>> grammars;
+  std::shared_ptr<GrammarMemoryBudget> budget;
+
+  explicit SharedBudget(size_t limit)
+      : budget(GrammarMemoryBudget::Create(limit)) {
+    StructuredOutput regex;
+    regex.kind = StructuredOutput::Kind::kRegex;
+    regex.text = R"((ab|a)*c[0-9]{2,4}(é|ü|[x-z]+)?-\d+(\.\d{1,3})?)";
+    StructuredOutput object;
+    object.kind = StructuredOutput::Kind::kJsonObject;
+    const std::vector<std::string> ebnfs = {
+        SchemaEbnf(R"({"type": "object", "properties": {
+            "name": {"type": "string", "maxLength": 12},
+            "kind": {"enum": ["a", "ab", "é😀", 3, null]},
+            "tags": {"type": "array", "items": {"enum": ["x", "é", "ü y"]}},
+            "pos": {"type": "object", "properties": {"x": {"type": "number"}}}},
+          "required": ["name", "kind"]})"),
+        *StructuredOutputEbnf(regex), *StructuredOutputEbnf(object),
+        R"G(
+root   ::= expr (";" ws expr)*
+expr   ::= term (ws [-+] ws term)*
+term   ::= number | "(" ws expr ws ")" | [a-z]+ "(" expr ")"
+number ::= "-"? [0-9]+ ( "." [0-9]+ )?
+ws     ::= " "?
+)G"};
+    for (size_t i = 0; i < ebnfs.size(); ++i) {
+      std::mt19937 rng(40 + i);
+      Grammar g = Parse(ebnfs[i]);
+      vocabs.push_back(MakeVocab(Samples(g, {}, &rng), &rng));
+      grammars.push_back(std::make_shared<const CompiledGrammar>(
+          std::move(g), vocabs.back().vocab, budget));
+    }
+  }
+
+  static constexpr int kRounds = 3;
+  // Walk r of grammar i, checked against the reference; false on a wrong
+  // mask.
+  bool Walk(int r, size_t i) const {
+    return CheckWalks(grammars[i], vocabs[i], 1, 30,
+                      static_cast<uint32_t>(1000 * r + i)) >= 0;
+  }
+  size_t CachedBytes() const {
+    size_t sum = 0;
+    for (const auto& g : grammars) sum += g->cached_bytes();
+    return sum;
+  }
+};
+
+// The plan run alone with room for everything: what it caches in all, and
+// its largest entry.
+GrammarMemoryBudget::Stats UnboundedPlan() {
+  SharedBudget all(size_t{1} << 30);
+  for (int r = 0; r < SharedBudget::kRounds; ++r) {
+    for (size_t i = 0; i < all.grammars.size(); ++i)
+      EXPECT_TRUE(all.Walk(r, i));
+  }
+  const GrammarMemoryBudget::Stats st = all.budget->stats();
+  EXPECT_EQ(st.evictions, 0);
+  EXPECT_EQ(st.bytes, all.CachedBytes());
+  return st;
+}
+
+// Under a budget of a few entries, each grammar's walks drop the others'
+// entries (and its own), which are refilled when next needed: every mask
+// still equals the reference's, nothing is refused on one thread, and the
+// charge never passes the budget.
+TEST(MatcherReferenceTest, GrammarsSharingATinyBudgetEvictEachOther) {
+  const GrammarMemoryBudget::Stats unbounded = UnboundedPlan();
+  // One thread holds at most a class while it charges a mask.
+  const size_t limit = 3 * unbounded.max_entry_bytes;
+  ASSERT_GT(unbounded.bytes, 4 * limit);
+  SharedBudget tiny(limit);
+  int64_t dropped_by_others = 0;
+  for (int r = 0; r < SharedBudget::kRounds; ++r) {
+    for (size_t i = 0; i < tiny.grammars.size(); ++i) {
+      std::vector<int64_t> before;
+      for (const auto& g : tiny.grammars) {
+        before.push_back(g->cached_positions() + g->cached_masks());
+      }
+      ASSERT_TRUE(tiny.Walk(r, i)) << r << " " << i;
+      ASSERT_LE(tiny.budget->stats().bytes, limit);
+      for (size_t j = 0; j < tiny.grammars.size(); ++j) {
+        const auto& g = tiny.grammars[j];
+        if (j != i && g->cached_positions() + g->cached_masks() < before[j]) {
+          ++dropped_by_others;
+        }
+      }
+    }
+  }
+  const GrammarMemoryBudget::Stats st = tiny.budget->stats();
+  EXPECT_GT(dropped_by_others, 0);
+  EXPECT_GT(st.evictions, static_cast<int64_t>(unbounded.entries));
+  EXPECT_EQ(st.refused, 0);
+  EXPECT_EQ(st.bytes, tiny.CachedBytes());
+  tiny.grammars.clear();
+  EXPECT_EQ(tiny.budget->stats().bytes, 0u);
+}
+
+// Four threads run the same plan in different orders on a budget a few
+// times smaller than what it fills: entries of every grammar are dropped
+// while the other threads use and refill them. Each thread holds at most
+// two entries at once (a step mask and its class, or a class while its mask
+// is charged), so 12 of the largest leave room for every charge.
+TEST(MatcherReferenceTest, ThreadsOnATinySharedBudget) {
+  const GrammarMemoryBudget::Stats unbounded = UnboundedPlan();
+  const size_t limit = 12 * unbounded.max_entry_bytes;
+  ASSERT_GT(unbounded.bytes, 2 * limit);
+  SharedBudget tiny(limit);
+  std::vector<int> failures(4, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < SharedBudget::kRounds; ++r) {
+        for (size_t k = 0; k < tiny.grammars.size(); ++k) {
+          const size_t i = (k + t) % tiny.grammars.size();
+          if (!tiny.Walk((r + t) % SharedBudget::kRounds, i)) ++failures[t];
+          if (tiny.budget->stats().bytes > limit) ++failures[t];
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[t], 0) << t;
+  const GrammarMemoryBudget::Stats st = tiny.budget->stats();
+  EXPECT_GT(st.evictions, 0);
+  EXPECT_EQ(st.refused, 0);
+  EXPECT_LE(st.bytes, limit);
+  EXPECT_EQ(st.bytes, tiny.CachedBytes());
+  tiny.grammars.clear();
+  EXPECT_EQ(tiny.budget->stats().bytes, 0u);
+}
+
 }  // namespace
 }  // namespace grammar
 }  // namespace tessera

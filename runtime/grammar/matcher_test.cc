@@ -8,6 +8,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/grammar/grammar.h"
+#include "runtime/grammar/json_schema.h"
 #include "runtime/grammar/token_vocabulary.h"
 
 namespace tessera {
@@ -309,6 +310,228 @@ TEST(GrammarCacheTest, SameTextSameGrammar) {
   auto a2 = cache.Get(R"(root ::= "a")");
   ASSERT_TRUE(a2.ok());
   EXPECT_NE(a->get(), a2->get());
+}
+
+// Steps `m` through `text` byte by byte (a byte vocabulary), each step's mask
+// first; false at the first failure.
+bool WalkText(GrammarMatcher* m, const std::string& text) {
+  std::vector<uint32_t> mask(m->mask_words());
+  for (char c : text) {
+    const int32_t id = static_cast<uint8_t>(c);
+    if (!m->FillNextTokenMask(absl::MakeSpan(mask)).ok()) return false;
+    if (!((mask[id >> 5] >> (id & 31)) & 1)) return false;
+    if (!m->Accept(id).ok()) return false;
+  }
+  return true;
+}
+
+size_t SumCachedBytes(
+    const std::vector<std::shared_ptr<const CompiledGrammar>>& grammars) {
+  size_t sum = 0;
+  for (const auto& g : grammars) {
+    if (g != nullptr) sum += g->cached_bytes();
+  }
+  return sum;
+}
+
+TEST(GrammarMemoryBudgetTest, ChargedBytesAreTheLiveEntriesAndReturnToZero) {
+  auto budget = GrammarMemoryBudget::Create();
+  auto vocab = ByteVocabulary();
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {kJson, R"({"a": [1, -2.5e3, true, null], "b": {"c": "d\u00e9"}})"},
+      {R"(root ::= ("ab" | "a" [0-9]+)* "!")", "aba12a3ab!"},
+      {R"(root ::= [a-z]+ ("," [a-z]+)*)", "abc,de,f"}};
+  std::vector<std::shared_ptr<const CompiledGrammar>> grammars;
+  for (const auto& c : cases) {
+    auto g = ParseEbnf(c.first);
+    ASSERT_TRUE(g.ok()) << g.status();
+    grammars.push_back(
+        std::make_shared<CompiledGrammar>(*std::move(g), vocab, budget));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const int64_t fills = grammars[i]->filled_positions();
+      GrammarMatcher m(grammars[i], {256});
+      ASSERT_TRUE(WalkText(&m, cases[i].second)) << i;
+      // No step holds an entry now: what is charged is what is cached.
+      const GrammarMemoryBudget::Stats st = budget->stats();
+      EXPECT_EQ(st.bytes, SumCachedBytes(grammars)) << pass << " " << i;
+      int64_t entries = 0;
+      for (const auto& g : grammars) {
+        entries += g->cached_positions() + g->cached_masks();
+      }
+      EXPECT_EQ(static_cast<int64_t>(st.entries), entries);
+      EXPECT_GT(grammars[i]->cached_bytes(), 0u);
+      EXPECT_EQ(st.evictions, 0);
+      EXPECT_EQ(st.refused, 0);
+      // A budget this large keeps everything: the second pass fills nothing.
+      if (pass == 1) {
+        EXPECT_EQ(grammars[i]->filled_positions(), fills) << i;
+      }
+    }
+  }
+  // Dropping a grammar credits its entries.
+  for (size_t i = 0; i < grammars.size(); ++i) {
+    grammars[i].reset();
+    EXPECT_EQ(budget->stats().bytes, SumCachedBytes(grammars)) << i;
+  }
+  EXPECT_EQ(budget->stats().bytes, 0u);
+  EXPECT_EQ(budget->stats().entries, 0u);
+}
+
+// A class a step holds is never dropped for room: the charge that would
+// need it fails its request, and succeeds once the step lets go. An entry
+// dropped while held stays valid and charged until freed.
+TEST(GrammarMemoryBudgetTest, EntriesInUseAreKeptAndTheChargeIsRefused) {
+  auto vocab = ByteVocabulary();
+  const auto compile = [&](const std::string& ebnf,
+                           std::shared_ptr<GrammarMemoryBudget> budget) {
+    auto g = ParseEbnf(ebnf);
+    EXPECT_TRUE(g.ok()) << g.status();
+    return std::make_shared<CompiledGrammar>(*std::move(g), vocab,
+                                             std::move(budget));
+  };
+  // The start state's tops: one stack, exact, at the literal's first byte.
+  const auto start_tops = [](const CompiledGrammar& g) {
+    const int32_t pos = g.grammar().rules[g.grammar().root][0];
+    EXPECT_EQ(g.grammar().elements[pos].kind, Element::kBytes);
+    return std::vector<int32_t>{pos, CompiledGrammar::kExactTop};
+  };
+  // Each class's charge, measured alone.
+  size_t cost_a, cost_b;
+  {
+    auto g = compile(R"(root ::= "ab")", nullptr);
+    auto c = g->Cache(start_tops(*g));
+    ASSERT_TRUE(c.ok()) << c.status();
+    cost_a = (*c)->charge.bytes();
+    EXPECT_EQ(g->cached_bytes(), cost_a);
+    EXPECT_EQ(g->budget()->stats().bytes, cost_a);
+    // The charge covers what the class holds.
+    EXPECT_GE(cost_a,
+              sizeof(CompiledGrammar::PositionCache) +
+                  4 * ((*c)->accepted_bits.size() + (*c)->accepted_ids.size() +
+                       (*c)->uncertain.size() + 2));
+    ASSERT_EQ((*c)->accepted_ids, std::vector<int32_t>{'a'});
+  }
+  {
+    auto g = compile(R"(root ::= "cd")", nullptr);
+    auto c = g->Cache(start_tops(*g));
+    ASSERT_TRUE(c.ok()) << c.status();
+    cost_b = (*c)->charge.bytes();
+  }
+  // Room for one of them, not both.
+  auto budget = GrammarMemoryBudget::Create(cost_a + cost_b - 1);
+  auto a = compile(R"(root ::= "ab")", budget);
+  auto b = compile(R"(root ::= "cd")", budget);
+  auto held = a->Cache(start_tops(*a));
+  ASSERT_TRUE(held.ok()) << held.status();
+  EXPECT_EQ(budget->stats().bytes, cost_a);
+  auto refused = b->Cache(start_tops(*b));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("memory budget"),
+            absl::string_view::npos)
+      << refused.status();
+  // Through a matcher: that request fails, the process goes on.
+  {
+    GrammarMatcher m(b, {256});
+    std::vector<uint32_t> mask(m.mask_words());
+    const absl::Status s = m.FillNextTokenMask(absl::MakeSpan(mask));
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  }
+  EXPECT_EQ(budget->stats().refused, 2);
+  EXPECT_EQ(budget->stats().bytes, cost_a);
+  EXPECT_EQ(a->cached_positions(), 1);
+  // Let go: b's class now drops a's.
+  held = absl::UnknownError("released");
+  auto c = b->Cache(start_tops(*b));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(a->cached_positions(), 0);
+  EXPECT_EQ(b->cached_positions(), 1);
+  EXPECT_EQ(budget->stats().evictions, 1);
+  EXPECT_EQ(budget->stats().bytes, cost_b);
+  // b's class outlives its grammar while held, charged until freed.
+  std::shared_ptr<const CompiledGrammar::PositionCache> kept = *c;
+  c = absl::UnknownError("released");
+  b.reset();
+  EXPECT_EQ(budget->stats().entries, 0u);
+  EXPECT_EQ(budget->stats().bytes, cost_b);
+  EXPECT_EQ(kept->accepted_ids, std::vector<int32_t>{'c'});
+  kept.reset();
+  EXPECT_EQ(budget->stats().bytes, 0u);
+  // A class larger than the whole budget is refused outright.
+  auto tiny = compile(R"(root ::= "ab")", GrammarMemoryBudget::Create(16));
+  EXPECT_EQ(tiny->Cache(start_tops(*tiny)).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// A hostile client: 1000 distinct schemas, each explored for a few steps,
+// through one GrammarCache with a small budget. The charged bytes never
+// pass it, equal the entries of the grammars still alive, every mask is
+// the matcher's own Accept's answer, and dropping the cache frees it all.
+TEST(GrammarCacheTest, ThousandDistinctSchemasStayUnderTheBudget) {
+  constexpr size_t kBudget = 64 << 10;
+  auto cache = std::make_unique<GrammarCache>(ByteVocabulary(), 256, kBudget);
+  const std::shared_ptr<GrammarMemoryBudget> budget = cache->budget();
+  std::vector<std::weak_ptr<const CompiledGrammar>> seen;
+  std::mt19937 rng(7);
+  size_t peak = 0;
+  for (int i = 0; i < 1000; ++i) {
+    const std::string schema =
+        R"({"type": "object", "properties": {"f)" + std::to_string(i) +
+        R"(": {"type": "string", "maxLength": 12}, "n": {"enum": [)" +
+        std::to_string(i) + ", " + std::to_string(i * 7 + 1) +
+        R"(]}}, "required": ["f)" + std::to_string(i) +
+        R"(", "n"], "additionalProperties": false})";
+    auto ebnf = JsonSchemaTextToEbnf(schema);
+    ASSERT_TRUE(ebnf.ok()) << ebnf.status();
+    auto g = cache->Get(*ebnf);
+    ASSERT_TRUE(g.ok()) << g.status();
+    seen.push_back(*g);
+    {
+      GrammarMatcher m(*g, {256});
+      std::vector<uint32_t> mask(m.mask_words());
+      for (int step = 0; step < 24 && !m.terminated(); ++step) {
+        ASSERT_TRUE(m.FillNextTokenMask(absl::MakeSpan(mask)).ok())
+            << i << " " << step;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id <= 256; ++id) {
+          const bool in_mask = (mask[id >> 5] >> (id & 31)) & 1;
+          if (in_mask) allowed.push_back(id);
+          // Accept walks the real stacks, no cache: a reference for every
+          // tenth schema (all 257 tokens each step cost time).
+          if (i % 10 == 0) {
+            ASSERT_EQ(in_mask, m.Clone()->Accept(id).ok())
+                << i << " " << step << " " << id;
+          }
+        }
+        ASSERT_FALSE(allowed.empty());
+        ASSERT_TRUE(m.Accept(allowed[rng() % allowed.size()]).ok());
+        peak = std::max(peak, budget->stats().bytes);
+      }
+    }
+    g = absl::UnknownError("released");
+    const GrammarMemoryBudget::Stats st = budget->stats();
+    ASSERT_LE(st.bytes, kBudget) << i;
+    size_t alive_bytes = 0;
+    int alive = 0;
+    for (const auto& w : seen) {
+      if (auto p = w.lock()) {
+        alive_bytes += p->cached_bytes();
+        ++alive;
+      }
+    }
+    // The cache's own eviction of whole grammars credits their entries.
+    ASSERT_EQ(st.bytes, alive_bytes) << i;
+    ASSERT_LE(alive, 256) << i;
+  }
+  const GrammarMemoryBudget::Stats st = budget->stats();
+  EXPECT_LE(peak, kBudget);
+  EXPECT_GT(st.evictions, 1000);  // The budget, not only the 256, bound it.
+  EXPECT_EQ(st.refused, 0);       // One thread: nothing else holds entries.
+  EXPECT_EQ(cache->size(), 256u);
+  cache.reset();
+  EXPECT_EQ(budget->stats().bytes, 0u);
+  EXPECT_EQ(budget->stats().entries, 0u);
 }
 
 }  // namespace
