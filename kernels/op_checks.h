@@ -90,6 +90,10 @@ absl::Status CheckAdd(const TensorView& a, const TensorView& b,
                       const TensorView& out);
 // f32 x [T, K], weight [N, K] in a weight dtype and unscaled, f32 bias [N]
 // or null, f32 out [T, N].
+// A weight's scale (ops.h WeightView): present exactly for f8_e4m3 data,
+// f32 and shaped as its kind says ([N], or [ceil(N/B), ceil(K/B)] with B >=
+// 1), and a static input scale f32 [1].
+absl::Status CheckWeightScale(absl::string_view op, const WeightView& weight);
 absl::Status CheckLinear(const OpSupport& support, const TensorView& x,
                          const WeightView& weight, const TensorView* bias,
                          const TensorView& out);

@@ -217,24 +217,79 @@ struct SampleResult {
   std::vector<std::pair<int32_t, float>> top;
 };
 
-// A weight matrix as Linear reads it: its values in `data` (whose dtype is
-// the weight's dtype) and, for quantized formats, the scale that turns them
-// into real numbers. fp8 weights will be an fp8 `data` plus a scale, not a
-// new op. Converts implicitly from a TensorView or a Tensor (an unscaled
-// weight), so a call site passes a weight as it passes any tensor.
+// How a weight's scale turns its stored values into real numbers.
+enum class WeightScaleKind {
+  kNone,        // The values are the weights (f32, bf16).
+  kPerChannel,  // w[n, k] = data[n, k] * scale[n]; scale f32 [N]. A
+                // checkpoint's per-tensor scale is held as N copies.
+  kBlock,       // w[n, k] = data[n, k] * scale[n / B, k / B]; scale f32
+                // [ceil(N / B), ceil(K / B)], B = block (128: DeepSeek and
+                // Qwen3 FP8's weight_block_size).
+};
+
+// How an fp8 product may quantize its activations (a backend that computes
+// in fp8, CUDA's tensor-core path, follows it; a weight-only path, which
+// widens the weights instead, ignores it).
+enum class ActivationScaleKind {
+  kDynamicPerToken,  // Each row x[t] by its own max |x[t]| / 448.
+  kStatic,           // Every row by input_scale (the checkpoint's).
+  kDynamicPerBlock,  // Each 1×B slice of a row by its own max / 448 (block
+                     // weights: what DeepSeek's recipe computes).
+};
+
+// A weight matrix as Linear reads it: its stored values in `data` (whose
+// dtype is the weight's dtype) and, for fp8 (kF8E4M3) data, the scale that
+// turns them into real numbers. Converts implicitly from a TensorView or a
+// Tensor (an unscaled weight), so a call site passes a weight as it passes
+// any tensor.
 struct WeightView {
   WeightView() = default;
   WeightView(const TensorView& values) : data(values) {}  // NOLINT: implicit.
   WeightView(const Tensor& values) : data(values.view()) {}  // NOLINT
 
   DType dtype() const { return data.dtype(); }
-  // An empty view (no data, or no elements) is no scale.
-  bool has_scale() const {
-    return scale.data() != nullptr && scale.numel() > 0;
+  bool has_scale() const { return scale_kind != WeightScaleKind::kNone; }
+
+  TensorView data;  // [N, K], the checkpoint's layout.
+  WeightScaleKind scale_kind = WeightScaleKind::kNone;
+  TensorView scale;   // f32, shaped by scale_kind (empty for kNone).
+  int32_t block = 0;  // kBlock's B.
+  ActivationScaleKind activations = ActivationScaleKind::kDynamicPerToken;
+  TensorView input_scale;  // kStatic: f32 [1].
+};
+
+// A weight matrix as a model holds it: the tensors a WeightView points at.
+// An unscaled weight is its data alone (scale_kind kNone).
+struct Weight {
+  Weight() = default;
+  explicit Weight(Tensor values) : data(std::move(values)) {}
+
+  WeightView view() const {
+    WeightView v(data);
+    v.scale_kind = scale_kind;
+    if (scale.has_value()) v.scale = scale->view();
+    v.block = block;
+    v.activations = activations;
+    if (input_scale.has_value()) v.input_scale = input_scale->view();
+    return v;
+  }
+  operator WeightView() const { return view(); }  // NOLINT: implicit.
+  const Shape& shape() const { return data.shape(); }
+  DType dtype() const { return data.dtype(); }
+  int64_t nbytes() const {
+    return static_cast<int64_t>(data.nbytes()) +
+           (scale.has_value() ? static_cast<int64_t>(scale->nbytes()) : 0) +
+           (input_scale.has_value()
+                ? static_cast<int64_t>(input_scale->nbytes())
+                : 0);
   }
 
-  TensorView data;   // [N, K], the checkpoint's layout.
-  TensorView scale;  // Empty: none (the only kind any backend takes today).
+  Tensor data;
+  WeightScaleKind scale_kind = WeightScaleKind::kNone;
+  std::optional<Tensor> scale;
+  int32_t block = 0;
+  ActivationScaleKind activations = ActivationScaleKind::kDynamicPerToken;
+  std::optional<Tensor> input_scale;
 };
 
 // The experts of a mixture-of-experts block over its routed tokens
@@ -361,9 +416,13 @@ class Ops : public Device {
                    const TensorView& out);
 
   // out = x · weightᵀ (+ bias): x [T, K], weight [N, K] (the checkpoint's
-  // layout) in one of the backend's weight dtypes and unscaled (a scale is
-  // InvalidArgument until a backend reads one), bias [N] or null, out [T, N].
-  // Accumulates in f32.
+  // layout) in one of the backend's weight dtypes (OpSupport), bias [N] or
+  // null, out [T, N]. Accumulates in f32. An fp8 weight (kF8E4M3 data with a
+  // kPerChannel or kBlock scale; no other dtype takes a scale) is the real
+  // matrix data * scale; the backend may round x to fp8 as weight.activations
+  // says (its tensor-core path) or widen the weights and keep x in f32 (its
+  // few-row path), so an fp8 product matches the f32 product of the widened
+  // weights to fp8's precision, not bit for bit.
   absl::Status Linear(const TensorView& x, const WeightView& weight,
                       const TensorView* bias, const TensorView& out);
 

@@ -11,12 +11,15 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/op_checks.h"
 #include "kernels/testing/step_arrays.h"
 
 namespace tessera {
 namespace {
+
+using ::testing::HasSubstr;
 
 constexpr DType kWeights[] = {DType::kF32, DType::kBF16};
 constexpr DType kCache[] = {DType::kF32, DType::kI8};
@@ -288,17 +291,40 @@ TEST(OpsTest, MessagesListTheBackendsDTypes) {
             "f32, bf16 or i8");
 }
 
-TEST(OpsTest, AWeightScaleIsRefusedNamingIt) {
+TEST(OpsTest, AWeightScaleGoesWithFp8DataAndFitsItsShape) {
   RecordingOps ops;
   Tensor x = F32({2, 4}), w = F32({3, 4}), out = F32({2, 3});
   Tensor scale = F32({3});
   WeightView scaled = w;
   EXPECT_FALSE(scaled.has_scale());
   EXPECT_EQ(scaled.dtype(), DType::kF32);
+  scaled.scale_kind = WeightScaleKind::kPerChannel;
   scaled.scale = scale.view();
   EXPECT_TRUE(scaled.has_scale());
-  ExpectInvalid(ops.Linear(x.view(), scaled, nullptr, out.view()),
-                "Linear: a weight scale ([3] f32) is not supported");
+  // An f32 weight takes no scale (whatever the backend's dtypes).
+  EXPECT_THAT(CheckWeightScale("Linear", scaled).message(),
+              HasSubstr("f32 weights take no scale"));
+  // fp8 data: a scale is required and must fit the weight's shape.
+  Tensor fp8 = *Tensor::Empty(DType::kF8E4M3, Shape({3, 4}));
+  WeightView q = fp8;
+  EXPECT_THAT(CheckWeightScale("Linear", q).message(),
+              HasSubstr("f8_e4m3 weights need a scale"));
+  q.scale_kind = WeightScaleKind::kPerChannel;
+  q.scale = scale.view();
+  EXPECT_TRUE(CheckWeightScale("Linear", q).ok());
+  Tensor wrong = F32({4});
+  q.scale = wrong.view();
+  EXPECT_THAT(CheckWeightScale("Linear", q).message(),
+              HasSubstr("does not fit the weight"));
+  Tensor blocks = F32({1, 1});
+  q.scale_kind = WeightScaleKind::kBlock;
+  q.block = 128;
+  q.scale = blocks.view();
+  EXPECT_TRUE(CheckWeightScale("Linear", q).ok());
+  q.activations = ActivationScaleKind::kStatic;
+  EXPECT_FALSE(CheckWeightScale("Linear", q).ok());  // No input scale.
+  // This backend's weights are f32 only: fp8 is refused naming the dtypes.
+  ExpectInvalid(ops.Linear(x.view(), q, nullptr, out.view()), "f8_e4m3");
   EXPECT_TRUE(ops.calls.empty());
 }
 

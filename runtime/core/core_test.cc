@@ -45,6 +45,39 @@ TEST(DTypeTest, HalfPrecisionRoundsToNearestEven) {
   EXPECT_EQ(Bf16ToF32(F32ToBf16(1.0f + std::ldexp(1.0f, -8))), 1.0f);
 }
 
+TEST(DTypeTest, Fp8E4M3RoundTripsEveryCodeAndRoundsToNearestEven) {
+  // Every finite code widens and narrows back to itself (the two zeros too).
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7f) == 0x7f) {
+      EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(static_cast<uint8_t>(code))));
+      continue;
+    }
+    const float value = Fp8E4M3ToF32(static_cast<uint8_t>(code));
+    EXPECT_EQ(F32ToFp8E4M3(value), code) << code << " " << value;
+  }
+  EXPECT_EQ(Fp8E4M3ToF32(0x7e), 448.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(0x01), std::ldexp(1.0f, -9));  // Smallest subnormal.
+  EXPECT_EQ(Fp8E4M3ToF32(0x08), std::ldexp(1.0f, -6));  // Smallest normal.
+  EXPECT_EQ(Fp8E4M3ToF32(0x38), 1.0f);
+  // Halfway between 1 and 1.125 goes to 1 (even), between 1.125 and 1.25 to
+  // 1.25; between 15 and 16 up to 16 (the next binade).
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(1.0625f)), 1.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(1.1875f)), 1.25f);
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(15.5f)), 16.0f);
+  EXPECT_EQ(Fp8E4M3ToF32(F32ToFp8E4M3(-0.3f)), -0.3125f);
+  // Saturation, not NaN, beyond the largest finite value; NaN stays NaN.
+  EXPECT_EQ(F32ToFp8E4M3(1e6f), 0x7e);
+  EXPECT_EQ(F32ToFp8E4M3(-1e6f), 0xfe);
+  EXPECT_EQ(F32ToFp8E4M3(464.0f), 0x7e);
+  EXPECT_TRUE(std::isnan(Fp8E4M3ToF32(F32ToFp8E4M3(NAN))));
+  EXPECT_EQ(F32ToFp8E4M3(std::ldexp(1.0f, -11)), 0x00);  // Ties to 0 (even).
+  float widened[2];
+  const uint8_t codes[2] = {0x38, 0xc0};
+  ASSERT_TRUE(ConvertToF32(DType::kF8E4M3, codes, 2, widened).ok());
+  EXPECT_EQ(widened[0], 1.0f);
+  EXPECT_EQ(widened[1], -2.0f);
+}
+
 TEST(DTypeTest, ConvertToF32RejectsIntegers) {
   int32_t x = 3;
   float out;

@@ -1,7 +1,9 @@
 #include "runtime/core/dtype.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -114,7 +116,46 @@ absl::string_view DTypeToSafetensors(DType dtype) {
 
 bool IsFloatConvertible(DType dtype) {
   return dtype == DType::kF32 || dtype == DType::kBF16 ||
-         dtype == DType::kF16 || dtype == DType::kF64;
+         dtype == DType::kF16 || dtype == DType::kF64 ||
+         dtype == DType::kF8E4M3;
+}
+
+float Fp8E4M3ToF32(uint8_t bits) {
+  const bool negative = (bits & 0x80u) != 0;
+  const uint32_t exponent = (bits >> 3) & 0xfu;
+  const uint32_t mantissa = bits & 0x7u;
+  float magnitude;
+  if (exponent == 0xfu && mantissa == 0x7u) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {  // Subnormal: mantissa * 2^-9.
+    magnitude = std::ldexp(static_cast<float>(mantissa), -9);
+  } else {
+    magnitude = std::ldexp(1.0f + static_cast<float>(mantissa) / 8.0f,
+                           static_cast<int>(exponent) - 7);
+  }
+  return negative ? -magnitude : magnitude;
+}
+
+uint8_t F32ToFp8E4M3(float value) {
+  if (std::isnan(value)) return 0x7f;
+  const uint8_t sign = std::signbit(value) ? 0x80u : 0x00u;
+  const float a = std::fabs(value);
+  if (a >= kFp8E4M3Max) return sign | 0x7eu;  // Saturated: 448.
+  // a's binade [2^e, 2^(e+1)), e >= -6 (below, the subnormals share the
+  // spacing of the lowest binade): 8 steps of 2^(e-3) each.
+  int frexp_exponent = 0;
+  std::frexp(a, &frexp_exponent);  // a = f * 2^x, f in [0.5, 1).
+  int e = std::max(frexp_exponent - 1, -6);
+  // Ties to even (the default rounding mode); q in [0, 16].
+  int q = static_cast<int>(std::nearbyint(std::ldexp(a, 3 - e)));
+  if (q == 16) {  // Rounded up into the next binade.
+    ++e;
+    q = 8;
+  }
+  if (q < 8) return sign | static_cast<uint8_t>(q);  // Subnormal (e = -6).
+  const int code = ((e + 7) << 3) | (q - 8);
+  if (code > 0x7e) return sign | 0x7eu;  // Would be NaN's code: saturate.
+  return sign | static_cast<uint8_t>(code);
 }
 
 float F16ToF32(uint16_t bits) {
@@ -186,6 +227,9 @@ absl::Status ConvertToF32(DType dtype, const void* src, size_t count,
       for (size_t i = 0; i < count; ++i) {
         dst[i] = static_cast<float>(Load<double>(bytes, i));
       }
+      return absl::OkStatus();
+    case DType::kF8E4M3:
+      for (size_t i = 0; i < count; ++i) dst[i] = Fp8E4M3ToF32(bytes[i]);
       return absl::OkStatus();
     default:
       return absl::InvalidArgumentError(

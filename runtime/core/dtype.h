@@ -22,7 +22,7 @@ enum class DType : uint8_t {
   kI8,      // Signed 8-bit integer (quantized values).
   kU8,      // Unsigned 8-bit integer (packed quantized values).
   kBool,    // One byte, 0 or 1.
-  kF8E4M3,  // OCP fp8 e4m3fn (recognised in checkpoints; not computed in yet).
+  kF8E4M3,  // OCP fp8 e4m3fn: fp8 weights (with a scale, WeightView).
   kF8E5M2,  // OCP fp8 e5m2 (recognised in checkpoints; not computed in yet).
 };
 
@@ -62,8 +62,17 @@ inline uint16_t F32ToBf16(float value) {
 float F16ToF32(uint16_t bits);
 uint16_t F32ToF16(float value);
 
-// Widens `count` elements of `dtype` at `src` into `dst` (f32, f16, bf16, f64
-// sources). Returns InvalidArgument for any other dtype.
+// OCP fp8 e4m3fn (1 sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+// infinities, 0x7f/0xff NaN; largest finite 448): exact widening, and
+// rounding to nearest even with values beyond ±448 saturated to ±448 (as
+// torch's `to(float8_e4m3fn)` after a clamp, the quantization formulas of
+// every fp8 checkpoint format), NaN kept NaN.
+inline constexpr float kFp8E4M3Max = 448.0f;
+float Fp8E4M3ToF32(uint8_t bits);
+uint8_t F32ToFp8E4M3(float value);
+
+// Widens `count` elements of `dtype` at `src` into `dst` (f32, f16, bf16, f64,
+// f8_e4m3 sources). Returns InvalidArgument for any other dtype.
 absl::Status ConvertToF32(DType dtype, const void* src, size_t count,
                           float* dst);
 

@@ -185,6 +185,48 @@ inline constexpr int64_t kMaxExpertsPerToken = 32;
 // positions are int32 in every kernel. Larger values are InvalidArgument.
 inline constexpr int64_t kMaxPositionEmbeddings = (int64_t{1} << 31) - 1;
 
+// How a checkpoint's matrices are quantized (its config.json
+// `quantization_config`, or `compression_config`). Parsed for the fp8 formats
+// we load; every other method is refused at parse (ParseModelConfig).
+enum class Fp8WeightScale {
+  kPerTensor,   // One scale per matrix (held per channel once loaded).
+  kPerChannel,  // One per output row: [N] or [N, 1] in the checkpoint.
+  kBlock,       // One per block_rows × block_cols tile: [ceil(N/br),
+                // ceil(K/bc)] (weight_block_size; only 128 × 128 is loaded).
+};
+enum class Fp8InputScale {
+  kDynamicPerToken,  // Computed per row at run time (no tensor).
+  kStaticPerTensor,  // `<module>.input_scale`, one per matrix.
+  kDynamicPerGroup,  // Per 1 × block_cols group at run time (block formats).
+};
+struct QuantConfig {
+  // The format, as quant_method spells it ("compressed-tensors", "fp8",
+  // "modelopt", "fbgemm_fp8"); empty: the matrices are not quantized.
+  std::string method;
+  Fp8WeightScale weight_scale = Fp8WeightScale::kPerChannel;
+  int64_t block_rows = 0;  // kBlock only.
+  int64_t block_cols = 0;
+  Fp8InputScale input_scale = Fp8InputScale::kDynamicPerToken;
+  // The name of each quantized matrix's scale beside its `.weight`:
+  // "weight_scale" (compressed-tensors, modelopt, fbgemm) or
+  // "weight_scale_inv" (the "fp8" method: DeepSeek's and Qwen3's FP8
+  // checkpoints; multiplied, despite the name).
+  std::string scale_suffix = "weight_scale";
+  // Modules kept in the checkpoint's float dtype (compressed-tensors
+  // `ignore`, modelopt `exclude_modules`/`ignore`, the others'
+  // `modules_to_not_convert`): module names ("lm_head"), "re:" regular
+  // expressions (compressed-tensors; matched against the whole name), or
+  // names that match a module's name or any of its dotted suffixes
+  // ("lm_head" matches "lm_head", "self_attn" matches
+  // "model.layers.0.self_attn.q_proj").
+  std::vector<std::string> unquantized_modules;
+
+  bool quantized() const { return !method.empty(); }
+  // Whether the linear module `module` ("model.layers.0.self_attn.q_proj",
+  // "lm_head") holds fp8 weights. The embedding never does.
+  bool Quantizes(absl::string_view module) const;
+};
+
 struct ModelConfig {
   Architecture arch = Architecture::kLlama;
   std::string model_type;  // As spelled in config.json.
@@ -230,6 +272,9 @@ struct ModelConfig {
 
   std::string torch_dtype;  // "float32", "bfloat16", ... (informational:
                             // weights carry dtypes).
+
+  // fp8 matrices (quantization_config); unquantized when method is empty.
+  QuantConfig quant;
 };
 
 // Parses config.json text (transformers 4 and 5 spellings). Errors name the
