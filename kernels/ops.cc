@@ -77,6 +77,23 @@ absl::Status Ops::Add(const TensorView& a, const TensorView& b,
                [&] { return DoAdd(a, b, out); });
 }
 
+absl::StatusOr<Weight> Ops::QuantizeWeightFp8(const TensorView& weight) {
+  const Shape& s = weight.shape();
+  if (s.rank() != 2 ||
+      (weight.dtype() != DType::kBF16 && weight.dtype() != DType::kF32)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("QuantizeWeightFp8: a bf16 or f32 matrix [N, K], not ",
+                     s.ToString(), " ", DTypeName(weight.dtype())));
+  }
+  return DoQuantizeWeightFp8(weight);
+}
+
+absl::StatusOr<Weight> Ops::DoQuantizeWeightFp8(const TensorView& /*weight*/) {
+  return absl::UnimplementedError(
+      "fp8 weights (--quantization fp8) need a backend with fp8 products "
+      "(the CUDA backend on an sm_89+ GPU)");
+}
+
 absl::Status Ops::Linear(const TensorView& x, const WeightView& weight,
                          const TensorView* bias, const TensorView& out) {
   RETURN_IF_ERROR(CheckLinear(support_, x, weight, bias, out));

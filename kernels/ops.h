@@ -426,6 +426,14 @@ class Ops : public Device {
   absl::Status Linear(const TensorView& x, const WeightView& weight,
                       const TensorView* bias, const TensorView& out);
 
+  // An unquantized matrix [N, K] (bf16 or f32, in the backend's memory) as an
+  // fp8 Weight in the backend's memory (--quantization fp8): per output
+  // channel, scale[n] = max_k |w[n, k]| / 448 (1 for an all-zero row) and
+  // data = e4m3(w / scale) rounded to nearest even (F32ToFp8E4M3);
+  // kPerChannel, dynamic per-token activations. Unimplemented on a backend
+  // without fp8 products.
+  absl::StatusOr<Weight> QuantizeWeightFp8(const TensorView& weight);
+
   // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
   // layout: for each head, element i pairs with i + D/2 and rotates by
   // positions[t] * inv_freq[i]. x [T, heads, D], positions kI32 [T] (a step
@@ -577,6 +585,8 @@ class Ops : public Device {
   virtual absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                                 const TensorView* bias,
                                 const TensorView& out) = 0;
+  // By default Unimplemented (no fp8 products).
+  virtual absl::StatusOr<Weight> DoQuantizeWeightFp8(const TensorView& weight);
   virtual absl::Status DoRope(const TensorView& x, const TensorView& positions,
                               const TensorView& inv_freq) = 0;
   virtual absl::Status DoBiasAdd(const TensorView& x,

@@ -500,10 +500,10 @@ absl::Status CpuOps::DoEmbeddingShard(const TensorView& table,
 
 absl::StatusOr<Tensor> CpuOps::Upload(const TensorView& host, DType dtype) {
   if (host.dtype() != DType::kF32 && host.dtype() != DType::kBF16 &&
-      host.dtype() != DType::kF16) {
+      host.dtype() != DType::kF16 && host.dtype() != DType::kF8E4M3) {
     return absl::InvalidArgumentError(
         absl::StrCat("Upload: host tensor is ", DTypeName(host.dtype()),
-                     ", expected f32, bf16 or f16"));
+                     ", expected f32, bf16, f16 or f8_e4m3"));
   }
   if (dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -105,15 +105,28 @@ TEST_F(CpuOpsTest, OpTimerTimesEachOpByLabel) {
   ops_.set_op_timer(nullptr);
 }
 
-TEST_F(CpuOpsTest, LinearRefusesAScaledWeight) {
+TEST_F(CpuOpsTest, LinearRefusesScaledAndFp8Weights) {
+  // The CPU computes with dequantized f32 weights (quantized_weights.h): a
+  // scale, or fp8 data, reaching Linear is refused, never ignored.
   Tensor x = Random({2, 4}), w = Random({3, 4}), scale = Random({3});
   Tensor out = *Tensor::Zeros(DType::kF32, {2, 3});
   WeightView scaled = w;
+  scaled.scale_kind = WeightScaleKind::kPerChannel;
   scaled.scale = scale.view();
-  const absl::Status st = ops_.Linear(x.view(), scaled, nullptr, out.view());
+  absl::Status st = ops_.Linear(x.view(), scaled, nullptr, out.view());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_NE(st.message().find("weight scale"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("take no scale"), absl::string_view::npos) << st;
+  Tensor fp8 = *Tensor::Zeros(DType::kF8E4M3, {3, 4});
+  WeightView q = fp8;
+  q.scale_kind = WeightScaleKind::kPerChannel;
+  q.scale = scale.view();
+  st = ops_.Linear(x.view(), q, nullptr, out.view());
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+  EXPECT_NE(st.message().find("f8_e4m3"), absl::string_view::npos) << st;
   EXPECT_TRUE(ops_.Linear(x.view(), w, nullptr, out.view()).ok());
+  // Nor does the CPU quantize weights (--quantization fp8).
+  EXPECT_EQ(ops_.QuantizeWeightFp8(w.view()).status().code(),
+            absl::StatusCode::kUnimplemented);
 }
 
 TEST_F(CpuOpsTest, LinearMatchesDirectProduct) {

@@ -221,6 +221,11 @@ struct QuantConfig {
   // "model.layers.0.self_attn.q_proj").
   std::vector<std::string> unquantized_modules;
 
+  // Quantized by Tessera as the weights load (--quantization fp8, method
+  // "fp8 (online)"): per-channel scales, dynamic per-token activations, no
+  // scale tensors in the checkpoint.
+  bool online = false;
+
   bool quantized() const { return !method.empty(); }
   // Whether the linear module `module` ("model.layers.0.self_attn.q_proj",
   // "lm_head") holds fp8 weights. The embedding never does.

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "runtime/core/status.h"
+#include "runtime/model/quantized_weights.h"
 
 namespace tessera {
 namespace {
@@ -45,14 +46,22 @@ void AddAttentionSpecs(const ModelConfig& c, const ShardSpec& s,
   const int64_t q_end = q_begin + s.local_heads * D;
   const int64_t kv_begin = s.first_kv_head * D;
   const int64_t kv_end = kv_begin + s.local_kv_heads * D;
-  t->push_back(RowSplit(p + "self_attn.q_proj.weight", {q_dim, H}, q_begin,
-                        q_end, part));
-  t->push_back(RowSplit(p + "self_attn.k_proj.weight", {kv_dim, H}, kv_begin,
-                        kv_end, part));
-  t->push_back(RowSplit(p + "self_attn.v_proj.weight", {kv_dim, H}, kv_begin,
-                        kv_end, part));
-  t->push_back(ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
-                           q_end, part));
+  AddLinearSpec(
+      c.quant,
+      RowSplit(p + "self_attn.q_proj.weight", {q_dim, H}, q_begin, q_end, part),
+      t);
+  AddLinearSpec(c.quant,
+                RowSplit(p + "self_attn.k_proj.weight", {kv_dim, H}, kv_begin,
+                         kv_end, part),
+                t);
+  AddLinearSpec(c.quant,
+                RowSplit(p + "self_attn.v_proj.weight", {kv_dim, H}, kv_begin,
+                         kv_end, part),
+                t);
+  AddLinearSpec(c.quant,
+                ColumnSplit(p + "self_attn.o_proj.weight", {H, q_dim}, q_begin,
+                            q_end, part),
+                t);
   if (tensors.qkv_bias) {
     t->push_back(
         RowSplit(p + "self_attn.q_proj.bias", {q_dim}, q_begin, q_end, part));
@@ -78,12 +87,15 @@ void AddGatedMlpSpecs(const ModelConfig& c, const ShardSpec& s,
   const int64_t H = c.hidden_size, I = c.intermediate_size;
   const int64_t i_begin = s.tp_rank * s.local_intermediate;
   const int64_t i_end = i_begin + s.local_intermediate;
-  t->push_back(
-      RowSplit(p + "mlp.gate_proj.weight", {I, H}, i_begin, i_end, part));
-  t->push_back(
-      RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part));
-  t->push_back(
-      ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part));
+  AddLinearSpec(
+      c.quant,
+      RowSplit(p + "mlp.gate_proj.weight", {I, H}, i_begin, i_end, part), t);
+  AddLinearSpec(
+      c.quant, RowSplit(p + "mlp.up_proj.weight", {I, H}, i_begin, i_end, part),
+      t);
+  AddLinearSpec(
+      c.quant,
+      ColumnSplit(p + "mlp.down_proj.weight", {H, I}, i_begin, i_end, part), t);
   if (bias) {
     t->push_back(RowSplit(p + "mlp.gate_proj.bias", {I}, i_begin, i_end, part));
     t->push_back(RowSplit(p + "mlp.up_proj.bias", {I}, i_begin, i_end, part));
@@ -113,6 +125,26 @@ absl::StatusOr<Tensor> WeightBinder::Take(const std::string& name) {
   return set_->Take(name);
 }
 
+absl::StatusOr<Weight> WeightBinder::TakeLinear(const std::string& name) {
+  ASSIGN_OR_RETURN(Weight w, TakeLinearWeight(set_, quant_, name));
+  const std::string module(ModuleOf(name));
+  return FinishLinearWeight(ops_, quant_, {module}, std::move(w));
+}
+
+absl::StatusOr<Weight> WeightBinder::StackLinear(
+    std::initializer_list<std::string> names) {
+  std::vector<Weight> parts;
+  std::vector<std::string> modules;
+  for (const std::string& name : names) {
+    ASSIGN_OR_RETURN(Weight w, TakeLinearWeight(set_, quant_, name));
+    parts.push_back(std::move(w));
+    modules.emplace_back(ModuleOf(name));
+  }
+  ASSIGN_OR_RETURN(Weight stacked, StackLinearWeights(ops_, parts, &staging_));
+  parts.clear();  // Frees the parts before quantizing the stack.
+  return FinishLinearWeight(ops_, quant_, modules, std::move(stacked));
+}
+
 absl::StatusOr<std::optional<Tensor>> WeightBinder::Optional(
     const std::string& name) {
   if (!set_->Has(name)) return std::optional<Tensor>();
@@ -129,7 +161,7 @@ absl::StatusOr<Tensor> WeightBinder::Stack(
     parts.push_back(std::move(t));
   }
   for (const Tensor& t : parts) ptrs.push_back(&t);
-  return ConcatRows(device_, ptrs, &staging_);
+  return ConcatRows(ops_, ptrs, &staging_);
 }
 
 absl::StatusOr<std::optional<Tensor>> WeightBinder::StackOptional(
@@ -151,13 +183,15 @@ absl::Status BindAttentionWeights(WeightBinder& w, const std::string& p,
   // A fused checkpoint tensor (Phi-3's qkv_proj, split by row ranges) is
   // already this rank's stack.
   if (w.Has(p + "self_attn.qkv_proj.weight")) {
-    ASSIGN_OR_RETURN(a->qkv_proj, w.Take(p + "self_attn.qkv_proj.weight"));
+    ASSIGN_OR_RETURN(a->qkv_proj,
+                     w.TakeLinear(p + "self_attn.qkv_proj.weight"));
   } else {
-    ASSIGN_OR_RETURN(a->qkv_proj, w.Stack({p + "self_attn.q_proj.weight",
-                                           p + "self_attn.k_proj.weight",
-                                           p + "self_attn.v_proj.weight"}));
+    ASSIGN_OR_RETURN(a->qkv_proj,
+                     w.StackLinear({p + "self_attn.q_proj.weight",
+                                    p + "self_attn.k_proj.weight",
+                                    p + "self_attn.v_proj.weight"}));
   }
-  ASSIGN_OR_RETURN(a->o_proj, w.Take(p + "self_attn.o_proj.weight"));
+  ASSIGN_OR_RETURN(a->o_proj, w.TakeLinear(p + "self_attn.o_proj.weight"));
   ASSIGN_OR_RETURN(a->qkv_bias, w.StackOptional({p + "self_attn.q_proj.bias",
                                                  p + "self_attn.k_proj.bias",
                                                  p + "self_attn.v_proj.bias"}));
@@ -170,12 +204,14 @@ absl::Status BindAttentionWeights(WeightBinder& w, const std::string& p,
 absl::Status BindGatedMlpWeights(WeightBinder& w, const std::string& p,
                                  GatedMlpWeights* m) {
   if (w.Has(p + "mlp.gate_up_proj.weight")) {  // Phi-3's fused gate/up.
-    ASSIGN_OR_RETURN(m->gate_up_proj, w.Take(p + "mlp.gate_up_proj.weight"));
+    ASSIGN_OR_RETURN(m->gate_up_proj,
+                     w.TakeLinear(p + "mlp.gate_up_proj.weight"));
   } else {
-    ASSIGN_OR_RETURN(m->gate_up_proj, w.Stack({p + "mlp.gate_proj.weight",
-                                               p + "mlp.up_proj.weight"}));
+    ASSIGN_OR_RETURN(
+        m->gate_up_proj,
+        w.StackLinear({p + "mlp.gate_proj.weight", p + "mlp.up_proj.weight"}));
   }
-  ASSIGN_OR_RETURN(m->down_proj, w.Take(p + "mlp.down_proj.weight"));
+  ASSIGN_OR_RETURN(m->down_proj, w.TakeLinear(p + "mlp.down_proj.weight"));
   ASSIGN_OR_RETURN(m->gate_up_bias, w.StackOptional({p + "mlp.gate_proj.bias",
                                                      p + "mlp.up_proj.bias"}));
   ASSIGN_OR_RETURN(m->down_bias, w.Optional(p + "mlp.down_proj.bias"));

@@ -69,8 +69,11 @@ void AddHeadSpecs(const ModelConfig& config, const ShardSpec& shard, int part,
 // stack exists, so loading holds one layer's parts twice at most.
 class WeightBinder {
  public:
-  // `device` stores the stacks; `set` must outlive the binder.
-  WeightBinder(Device* device, WeightSet* set) : device_(device), set_(set) {}
+  // `ops` stores the stacks (and quantizes for --quantization fp8); `set`
+  // must outlive the binder. `quant` says which linear weights are fp8
+  // (quantized_weights.h).
+  WeightBinder(Ops* ops, WeightSet* set, QuantConfig quant = {})
+      : ops_(ops), set_(set), quant_(std::move(quant)) {}
 
   // InvalidArgument naming the first absent tensor unless the set is complete.
   absl::Status CheckComplete() const;
@@ -80,14 +83,19 @@ class WeightBinder {
   absl::StatusOr<std::optional<Tensor>> Optional(const std::string& name);
   // The named tensors' rows, stacked in order.
   absl::StatusOr<Tensor> Stack(std::initializer_list<std::string> names);
+  // A linear module's weight (its fp8 scale with it), in the form the model
+  // computes with (FinishLinearWeight), and the stack of several.
+  absl::StatusOr<Weight> TakeLinear(const std::string& name);
+  absl::StatusOr<Weight> StackLinear(std::initializer_list<std::string> names);
   // Stack when the table lists all of the names, nullopt when it lists none;
   // InvalidArgument for some but not all (the tables list them together).
   absl::StatusOr<std::optional<Tensor>> StackOptional(
       std::initializer_list<std::string> names);
 
  private:
-  Device* device_;
+  Ops* ops_;
   WeightSet* set_;
+  QuantConfig quant_;
   HostStaging staging_;  // One host buffer for every stack (non-host memory).
 };
 

@@ -123,7 +123,7 @@ GemmaModel::GemmaModel(ModelConfig config, ShardSpec shard, Ops* ops,
 
 absl::Status GemmaModel::Bind(WeightSet& set) {
   const GemmaHParams& g = config_.gemma;
-  WeightBinder w(ops_, &set);
+  WeightBinder w(ops_, &set, config_.quant);
   RETURN_IF_ERROR(w.CheckComplete());
   ASSIGN_OR_RETURN(ends_.embed_tokens, BindEmbedding(w, shard_));
   // transformers scales q·k by query_pre_attn_scalar^-0.5 (gemma: head_dim),

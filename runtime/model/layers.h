@@ -33,8 +33,9 @@ namespace tessera {
 // one GEMM computes all three; at TP each rank stacks its own slices.
 struct AttentionWeights {
   // [(local_heads + 2 * local_kv_heads) * D, H]: q rows, then k, then v.
-  Tensor qkv_proj;
-  Tensor o_proj;                   // [H, local_heads * D]
+  // fp8 checkpoints: a Weight with its scale (quantized_weights.h).
+  Weight qkv_proj;
+  Weight o_proj;                   // [H, local_heads * D]
   std::optional<Tensor> qkv_bias;  // [(local_heads + 2 local_kv_heads) * D].
   std::optional<Tensor> o_bias;    // [H], whole.
   std::optional<Tensor> q_norm, k_norm;  // [D]: per-head RMSNorm.
@@ -45,8 +46,8 @@ struct AttentionWeights {
 // Weights of a gated (SwiGLU) MLP: down(silu(gate(x)) * up(x)), gate and up
 // as one matrix (and one bias) of stacked rows, like q/k/v above.
 struct GatedMlpWeights {
-  Tensor gate_up_proj;                 // [2 * local_I, H]: gate rows, then up.
-  Tensor down_proj;                    // [H, local_I]
+  Weight gate_up_proj;                 // [2 * local_I, H]: gate rows, then up.
+  Weight down_proj;                    // [H, local_I]
   std::optional<Tensor> gate_up_bias;  // [2 * local_I].
   std::optional<Tensor> down_bias;     // [H], whole.
 

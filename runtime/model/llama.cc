@@ -154,7 +154,7 @@ LlamaModel::LlamaModel(ModelConfig config, ShardSpec shard, Tensor inv_freq,
       max_step_tokens_(DefaultMaxStepTokens(config_)) {}
 
 absl::Status LlamaModel::Bind(WeightSet& set) {
-  WeightBinder w(ops_, &set);
+  WeightBinder w(ops_, &set, config_.quant);
   RETURN_IF_ERROR(w.CheckComplete());
   ASSIGN_OR_RETURN(ends_.embed_tokens, BindEmbedding(w, shard_));
   for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
@@ -187,9 +187,11 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
       if (w.Has(p + "mlp.shared_expert_gate.weight")) {
         const std::string q = p + "mlp.shared_expert.";
         GatedMlpWeights shared;
-        ASSIGN_OR_RETURN(shared.gate_up_proj, w.Stack({q + "gate_proj.weight",
-                                                       q + "up_proj.weight"}));
-        ASSIGN_OR_RETURN(shared.down_proj, w.Take(q + "down_proj.weight"));
+        ASSIGN_OR_RETURN(
+            shared.gate_up_proj,
+            w.StackLinear({q + "gate_proj.weight", q + "up_proj.weight"}));
+        ASSIGN_OR_RETURN(shared.down_proj,
+                         w.TakeLinear(q + "down_proj.weight"));
         mw.shared_expert = std::move(shared);
         ASSIGN_OR_RETURN(mw.shared_expert_gate,
                          w.Optional(p + "mlp.shared_expert_gate.weight"));

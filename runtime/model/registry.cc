@@ -7,6 +7,7 @@
 #include "runtime/core/status.h"
 #include "runtime/model/gemma.h"
 #include "runtime/model/llama.h"
+#include "runtime/model/quantized_weights.h"
 
 namespace tessera {
 namespace {
@@ -69,6 +70,7 @@ absl::StatusOr<WeightTable> ModelWeightTable(const ModelConfig& config,
                                              const ShardSpec& shard) {
   ASSIGN_OR_RETURN(const ArchitectureEntry* arch,
                    FindArchitecture(config.model_type));
+  RETURN_IF_ERROR(CheckQuantizedShard(config, shard));
   return arch->weight_table(config, shard);
 }
 

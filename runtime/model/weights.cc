@@ -124,6 +124,7 @@ absl::string_view WeightSplitName(WeightSplit split) {
 }
 
 Shape WeightSpec::local_shape() const {
+  if (broadcast > 0) return Shape({broadcast});
   absl::InlinedVector<int64_t, 4> dims(full.dims().begin(), full.dims().end());
   switch (split) {
     case WeightSplit::kReplicated:
@@ -272,6 +273,10 @@ absl::StatusOr<void*> HostStaging::Reserve(size_t bytes) {
 absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& ckpt,
                                          const WeightSpec& spec) {
   ASSIGN_OR_RETURN(TensorInfo info, ckpt.Get(spec.name));
+  // A scale published in another shape of the same size reads as `full`.
+  if (spec.any_shape && info.shape.numel() == spec.full.numel()) {
+    info.shape = spec.full;
+  }
   if (info.shape != spec.full) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.name, ": expected shape ", spec.full.ToString(),
@@ -280,6 +285,20 @@ absl::StatusOr<TensorInfo> CheckedTensor(const Checkpoint& ckpt,
   if (!IsFloatConvertible(info.dtype)) {
     return absl::InvalidArgumentError(absl::StrCat(
         spec.name, ": dtype ", DTypeName(info.dtype), " is not a float type"));
+  }
+  // fp8 values without their scale (or a scale read as values) would be
+  // silently wrong weights.
+  if (spec.fp8 != (info.dtype == DType::kF8E4M3)) {
+    return absl::InvalidArgumentError(
+        spec.fp8 ? absl::StrCat(spec.name,
+                                ": the quantization_config makes it an fp8 "
+                                "matrix, but the checkpoint holds ",
+                                DTypeName(info.dtype))
+                 : absl::StrCat(spec.name,
+                                ": f8_e4m3 in the checkpoint, but the "
+                                "quantization_config does not quantize it "
+                                "(fp8 embeddings, heads and norms are not "
+                                "supported)"));
   }
   if (spec.split == WeightSplit::kRowRanges) {
     const int64_t rows = spec.full.rank() >= 1 ? spec.full[0] : 0;
@@ -481,6 +500,16 @@ absl::StatusOr<TensorView> ReadSlice(const Checkpoint& ckpt,
   }
   ASSIGN_OR_RETURN(const TensorInfo info, CheckedTensor(ckpt, spec));
   const Shape local = spec.local_shape();
+  if (spec.broadcast > 0) {
+    const size_t elem = DTypeSize(info.dtype);
+    ASSIGN_OR_RETURN(
+        void* out,
+        staging->Reserve(static_cast<size_t>(spec.broadcast) * elem));
+    for (int64_t i = 0; i < spec.broadcast; ++i) {
+      std::memcpy(static_cast<char*>(out) + i * elem, info.data, elem);
+    }
+    return TensorView(out, info.dtype, local);
+  }
   if (Contiguous(spec)) {
     const char* data =
         static_cast<const char*>(info.data) + SliceOffset(spec, info.dtype);

@@ -99,6 +99,17 @@ struct WeightSpec {
   std::vector<std::string> parts;
   Shape part_shape;
 
+  // fp8 checkpoints (ModelConfig::quant). `fp8`: the checkpoint holds this
+  // matrix as f8_e4m3 (CheckedTensor insists), its scale in the spec named
+  // by FindScaleSpecs. `any_shape`: the checkpoint's tensor may have any
+  // shape of full's element count (a scale [N] published as [N, 1], [1] as
+  // []). `broadcast` > 0: full is {1} and the slice is that one value
+  // repeated `broadcast` times (a per-tensor scale held per channel, so that
+  // q/k/v stack).
+  bool fp8 = false;
+  bool any_shape = false;
+  int64_t broadcast = 0;
+
   // The shape of this rank's slice.
   Shape local_shape() const;
 };
@@ -145,8 +156,12 @@ int64_t WeightParts(const WeightTable& table);
 int64_t SliceBytes(const WeightSpec& spec, DType dtype);
 
 // The dtype a backend stores `spec` in: `matrix_dtype` for matrices, f32
-// otherwise.
+// otherwise; an fp8 matrix stays f8_e4m3 where matrices are bf16 (the GPU,
+// whose products read fp8), and is widened to f32 elsewhere (the CPU, the
+// GPU's f32 golden mode; the model then multiplies its scale in, as
+// transformers dequantizes).
 inline DType StoredDType(const WeightSpec& spec, DType matrix_dtype) {
+  if (spec.fp8 && matrix_dtype == DType::kBF16) return DType::kF8E4M3;
   return spec.matrix ? matrix_dtype : DType::kF32;
 }
 
