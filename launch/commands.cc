@@ -447,6 +447,7 @@ absl::Status ResolveEngineFlags(const EngineFlags& f, EngineOptions* engine,
   rank->kv_dtype = f.kv_dtype;
   rank->attention = f.attention;
   rank->weight_dtype = f.dtype;
+  rank->quantization = f.quantization == "none" ? "" : f.quantization;
   rank->max_model_len = f.max_model_len;
   rank->cuda_graphs = !f.no_graphs;
   rank->random_weights = f.random_weights;

@@ -27,6 +27,9 @@ struct EngineFlags {
   // Weights on the GPU: auto (bfloat16), bfloat16 or float32 (golden mode).
   // The CPU computes in float32 whatever the checkpoint holds.
   std::string dtype = "auto";
+  // "none" or "fp8": quantize an unquantized checkpoint's linear weights to
+  // fp8 as they load (vLLM's --quantization fp8).
+  std::string quantization = "none";
   int64_t max_num_seqs = 256;             // Sequences holding KV at once.
   int64_t max_num_batched_tokens = 2048;  // Tokens per step.
   int64_t block_size = 16;                // Tokens per KV block.

@@ -66,6 +66,10 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "more ranks per node is an error (0: every visible GPU)");
   flags.Add("dtype", &e->dtype,
             "weights on the GPU: auto (bfloat16), bfloat16 or float32");
+  flags.Add("quantization", &e->quantization,
+            "none, or fp8: quantize the checkpoint's linear weights to fp8 "
+            "as they load (per channel, dynamic per-token activations; GPU). "
+            "fp8 checkpoints need no flag");
   flags.Add("max-num-seqs", &e->max_num_seqs, "most sequences running at once");
   flags.Add("max-num-batched-tokens", &e->max_num_batched_tokens,
             "most tokens per step (prefills are chunked to fit)");

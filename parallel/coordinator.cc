@@ -92,6 +92,7 @@ proto::ModelManifest MakeManifest(const RankSpec& given, int world_size) {
   e->set_gpus_per_node(spec.gpus_per_node);
   e->set_max_model_len(spec.max_model_len);
   e->set_weight_dtype(spec.weight_dtype);
+  e->set_quantization(spec.quantization);
   e->set_attention(spec.attention);
   manifest.set_weights(
       spec.random_weights  ? proto::ModelManifest::WEIGHTS_RANDOM

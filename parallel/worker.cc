@@ -139,6 +139,7 @@ RankSpec SpecFromManifest(const proto::ModelManifest& m, int rank) {
   spec.attention = e.attention();
   spec.weight_dtype = e.weight_dtype();
   spec.max_model_len = e.max_model_len();
+  spec.quantization = e.quantization();
   return spec;
 }
 

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/core/progress_bar.h"
 #include "runtime/core/status.h"
+#include "runtime/model/quantized_weights.h"
 #include "runtime/model/random_weights.h"
 #include "runtime/model/registry.h"
 #include "runtime/model/safetensors.h"
@@ -133,6 +134,7 @@ std::unique_ptr<WeightSource> SpecWeights(const RankSpec& spec) {
 absl::StatusOr<ModelConfig> RankConfig(const RankSpec& spec) {
   ASSIGN_OR_RETURN(ModelConfig config, SpecConfig(spec));
   RETURN_IF_ERROR(LimitContext(spec.max_model_len, &config));
+  if (spec.quantization == "fp8") RETURN_IF_ERROR(QuantizeOnLoad(&config));
   return config;
 }
 

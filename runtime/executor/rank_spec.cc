@@ -51,6 +51,18 @@ absl::StatusOr<KvCacheOptions> RankKvOptions(const RankSpec& s, DType weights) {
 
 absl::Status CheckRankSpec(const RankSpec& spec) {
   ASSIGN_OR_RETURN(const DType weights, RankWeightDType(spec));
+  if (!spec.quantization.empty() && spec.quantization != "none") {
+    if (spec.quantization != "fp8") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--quantization must be none or fp8, got \"",
+                       spec.quantization, "\""));
+    }
+    if (spec.device != "cuda" || weights != DType::kBF16) {
+      return absl::InvalidArgumentError(
+          "--quantization fp8 needs --device cuda with bfloat16 matrices (the "
+          "CPU and --dtype float32 compute with f32 weights)");
+    }
+  }
   return RankKvOptions(spec, weights).status();
 }
 

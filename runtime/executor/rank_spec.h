@@ -62,6 +62,10 @@ struct RankSpec {
   // Weights on the GPU: auto (bfloat16), bfloat16 or float32. The CPU
   // computes in float32 whatever the checkpoint holds.
   std::string weight_dtype = "auto";
+  // "" (none) or "fp8": quantize the checkpoint's linear weights to fp8 as
+  // they load (--quantization; runtime/model/quantized_weights.h). Needs
+  // --device cuda with bfloat16 matrices; an fp8 checkpoint needs no flag.
+  std::string quantization;
   // > 0: the context the rank serves (at most max_position_embeddings, which
   // it lowers to this); 0: the config's.
   int64_t max_model_len = 0;

@@ -1,5 +1,7 @@
 #include "runtime/executor/rank.h"
 
+#include "runtime/executor/rank_spec.h"
+
 #include "gtest/gtest.h"
 #include "runtime/kv/kv_layout.h"
 
@@ -31,6 +33,30 @@ TEST(KvBudgetBaseBytesTest, HostMemoryIsSharedAmongTheNodesRanks) {
               0.05 * static_cast<double>(host));
   EXPECT_NEAR(static_cast<double>(quarter), static_cast<double>(host) / 4,
               0.05 * static_cast<double>(host) / 4);
+}
+
+}  // namespace
+}  // namespace tessera
+
+namespace tessera {
+namespace {
+
+TEST(RankSpecTest, QuantizationIsFp8OnAGpuWithBf16MatricesOnly) {
+  RankSpec spec;
+  spec.quantization = "fp8";
+  // The CPU computes with f32 weights: refused before anything loads.
+  absl::Status st = CheckRankSpec(spec);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("--quantization fp8 needs --device cuda"),
+            absl::string_view::npos)
+      << st;
+  spec.quantization = "int4";
+  st = CheckRankSpec(spec);
+  EXPECT_NE(st.message().find("--quantization must be none or fp8"),
+            absl::string_view::npos)
+      << st;
+  spec.quantization = "none";
+  EXPECT_TRUE(CheckRankSpec(spec).ok());
 }
 
 }  // namespace

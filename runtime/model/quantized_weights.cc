@@ -130,6 +130,26 @@ absl::string_view ModuleOf(absl::string_view weight_name) {
   return module;
 }
 
+absl::Status QuantizeOnLoad(ModelConfig* config) {
+  if (config->quant.quantized()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--quantization fp8: the checkpoint is quantized already (",
+        config->quant.method, "); it loads as it is without the flag"));
+  }
+  if (config->moe.enabled()) {
+    return absl::UnimplementedError(
+        "--quantization fp8 for a mixture of experts is not supported yet");
+  }
+  QuantConfig q;
+  q.method = "fp8 (online)";
+  q.online = true;
+  q.weight_scale = Fp8WeightScale::kPerChannel;
+  q.input_scale = Fp8InputScale::kDynamicPerToken;
+  q.unquantized_modules = {"lm_head"};
+  config->quant = std::move(q);
+  return absl::OkStatus();
+}
+
 void AddLinearSpec(const QuantConfig& quant, WeightSpec weight,
                    WeightTable* table) {
   const std::string module(ModuleOf(weight.name));

@@ -43,6 +43,12 @@ namespace tessera {
 // "model.layers.0.self_attn.q_proj.weight".
 absl::string_view ModuleOf(absl::string_view weight_name);
 
+// --quantization fp8 on `config`: its linear weights are quantized as they
+// bind (QuantConfig::online; the LM head and embedding stay). InvalidArgument
+// for a checkpoint that is quantized already; Unimplemented for a mixture of
+// experts (its expert products take no fp8 yet).
+absl::Status QuantizeOnLoad(ModelConfig* config);
+
 // Appends `weight` (a linear module's matrix spec) to `table`, and when the
 // checkpoint quantizes that module (quant.quantized(), not online, and
 // quant.Quantizes(module)), marks it fp8 and appends its scale spec (split as

@@ -291,5 +291,23 @@ TEST(QuantizedWeightsTest, StacksKeepEachPartsScaleAndTheLargestInputScale) {
   EXPECT_FALSE(StackLinearWeights(&ops, parts, &staging).ok());
 }
 
+TEST(QuantizedWeightsTest, QuantizeOnLoadTakesUnquantizedDenseModels) {
+  ModelConfig c = SmallLlama();
+  ASSERT_TRUE(QuantizeOnLoad(&c).ok());
+  EXPECT_TRUE(c.quant.online);
+  EXPECT_TRUE(c.quant.Quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(c.quant.Quantizes("lm_head"));
+  // Twice, or on an fp8 checkpoint: refused, naming the checkpoint's method.
+  ModelConfig fp8 = SmallLlama();
+  fp8.quant = PerChannel();
+  absl::Status st = QuantizeOnLoad(&fp8);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(),
+              HasSubstr("quantized already (compressed-tensors)"));
+  ModelConfig moe = SmallLlama();
+  moe.moe.num_experts = 4;
+  EXPECT_EQ(QuantizeOnLoad(&moe).code(), absl::StatusCode::kUnimplemented);
+}
+
 }  // namespace
 }  // namespace tessera

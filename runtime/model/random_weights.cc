@@ -90,6 +90,13 @@ absl::StatusOr<DType> RandomWeightDType(const ModelConfig& config) {
 
 absl::Status CheckRandomWeightConfig(const ModelConfig& config) {
   RETURN_IF_ERROR(RandomWeightDType(config).status());
+  if (config.quant.quantized() && !config.quant.online) {
+    return absl::UnimplementedError(
+        absl::StrCat("--random-weights cannot make the fp8 tensors of a ",
+                     config.quant.method,
+                     " checkpoint's config; use an unquantized config with "
+                     "--quantization fp8"));
+  }
   // The head counts and head_dim first, so that their products cannot
   // overflow.
   const std::pair<const char*, int64_t> single[] = {
