@@ -707,10 +707,11 @@ bool GlobMatches(absl::string_view pattern, absl::string_view name) {
 
 // Whether `name`'s dotted components appear, whole and in order, in
 // `module`'s ("mlp.gate" in "model.layers.0.mlp.gate", not in
-// "model.layers.0.mlp.gate_proj"). A trailing '.' ("model.layers.1.", as
-// transformers' docs write a subtree) is dropped.
+// "model.layers.0.mlp.gate_proj"). Dots at either end ("model.layers.1.",
+// as transformers' docs write a subtree; ".down_proj") are dropped.
 bool ContainsComponents(absl::string_view module, absl::string_view name) {
   while (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  while (!name.empty() && name.front() == '.') name.remove_prefix(1);
   if (name.empty()) return false;
   for (size_t at = module.find(name); at != absl::string_view::npos;
        at = module.find(name, at + 1)) {
