@@ -50,8 +50,13 @@ prompt, the dequantized model's top1 - top2 >= MIN_GAP (per scheme).
 
 For the "fp8_block" scheme only, the written checkpoint is also loaded with
 transformers' own AutoModelForCausalLM.from_pretrained (its FineGrainedFP8
-integration, on cuda) and its greedy tokens are compared with the
-dequantized reference; the outcome is printed, never fatal.
+integration: its fp8 kernels on cuda, and its dequantize=True reader) and
+its greedy tokens are compared with the dequantized reference; the outcome
+is printed (and kept in golden.json as transformers_fp8_reader), never fatal.
+With transformers 5.17 the fp8-kernel reading needs the `kernels` package
+(0.16.x); the dequantize=True reading needs nothing more and must agree
+exactly (checked by hand on an H200 machine: max weight difference 0, same
+tokens).
 
 Needs torch (with float8_e4m3fn), transformers, safetensors, numpy. The
 fixtures are computed on CPU; only the from_pretrained check uses cuda.
@@ -360,30 +365,44 @@ def load_prompts():
     return mgf.make_prompts(), mgf.MAX_NEW
 
 
-def try_transformers_reader(target, prompts, max_new, eos, want):
+def from_pretrained(target, device, **kwargs):
+    try:
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            target, dtype=torch.float32, device_map=device,
+            attn_implementation="eager", **kwargs).eval()
+    except TypeError:  # transformers 4's spelling
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            target, torch_dtype=torch.float32, device_map=device,
+            attn_implementation="eager", **kwargs).eval()
+
+
+def try_transformers_reader(target, prompts, max_new, eos, want, ref_weight):
     """fp8_block only: load the checkpoint with transformers' FineGrainedFP8
-    integration (cuda) and compare its greedy tokens with the dequantized
-    reference. Prints the outcome; never raises."""
-    if not torch.cuda.is_available():
-        log("[fp8_block] transformers reader: skipped (no cuda)")
-        return None
-    for dtype in (torch.float32, torch.bfloat16):
+    integration and compare its greedy tokens with the dequantized reference.
+    Two readings: its fp8 kernels (cuda; they quantize activations per 1x128
+    group, so tokens may drift) and its dequantize=True path (its own
+    weight_scale_inv arithmetic, float32 activations: the tokens must match).
+    The fp8 kernels need the `kernels` package (0.16.x for transformers 5.17);
+    without it that reading fails with ImportError at the first forward.
+    Prints the outcomes; never raises."""
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    readings = [("fp8 kernels", {})] if device == "cuda" else []
+    readings.append(("dequantize=True", dict(
+        quantization_config=transformers.FineGrainedFP8Config(dequantize=True))))
+    results = {}
+    for label, kwargs in readings:
         try:
-            try:
-                model = transformers.AutoModelForCausalLM.from_pretrained(
-                    target, dtype=dtype, device_map="cuda",
-                    attn_implementation="eager")
-            except TypeError:
-                model = transformers.AutoModelForCausalLM.from_pretrained(
-                    target, torch_dtype=dtype, device_map="cuda",
-                    attn_implementation="eager")
-            model.eval()
+            model = from_pretrained(target, device, **kwargs)
             lin = model.get_submodule("model.layers.0.self_attn.q_proj")
-            log(f"[fp8_block] transformers reader ({dtype}): q_proj is "
-                f"{type(lin).__name__}, weight {lin.weight.dtype}")
+            note = ""
+            if lin.weight.dtype != torch.float8_e4m3fn:
+                d = float((lin.weight.detach().float().cpu() - ref_weight).abs().max())
+                note = f", max |weight - reference| {d:.3g}"
+            log(f"[fp8_block] transformers reader ({label}, {device}): q_proj is "
+                f"{type(lin).__name__}, weight {lin.weight.dtype}{note}")
             same, total, exact = 0, 0, 0
             for p, w in zip(prompts, want):
-                ids = torch.tensor([p], dtype=torch.long, device="cuda")
+                ids = torch.tensor([p], dtype=torch.long, device=device)
                 with torch.no_grad():
                     out = model.generate(
                         ids, attention_mask=torch.ones_like(ids), do_sample=False,
@@ -392,23 +411,25 @@ def try_transformers_reader(target, prompts, max_new, eos, want):
                 same += common_prefix(got, w)
                 total += len(w)
                 exact += int(got == w)
-                log(f"[fp8_block] transformers reader: prompt len {len(p)} -> {got} "
-                    f"(reference {w}; first {common_prefix(got, w)} agree)")
-            log(f"[fp8_block] transformers reader ({dtype}): {exact}/{len(want)} "
+                log(f"[fp8_block] transformers reader ({label}): prompt len "
+                    f"{len(p)} -> {got} (reference {w}; first "
+                    f"{common_prefix(got, w)} agree)")
+            log(f"[fp8_block] transformers reader ({label}): {exact}/{len(want)} "
                 f"cases exact, {same}/{total} tokens before the first divergence")
-            return dict(dtype=str(dtype), exact_cases=exact, cases=len(want),
-                        agreeing_prefix_tokens=same, tokens=total)
-        except Exception as e:  # report and try the next dtype
-            log(f"[fp8_block] transformers reader ({dtype}) failed: "
-                f"{type(e).__name__}: {e}")
-            traceback.print_exc()
-    return None
+            results[label] = dict(device=device, exact_cases=exact, cases=len(want),
+                                  agreeing_prefix_tokens=same, tokens=total)
+        except Exception as e:  # report, go on to the next reading
+            log(f"[fp8_block] transformers reader ({label}) failed: "
+                f"{type(e).__name__}: {str(e)[:500]}")
+            results[label] = dict(device=device, error=f"{type(e).__name__}: {str(e)[:200]}")
+    return results or None
 
 
 def build_fixture(out_dir, name, prompts, max_new):
     spec = SCHEMES[name]
     target = os.path.join(out_dir, name)
     cfg, how = mgf.make_config("LlamaConfig", BASE, ROPE)
+    log(f"[{name}] base config via {how}")
     eos = mgf.eos_list(cfg)
     calib = calibration_prompts()
     chosen = None
@@ -500,8 +521,13 @@ def build_fixture(out_dir, name, prompts, max_new):
     reader = None
     if name == "fp8_block":
         try:
+            q_proj = "model.layers.0.self_attn.q_proj"
+            ref_weight = dequantize(loaded[q_proj + ".weight"],
+                                    loaded[q_proj + "." + spec["scale_name"]],
+                                    spec["weight"])
             reader = try_transformers_reader(
-                target, prompts, max_new, eos, [c["output_ids"] for c in cases])
+                target, prompts, max_new, eos, [c["output_ids"] for c in cases],
+                ref_weight)
         except Exception as e:  # never fatal
             log(f"[fp8_block] transformers reader check failed: {e}")
 

@@ -1589,12 +1589,21 @@ constexpr char kFp8Static[] = R"json({
   "ignored_layers": ["lm_head"]
 })json";
 
-// nvidia/Llama-3.1-8B-Instruct-FP8's config.json (ModelOpt, flat).
+// ModelOpt's config.json as newer exports write it (compressed-tensors-like
+// groups beside quant_algo, which decides; vLLM reads `ignore` here).
 constexpr char kModelopt[] = R"json({
-  "quant_method": "modelopt",
-  "quant_algo": "FP8",
+  "config_groups": {
+    "group_0": {
+      "input_activations": {"dynamic": false, "num_bits": 8, "type": "float"},
+      "weights": {"dynamic": false, "num_bits": 8, "type": "float"},
+      "targets": ["Linear"]
+    }
+  },
+  "ignore": ["lm_head"],
   "kv_cache_quant_algo": "FP8",
-  "exclude_modules": ["lm_head"]
+  "producer": {"name": "modelopt", "version": "0.29.0"},
+  "quant_algo": "FP8",
+  "quant_method": "modelopt"
 })json";
 
 // The hf_quant_config.json spelling (ModelOpt's own file), nested.
@@ -1793,6 +1802,13 @@ TEST(QuantConfigTest, Modelopt) {
   EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
   EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kStaticPerTensor);
   EXPECT_EQ(c->quant.scale_suffix, "weight_scale");
+  EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+
+  // Flat with the hf_quant_config.json key name.
+  c = ParseQuant(Json{{"quant_method", "modelopt"},
+                      {"quant_algo", "FP8"},
+                      {"exclude_modules", {"lm_head"}}});
+  ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_FALSE(c->quant.Quantizes("lm_head"));
 
   c = ParseQuant(kModeloptNested);
