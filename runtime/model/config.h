@@ -350,6 +350,7 @@ struct ModelConfig {
 //    Unimplemented, naming what: every other known method ("quantization
 //    method \"awq\" is not supported yet (supported: ...)"), int or 4-bit
 //    formats, asymmetric, dynamic-weight or group-weight schemes, e5m2,
+//    DeepSeek-V3.1's scale_fmt "ue8m0", class targets other than Linear,
 //    block sizes other than 128 × 128, static activations with blocks,
 //    sparse checkpoints, output-activation quantization, differing
 //    config_groups, other quant_algos (NVFP4, W4A8_AWQ, INT8_SQ, ...).
