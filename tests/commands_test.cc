@@ -613,8 +613,8 @@ TEST_P(KnownQuantizationTest, IsNotSupportedYet) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Methods, KnownQuantizationTest,
-                         ::testing::Values("awq", "gptq", "fp8",
-                                           "compressed-tensors"),
+                         ::testing::Values("awq", "gptq", "bitsandbytes",
+                                           "quark"),
                          [](const auto& info) {
                            std::string name = info.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -1,6 +1,7 @@
 #include "runtime/model/config.h"
 
 #include <algorithm>
+#include <bitset>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
@@ -179,39 +180,1282 @@ absl::Status AppendTokenIds(const Json* value, absl::string_view key,
   return add(*value);
 }
 
-// Rejects checkpoints whose weights are quantized: we would otherwise read
-// packed integers as if they were the dense weights.
-absl::Status CheckQuantization(const Json& root) {
-  for (const char* key : {"quantization_config", "compression_config"}) {
-    const Json* qc = Find(root, key);
-    if (qc == nullptr) continue;
-    if (!qc->is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"", key, "\" must be an object, found ", TypeName(*qc)));
+// ---------------------------------------------------------------------------
+// Quantization (quantization_config / compression_config).
+
+// Bounds on the module lists of a hostile config: a real ignore list names a
+// few modules per layer (a 128-layer MoE's routers: a few hundred).
+constexpr size_t kMaxModuleListEntries = 4096;
+constexpr size_t kMaxModuleNameChars = 1024;
+constexpr size_t kMaxConfigGroups = 64;
+
+// "re:" module patterns. std::regex backtracks recursively, so a hostile
+// pattern ("(a*)*b", or a long alternation) can take exponential time or
+// overflow the stack, and RE2 is not available here; this is Thompson's
+// construction run as a Pike VM (a set of states per input position): time
+// O(name length × program size), memory O(program size), no recursion
+// beyond the pattern's group nesting, which parse bounds. The dialect is
+// what ignore lists use: literals, `.`, classes [a-z] [^...] with \d \w \s,
+// groups ( ) (?: ) (?P<name> ), `|`, `* + ? {n} {n,} {,m} {n,m}` (lazy
+// forms match the same names), and `^ $ \A \Z`. Lookaround,
+// backreferences, word boundaries, inline flags and possessive quantifiers
+// are refused (they would need backtracking).
+class ModuleRegex {
+ public:
+  static absl::StatusOr<ModuleRegex> Compile(absl::string_view pattern);
+
+  // Python's re.match(pattern, text), as compressed-tensors and vLLM apply
+  // "re:" entries: anchored at the start, free at the end (a match of any
+  // prefix of `text` counts).
+  bool MatchesPrefix(absl::string_view text) const;
+
+ private:
+  enum class Op : uint8_t { kChar, kSplit, kJmp, kBegin, kEnd, kMatch };
+  struct Inst {
+    Op op;
+    int32_t x = 0;  // kSplit / kJmp: a target; kChar: the set's index.
+    int32_t y = 0;  // kSplit: the other target.
+  };
+  using CharSet = std::bitset<256>;
+  struct Node {
+    enum class Kind { kSet, kConcat, kAlt, kRepeat, kBegin, kEnd };
+    Kind kind = Kind::kConcat;
+    CharSet set;               // kSet.
+    std::vector<Node> kids;    // kConcat, kAlt; kRepeat: one.
+    int32_t min = 0, max = 0;  // kRepeat; max -1: unbounded.
+  };
+  class Parser;
+
+  // Appends `node`'s code; false once the program outgrows kMaxProgram.
+  bool Emit(const Node& node);
+  int32_t Push(Op op) {
+    prog_.push_back(Inst{op});
+    return static_cast<int32_t>(prog_.size()) - 1;
+  }
+
+  // A pattern is at most kMaxModuleNameChars long, but counted repeats
+  // multiply it: the program is bounded instead.
+  static constexpr size_t kMaxProgram = 16384;
+  static constexpr int kMaxNesting = 32;
+  static constexpr int32_t kMaxRepeat = 1000;
+
+  std::vector<Inst> prog_;
+  std::vector<CharSet> sets_;
+};
+
+class ModuleRegex::Parser {
+ public:
+  explicit Parser(absl::string_view pattern) : p_(pattern) {}
+
+  absl::StatusOr<Node> Parse() {
+    ASSIGN_OR_RETURN(Node node, ParseAlt(0));
+    if (pos_ < p_.size()) return Error("unbalanced ')'");
+    return node;
+  }
+
+ private:
+  absl::Status Error(absl::string_view what) const {
+    return absl::InvalidArgumentError(absl::StrCat(what, " at offset ", pos_));
+  }
+  bool AtEnd() const { return pos_ >= p_.size(); }
+  char Peek() const { return p_[pos_]; }
+
+  absl::StatusOr<Node> ParseAlt(int depth) {
+    if (depth > kMaxNesting) return Error("groups nested too deeply");
+    Node alt;
+    alt.kind = Node::Kind::kAlt;
+    while (true) {
+      ASSIGN_OR_RETURN(Node branch, ParseConcat(depth));
+      alt.kids.push_back(std::move(branch));
+      if (AtEnd() || Peek() != '|') break;
+      ++pos_;
     }
-    const Json* method = Find(*qc, "quant_method");
-    if (method == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config key \"", key,
-          "\" has no \"quant_method\"; cannot tell how the weights are "
-          "quantized"));
+    if (alt.kids.size() == 1) return std::move(alt.kids[0]);
+    return alt;
+  }
+
+  absl::StatusOr<Node> ParseConcat(int depth) {
+    Node concat;
+    concat.kind = Node::Kind::kConcat;
+    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
+      ASSIGN_OR_RETURN(Node item, ParseRepeat(depth));
+      concat.kids.push_back(std::move(item));
     }
-    if (!method->is_string()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("unknown quantization method ", method->dump()));
+    return concat;
+  }
+
+  // `{n}`, `{n,}`, `{,m}`, `{n,m}` at pos_: consumes it and sets min/max
+  // (-1: unbounded), or leaves pos_ and returns false when the text is not
+  // a quantifier (Python then reads `{` as a literal).
+  bool ParseBraces(int32_t* min, int32_t* max, bool* too_large) {
+    size_t i = pos_ + 1;
+    auto number = [&](int64_t* out) {
+      const size_t start = i;
+      *out = 0;
+      while (i < p_.size() && absl::ascii_isdigit(p_[i])) {
+        if (*out <= kMaxRepeat) *out = *out * 10 + (p_[i] - '0');
+        ++i;
+      }
+      return i > start;
+    };
+    int64_t lo = 0, hi = -1;
+    const bool has_lo = number(&lo);
+    if (i < p_.size() && p_[i] == '}') {
+      if (!has_lo) return false;
+      hi = lo;
+    } else if (i < p_.size() && p_[i] == ',') {
+      ++i;
+      const bool has_hi = number(&hi);
+      if (!has_hi) hi = -1;
+      if (i >= p_.size() || p_[i] != '}') return false;
+    } else {
+      return false;
     }
-    const std::string name = method->get<std::string>();
-    const std::string lower = absl::AsciiStrToLower(name);
-    for (const char* known :
-         {"awq", "gptq", "compressed-tensors", "fp8", "quark", "mxfp4"}) {
-      if (lower == known) {
-        return absl::UnimplementedError(absl::StrCat(
-            "quantization method \"", name, "\" is not supported yet"));
+    *too_large = lo > kMaxRepeat || hi > kMaxRepeat;
+    *min = static_cast<int32_t>(std::min<int64_t>(lo, kMaxRepeat + 1));
+    *max = static_cast<int32_t>(std::min<int64_t>(hi, kMaxRepeat + 1));
+    pos_ = i + 1;
+    return true;
+  }
+
+  absl::StatusOr<Node> ParseRepeat(int depth) {
+    ASSIGN_OR_RETURN(Node atom, ParseAtom(depth));
+    bool repeated = false;
+    while (!AtEnd()) {
+      int32_t min = 0, max = 0;
+      bool too_large = false;
+      const char c = Peek();
+      if (c == '*') {
+        min = 0, max = -1, ++pos_;
+      } else if (c == '+') {
+        min = 1, max = -1, ++pos_;
+      } else if (c == '?') {
+        min = 0, max = 1, ++pos_;
+      } else if (c == '{' && ParseBraces(&min, &max, &too_large)) {
+        if (too_large) {
+          return Error(absl::StrCat("repeat count above ", kMaxRepeat));
+        }
+        if (max >= 0 && max < min) return Error("repeat {n,m} with m < n");
+      } else {
+        break;
+      }
+      if (repeated) return Error("multiple repeat");
+      // An anchor has nothing to repeat.
+      if (atom.kind == Node::Kind::kBegin || atom.kind == Node::Kind::kEnd) {
+        return Error("nothing to repeat");
+      }
+      repeated = true;
+      if (!AtEnd() && Peek() == '?') {
+        ++pos_;  // Lazy: the same names match.
+      } else if (!AtEnd() && Peek() == '+') {
+        return Error("possessive quantifier not supported");
+      }
+      Node rep;
+      rep.kind = Node::Kind::kRepeat;
+      rep.min = min;
+      rep.max = max;
+      rep.kids.push_back(std::move(atom));
+      atom = std::move(rep);
+    }
+    return atom;
+  }
+
+  absl::StatusOr<Node> ParseAtom(int depth) {
+    const char c = Peek();
+    Node node;
+    node.kind = Node::Kind::kSet;
+    switch (c) {
+      case '(': {
+        ++pos_;
+        if (!AtEnd() && Peek() == '?') {
+          if (p_.substr(pos_, 2) == "?:") {
+            pos_ += 2;
+          } else if (p_.substr(pos_, 3) == "?P<") {
+            const size_t close = p_.find('>', pos_ + 3);
+            if (close == absl::string_view::npos) {
+              return Error("unterminated group name");
+            }
+            pos_ = close + 1;
+          } else {
+            return Error(
+                "unsupported group (lookaround, flags or backreference)");
+          }
+        }
+        ASSIGN_OR_RETURN(Node inner, ParseAlt(depth + 1));
+        if (AtEnd() || Peek() != ')') return Error("missing ')'");
+        ++pos_;
+        return inner;
+      }
+      case '*':
+      case '+':
+      case '?':
+        return Error("nothing to repeat");
+      case '[':
+        ++pos_;
+        RETURN_IF_ERROR(ParseClass(&node.set));
+        return node;
+      case '.':
+        ++pos_;
+        node.set.set();
+        node.set.reset('\n');
+        return node;
+      case '^':
+        ++pos_;
+        node.kind = Node::Kind::kBegin;
+        return node;
+      case '$':
+        ++pos_;
+        node.kind = Node::Kind::kEnd;
+        return node;
+      case '\\':
+        if (pos_ + 1 < p_.size() &&
+            (p_[pos_ + 1] == 'A' || p_[pos_ + 1] == 'Z')) {
+          node.kind =
+              p_[pos_ + 1] == 'A' ? Node::Kind::kBegin : Node::Kind::kEnd;
+          pos_ += 2;
+          return node;
+        }
+        RETURN_IF_ERROR(ParseEscape(/*in_class=*/false, &node.set, nullptr));
+        return node;
+      case '{': {
+        int32_t min, max;
+        bool too_large;
+        if (ParseBraces(&min, &max, &too_large)) {
+          return Error("nothing to repeat");
+        }
+        break;
+      }
+      default:
+        break;
+    }
+    ++pos_;
+    node.set.set(static_cast<unsigned char>(c));
+    return node;
+  }
+
+  // After a backslash at pos_: the characters it stands for, into `set`;
+  // `single` (when not null) is the one character, or -1 for a class.
+  absl::Status ParseEscape(bool in_class, CharSet* set, int* single) {
+    ++pos_;  // The backslash.
+    if (AtEnd()) return Error("trailing backslash");
+    const char c = Peek();
+    ++pos_;
+    auto one = [&](unsigned char ch) {
+      set->set(ch);
+      if (single != nullptr) *single = ch;
+      return absl::OkStatus();
+    };
+    if (single != nullptr) *single = -1;
+    CharSet cls;
+    switch (c) {
+      case 'd':
+      case 'D':
+        for (int ch = '0'; ch <= '9'; ++ch) cls.set(ch);
+        break;
+      case 'w':
+      case 'W':
+        for (int ch = 0; ch < 256; ++ch) {
+          if (absl::ascii_isalnum(static_cast<unsigned char>(ch)) ||
+              ch == '_') {
+            cls.set(ch);
+          }
+        }
+        break;
+      case 's':
+      case 'S':
+        for (char ch : {' ', '\t', '\n', '\r', '\f', '\v'}) cls.set(ch);
+        break;
+      case 'n':
+        return one('\n');
+      case 't':
+        return one('\t');
+      case 'r':
+        return one('\r');
+      case 'f':
+        return one('\f');
+      case 'v':
+        return one('\v');
+      case 'b':
+        if (in_class) return one('\b');
+        return Error("word boundaries not supported");
+      case 'x': {
+        if (pos_ + 2 > p_.size() || !absl::ascii_isxdigit(p_[pos_]) ||
+            !absl::ascii_isxdigit(p_[pos_ + 1])) {
+          return Error("malformed \\x escape");
+        }
+        const int value =
+            std::stoi(std::string(p_.substr(pos_, 2)), nullptr, 16);
+        pos_ += 2;
+        return one(static_cast<unsigned char>(value));
+      }
+      default:
+        if (absl::ascii_isalnum(static_cast<unsigned char>(c))) {
+          return Error(
+              absl::StrCat("unsupported escape \\", std::string(1, c),
+                           absl::ascii_isdigit(static_cast<unsigned char>(c))
+                               ? " (backreference)"
+                               : ""));
+        }
+        return one(static_cast<unsigned char>(c));
+    }
+    if (absl::ascii_isupper(static_cast<unsigned char>(c))) cls.flip();
+    *set |= cls;
+    return absl::OkStatus();
+  }
+
+  // After '[': the class up to its ']' (consumed), into `set`.
+  absl::Status ParseClass(CharSet* set) {
+    bool negate = false;
+    if (!AtEnd() && Peek() == '^') {
+      negate = true;
+      ++pos_;
+    }
+    bool first = true;
+    while (true) {
+      if (AtEnd()) return Error("unterminated character class");
+      if (Peek() == ']' && !first) {
+        ++pos_;
+        break;
+      }
+      first = false;
+      // One item: a character (maybe a range's start) or an escape class.
+      int lo = -1;
+      if (Peek() == '\\') {
+        RETURN_IF_ERROR(ParseEscape(/*in_class=*/true, set, &lo));
+        if (lo < 0) continue;  // \d, \w, \s: not a range's end point.
+      } else {
+        lo = static_cast<unsigned char>(Peek());
+        ++pos_;
+        set->set(lo);
+      }
+      if (pos_ + 1 < p_.size() && Peek() == '-' && p_[pos_ + 1] != ']') {
+        ++pos_;
+        int hi = -1;
+        if (Peek() == '\\') {
+          CharSet ignored;
+          RETURN_IF_ERROR(ParseEscape(/*in_class=*/true, &ignored, &hi));
+          if (hi < 0) return Error("bad character range");
+        } else {
+          hi = static_cast<unsigned char>(Peek());
+          ++pos_;
+        }
+        if (hi < lo) return Error("bad character range");
+        for (int ch = lo; ch <= hi; ++ch) set->set(ch);
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown quantization method \"", name, "\""));
+    if (negate) set->flip();
+    return absl::OkStatus();
   }
+
+  absl::string_view p_;
+  size_t pos_ = 0;
+};
+
+absl::StatusOr<ModuleRegex> ModuleRegex::Compile(absl::string_view pattern) {
+  if (pattern.size() > kMaxModuleNameChars) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pattern is ", pattern.size(), " characters, more than the ",
+        kMaxModuleNameChars, " supported"));
+  }
+  Parser parser(pattern);
+  ASSIGN_OR_RETURN(const Node root, parser.Parse());
+  ModuleRegex re;
+  if (!re.Emit(root)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pattern expands past ", kMaxProgram, " states"));
+  }
+  re.Push(Op::kMatch);
+  return re;
+}
+
+bool ModuleRegex::Emit(const Node& node) {
+  if (prog_.size() > kMaxProgram) return false;
+  switch (node.kind) {
+    case Node::Kind::kSet: {
+      const int32_t at = Push(Op::kChar);
+      prog_[at].x = static_cast<int32_t>(sets_.size());
+      sets_.push_back(node.set);
+      return true;
+    }
+    case Node::Kind::kBegin:
+      Push(Op::kBegin);
+      return true;
+    case Node::Kind::kEnd:
+      Push(Op::kEnd);
+      return true;
+    case Node::Kind::kConcat:
+      for (const Node& kid : node.kids) {
+        if (!Emit(kid)) return false;
+      }
+      return true;
+    case Node::Kind::kAlt: {
+      std::vector<int32_t> exits;
+      for (size_t i = 0; i < node.kids.size(); ++i) {
+        if (i + 1 < node.kids.size()) {
+          const int32_t split = Push(Op::kSplit);
+          prog_[split].x = split + 1;
+          if (!Emit(node.kids[i])) return false;
+          exits.push_back(Push(Op::kJmp));
+          prog_[split].y = static_cast<int32_t>(prog_.size());
+        } else if (!Emit(node.kids[i])) {
+          return false;
+        }
+      }
+      for (int32_t j : exits) prog_[j].x = static_cast<int32_t>(prog_.size());
+      return true;
+    }
+    case Node::Kind::kRepeat: {
+      const Node& kid = node.kids[0];
+      for (int32_t i = 0; i < node.min; ++i) {
+        if (!Emit(kid)) return false;
+      }
+      if (node.max < 0) {
+        const int32_t loop = Push(Op::kSplit);
+        prog_[loop].x = loop + 1;
+        if (!Emit(kid)) return false;
+        prog_[Push(Op::kJmp)].x = loop;
+        prog_[loop].y = static_cast<int32_t>(prog_.size());
+        return true;
+      }
+      std::vector<int32_t> skips;
+      for (int32_t i = node.min; i < node.max; ++i) {
+        const int32_t split = Push(Op::kSplit);
+        prog_[split].x = split + 1;
+        skips.push_back(split);
+        if (!Emit(kid)) return false;
+      }
+      for (int32_t s : skips) prog_[s].y = static_cast<int32_t>(prog_.size());
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ModuleRegex::MatchesPrefix(absl::string_view text) const {
+  // mark[pc] is the last position whose closure visited pc.
+  std::vector<size_t> mark(prog_.size(), std::numeric_limits<size_t>::max());
+  std::vector<int32_t> current, next, stack;
+  // Adds the kChar states reachable from `start` at `pos` to `list`; true
+  // when the match state is reachable.
+  auto add = [&](std::vector<int32_t>* list, int32_t start, size_t pos) {
+    stack.assign(1, start);
+    while (!stack.empty()) {
+      const int32_t pc = stack.back();
+      stack.pop_back();
+      if (mark[pc] == pos) continue;
+      mark[pc] = pos;
+      const Inst& inst = prog_[pc];
+      switch (inst.op) {
+        case Op::kMatch:
+          return true;
+        case Op::kJmp:
+          stack.push_back(inst.x);
+          break;
+        case Op::kSplit:
+          stack.push_back(inst.y);
+          stack.push_back(inst.x);
+          break;
+        case Op::kBegin:
+          if (pos == 0) stack.push_back(pc + 1);
+          break;
+        case Op::kEnd:
+          if (pos == text.size()) stack.push_back(pc + 1);
+          break;
+        case Op::kChar:
+          list->push_back(pc);
+          break;
+      }
+    }
+    return false;
+  };
+  if (add(&current, 0, 0)) return true;
+  for (size_t pos = 0; pos < text.size() && !current.empty(); ++pos) {
+    next.clear();
+    const unsigned char ch = static_cast<unsigned char>(text[pos]);
+    for (const int32_t pc : current) {
+      if (sets_[prog_[pc].x].test(ch) && add(&next, pc + 1, pos + 1)) {
+        return true;
+      }
+    }
+    current.swap(next);
+  }
+  return false;
+}
+
+// fnmatch's `*` and `?` (ModelOpt's exclude_modules wildcards) over the
+// whole name: the greedy two-pointer match, O(|name| × |pattern|), no
+// recursion.
+bool GlobMatches(absl::string_view pattern, absl::string_view name) {
+  size_t p = 0, i = 0;
+  size_t star = absl::string_view::npos, resume = 0;
+  while (i < name.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == name[i])) {
+      ++p, ++i;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      resume = i;
+    } else if (star != absl::string_view::npos) {
+      p = star + 1;
+      i = ++resume;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+// Whether `name`'s dotted components appear, whole and in order, in
+// `module`'s ("mlp.gate" in "model.layers.0.mlp.gate", not in
+// "model.layers.0.mlp.gate_proj"). Dots at either end ("model.layers.1.",
+// as transformers' docs write a subtree; ".down_proj") are dropped.
+bool ContainsComponents(absl::string_view module, absl::string_view name) {
+  while (!name.empty() && name.back() == '.') name.remove_suffix(1);
+  while (!name.empty() && name.front() == '.') name.remove_prefix(1);
+  if (name.empty()) return false;
+  for (size_t at = module.find(name); at != absl::string_view::npos;
+       at = module.find(name, at + 1)) {
+    const size_t end = at + name.size();
+    if ((at == 0 || module[at - 1] == '.') &&
+        (end == module.size() || module[end] == '.')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+// One QuantConfig module-list entry against a module name (the rules in
+// config.h's unquantized_modules).
+bool ModuleMatches(absl::string_view entry, absl::string_view module) {
+  if (absl::StartsWith(entry, "re:")) {
+    // Parse compiled every entry once already; a QuantConfig built by hand
+    // with a bad pattern matches nothing.
+    absl::StatusOr<ModuleRegex> re = ModuleRegex::Compile(entry.substr(3));
+    return re.ok() && re->MatchesPrefix(module);
+  }
+  if (entry.find_first_of("*?") != absl::string_view::npos) {
+    return GlobMatches(entry, module);
+  }
+  return ContainsComponents(module, entry);
+}
+
+absl::Status QuantUnimplemented(absl::string_view what) {
+  return absl::UnimplementedError(what);
+}
+
+// A list of module names at obj[key] (absent or null: none), appended to
+// `out`. `path` names obj in messages ("quantization_config").
+absl::Status AppendModuleList(const Json& obj, absl::string_view key,
+                              absl::string_view path,
+                              std::vector<std::string>* out) {
+  const Json* list = Find(obj, key);
+  if (list == nullptr) return absl::OkStatus();
+  const std::string where = absl::StrCat(path, ".", key);
+  if (!list->is_array()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", where, "\" must be a list of strings, ",
+                     "found ", TypeName(*list)));
+  }
+  if (list->size() + out->size() > kMaxModuleListEntries) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", where, "\" has ", list->size(), " entries, more than ",
+        "the ", kMaxModuleListEntries, " supported"));
+  }
+  for (size_t i = 0; i < list->size(); ++i) {
+    const Json& item = (*list)[i];
+    const std::string at = absl::StrCat(where, "[", i, "]");
+    if (!item.is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", at, "\" must be a string, found ",
+                       TypeName(item), " ", item.dump().substr(0, 100)));
+    }
+    const std::string& name = item.get_ref<const std::string&>();
+    if (name.empty() || name.size() > kMaxModuleNameChars) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", at, "\" must be a module name of 1 to ",
+          kMaxModuleNameChars, " characters, found ", name.size()));
+    }
+    if (absl::StartsWith(name, "re:")) {
+      absl::StatusOr<ModuleRegex> re = ModuleRegex::Compile(name.substr(3));
+      if (!re.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"", at, "\" holds the pattern \"",
+                         name.substr(0, 100), "\": ", re.status().message()));
+      }
+    }
+    out->push_back(name);
+  }
+  return absl::OkStatus();
+}
+
+// An optional string field of a quantization object, `where` naming it.
+absl::StatusOr<std::optional<std::string>> QuantString(
+    const Json& obj, absl::string_view key, absl::string_view where) {
+  const Json* value = Find(obj, key);
+  if (value == nullptr) return std::optional<std::string>();
+  if (!value->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", where, ".", key, "\" must be a string, found ",
+        TypeName(*value), " ", value->dump().substr(0, 100)));
+  }
+  const std::string& s = value->get_ref<const std::string&>();
+  if (s.size() > kMaxModuleNameChars) {
+    return absl::InvalidArgumentError(absl::StrCat("config key \"", where, ".",
+                                                   key, "\" is ", s.size(),
+                                                   " characters long"));
+  }
+  return std::optional<std::string>(s);
+}
+
+// A [rows, cols] block size (weight_block_size, block_structure): two
+// positive integers.
+absl::StatusOr<std::pair<int64_t, int64_t>> BlockSize(const Json& value,
+                                                      const std::string& key) {
+  if (!value.is_array() || value.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", key,
+                     "\" must be a list of two positive integers, found ",
+                     value.dump().substr(0, 100)));
+  }
+  ASSIGN_OR_RETURN(const int64_t rows, AsInt(value[0], key));
+  ASSIGN_OR_RETURN(const int64_t cols, AsInt(value[1], key));
+  if (rows <= 0 || cols <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key,
+        "\" must be a list of two positive integers, found ", value.dump()));
+  }
+  return std::make_pair(rows, cols);
+}
+
+// The only block the kernels take (WeightView's kBlock: square B = 128, as
+// DeepSeek-V3's and Qwen3's FP8 checkpoints have it).
+constexpr int64_t kFp8Block = 128;
+
+// compressed-tensors' QuantizationArgs, with its defaults (num_bits 8, type
+// "int", symmetric, static; strategy from group_size / block_structure).
+struct CtArgs {
+  int64_t num_bits = 8;
+  std::string type = "int";
+  bool symmetric = true;
+  std::string dynamic = "false";  // "false", "true" or "local".
+  std::string strategy;
+  int64_t group_size = 0;  // 0: none; -1: per channel (GPTQ's spelling).
+  int64_t block_rows = 0, block_cols = 0;
+};
+
+absl::StatusOr<CtArgs> ReadCtArgs(const Json& args, const std::string& where) {
+  if (!args.is_object()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", where, "\" must be an object or null, ",
+                     "found ", TypeName(args)));
+  }
+  CtArgs a;
+  const std::string bits_key = where + ".num_bits";
+  if (const Json* v = Find(args, "num_bits")) {
+    ASSIGN_OR_RETURN(a.num_bits, AsInt(*v, bits_key));
+    if (a.num_bits <= 0 || a.num_bits > 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", bits_key,
+                       "\" must be in [1, 64], found ", a.num_bits));
+    }
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> type,
+                   QuantString(args, "type", where));
+  if (type.has_value()) a.type = absl::AsciiStrToLower(*type);
+  if (a.type != "int" && a.type != "float") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", where, ".type\" must be \"int\" or ",
+                     "\"float\", found \"", *type, "\""));
+  }
+  ASSIGN_OR_RETURN(a.symmetric, OptionalBool(args, "symmetric", true));
+  if (const Json* v = Find(args, "dynamic")) {
+    if (v->is_boolean()) {
+      a.dynamic = v->get<bool>() ? "true" : "false";
+    } else if (v->is_string() && v->get_ref<const std::string&>() == "local") {
+      a.dynamic = "local";
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", where, ".dynamic\" must be a boolean ",
+                       "or \"local\", found ", v->dump().substr(0, 100)));
+    }
+  }
+  if (const Json* v = Find(args, "group_size")) {
+    const std::string key = where + ".group_size";
+    ASSIGN_OR_RETURN(a.group_size, AsInt(*v, key));
+    if (a.group_size == 0 || a.group_size < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", key,
+                       "\" must be positive (or -1), found ", a.group_size));
+    }
+  }
+  if (const Json* v = Find(args, "block_structure")) {
+    ASSIGN_OR_RETURN(const auto block,
+                     BlockSize(*v, where + ".block_structure"));
+    a.block_rows = block.first;
+    a.block_cols = block.second;
+  }
+  ASSIGN_OR_RETURN(std::optional<std::string> strategy,
+                   QuantString(args, "strategy", where));
+  if (strategy.has_value()) {
+    a.strategy = absl::AsciiStrToLower(*strategy);
+    static constexpr absl::string_view kStrategies[] = {
+        "tensor", "channel",      "group",    "block",
+        "token",  "tensor_group", "attn_head"};
+    if (std::find(std::begin(kStrategies), std::end(kStrategies), a.strategy) ==
+        std::end(kStrategies)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", where, ".strategy\": unknown strategy \"", *strategy,
+          "\" (known: ", absl::StrJoin(kStrategies, ", "), ")"));
+    }
+  } else if (a.block_rows > 0) {
+    a.strategy = "block";
+  } else if (a.group_size > 0) {
+    a.strategy = "group";
+  } else if (a.group_size == -1) {
+    a.strategy = "channel";
+  } else {
+    a.strategy = "tensor";
+  }
+  return a;
+}
+
+// One compressed-tensors config group's scheme, in QuantConfig's terms.
+struct CtScheme {
+  Fp8WeightScale weight_scale = Fp8WeightScale::kPerChannel;
+  int64_t block = 0;
+  Fp8InputScale input_scale = Fp8InputScale::kDynamicPerToken;
+  bool operator==(const CtScheme& o) const {
+    return weight_scale == o.weight_scale && block == o.block &&
+           input_scale == o.input_scale;
+  }
+};
+
+std::string DescribeScheme(const CtScheme& s) {
+  const char* weights =
+      s.weight_scale == Fp8WeightScale::kPerTensor    ? "per-tensor"
+      : s.weight_scale == Fp8WeightScale::kPerChannel ? "per-channel"
+                                                      : "block";
+  const char* inputs =
+      s.input_scale == Fp8InputScale::kDynamicPerToken   ? "dynamic per-token"
+      : s.input_scale == Fp8InputScale::kStaticPerTensor ? "static per-tensor"
+                                                         : "dynamic per-group";
+  return absl::StrCat("fp8 ", weights, " weights, ", inputs, " activations");
+}
+
+constexpr absl::string_view kSupportedCtSchemes =
+    "(supported: float 8-bit symmetric static weights per tensor, channel or "
+    "128x128 block)";
+
+// A config group's `weights` and `input_activations` as a scheme.
+absl::StatusOr<CtScheme> ReadCtScheme(const Json& group,
+                                      const std::string& where) {
+  CtScheme scheme;
+  const Json* weights = Find(group, "weights");
+  if (weights == nullptr) {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where,
+        " quantizes no weights (activation-only quantization is not "
+        "supported yet)"));
+  }
+  ASSIGN_OR_RETURN(const CtArgs w, ReadCtArgs(*weights, where + ".weights"));
+  if (w.type == "int") {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where, " has int", w.num_bits,
+        " weights, which are not supported yet ", kSupportedCtSchemes));
+  }
+  if (w.num_bits != 8) {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where, " has ", w.num_bits, "-bit float weights",
+        w.num_bits == 4 ? " (fp4: nvfp4 / mxfp4)" : "",
+        ", which are not supported yet ", kSupportedCtSchemes));
+  }
+  if (!w.symmetric) {
+    return QuantUnimplemented(absl::StrCat("compressed-tensors ", where,
+                                           " has asymmetric fp8 weights, which "
+                                           "are not supported yet ",
+                                           kSupportedCtSchemes));
+  }
+  if (w.dynamic != "false") {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where, " has dynamic (", w.dynamic,
+        ") weight scales, which are not supported yet ", kSupportedCtSchemes));
+  }
+  if (w.strategy == "tensor") {
+    scheme.weight_scale = Fp8WeightScale::kPerTensor;
+  } else if (w.strategy == "channel") {
+    scheme.weight_scale = Fp8WeightScale::kPerChannel;
+  } else if (w.strategy == "block") {
+    if (w.block_rows == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", where, ".weights.block_structure\" ",
+                       "is required by strategy \"block\""));
+    }
+    if (w.block_rows != kFp8Block || w.block_cols != kFp8Block) {
+      return QuantUnimplemented(absl::StrCat(
+          "compressed-tensors ", where, " has fp8 blocks of ", w.block_rows,
+          "x", w.block_cols, ", which are not supported yet (only 128x128)"));
+    }
+    scheme.weight_scale = Fp8WeightScale::kBlock;
+    scheme.block = kFp8Block;
+  } else {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where, " has fp8 weights of strategy \"",
+        w.strategy, "\"",
+        w.group_size > 0 ? absl::StrCat(" (group_size ", w.group_size, ")")
+                         : "",
+        ", which is not supported yet ", kSupportedCtSchemes));
+  }
+
+  if (Find(group, "output_activations") != nullptr) {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where,
+        " quantizes output activations, which is not supported yet"));
+  }
+  const Json* inputs = Find(group, "input_activations");
+  // Weight-only (W8A16): the activations stay in the model's dtype. Run as
+  // dynamic per-token fp8 activations, the fp8 path's finest activation
+  // scaling (an fp8 backend's weight-only path widens the weights anyway).
+  if (inputs == nullptr) return scheme;
+  const std::string in_where = where + ".input_activations";
+  ASSIGN_OR_RETURN(const CtArgs a, ReadCtArgs(*inputs, in_where));
+  if (a.type != "float" || a.num_bits != 8) {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors ", where, " quantizes activations to ", a.type,
+        a.num_bits, ", which is not supported yet (only float 8-bit)"));
+  }
+  if (!a.symmetric) {
+    return QuantUnimplemented(absl::StrCat("compressed-tensors ", where,
+                                           " has asymmetric activations, which "
+                                           "are not supported yet"));
+  }
+  const std::string unsupported_inputs = absl::StrCat(
+      "compressed-tensors ", where, " has ",
+      a.dynamic == "false" ? "static" : "dynamic",
+      " activations of strategy \"", a.strategy,
+      "\", which are not supported yet (supported: dynamic "
+      "\"token\", static \"tensor\", dynamic \"group\" of 128 with 128x128 "
+      "block weights)");
+  if (a.dynamic == "true" && a.strategy == "token") {
+    scheme.input_scale = Fp8InputScale::kDynamicPerToken;
+  } else if (a.dynamic == "false" && a.strategy == "tensor") {
+    if (scheme.weight_scale == Fp8WeightScale::kBlock) {
+      return QuantUnimplemented(
+          absl::StrCat("compressed-tensors ", where,
+                       " has static activations with block "
+                       "weights, which are not supported yet"));
+    }
+    scheme.input_scale = Fp8InputScale::kStaticPerTensor;
+  } else if (a.dynamic == "true" && a.strategy == "group" &&
+             a.group_size == kFp8Block &&
+             scheme.weight_scale == Fp8WeightScale::kBlock) {
+    scheme.input_scale = Fp8InputScale::kDynamicPerGroup;
+  } else {
+    return QuantUnimplemented(unsupported_inputs);
+  }
+  return scheme;
+}
+
+// compressed-tensors' formats: the ones that store fp8 matrices as they are
+// (naive-quantized is the older name of float-quantized for fp8, and also
+// of int8; the weights' type decides), and the known rest.
+bool IsFp8CtFormat(absl::string_view format) {
+  return format == "float-quantized" || format == "naive-quantized";
+}
+bool IsKnownCtFormat(absl::string_view format) {
+  for (absl::string_view known :
+       {"dense", "int-quantized", "pack-quantized", "marlin-24",
+        "sparse-bitmask", "sparse-24-bitmask", "nvfp4-pack-quantized",
+        "mxfp4-pack-quantized", "mixed-precision"}) {
+    if (format == known) return true;
+  }
+  return false;
+}
+
+// A compressed-tensors `format` (top-level or a group's): fine when it
+// stores fp8 as is (or is absent); Unimplemented for the other known ones,
+// InvalidArgument for unknown ones.
+absl::Status CheckCtFormat(const Json& obj, absl::string_view where,
+                           bool allow_mixed) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> format,
+                   QuantString(obj, "format", where));
+  if (!format.has_value() || IsFp8CtFormat(*format)) return absl::OkStatus();
+  if (allow_mixed && *format == "mixed-precision") return absl::OkStatus();
+  if (IsKnownCtFormat(*format)) {
+    return QuantUnimplemented(absl::StrCat(
+        "compressed-tensors format \"", *format, "\" (", where,
+        ".format) is not supported yet (supported: float-quantized fp8)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "config key \"", where, ".format\": unknown compressed-tensors format \"",
+      *format, "\""));
+}
+
+absl::Status ParseCompressedTensors(const Json& qc, const std::string& path,
+                                    QuantConfig* quant) {
+  // CompressedTensorsConfig.from_dict also takes the quantization part
+  // nested, beside a sparsity_config.
+  const Json* body = &qc;
+  std::string where = path;
+  if (const Json* nested = Find(qc, "quantization_config")) {
+    if (!nested->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", path, ".quantization_config\" must ",
+                       "be an object, found ", TypeName(*nested)));
+    }
+    body = nested;
+    where = path + ".quantization_config";
+  }
+  for (const Json* obj : {&qc, body}) {
+    const Json* sparsity = Find(*obj, "sparsity_config");
+    if (sparsity == nullptr) continue;
+    if (!sparsity->is_object()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", path, ".sparsity_config\" must be an object, found ",
+          TypeName(*sparsity)));
+    }
+    const Json* format = Find(*sparsity, "format");
+    const bool dense = format != nullptr && format->is_string() &&
+                       format->get_ref<const std::string&>() == "dense";
+    if (!sparsity->empty() && !dense) {
+      return QuantUnimplemented(absl::StrCat(
+          "compressed-tensors sparse checkpoints (", path,
+          ".sparsity_config format ",
+          format == nullptr ? std::string("absent") : format->dump(),
+          ") are not supported yet"));
+    }
+  }
+  RETURN_IF_ERROR(CheckCtFormat(*body, where, /*allow_mixed=*/true));
+
+  const Json* groups = Find(*body, "config_groups");
+  const std::string groups_key = where + ".config_groups";
+  if (groups == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config is missing required key \"", groups_key, "\""));
+  }
+  if (!groups->is_object() || groups->empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config key \"", groups_key, "\" must be a non-empty ",
+                     "object, found ", groups->dump().substr(0, 100)));
+  }
+  if (groups->size() > kMaxConfigGroups) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", groups_key, "\" has ", groups->size(),
+        " groups, more than the ", kMaxConfigGroups, " supported"));
+  }
+  std::optional<CtScheme> scheme;
+  std::string scheme_group;
+  bool all_linear = false;
+  std::vector<std::string> targets;
+  for (auto it = groups->begin(); it != groups->end(); ++it) {
+    const std::string group_where =
+        absl::StrCat(groups_key, ".", it.key().substr(0, 100));
+    if (!it->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", group_where, "\" must be an object, ",
+                       "found ", TypeName(*it)));
+    }
+    RETURN_IF_ERROR(CheckCtFormat(*it, group_where, /*allow_mixed=*/false));
+    ASSIGN_OR_RETURN(const CtScheme s, ReadCtScheme(*it, group_where));
+    if (scheme.has_value() && !(s == *scheme)) {
+      return QuantUnimplemented(absl::StrCat(
+          "compressed-tensors config groups with different schemes are not "
+          "supported yet: ",
+          scheme_group, " (", DescribeScheme(*scheme), ") and ", group_where,
+          " (", DescribeScheme(s), ")"));
+    }
+    if (!scheme.has_value()) {
+      scheme = s;
+      scheme_group = group_where;
+    }
+    const Json* group_targets = Find(*it, "targets");
+    if (group_targets == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config is missing required key \"", group_where, ".targets\""));
+    }
+    std::vector<std::string> names;
+    RETURN_IF_ERROR(AppendModuleList(*it, "targets", group_where, &names));
+    for (const std::string& name : names) {
+      if (name == "Linear") {
+        all_linear = true;
+        continue;
+      }
+      // A target is a module name, a "re:" pattern, or a class name; only
+      // the class of every linear layer is understood.
+      const bool class_name =
+          !absl::StartsWith(name, "re:") &&
+          name.find('.') == std::string::npos &&
+          absl::ascii_isupper(static_cast<unsigned char>(name[0]));
+      if (class_name) {
+        return QuantUnimplemented(absl::StrCat(
+            "compressed-tensors ", group_where, " targets the class \"", name,
+            "\", which is not supported yet (supported: \"Linear\", module "
+            "names and \"re:\" patterns)"));
+      }
+      if (targets.size() >= kMaxModuleListEntries) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"", groups_key, "\" has more than ",
+                         kMaxModuleListEntries, " targets"));
+      }
+      targets.push_back(name);
+    }
+  }
+  quant->method = "compressed-tensors";
+  quant->weight_scale = scheme->weight_scale;
+  quant->block_rows = quant->block_cols = scheme->block;
+  quant->input_scale = scheme->input_scale;
+  quant->scale_suffix = "weight_scale";
+  if (!all_linear) quant->quantized_modules = std::move(targets);
+  RETURN_IF_ERROR(
+      AppendModuleList(*body, "ignore", where, &quant->unquantized_modules));
+  // kv_cache_scheme (fp8 k/v scales) is read as absent: the KV cache keeps
+  // --kv-dtype, and the k_scale / v_scale tensors are not loaded.
+  // quantization_status is not checked either: older naive-quantized fp8
+  // checkpoints say "frozen" with fp8 matrices on disk; the format tells.
+  return absl::OkStatus();
+}
+
+// "fp8": transformers' FineGrainedFP8Config (DeepSeek-V3, Qwen3-*-FP8) and
+// vLLM's Fp8Config serialization (AutoFP8's per-tensor checkpoints).
+absl::Status ParseFp8Method(const Json& qc, const std::string& path,
+                            QuantConfig* quant) {
+  ASSIGN_OR_RETURN(const std::optional<std::string> scheme_name,
+                   QuantString(qc, "activation_scheme", path));
+  if (!scheme_name.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config is missing required key \"", path, ".activation_scheme\""));
+  }
+  const std::string scheme = absl::AsciiStrToLower(*scheme_name);
+  if (scheme != "dynamic" && scheme != "static") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", path, ".activation_scheme\" must be \"dynamic\" or ",
+        "\"static\", found \"", *scheme_name, "\""));
+  }
+  ASSIGN_OR_RETURN(const std::optional<std::string> fmt,
+                   QuantString(qc, "fmt", path));
+  if (fmt.has_value() && *fmt != "e4m3") {
+    if (*fmt == "e5m2") {
+      return QuantUnimplemented(absl::StrCat("fp8 format \"e5m2\" (", path,
+                                             ".fmt) is not supported yet "
+                                             "(only \"e4m3\")"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", path, ".fmt\" must be \"e4m3\" or \"e5m2\", found \"",
+        *fmt, "\""));
+  }
+  // DeepSeek-V3.1's ue8m0 scales round each activation scale up to a power
+  // of two; the kernels compute exact amax / 448 scales.
+  ASSIGN_OR_RETURN(const std::optional<std::string> scale_fmt,
+                   QuantString(qc, "scale_fmt", path));
+  if (scale_fmt.has_value() && *scale_fmt != "float") {
+    if (*scale_fmt == "ue8m0") {
+      return QuantUnimplemented(absl::StrCat("fp8 scale_fmt \"ue8m0\" (", path,
+                                             ".scale_fmt) is not supported "
+                                             "yet (only \"float\")"));
+    }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", path, ".scale_fmt\" must be \"float\" or \"ue8m0\", ",
+        "found \"", *scale_fmt, "\""));
+  }
+  quant->method = "fp8";
+  if (const Json* block = Find(qc, "weight_block_size")) {
+    ASSIGN_OR_RETURN(const auto size,
+                     BlockSize(*block, path + ".weight_block_size"));
+    if (size.first != kFp8Block || size.second != kFp8Block) {
+      return QuantUnimplemented(
+          absl::StrCat("fp8 weight_block_size [", size.first, ", ", size.second,
+                       "] is not supported yet (only [128, 128])"));
+    }
+    if (scheme == "static") {
+      return QuantUnimplemented(
+          "fp8 activation_scheme \"static\" with weight_block_size is not "
+          "supported yet (block checkpoints quantize activations per group "
+          "at run time)");
+    }
+    quant->weight_scale = Fp8WeightScale::kBlock;
+    quant->block_rows = quant->block_cols = kFp8Block;
+    quant->input_scale = Fp8InputScale::kDynamicPerGroup;
+    quant->scale_suffix = "weight_scale_inv";
+  } else {
+    // vLLM's reading: no block size is one scale per matrix. (transformers
+    // would default to 128 x 128 blocks; their scales are named
+    // weight_scale_inv, so the loader tells the two apart by name.)
+    quant->weight_scale = Fp8WeightScale::kPerTensor;
+    quant->input_scale = scheme == "static" ? Fp8InputScale::kStaticPerTensor
+                                            : Fp8InputScale::kDynamicPerToken;
+    quant->scale_suffix = "weight_scale";
+  }
+  RETURN_IF_ERROR(AppendModuleList(qc, "modules_to_not_convert", path,
+                                   &quant->unquantized_modules));
+  RETURN_IF_ERROR(AppendModuleList(qc, "ignored_layers", path,
+                                   &quant->unquantized_modules));
+  return absl::OkStatus();
+}
+
+// "modelopt": NVIDIA ModelOpt as vLLM reads it, the quant_algo at the top
+// (config.json: {"quant_method": "modelopt", "quant_algo": "FP8", "ignore":
+// [...]}) or nested as hf_quant_config.json holds it ({"quantization":
+// {"quant_algo": ..., "exclude_modules": [...]}}).
+absl::Status ParseModelopt(const Json& qc, const std::string& path,
+                           QuantConfig* quant) {
+  const Json* body = &qc;
+  std::string where = path;
+  if (const Json* nested = Find(qc, "quantization")) {
+    if (!nested->is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config key \"", path, ".quantization\" must be an ",
+                       "object, found ", TypeName(*nested)));
+    }
+    body = nested;
+    where = path + ".quantization";
+  }
+  ASSIGN_OR_RETURN(const std::optional<std::string> algo_name,
+                   QuantString(*body, "quant_algo", where));
+  if (!algo_name.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config is missing required key \"", where, ".quant_algo\""));
+  }
+  // vLLM upper-cases it (ModelOpt has emitted lowercase).
+  const std::string algo = absl::AsciiStrToUpper(*algo_name);
+  quant->method = "modelopt";
+  quant->scale_suffix = "weight_scale";
+  if (algo == "FP8") {
+    quant->weight_scale = Fp8WeightScale::kPerTensor;
+    quant->input_scale = Fp8InputScale::kStaticPerTensor;
+  } else if (algo == "FP8_PER_CHANNEL_PER_TOKEN") {
+    quant->weight_scale = Fp8WeightScale::kPerChannel;
+    quant->input_scale = Fp8InputScale::kDynamicPerToken;
+  } else {
+    return QuantUnimplemented(absl::StrCat(
+        "modelopt quant_algo \"", algo_name->substr(0, 100),
+        "\" is not supported yet (supported: FP8, FP8_PER_CHANNEL_PER_TOKEN)"));
+  }
+  // kv_cache_quant_algo is read as absent: the KV cache keeps --kv-dtype.
+  RETURN_IF_ERROR(AppendModuleList(*body, "exclude_modules", where,
+                                   &quant->unquantized_modules));
+  RETURN_IF_ERROR(
+      AppendModuleList(*body, "ignore", where, &quant->unquantized_modules));
+  return absl::OkStatus();
+}
+
+// "fbgemm_fp8" (meta-llama/Llama-3.1-405B-Instruct-FP8): per-row weight
+// scales, activations quantized per row at run time.
+absl::Status ParseFbgemmFp8(const Json& qc, const std::string& path,
+                            QuantConfig* quant) {
+  quant->method = "fbgemm_fp8";
+  quant->weight_scale = Fp8WeightScale::kPerChannel;
+  quant->input_scale = Fp8InputScale::kDynamicPerToken;
+  quant->scale_suffix = "weight_scale";
+  // FbgemmFp8Config's default.
+  quant->activation_scale_ub = 1200.0;
+  if (const Json* ub = Find(qc, "activation_scale_ub")) {
+    const std::string key = path + ".activation_scale_ub";
+    ASSIGN_OR_RETURN(quant->activation_scale_ub, AsDouble(*ub, key));
+    if (!(quant->activation_scale_ub > 0) ||
+        !std::isfinite(quant->activation_scale_ub)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config key \"", key, "\" must be positive, found ", ub->dump()));
+    }
+  }
+  return AppendModuleList(qc, "modules_to_not_convert", path,
+                          &quant->unquantized_modules);
+}
+
+// Methods transformers or vLLM define that we do not load.
+constexpr absl::string_view kUnsupportedQuantMethods[] = {"awq",
+                                                          "awq_marlin",
+                                                          "gptq",
+                                                          "gptq_marlin",
+                                                          "gptq_marlin_24",
+                                                          "gptq_bitblas",
+                                                          "bitblas",
+                                                          "marlin",
+                                                          "bitsandbytes",
+                                                          "quark",
+                                                          "mxfp4",
+                                                          "gguf",
+                                                          "hqq",
+                                                          "eetq",
+                                                          "aqlm",
+                                                          "torchao",
+                                                          "bitnet",
+                                                          "higgs",
+                                                          "vptq",
+                                                          "spqr",
+                                                          "auto-round",
+                                                          "auto_round",
+                                                          "quanto",
+                                                          "fp_quant",
+                                                          "sinq",
+                                                          "metal",
+                                                          "modelopt_fp4",
+                                                          "modelopt_mxfp8",
+                                                          "ptpc_fp8",
+                                                          "experts_int8",
+                                                          "deepspeedfp",
+                                                          "tpu_int8",
+                                                          "moe_wna16",
+                                                          "ipex",
+                                                          "inc",
+                                                          "rtn",
+                                                          "petit_nvfp4",
+                                                          "cpu_awq",
+                                                          "exl2",
+                                                          "sparseml",
+                                                          "fouroversix",
+                                                          "four_over_six",
+                                                          "gemma"};
+
+constexpr absl::string_view kSupportedQuantMethods =
+    "(supported: compressed-tensors fp8, fp8, modelopt FP8, fbgemm_fp8)";
+
+// Fills `quant` from the checkpoint's quantization_config (or the older
+// compression_config); leaves it unquantized when there is neither.
+absl::Status ParseQuantization(const Json& root, QuantConfig* quant) {
+  const char* key = "quantization_config";
+  const Json* qc = Find(root, key);
+  if (qc == nullptr) {
+    key = "compression_config";
+    qc = Find(root, key);
+  }
+  if (qc == nullptr) return absl::OkStatus();
+  if (!qc->is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, "\" must be an object, found ", TypeName(*qc)));
+  }
+  const Json* method = Find(*qc, "quant_method");
+  if (method == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key,
+        "\" has no \"quant_method\"; cannot tell how the weights are "
+        "quantized"));
+  }
+  if (!method->is_string()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config key \"", key, ".quant_method\" must be a string: ",
+        "unknown quantization method ", method->dump().substr(0, 100)));
+  }
+  const std::string name = method->get<std::string>().substr(0, 100);
+  const std::string lower = absl::AsciiStrToLower(name);
+  QuantConfig parsed;
+  if (lower == "compressed-tensors") {
+    RETURN_IF_ERROR(ParseCompressedTensors(*qc, key, &parsed));
+  } else if (lower == "fp8") {
+    RETURN_IF_ERROR(ParseFp8Method(*qc, key, &parsed));
+  } else if (lower == "modelopt") {
+    RETURN_IF_ERROR(ParseModelopt(*qc, key, &parsed));
+  } else if (lower == "fbgemm_fp8") {
+    RETURN_IF_ERROR(ParseFbgemmFp8(*qc, key, &parsed));
+  } else if (std::find(std::begin(kUnsupportedQuantMethods),
+                       std::end(kUnsupportedQuantMethods),
+                       lower) != std::end(kUnsupportedQuantMethods)) {
+    return absl::UnimplementedError(absl::StrCat("quantization method \"", name,
+                                                 "\" is not supported yet ",
+                                                 kSupportedQuantMethods));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown quantization method \"", name, "\" ", kSupportedQuantMethods));
+  }
+  *quant = std::move(parsed);
   return absl::OkStatus();
 }
 
@@ -900,9 +2144,9 @@ absl::StatusOr<ModelConfig> ParseRoot(const Json& root) {
                    FindArchitectureConfig(config.model_type));
   config.arch = arch->arch;
 
-  // Quantized weights change every tensor's meaning: reject them before
-  // anything else.
-  RETURN_IF_ERROR(CheckQuantization(root));
+  // Quantized weights change every tensor's meaning: read (or refuse) them
+  // before anything else.
+  RETURN_IF_ERROR(ParseQuantization(root, &config.quant));
 
   ASSIGN_OR_RETURN(config.vocab_size, RequiredPositiveInt(root, "vocab_size"));
   ASSIGN_OR_RETURN(config.hidden_size,
@@ -1354,6 +2598,23 @@ absl::Status ParseQwen2MoeHParams(const Json& root, ModelConfig* config) {
   d.shared_expert_intermediate_size = 5632;
   d.sparse_layer_keys = true;
   return ParseMoeHParams(root, d, config);
+}
+
+bool QuantConfig::Quantizes(absl::string_view module) const {
+  if (!quantized()) return false;
+  if (module == "embed_tokens" || absl::EndsWith(module, ".embed_tokens")) {
+    return false;
+  }
+  if (!quantized_modules.empty() &&
+      std::none_of(quantized_modules.begin(), quantized_modules.end(),
+                   [&](const std::string& entry) {
+                     return ModuleMatches(entry, module);
+                   })) {
+    return false;
+  }
+  return std::none_of(
+      unquantized_modules.begin(), unquantized_modules.end(),
+      [&](const std::string& entry) { return ModuleMatches(entry, module); });
 }
 
 bool MoeHParams::any_dense() const {

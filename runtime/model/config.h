@@ -214,12 +214,34 @@ struct QuantConfig {
   std::string scale_suffix = "weight_scale";
   // Modules kept in the checkpoint's float dtype (compressed-tensors
   // `ignore`, modelopt `exclude_modules`/`ignore`, the others'
-  // `modules_to_not_convert`): module names ("lm_head"), "re:" regular
-  // expressions (compressed-tensors; matched against the whole name), or
-  // names that match a module's name or any of its dotted suffixes
-  // ("lm_head" matches "lm_head", "self_attn" matches
-  // "model.layers.0.self_attn.q_proj").
+  // `modules_to_not_convert` / `ignored_layers`). Each entry is one of:
+  //  - "re:<regex>": Python re.match semantics as compressed-tensors and
+  //    vLLM apply them: anchored at the start of the module name, free at
+  //    its end unless the pattern ends in `$` ("re:.*mlp\.gate$"). The
+  //    dialect is literals, `.`, classes, groups, `|`, `* + ? {n,m}` and
+  //    `^ $` (ModuleMatches in config.cc; lookaround, backreferences and
+  //    flags are refused at parse);
+  //  - a glob with `*` / `?` (ModelOpt's fnmatch wildcards,
+  //    "model.layers.*.mlp.gate"), matched against the whole name;
+  //  - a plain name, matching every module whose dotted name contains it as
+  //    whole components: "lm_head" matches "lm_head", "mlp.gate" matches
+  //    "model.layers.3.mlp.gate" (not "...mlp.gate_proj"), "self_attn"
+  //    matches "model.layers.0.self_attn.q_proj", "model.layers.1" matches
+  //    "model.layers.1.mlp.up_proj" (not "model.layers.10...."). This is the
+  //    union of the readers' rules restricted to component boundaries:
+  //    compressed-tensors compares exactly, vLLM's fp8/modelopt loaders
+  //    exactly or by substring, transformers by prefix or suffix.
   std::vector<std::string> unquantized_modules;
+  // compressed-tensors `targets` that name modules instead of the class
+  // "Linear" (same three forms as above): only the linear modules they
+  // match are quantized. Empty: every linear module is (targets ["Linear"],
+  // and every other format).
+  std::vector<std::string> quantized_modules;
+  // fbgemm_fp8's activation_scale_ub: fbgemm clamps each token's activation
+  // scale to ub / 448. 0: none. Recorded, not yet applied by the kernels
+  // (it only changes tokens whose max |x| exceeds it; Meta's 1200 is far
+  // above a Llama's activations).
+  double activation_scale_ub = 0;
 
   // Quantized by Tessera as the weights load (--quantization fp8, method
   // "fp8 (online)"): per-channel scales, dynamic per-token activations, no
@@ -228,7 +250,9 @@ struct QuantConfig {
 
   bool quantized() const { return !method.empty(); }
   // Whether the linear module `module` ("model.layers.0.self_attn.q_proj",
-  // "lm_head") holds fp8 weights. The embedding never does.
+  // "lm_head") holds fp8 weights: the checkpoint is quantized, `module` is
+  // matched by quantized_modules (when any) and by no unquantized_modules
+  // entry. The embedding ("...embed_tokens") never does.
   bool Quantizes(absl::string_view module) const;
 };
 
@@ -303,11 +327,42 @@ struct ModelConfig {
 //    max_position_embeddings * factor, yarn original_max_position * factor
 //    (when longer than max_position_embeddings); rope.original_max_position
 //    keeps the checkpoint's value;
-//  - any `quantization_config`: awq, gptq, compressed-tensors, fp8, quark and
-//  mxfp4 are
-//    recognised and rejected as "not supported yet" naming the method
-//    (Unimplemented); an unknown quant_method is InvalidArgument naming it.
-//    Never a silent fallback.
+//  - `quantization_config` (or the older `compression_config`) fills
+//    ModelConfig::quant for the fp8 formats, each as published:
+//    * "compressed-tensors" (llm-compressor; format "float-quantized", or
+//      "naive-quantized" / "mixed-precision" / none with float 8-bit
+//      weights): symmetric static e4m3 weights of strategy "tensor",
+//      "channel" or "block" ([128, 128]); input_activations dynamic
+//      "token", static "tensor" (input_scale tensors), dynamic "group" of
+//      128 (block weights only), or null (weight-only, run as dynamic
+//      per-token); targets ["Linear"] or module names / "re:" patterns
+//      (QuantConfig::quantized_modules); `ignore` -> unquantized_modules.
+//      Several config_groups must share one scheme;
+//    * "fp8" (transformers' FineGrainedFP8Config: DeepSeek-V3, Qwen3-FP8;
+//      vLLM's Fp8Config): activation_scheme "dynamic" / "static", fmt
+//      "e4m3", weight_block_size [128, 128] (block scales
+//      "weight_scale_inv", activations per 1 × 128 group; dynamic only) or
+//      absent / null (per-tensor "weight_scale"); modules_to_not_convert /
+//      ignored_layers;
+//    * "modelopt" (NVIDIA ModelOpt; quant_algo at the top, or nested in
+//      "quantization" as hf_quant_config.json holds it): "FP8" (per-tensor
+//      weight_scale, static input_scale), "FP8_PER_CHANNEL_PER_TOKEN";
+//      exclude_modules / ignore;
+//    * "fbgemm_fp8": per-channel weight_scale [N, 1], dynamic per-token
+//      activations, activation_scale_ub, modules_to_not_convert.
+//    KV-cache schemes (kv_cache_scheme, kv_cache_quant_algo) are read as
+//    absent: the KV cache keeps --kv-dtype (an fp8 KV cache is separate).
+//    Unimplemented, naming what: every other known method ("quantization
+//    method \"awq\" is not supported yet (supported: ...)"), int or 4-bit
+//    formats, asymmetric, dynamic-weight or group-weight schemes, e5m2,
+//    DeepSeek-V3.1's scale_fmt "ue8m0", class targets other than Linear,
+//    block sizes other than 128 × 128, static activations with blocks,
+//    sparse checkpoints, output-activation quantization, differing
+//    config_groups, other quant_algos (NVFP4, W4A8_AWQ, INT8_SQ, ...).
+//    InvalidArgument naming the key: a missing or unknown quant_method,
+//    wrong types, missing required keys, lists over 4096 entries or names
+//    over 1024 characters, malformed "re:" patterns. Never a silent
+//    fallback.
 absl::StatusOr<ModelConfig> ParseModelConfig(absl::string_view json_text);
 
 // One architecture's part of config parsing: after the fields every

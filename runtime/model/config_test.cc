@@ -1009,31 +1009,6 @@ TEST(ConfigTest, NonSiluActivation) {
   EXPECT_TRUE(c.ok()) << c.status();
 }
 
-TEST(ConfigTest, RecognisedQuantizationMethodsAreUnimplemented) {
-  for (const char* method : {"awq", "gptq", "compressed-tensors", "fp8",
-                             "quark", "mxfp4", "AWQ", "FP8"}) {
-    absl::StatusOr<ModelConfig> c =
-        ParseWith(kLlama32V4, "quantization_config",
-                  {{"quant_method", method}, {"bits", 4}});
-    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << method;
-    EXPECT_TRUE(
-        MessageContains(c.status(), std::string("quantization method \"") +
-                                        method + "\" is not supported yet"));
-  }
-}
-
-TEST(ConfigTest, UnknownQuantizationMethodIsInvalid) {
-  absl::StatusOr<ModelConfig> c =
-      ParseWith(kLlama32V4, "quantization_config", {{"quant_method", "foo"}});
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(
-      MessageContains(c.status(), "unknown quantization method \"foo\""));
-
-  c = ParseWith(kLlama32V4, "quantization_config", {{"bits", 4}});
-  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(MessageContains(c.status(), "quant_method"));
-}
-
 TEST(ConfigTest, HeadsNotDivisible) {
   absl::StatusOr<ModelConfig> c =
       ParseWith(kStories260K, "num_key_value_heads", 3);
@@ -1464,6 +1439,752 @@ TEST(MoeConfigTest, DenseModelsHaveNoExperts) {
   EXPECT_TRUE(c->moe.sparse_layers.empty());
   EXPECT_FALSE(c->moe.sparse(0));
   EXPECT_TRUE(c->moe.any_dense());
+}
+
+// ---------------------------------------------------------------------------
+// fp8 quantization configs. Each kXxx is the quantization_config of a
+// published checkpoint, trimmed of keys the parser does not read only where
+// noted.
+
+// RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8 (llm-compressor, static per-tensor
+// weights and activations).
+constexpr char kCtStaticTensor[] = R"json({
+  "config_groups": {
+    "group_0": {
+      "input_activations": {
+        "actorder": null, "block_structure": null, "dynamic": false,
+        "group_size": null, "num_bits": 8, "observer": "minmax",
+        "observer_kwargs": {}, "strategy": "tensor", "symmetric": true,
+        "type": "float"
+      },
+      "output_activations": null,
+      "targets": ["Linear"],
+      "weights": {
+        "actorder": null, "block_structure": null, "dynamic": false,
+        "group_size": null, "num_bits": 8, "observer": "minmax",
+        "observer_kwargs": {}, "strategy": "tensor", "symmetric": true,
+        "type": "float"
+      }
+    }
+  },
+  "format": "float-quantized",
+  "global_compression_ratio": 1.2405352996226195,
+  "ignore": ["lm_head"],
+  "kv_cache_scheme": null,
+  "quant_method": "compressed-tensors",
+  "quantization_status": "compressed"
+})json";
+
+// RedHatAI/Meta-Llama-3.1-8B-Instruct-FP8-dynamic (FP8_DYNAMIC: per-channel
+// weights, dynamic per-token activations).
+constexpr char kCtDynamicChannel[] = R"json({
+  "config_groups": {
+    "group_0": {
+      "input_activations": {
+        "actorder": null, "block_structure": null, "dynamic": true,
+        "group_size": null, "num_bits": 8, "observer": null,
+        "observer_kwargs": {}, "strategy": "token", "symmetric": true,
+        "type": "float"
+      },
+      "output_activations": null,
+      "targets": ["Linear"],
+      "weights": {
+        "actorder": null, "block_structure": null, "dynamic": false,
+        "group_size": null, "num_bits": 8, "observer": "minmax",
+        "observer_kwargs": {}, "strategy": "channel", "symmetric": true,
+        "type": "float"
+      }
+    }
+  },
+  "format": "float-quantized",
+  "global_compression_ratio": 1.463543865167781,
+  "ignore": ["lm_head"],
+  "kv_cache_scheme": null,
+  "quant_method": "compressed-tensors",
+  "quantization_status": "compressed"
+})json";
+
+// llm-compressor's FP8_BLOCK scheme (RedHatAI/Qwen3-30B-A3B-FP8-block: the
+// MoE routers ignored by pattern).
+constexpr char kCtBlock[] = R"json({
+  "config_groups": {
+    "group_0": {
+      "format": "float-quantized",
+      "input_activations": {
+        "actorder": null, "block_structure": null, "dynamic": true,
+        "group_size": 128, "num_bits": 8, "observer": null,
+        "observer_kwargs": {}, "strategy": "group", "symmetric": true,
+        "type": "float"
+      },
+      "output_activations": null,
+      "targets": ["Linear"],
+      "weights": {
+        "actorder": null, "block_structure": [128, 128], "dynamic": false,
+        "group_size": null, "num_bits": 8, "observer": "static_minmax",
+        "observer_kwargs": {}, "strategy": "block", "symmetric": true,
+        "type": "float"
+      }
+    }
+  },
+  "format": "float-quantized",
+  "global_compression_ratio": null,
+  "ignore": ["lm_head", "re:.*mlp.gate$"],
+  "kv_cache_scheme": null,
+  "quant_method": "compressed-tensors",
+  "quantization_status": "compressed",
+  "sparsity_config": {},
+  "transform_config": {},
+  "version": "0.11.1"
+})json";
+
+// neuralmagic/Meta-Llama-3-8B-Instruct-FP8 (2024): the older
+// "naive-quantized" name of the format, status "frozen".
+constexpr char kCtNaive[] = R"json({
+  "config_groups": {
+    "group_0": {
+      "input_activations": {
+        "block_structure": null, "dynamic": false, "group_size": null,
+        "num_bits": 8, "observer": "minmax", "observer_kwargs": {},
+        "strategy": "tensor", "symmetric": true, "type": "float"
+      },
+      "output_activations": null,
+      "targets": ["Linear"],
+      "weights": {
+        "block_structure": null, "dynamic": false, "group_size": null,
+        "num_bits": 8, "observer": "minmax", "observer_kwargs": {},
+        "strategy": "tensor", "symmetric": true, "type": "float"
+      }
+    }
+  },
+  "format": "naive-quantized",
+  "global_compression_ratio": 1.2320464091312503,
+  "ignore": ["lm_head"],
+  "kv_cache_scheme": null,
+  "quant_method": "compressed-tensors",
+  "quantization_status": "frozen"
+})json";
+
+// Qwen/Qwen3-8B-FP8 (and deepseek-ai/DeepSeek-V3's, byte for byte).
+constexpr char kFp8Qwen3[] = R"json({
+  "activation_scheme": "dynamic",
+  "fmt": "e4m3",
+  "quant_method": "fp8",
+  "weight_block_size": [128, 128]
+})json";
+
+// transformers 5's FineGrainedFP8Config.to_dict().
+constexpr char kFp8Transformers[] = R"json({
+  "activation_scheme": "dynamic",
+  "dequantize": false,
+  "modules_to_not_convert": ["lm_head"],
+  "quant_method": "fp8",
+  "scale_fmt": "float",
+  "weight_block_size": [128, 128]
+})json";
+
+// vLLM's Fp8Config as AutoFP8 wrote it (per-tensor, static activations).
+constexpr char kFp8Static[] = R"json({
+  "quant_method": "fp8",
+  "activation_scheme": "static",
+  "ignored_layers": ["lm_head"]
+})json";
+
+// ModelOpt's config.json as newer exports write it (compressed-tensors-like
+// groups beside quant_algo, which decides; vLLM reads `ignore` here).
+constexpr char kModelopt[] = R"json({
+  "config_groups": {
+    "group_0": {
+      "input_activations": {"dynamic": false, "num_bits": 8, "type": "float"},
+      "weights": {"dynamic": false, "num_bits": 8, "type": "float"},
+      "targets": ["Linear"]
+    }
+  },
+  "ignore": ["lm_head"],
+  "kv_cache_quant_algo": "FP8",
+  "producer": {"name": "modelopt", "version": "0.29.0"},
+  "quant_algo": "FP8",
+  "quant_method": "modelopt"
+})json";
+
+// The hf_quant_config.json spelling (ModelOpt's own file), nested.
+constexpr char kModeloptNested[] = R"json({
+  "quant_method": "modelopt",
+  "producer": {"name": "modelopt", "version": "0.15.1"},
+  "quantization": {
+    "quant_algo": "FP8",
+    "kv_cache_quant_algo": null,
+    "exclude_modules": ["lm_head", "model.layers.*.mlp.gate"]
+  }
+})json";
+
+// meta-llama/Llama-3.1-405B-Instruct-FP8 (its modules_to_not_convert lists
+// every layer's attention and the first and last layers' MLPs; trimmed).
+constexpr char kFbgemm[] = R"json({
+  "quant_method": "fbgemm_fp8",
+  "activation_scale_ub": 1200.0,
+  "modules_to_not_convert": [
+    "model.layers.0.mlp.down_proj", "model.layers.0.mlp.gate_proj",
+    "model.layers.0.mlp.up_proj", "model.layers.0.self_attn.k_proj",
+    "model.layers.0.self_attn.o_proj", "model.layers.0.self_attn.q_proj",
+    "model.layers.0.self_attn.v_proj", "model.layers.1.self_attn.q_proj",
+    "lm_head"
+  ]
+})json";
+
+absl::StatusOr<ModelConfig> ParseQuant(const Json& quantization_config) {
+  return ParseWith(kLlama31V5, "quantization_config", quantization_config);
+}
+absl::StatusOr<ModelConfig> ParseQuant(const char* quantization_config) {
+  return ParseQuant(Json::parse(quantization_config));
+}
+
+TEST(QuantConfigTest, UnquantizedByDefault) {
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(kLlama31V5);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->quant.quantized());
+  EXPECT_FALSE(c->quant.Quantizes("model.layers.0.self_attn.q_proj"));
+}
+
+TEST(QuantConfigTest, CompressedTensorsStaticPerTensor) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kCtStaticTensor);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const QuantConfig& q = c->quant;
+  EXPECT_EQ(q.method, "compressed-tensors");
+  EXPECT_EQ(q.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_EQ(q.input_scale, Fp8InputScale::kStaticPerTensor);
+  EXPECT_EQ(q.scale_suffix, "weight_scale");
+  EXPECT_EQ(q.unquantized_modules, std::vector<std::string>{"lm_head"});
+  EXPECT_TRUE(q.quantized_modules.empty());
+  EXPECT_TRUE(q.Quantizes("model.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.31.mlp.down_proj"));
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+  EXPECT_FALSE(q.Quantizes("model.embed_tokens"));
+  // The older naive-quantized name, quantization_status "frozen".
+  c = ParseQuant(kCtNaive);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kStaticPerTensor);
+}
+
+TEST(QuantConfigTest, CompressedTensorsDynamicPerChannel) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kCtDynamicChannel);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerChannel);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerToken);
+  EXPECT_EQ(c->quant.block_rows, 0);
+}
+
+TEST(QuantConfigTest, CompressedTensorsBlock) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kCtBlock);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const QuantConfig& q = c->quant;
+  EXPECT_EQ(q.weight_scale, Fp8WeightScale::kBlock);
+  EXPECT_EQ(q.block_rows, 128);
+  EXPECT_EQ(q.block_cols, 128);
+  EXPECT_EQ(q.input_scale, Fp8InputScale::kDynamicPerGroup);
+  EXPECT_EQ(q.scale_suffix, "weight_scale");
+  EXPECT_FALSE(q.Quantizes("model.layers.5.mlp.gate"));
+  EXPECT_TRUE(q.Quantizes("model.layers.5.mlp.experts.3.gate_proj"));
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+}
+
+TEST(QuantConfigTest, CompressedTensorsWeightOnlyRunsPerToken) {
+  // W8A16 (llm-compressor's FP8 weight-only): no input_activations.
+  Json j = Json::parse(kCtDynamicChannel);
+  j["config_groups"]["group_0"]["input_activations"] = nullptr;
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerToken);
+  j["config_groups"]["group_0"].erase("input_activations");
+  c = ParseQuant(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerToken);
+}
+
+TEST(QuantConfigTest, CompressedTensorsDefaultsAndOptionalKeys) {
+  // compressed-tensors' defaults: symmetric, static, strategy from
+  // block_structure; format absent; kv_cache_scheme read as absent.
+  const Json j = Json::parse(R"json({
+    "quant_method": "compressed-tensors",
+    "config_groups": {"group_0": {
+      "targets": ["Linear"],
+      "weights": {"num_bits": 8, "type": "float", "block_structure": [128, 128]},
+      "input_activations": {"num_bits": 8, "type": "float", "dynamic": true,
+                            "strategy": "group", "group_size": 128}}},
+    "kv_cache_scheme": {"num_bits": 8, "type": "float", "strategy": "tensor",
+                        "dynamic": false, "symmetric": true},
+    "quantization_status": "compressed"
+  })json");
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kBlock);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerGroup);
+  EXPECT_TRUE(c->quant.unquantized_modules.empty());
+  // The older compression_config key.
+  c = ParseWith(kLlama31V5, "compression_config", Json::parse(kCtStaticTensor));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.method, "compressed-tensors");
+  // The quantization part nested beside a dense sparsity_config.
+  Json nested = {{"quant_method", "compressed-tensors"},
+                 {"quantization_config", Json::parse(kCtDynamicChannel)},
+                 {"sparsity_config", {{"format", "dense"}}}};
+  c = ParseQuant(nested);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerChannel);
+}
+
+TEST(QuantConfigTest, CompressedTensorsGroupsSharingASchemeMerge) {
+  // Two groups, one scheme, module targets: only those modules quantized.
+  Json j = Json::parse(kCtDynamicChannel);
+  Json group = j["config_groups"]["group_0"];
+  group["targets"] = {"re:.*self_attn\\.(q|k|v|o)_proj$"};
+  j["config_groups"]["group_0"] = group;
+  group["targets"] = {"model.layers.0.mlp.down_proj"};
+  j["config_groups"]["group_1"] = group;
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const QuantConfig& q = c->quant;
+  EXPECT_EQ(q.quantized_modules.size(), 2);
+  EXPECT_TRUE(q.Quantizes("model.layers.3.self_attn.k_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.1.mlp.down_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.3.mlp.up_proj"));
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+  // "Linear" in any group covers every linear module.
+  j["config_groups"]["group_1"]["targets"] = {"Linear"};
+  c = ParseQuant(j);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->quant.quantized_modules.empty());
+  EXPECT_TRUE(c->quant.Quantizes("model.layers.3.mlp.up_proj"));
+}
+
+TEST(QuantConfigTest, Fp8BlockMethod) {
+  for (const char* config : {kFp8Qwen3, kFp8Transformers}) {
+    absl::StatusOr<ModelConfig> c = ParseQuant(config);
+    ASSERT_TRUE(c.ok()) << c.status();
+    const QuantConfig& q = c->quant;
+    EXPECT_EQ(q.method, "fp8");
+    EXPECT_EQ(q.weight_scale, Fp8WeightScale::kBlock);
+    EXPECT_EQ(q.block_rows, 128);
+    EXPECT_EQ(q.block_cols, 128);
+    EXPECT_EQ(q.input_scale, Fp8InputScale::kDynamicPerGroup);
+    EXPECT_EQ(q.scale_suffix, "weight_scale_inv");
+    EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.gate_proj"));
+  }
+  absl::StatusOr<ModelConfig> c = ParseQuant(kFp8Transformers);
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+  // DeepSeek-style upper-case scheme names are accepted as transformers
+  // lower-cases them.
+  c = ParseQuant(Patched(kFp8Qwen3, {{"activation_scheme", "DYNAMIC"}}));
+  EXPECT_TRUE(c.ok()) << c.status();
+}
+
+TEST(QuantConfigTest, Fp8PerTensorMethod) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kFp8Static);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kStaticPerTensor);
+  EXPECT_EQ(c->quant.scale_suffix, "weight_scale");
+  EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+  c = ParseQuant(Json{{"quant_method", "fp8"},
+                      {"activation_scheme", "dynamic"},
+                      {"weight_block_size", nullptr}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerToken);
+}
+
+TEST(QuantConfigTest, Modelopt) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kModelopt);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.method, "modelopt");
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kStaticPerTensor);
+  EXPECT_EQ(c->quant.scale_suffix, "weight_scale");
+  EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+
+  // Flat with the hf_quant_config.json key name.
+  c = ParseQuant(Json{{"quant_method", "modelopt"},
+                      {"quant_algo", "FP8"},
+                      {"exclude_modules", {"lm_head"}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+
+  c = ParseQuant(kModeloptNested);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_FALSE(c->quant.Quantizes("model.layers.7.mlp.gate"));
+  EXPECT_TRUE(c->quant.Quantizes("model.layers.7.mlp.gate_proj"));
+
+  // Newer exports: compressed-tensors-like, `ignore`, lower-case algo.
+  c = ParseQuant(Json{{"quant_method", "modelopt"},
+                      {"quant_algo", "fp8_per_channel_per_token"},
+                      {"ignore", {"lm_head", "model.layers.*.self_attn*"}}});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerChannel);
+  EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerToken);
+  EXPECT_FALSE(c->quant.Quantizes("model.layers.2.self_attn.o_proj"));
+  EXPECT_TRUE(c->quant.Quantizes("model.layers.2.mlp.down_proj"));
+}
+
+TEST(QuantConfigTest, Fbgemm) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(kFbgemm);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const QuantConfig& q = c->quant;
+  EXPECT_EQ(q.method, "fbgemm_fp8");
+  EXPECT_EQ(q.weight_scale, Fp8WeightScale::kPerChannel);
+  EXPECT_EQ(q.input_scale, Fp8InputScale::kDynamicPerToken);
+  EXPECT_EQ(q.scale_suffix, "weight_scale");
+  EXPECT_EQ(q.activation_scale_ub, 1200.0);
+  EXPECT_FALSE(q.Quantizes("model.layers.0.mlp.up_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.1.self_attn.q_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.1.self_attn.k_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.1.mlp.up_proj"));
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+}
+
+TEST(QuantConfigTest, KnownMethodsAreUnimplementedNamingThem) {
+  for (const char* method :
+       {"awq", "gptq", "gptq_marlin", "bitsandbytes", "quark", "mxfp4", "gguf",
+        "hqq", "eetq", "aqlm", "torchao", "bitnet", "higgs", "vptq", "spqr",
+        "auto-round", "AWQ", "modelopt_fp4"}) {
+    absl::StatusOr<ModelConfig> c =
+        ParseQuant(Json{{"quant_method", method}, {"bits", 4}});
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kUnimplemented) << method;
+    EXPECT_TRUE(MessageContains(
+        c.status(), std::string("quantization method \"") + method +
+                        "\" is not supported yet (supported: "
+                        "compressed-tensors fp8, fp8, modelopt FP8, "
+                        "fbgemm_fp8)"));
+  }
+}
+
+TEST(QuantConfigTest, UnknownMethodIsInvalid) {
+  absl::StatusOr<ModelConfig> c = ParseQuant(Json{{"quant_method", "foo"}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      MessageContains(c.status(), "unknown quantization method \"foo\""));
+  c = ParseQuant(Json{{"bits", 4}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "quant_method"));
+  c = ParseQuant(Json{{"quant_method", 8}});
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "quantization_config.quant_method"));
+  c = ParseWith(kLlama31V5, "quantization_config", "fp8");
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(MessageContains(c.status(), "\"quantization_config\" must be"));
+}
+
+// Edits `base` at the JSON pointer `pointer` (a whole-object replace with
+// `value`), parses it, and expects `code` with every needle in the message.
+void ExpectQuantError(const char* base, const std::string& pointer,
+                      const Json& value, absl::StatusCode code,
+                      const std::vector<std::string>& needles) {
+  Json j = Json::parse(base);
+  if (value.is_discarded()) {
+    j.erase(pointer.substr(1));  // Top-level keys only.
+  } else {
+    j[Json::json_pointer(pointer)] = value;
+  }
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  EXPECT_EQ(c.status().code(), code)
+      << pointer << " = " << value.dump() << ": " << c.status();
+  for (const std::string& needle : needles) {
+    EXPECT_TRUE(MessageContains(c.status(), needle)) << pointer;
+  }
+}
+
+constexpr absl::StatusCode kUnimpl = absl::StatusCode::kUnimplemented;
+constexpr absl::StatusCode kInvalid = absl::StatusCode::kInvalidArgument;
+const char kW[] = "/config_groups/group_0/weights";
+const char kA[] = "/config_groups/group_0/input_activations";
+
+TEST(QuantConfigTest, CompressedTensorsRefusals) {
+  ExpectQuantError(
+      kCtDynamicChannel, "/format", "int-quantized", kUnimpl,
+      {"compressed-tensors format \"int-quantized\"", "not supported yet"});
+  ExpectQuantError(kCtDynamicChannel, "/format", "pack-quantized", kUnimpl,
+                   {"\"pack-quantized\""});
+  ExpectQuantError(kCtDynamicChannel, "/format", "nvfp4-pack-quantized",
+                   kUnimpl, {"\"nvfp4-pack-quantized\""});
+  ExpectQuantError(kCtDynamicChannel, "/format", "dense", kUnimpl,
+                   {"\"dense\""});
+  ExpectQuantError(kCtDynamicChannel, "/config_groups/group_0/format",
+                   "pack-quantized", kUnimpl, {"\"pack-quantized\""});
+  // int8 weights under the older shared format name.
+  ExpectQuantError(kCtNaive, std::string(kW) + "/type", "int", kUnimpl,
+                   {"int8 weights", "group_0"});
+  ExpectQuantError(kCtDynamicChannel, std::string(kW) + "/num_bits", 4, kUnimpl,
+                   {"4-bit float weights", "fp4"});
+  ExpectQuantError(kCtDynamicChannel, std::string(kW) + "/symmetric", false,
+                   kUnimpl, {"asymmetric"});
+  ExpectQuantError(kCtDynamicChannel, std::string(kW) + "/dynamic", true,
+                   kUnimpl, {"dynamic"});
+  ExpectQuantError(kCtDynamicChannel, std::string(kW) + "/strategy", "group",
+                   kUnimpl, {"strategy \"group\""});
+  ExpectQuantError(kCtBlock, std::string(kW) + "/block_structure",
+                   Json::array({64, 64}), kUnimpl, {"64x64", "only 128x128"});
+  ExpectQuantError(kCtBlock, kA, Json::parse(R"({"num_bits": 8,
+                   "type": "float", "strategy": "tensor", "dynamic": false})"),
+                   kUnimpl, {"static activations with block weights"});
+  ExpectQuantError(kCtDynamicChannel, std::string(kA) + "/strategy", "tensor",
+                   kUnimpl, {"dynamic activations of strategy \"tensor\""});
+  ExpectQuantError(kCtDynamicChannel, std::string(kA) + "/type", "int", kUnimpl,
+                   {"int8"});
+  // Per-group activations need block weights.
+  ExpectQuantError(kCtDynamicChannel, kA, Json::parse(R"({"num_bits": 8,
+                   "type": "float", "strategy": "group", "group_size": 128,
+                   "dynamic": true})"),
+                   kUnimpl, {"strategy \"group\""});
+  ExpectQuantError(kCtBlock, std::string(kA) + "/group_size", 64, kUnimpl,
+                   {"strategy \"group\""});
+  ExpectQuantError(kCtDynamicChannel,
+                   "/config_groups/group_0/output_activations",
+                   Json::parse(R"({"num_bits": 8, "type": "float"})"), kUnimpl,
+                   {"output activations"});
+  ExpectQuantError(kCtDynamicChannel, "/config_groups/group_0/targets",
+                   Json::array({"Embedding"}), kUnimpl,
+                   {"class \"Embedding\""});
+  ExpectQuantError(kCtDynamicChannel, "/sparsity_config",
+                   Json::parse(R"({"format": "sparse-24-bitmask"})"), kUnimpl,
+                   {"sparse"});
+  // Two groups with different schemes, both named.
+  Json j = Json::parse(kCtDynamicChannel);
+  Json other = Json::parse(kCtStaticTensor)["config_groups"]["group_0"];
+  other["targets"] = {"re:.*down_proj"};
+  j["config_groups"]["group_1"] = other;
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  EXPECT_EQ(c.status().code(), kUnimpl);
+  EXPECT_TRUE(MessageContains(c.status(), "different schemes"));
+  EXPECT_TRUE(MessageContains(c.status(),
+                              "group_0 (fp8 per-channel weights, "
+                              "dynamic per-token activations)"));
+  EXPECT_TRUE(MessageContains(c.status(),
+                              "group_1 (fp8 per-tensor weights, "
+                              "static per-tensor activations)"));
+}
+
+TEST(QuantConfigTest, Fp8MethodRefusals) {
+  ExpectQuantError(kFp8Qwen3, "/fmt", "e5m2", kUnimpl, {"\"e5m2\""});
+  ExpectQuantError(kFp8Qwen3, "/weight_block_size", Json::array({64, 64}),
+                   kUnimpl, {"[64, 64]", "only [128, 128]"});
+  ExpectQuantError(kFp8Qwen3, "/weight_block_size", Json::array({128, 256}),
+                   kUnimpl, {"[128, 256]"});
+  ExpectQuantError(kFp8Qwen3, "/activation_scheme", "static", kUnimpl,
+                   {"\"static\" with weight_block_size"});
+  ExpectQuantError(kFp8Qwen3, "/scale_fmt", "ue8m0", kUnimpl, {"ue8m0"});
+}
+
+TEST(QuantConfigTest, ModeloptRefusals) {
+  for (const char* algo :
+       {"NVFP4", "W4A8_AWQ", "INT8_SQ", "FP8_PB_WO", "MIXED_PRECISION"}) {
+    ExpectQuantError(kModelopt, "/quant_algo", algo, kUnimpl,
+                     {std::string("modelopt quant_algo \"") + algo + "\"",
+                      "supported: FP8, FP8_PER_CHANNEL_PER_TOKEN"});
+  }
+  ExpectQuantError(kModelopt, "/quant_algo", Json(Json::value_t::discarded),
+                   kInvalid, {"quantization_config.quant_algo"});
+  ExpectQuantError(kModeloptNested, "/quantization/quant_algo", "NVFP4",
+                   kUnimpl, {"\"NVFP4\""});
+  ExpectQuantError(kModeloptNested, "/quantization", "FP8", kInvalid,
+                   {"quantization_config.quantization"});
+}
+
+TEST(QuantConfigTest, MalformedFieldsNameTheKey) {
+  struct Case {
+    const char* base;
+    std::string pointer;
+    Json value;
+    std::string key;
+  };
+  const std::string big(1025, 'x');
+  const Case cases[] = {
+      {kCtDynamicChannel, "/ignore", "lm_head", "quantization_config.ignore"},
+      {kCtDynamicChannel, "/ignore", Json::array({1}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({""}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"lm_head", big}),
+       "quantization_config.ignore[1]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:(abc"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:(?=x)y"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:a**"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:(a)\\1"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:[z-a]"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:x{5,2}"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore", Json::array({"re:(a{1000}){1000}"}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/ignore",
+       Json::array({"re:" + std::string(40, '(') + "a" + std::string(40, ')')}),
+       "quantization_config.ignore[0]"},
+      {kCtDynamicChannel, "/config_groups", Json::object(),
+       "quantization_config.config_groups"},
+      {kCtDynamicChannel, "/config_groups", Json::array(),
+       "quantization_config.config_groups"},
+      {kCtDynamicChannel, "/config_groups/group_0", 3,
+       "quantization_config.config_groups.group_0"},
+      {kCtDynamicChannel, "/config_groups/group_0/targets", "Linear",
+       "quantization_config.config_groups.group_0.targets"},
+      {kCtDynamicChannel, std::string(kW) + "/num_bits", "8",
+       "quantization_config.config_groups.group_0.weights.num_bits"},
+      {kCtDynamicChannel, std::string(kW) + "/type", "fp",
+       "quantization_config.config_groups.group_0.weights.type"},
+      {kCtDynamicChannel, std::string(kW) + "/strategy", "rows",
+       "quantization_config.config_groups.group_0.weights.strategy"},
+      {kCtDynamicChannel, std::string(kW) + "/dynamic", "yes",
+       "quantization_config.config_groups.group_0.weights.dynamic"},
+      {kCtDynamicChannel, std::string(kW) + "/symmetric", 1, "symmetric"},
+      {kCtDynamicChannel, std::string(kW), "fp8",
+       "quantization_config.config_groups.group_0.weights"},
+      {kCtBlock, std::string(kW) + "/block_structure", Json::array({128}),
+       "quantization_config.config_groups.group_0.weights.block_structure"},
+      {kCtBlock, std::string(kW) + "/block_structure", nullptr,
+       "quantization_config.config_groups.group_0.weights.block_structure"},
+      {kCtDynamicChannel, "/format", "fancy-quantized",
+       "quantization_config.format"},
+      {kCtDynamicChannel, "/format", 1, "quantization_config.format"},
+      {kFp8Qwen3, "/activation_scheme", "sometimes",
+       "quantization_config.activation_scheme"},
+      {kFp8Qwen3, "/activation_scheme", 1,
+       "quantization_config.activation_scheme"},
+      {kFp8Qwen3, "/weight_block_size", "128x128",
+       "quantization_config.weight_block_size"},
+      {kFp8Qwen3, "/weight_block_size", Json::array({0, 128}),
+       "quantization_config.weight_block_size"},
+      {kFp8Qwen3, "/weight_block_size", Json::array({128.5, 128}),
+       "quantization_config.weight_block_size"},
+      {kFp8Qwen3, "/fmt", "e3m4", "quantization_config.fmt"},
+      {kFp8Transformers, "/modules_to_not_convert", "lm_head",
+       "quantization_config.modules_to_not_convert"},
+      {kFp8Static, "/ignored_layers", Json::array({nullptr}),
+       "quantization_config.ignored_layers[0]"},
+      {kModelopt, "/exclude_modules", Json::object(),
+       "quantization_config.exclude_modules"},
+      {kModelopt, "/quant_algo", 8, "quantization_config.quant_algo"},
+      {kFbgemm, "/activation_scale_ub", -1.0,
+       "quantization_config.activation_scale_ub"},
+      {kFbgemm, "/activation_scale_ub", "1200",
+       "quantization_config.activation_scale_ub"},
+  };
+  for (const Case& t : cases) {
+    ExpectQuantError(t.base, t.pointer, t.value, kInvalid, {t.key});
+  }
+  // A missing required key, by name.
+  ExpectQuantError(kFp8Qwen3, "/activation_scheme",
+                   Json(Json::value_t::discarded), kInvalid,
+                   {"missing required key \"quantization_config."
+                    "activation_scheme\""});
+  ExpectQuantError(kCtDynamicChannel, "/config_groups",
+                   Json(Json::value_t::discarded), kInvalid,
+                   {"missing required key \"quantization_config."
+                    "config_groups\""});
+  Json j = Json::parse(kCtDynamicChannel);
+  j["config_groups"]["group_0"].erase("targets");
+  absl::StatusOr<ModelConfig> c = ParseQuant(j);
+  EXPECT_EQ(c.status().code(), kInvalid);
+  EXPECT_TRUE(MessageContains(c.status(),
+                              "quantization_config.config_groups.group_0."
+                              "targets"));
+  // Bounded lists: 4096 entries is the most.
+  Json many = Json::array();
+  for (int i = 0; i < 4096; ++i) many.push_back("m" + std::to_string(i));
+  c = ParseQuant(Patched(kCtDynamicChannel, {{"ignore", many}}));
+  EXPECT_TRUE(c.ok()) << c.status();
+  many.push_back("one.more");
+  ExpectQuantError(kCtDynamicChannel, "/ignore", many, kInvalid,
+                   {"quantization_config.ignore", "4096"});
+  Json groups = Json::object();
+  for (int i = 0; i < 65; ++i) {
+    groups["g" + std::to_string(i)] =
+        Json::parse(kCtDynamicChannel)["config_groups"]["group_0"];
+  }
+  ExpectQuantError(kCtDynamicChannel, "/config_groups", groups, kInvalid,
+                   {"quantization_config.config_groups", "64"});
+}
+
+QuantConfig Ignoring(std::vector<std::string> modules) {
+  QuantConfig q;
+  q.method = "compressed-tensors";
+  q.unquantized_modules = std::move(modules);
+  return q;
+}
+
+TEST(QuantizesTest, PlainNamesMatchWholeComponents) {
+  const QuantConfig q = Ignoring({"lm_head", "mlp.gate", "model.layers.1"});
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+  EXPECT_FALSE(q.Quantizes("model.lm_head"));
+  EXPECT_FALSE(q.Quantizes("model.layers.0.mlp.gate"));
+  EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.gate_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.shared_expert_gate"));
+  EXPECT_FALSE(q.Quantizes("model.layers.1.mlp.up_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.1.self_attn.q_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.10.mlp.up_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.11.self_attn.q_proj"));
+  EXPECT_FALSE(
+      Ignoring({"self_attn"}).Quantizes("model.layers.0.self_attn.q_proj"));
+  EXPECT_TRUE(Ignoring({"attn"}).Quantizes("model.layers.0.self_attn.q_proj"));
+  // transformers' subtree spelling with a trailing dot.
+  EXPECT_FALSE(
+      Ignoring({"model.layers.2."}).Quantizes("model.layers.2.mlp.down_proj"));
+  // The embedding is never quantized; an unquantized config nothing.
+  EXPECT_FALSE(Ignoring({}).Quantizes("model.embed_tokens"));
+  EXPECT_TRUE(Ignoring({}).Quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_FALSE(QuantConfig().Quantizes("model.layers.0.mlp.down_proj"));
+}
+
+TEST(QuantizesTest, RegexesUseReMatchSemantics) {
+  // Anchored at the start, free at the end, as Python's re.match.
+  QuantConfig q = Ignoring({"re:.*mlp\\.gate$"});
+  EXPECT_FALSE(q.Quantizes("model.layers.3.mlp.gate"));
+  EXPECT_TRUE(q.Quantizes("model.layers.3.mlp.gate_proj"));
+  q = Ignoring({"re:.*mlp.gate"});  // No `$`: gate_proj matches too.
+  EXPECT_FALSE(q.Quantizes("model.layers.3.mlp.gate_proj"));
+  q = Ignoring({"re:lm_head"});
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+  EXPECT_TRUE(q.Quantizes("model.lm_head"));  // Not at the start.
+  q = Ignoring({"re:model\\.layers\\.[0-9]{1,2}\\.self_attn\\.(q|k)_proj$"});
+  EXPECT_FALSE(q.Quantizes("model.layers.7.self_attn.q_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.42.self_attn.k_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.123.self_attn.k_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.7.self_attn.v_proj"));
+  q = Ignoring({"re:^model\\.layers\\.\\d+\\.mlp\\.[^.]+$"});
+  EXPECT_FALSE(q.Quantizes("model.layers.7.mlp.up_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.7.mlp.experts.0.up_proj"));
+  q = Ignoring({"re:(?:visual|vision_tower)\\..*?", "re:.*[Mm]erger"});
+  EXPECT_FALSE(q.Quantizes("visual.blocks.0.attn.qkv"));
+  EXPECT_TRUE(q.Quantizes("model.visual.blocks.0.attn.qkv"));
+  EXPECT_FALSE(q.Quantizes("model.mm_Merger.linear"));
+  q = Ignoring({"re:(?P<l>model)\\.layers\\.0\\.\\w+\\.[a-z_]+proj\\Z"});
+  EXPECT_FALSE(q.Quantizes("model.layers.0.mlp.down_proj"));
+  EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.down_proj.x"));
+}
+
+TEST(QuantizesTest, RegexesStayLinearOnPathologicalPatterns) {
+  // Exponential for a backtracking engine: here a few thousand steps.
+  const std::string name(1000, 'a');
+  for (const char* pattern : {"re:(a*)*b", "re:(a|aa)+$x", "re:(a+a+)+b",
+                              "re:(.*){20}b", "re:(()*)*b"}) {
+    const QuantConfig q = Ignoring({pattern});
+    EXPECT_TRUE(q.Quantizes(name)) << pattern;
+  }
+  EXPECT_FALSE(Ignoring({"re:(a*)*$"}).Quantizes(name));
+}
+
+TEST(QuantizesTest, GlobsMatchTheWholeName) {
+  const QuantConfig q =
+      Ignoring({"model.layers.*.mlp.gate", "*self_attn*", "lm_he?d"});
+  EXPECT_FALSE(q.Quantizes("model.layers.12.mlp.gate"));
+  EXPECT_TRUE(q.Quantizes("model.layers.12.mlp.gate_proj"));
+  EXPECT_FALSE(q.Quantizes("model.layers.0.self_attn.o_proj"));
+  EXPECT_FALSE(q.Quantizes("lm_head"));
+  EXPECT_TRUE(q.Quantizes("model.layers.0.mlp.up_proj"));
 }
 
 }  // namespace
