@@ -2724,19 +2724,3 @@ absl::Status LimitContext(int64_t max_model_len, ModelConfig* config) {
 }
 
 }  // namespace tessera
-
-namespace tessera {
-
-// Placeholder until the quantization_config parser lands: exact names and
-// dotted suffixes only.
-bool QuantConfig::Quantizes(absl::string_view module) const {
-  if (!quantized()) return false;
-  for (const std::string& name : unquantized_modules) {
-    if (module == name || absl::EndsWith(module, absl::StrCat(".", name))) {
-      return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace tessera
