@@ -287,6 +287,13 @@ void PrintStartupSummary(const EngineFlags& flags, const RankSpec& spec,
   f.block_size = layout.block_size;
   f.static_layout = layout.static_layout;
   f.max_model_len = executor.config().max_position_embeddings;
+  const QuantConfig& quant = executor.config().quant;
+  if (quant.quantized()) {
+    f.quantization =
+        f.weight_dtype == "bfloat16"
+            ? absl::StrCat("fp8 (", quant.method, ")")
+            : absl::StrCat("dequantized from fp8 (", quant.method, ")");
+  }
   f.graph_buckets = executor.decode_graph_buckets();
   if (f.graph_buckets.empty()) {
     f.no_graphs_reason = flags.device != "cuda"

@@ -24,9 +24,11 @@ std::vector<std::string> StartupSummaryLines(const StartupFacts& f) {
   const std::string where =
       f.ranks > 1 ? absl::StrCat(" on rank 0 of ", f.ranks) : std::string();
   lines.push_back(absl::StrFormat(
-      "[tessera] model: %s weights, %s (%d bytes)%s on %s; context %d tokens",
-      f.weight_dtype, Size(f.weight_bytes), f.weight_bytes, where, f.device,
-      f.max_model_len));
+      "[tessera] model: %s weights%s, %s (%d bytes)%s on %s; context %d tokens",
+      f.weight_dtype,
+      f.quantization.empty() ? ""
+                             : absl::StrCat(", linear layers ", f.quantization),
+      Size(f.weight_bytes), f.weight_bytes, where, f.device, f.max_model_len));
   const int64_t tokens = f.num_kv_blocks * f.block_size;
   const double concurrency =
       f.max_model_len > 0

@@ -17,6 +17,10 @@ struct StartupFacts {
   std::string device = "cpu";            // cpu or cuda.
   std::string weight_dtype = "float32";  // Resolved (no "auto").
   std::string kv_dtype = "float32";
+  // Non-empty: how the linear layers are quantized ("fp8 (compressed-tensors)"
+  // where the device computes in fp8, "dequantized from fp8
+  // (compressed-tensors)" where it does not).
+  std::string quantization;
   int ranks = 1;              // tp x pp; > 1: the sizes are rank 0's.
   int64_t weight_bytes = 0;   // This rank's.
   int64_t kv_bytes = 0;       // This rank's pool.
@@ -31,7 +35,8 @@ struct StartupFacts {
 
 // The summary's lines, without newlines:
 //   [tessera] model: bfloat16 weights, 14.96 GiB (16060522496 bytes);
-//     context 4096 tokens
+//     context 4096 tokens (with quantization: "bfloat16 weights, linear
+//     layers fp8 (compressed-tensors), 8.49 GiB ...")
 //   [tessera] KV cache: 2048 blocks x 16 tokens = 32768 tokens (int8,
 //     1.00 GiB); Maximum concurrency for 4096 tokens per request: 8.00x
 //   [tessera] decode CUDA graphs: 35 batch sizes: 1 2 4 8 16 ... 256

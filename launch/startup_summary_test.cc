@@ -30,6 +30,11 @@ TEST(StartupSummaryTest, GpuWithGraphs) {
             "8.00x");
   EXPECT_EQ(lines[2],
             "[tessera] decode CUDA graphs: 5 batch sizes: 1 2 4 8 16");
+  f.quantization = "fp8 (compressed-tensors)";
+  EXPECT_EQ(StartupSummaryLines(f)[0],
+            "[tessera] model: bfloat16 weights, linear layers fp8 "
+            "(compressed-tensors), 14.96 GiB (16060522496 bytes) on cuda; "
+            "context 4096 tokens");
 }
 
 TEST(StartupSummaryTest, CpuParallelAndStaticLayouts) {

@@ -5,7 +5,7 @@ Usage:
     python3 tools/make_fp8_fixtures.py [--out DIR] [--schemes a,b,...]
 
 For every scheme this builds one tiny random-weight Llama (float32; vocab 512,
-hidden 256, 2 layers, 2 heads of head_dim 128, 1 KV head, intermediate 384,
+hidden 256, 2 layers, 2 heads of head_dim 128, 1 KV head, intermediate 512,
 untied lm_head), re-initialises every parameter as make_golden_fixtures.py
 does, quantizes every Linear of the decoder layers (q, k, v, o, gate, up,
 down; not embed_tokens, not lm_head, which is listed as unquantized as real
@@ -91,8 +91,8 @@ CALIB_LENS = (8, 16, 32, 48)
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
                    "special_tokens_map.json")
 
-# The base model (hidden 256, heads 2 x 128, 1 KV head, intermediate 384).
-BASE = dict(hidden_size=256, intermediate_size=384, num_attention_heads=2,
+# The base model (hidden 256, heads 2 x 128, 1 KV head, intermediate 512).
+BASE = dict(hidden_size=256, intermediate_size=512, num_attention_heads=2,
             num_key_value_heads=1, head_dim=128, tie_word_embeddings=False)
 ROPE = {"rope_type": "default", "rope_theta": 10000.0}
 
