@@ -16,6 +16,8 @@ namespace tessera {
 struct StartupFacts {
   std::string device = "cpu";            // cpu or cuda.
   std::string weight_dtype = "float32";  // Resolved (no "auto").
+  // The resolved --kv-dtype: float32, bfloat16, int8 or fp8 (printed as
+  // "fp8 e4m3").
   std::string kv_dtype = "float32";
   int ranks = 1;              // tp x pp; > 1: the sizes are rank 0's.
   int64_t weight_bytes = 0;   // This rank's.

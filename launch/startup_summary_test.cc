@@ -30,6 +30,13 @@ TEST(StartupSummaryTest, GpuWithGraphs) {
             "8.00x");
   EXPECT_EQ(lines[2],
             "[tessera] decode CUDA graphs: 5 batch sizes: 1 2 4 8 16");
+  // An fp8 cache: twice the blocks of the same bytes at bf16.
+  f.kv_dtype = "fp8";
+  f.num_kv_blocks = 4096;
+  EXPECT_EQ(StartupSummaryLines(f)[1],
+            "[tessera] KV cache: 4096 blocks x 16 tokens = 65536 tokens (fp8 "
+            "e4m3, 1.00 GiB); Maximum concurrency for 4096 tokens per request: "
+            "16.00x");
 }
 
 TEST(StartupSummaryTest, CpuParallelAndStaticLayouts) {
