@@ -1,8 +1,7 @@
 #include "runtime/executor/rank.h"
 
-#include "runtime/executor/rank_spec.h"
-
 #include "gtest/gtest.h"
+#include "runtime/executor/rank_spec.h"
 #include "runtime/kv/kv_layout.h"
 
 namespace tessera {
