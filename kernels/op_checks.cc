@@ -47,9 +47,11 @@ std::string JoinOr(absl::Span<const DType> dtypes, absl::string_view prefix,
   return out;
 }
 
-// The cache messages have always said "int8".
+// The cache messages have always said "int8"; fp8 is the flag's name too.
 absl::string_view CacheDTypeName(DType d) {
-  return d == DType::kI8 ? "int8" : DTypeName(d);
+  if (d == DType::kI8) return "int8";
+  if (d == DType::kF8E4M3) return "fp8";
+  return DTypeName(d);
 }
 
 // Table [V, H] and out [T, H] for T ids (both embedding forms).
@@ -351,15 +353,22 @@ absl::Status CheckKvCache(const OpSupport& support, absl::string_view op,
   RETURN_IF_ERROR(CheckStorage(op, "cache k", cache.k));
   RETURN_IF_ERROR(CheckStorage(op, "cache v", cache.v));
   if (cache.quantized()) {
+    const absl::string_view kind =
+        cache.per_slot_scales() ? "an int8" : "an fp8";
     if (IsAbsent(cache.k_scale) || IsAbsent(cache.v_scale)) {
       return absl::InvalidArgumentError(
-          absl::StrCat(op, ": an int8 cache needs k_scale and v_scale"));
+          absl::StrCat(op, ": ", kind, " cache needs k_scale and v_scale"));
     }
     RETURN_IF_ERROR(CheckF32(op, "cache k_scale", cache.k_scale));
     RETURN_IF_ERROR(CheckF32(op, "cache v_scale", cache.v_scale));
-    const Shape want({ks[0], ks[1]});
+    // int8: one scale per (slot, head); fp8: one per head for the layer.
+    const Shape want =
+        cache.per_slot_scales() ? Shape({ks[0], ks[1]}) : Shape({ks[1]});
     if (cache.k_scale.shape() != want || cache.v_scale.shape() != want) {
-      return ShapeError(op, "cache scales must be [S, kv_heads]",
+      return ShapeError(op,
+                        cache.per_slot_scales()
+                            ? "int8 cache scales must be [S, kv_heads]"
+                            : "fp8 cache scales must be [kv_heads]",
                         cache.k_scale.shape(), cache.v_scale.shape());
     }
   } else if (!IsAbsent(cache.k_scale) || !IsAbsent(cache.v_scale)) {

@@ -42,21 +42,35 @@ namespace tessera {
 
 // One layer's KV cache in slot form (see attention_metadata.h for how
 // positions map to slots): k [num_slots, kv_heads, D], v [num_slots, kv_heads,
-// Dv].
-//  - f32 cache: k and v are f32; k_scale and v_scale are empty views (no
-//    data).
-//  - int8 cache: k and v are int8 and k_scale, v_scale f32 [num_slots,
-//    kv_heads]: element i of (slot, head) stands for k[slot, head, i] *
-//    k_scale[slot, head] (symmetric, one scale per slot and head, so writing a
-//    token never rescales another). Kernels read the int8 values and apply the
-//    scale inside the dot products; nothing dequantizes the cache.
-// k and v always share their dtype.
+// Dv]. k and v always share their dtype, one of:
+//  - f32 (and bf16 on CUDA): k and v hold the values; k_scale and v_scale are
+//    empty views (no data).
+//  - int8: k_scale, v_scale f32 [num_slots, kv_heads]: element i of (slot,
+//    head) stands for k[slot, head, i] * k_scale[slot, head] (symmetric, one
+//    scale per slot and head, computed when the token is written, so writing
+//    a token never rescales another).
+//  - fp8 (f8_e4m3, OCP e4m3fn): k_scale, v_scale f32 [kv_heads], one per
+//    head for the whole layer, fixed while the cache is in use: element i
+//    stands for k[slot, head, i] * k_scale[head]. A write stores
+//    F32ToFp8E4M3(x / k_scale[head]) (runtime/core/dtype.h: round to nearest
+//    even, saturating), so a value beyond ±448 * scale is stored as ±448 *
+//    scale. The pool starts every scale at 1 (vLLM's default for a
+//    checkpoint without kv scales); KvPool::SetLayerScales takes a
+//    checkpoint's. With no per-slot scales the cache is half of bf16's bytes.
+// For both scaled forms the kernels read the stored values and apply the
+// scales inside the dot products (the q·k sum by k's, the p·v terms by v's);
+// nothing dequantizes the cache.
 struct KvCacheLayer {
   TensorView k;
   TensorView v;
   TensorView k_scale;
   TensorView v_scale;
-  bool quantized() const { return k.dtype() == DType::kI8; }
+  // Whether the values carry scales (int8 and fp8).
+  bool quantized() const {
+    return k.dtype() == DType::kI8 || k.dtype() == DType::kF8E4M3;
+  }
+  // int8's scales are per (slot, head); fp8's are per head.
+  bool per_slot_scales() const { return k.dtype() == DType::kI8; }
 };
 
 // Attention of the step's sequences [first_seq, end_seq) over a KV cache that
@@ -144,7 +158,8 @@ struct RopeOptions {
 //  q_out:     f32 [T, H, D], dense; must not overlap qkv.
 // Per head the order is the unfused one's: RmsNorm (when its weight is
 // given), then Rope ("rotate half"), then for k and v StoreKvCache's write
-// (an int8 cache quantizes each (token, head) row exactly as StoreKvCache).
+// (an int8 or fp8 cache quantizes each (token, head) row exactly as
+// StoreKvCache).
 struct QkvRopeStoreArgs {
   TensorView qkv;
   const TensorView* q_norm = nullptr;
@@ -516,7 +531,10 @@ class Ops : public Device {
   // Writes the keys and values of T tokens to their slots: k [T, kv_heads, D]
   // and v [T, kv_heads, Dv] f32, slot_mapping kI64 [T] (a step array) with
   // every slot in [0, num_slots). An int8 cache quantizes each (token, head)
-  // row with scale max|x| / 127 (0 for an all-zero row) and rounds to nearest.
+  // row with scale max|x| / 127 (0 for an all-zero row) and rounds to nearest;
+  // an fp8 cache stores F32ToFp8E4M3(x / scale[head]) with the layer's fixed
+  // per-head scales (saturating at ±448; KvCacheLayer), bit for bit the same
+  // bytes on every backend.
   absl::Status StoreKvCache(const TensorView& k, const TensorView& v,
                             const TensorView& slot_mapping,
                             const KvCacheLayer& cache);

@@ -22,7 +22,7 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr DType kWeights[] = {DType::kF32, DType::kBF16};
-constexpr DType kCache[] = {DType::kF32, DType::kI8};
+constexpr DType kCache[] = {DType::kF32, DType::kI8, DType::kF8E4M3};
 
 // Records which Do* ran; computes nothing. `host`: its memory is host
 // memory (the step arrays' values are checked), as on the CPU backend.
@@ -283,12 +283,57 @@ TEST(OpsTest, MessagesListTheBackendsDTypes) {
   ExpectInvalid(
       ops.StoreKvCache(k.view(), k.view(), StepArray(std::vector<int64_t>{0}),
                        {kc.view(), kc.view()}),
-      "StoreKvCache: cache k and v must both be f32 or both int8, got bf16 and "
-      "bf16");
+      "StoreKvCache: cache k and v must both be f32, both int8 or both fp8, "
+      "got bf16 and bf16");
   EXPECT_TRUE(ops.calls.empty());
   EXPECT_EQ(DTypeList({DType::kF32}), "f32");
   EXPECT_EQ(DTypeList({DType::kF32, DType::kBF16, DType::kI8}),
             "f32, bf16 or i8");
+}
+
+// int8 caches take f32 [S, kv_heads] scales, fp8 caches f32 [kv_heads] (the
+// layer's per-head scales); an f32 cache takes none.
+TEST(OpsTest, CacheScalesFitTheCacheDType) {
+  RecordingOps ops;
+  Tensor k = F32({1, 2, 4});
+  const std::vector<int64_t> slot_ids = {3};
+  const TensorView slots = StepArray(slot_ids);
+  Tensor k8 = *Tensor::Zeros(DType::kF8E4M3, {8, 2, 4});
+  Tensor v8 = *Tensor::Zeros(DType::kF8E4M3, {8, 2, 4});
+  Tensor heads = F32({2}), heads2 = F32({2}), per_slot = F32({8, 2});
+  KvCacheLayer fp8{k8.view(), v8.view(), heads.view(), heads2.view()};
+  EXPECT_TRUE(fp8.quantized());
+  EXPECT_FALSE(fp8.per_slot_scales());
+  EXPECT_TRUE(ops.StoreKvCache(k.view(), k.view(), slots, fp8).ok());
+  KvCacheLayer bad = fp8;
+  bad.v_scale = per_slot.view();
+  ExpectInvalid(ops.StoreKvCache(k.view(), k.view(), slots, bad),
+                "fp8 cache scales must be [kv_heads]");
+  bad = fp8;
+  bad.k_scale = TensorView();
+  ExpectInvalid(ops.StoreKvCache(k.view(), k.view(), slots, bad),
+                "an fp8 cache needs k_scale and v_scale");
+  Tensor bf16_heads = *Tensor::Zeros(DType::kBF16, {2});
+  bad = fp8;
+  bad.k_scale = bf16_heads.view();
+  ExpectInvalid(ops.StoreKvCache(k.view(), k.view(), slots, bad), "k_scale");
+  // int8 keeps its per-slot scales.
+  Tensor k_i8 = *Tensor::Zeros(DType::kI8, {8, 2, 4});
+  Tensor per_slot2 = F32({8, 2});
+  KvCacheLayer i8{k_i8.view(), k_i8.view(), per_slot.view(), per_slot2.view()};
+  EXPECT_TRUE(i8.per_slot_scales());
+  EXPECT_TRUE(ops.StoreKvCache(k.view(), k.view(), slots, i8).ok());
+  bad = i8;
+  bad.k_scale = heads.view();
+  ExpectInvalid(ops.StoreKvCache(k.view(), k.view(), slots, bad),
+                "int8 cache scales must be [S, kv_heads]");
+  // f32: no scales at all.
+  Tensor kf = F32({8, 2, 4});
+  KvCacheLayer f32{kf.view(), kf.view(), heads.view(), heads2.view()};
+  ExpectInvalid(ops.StoreKvCache(k.view(), k.view(), slots, f32),
+                "an f32 cache takes no k_scale / v_scale");
+  EXPECT_EQ(ops.calls,
+            (std::vector<std::string>{"StoreKvCache", "StoreKvCache"}));
 }
 
 TEST(OpsTest, AWeightScaleGoesWithFp8DataAndFitsItsShape) {

@@ -16,6 +16,8 @@ namespace tessera {
 struct StartupFacts {
   std::string device = "cpu";            // cpu or cuda.
   std::string weight_dtype = "float32";  // Resolved (no "auto").
+  // The resolved --kv-dtype: float32, bfloat16, int8 or fp8 (printed as
+  // "fp8 e4m3").
   std::string kv_dtype = "float32";
   // Non-empty: how the linear layers are quantized ("fp8 (compressed-tensors)"
   // where the device computes in fp8, "dequantized from fp8

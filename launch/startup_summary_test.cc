@@ -35,6 +35,13 @@ TEST(StartupSummaryTest, GpuWithGraphs) {
             "[tessera] model: bfloat16 weights, linear layers fp8 "
             "(compressed-tensors), 14.96 GiB (16060522496 bytes) on cuda; "
             "context 4096 tokens");
+  // An fp8 cache: twice the blocks of the same bytes at bf16.
+  f.kv_dtype = "fp8";
+  f.num_kv_blocks = 4096;
+  EXPECT_EQ(StartupSummaryLines(f)[1],
+            "[tessera] KV cache: 4096 blocks x 16 tokens = 65536 tokens (fp8 "
+            "e4m3, 1.00 GiB); Maximum concurrency for 4096 tokens per request: "
+            "16.00x");
 }
 
 TEST(StartupSummaryTest, CpuParallelAndStaticLayouts) {

@@ -80,7 +80,10 @@ void AddEngineFlags(tessera::FlagParser& flags, tessera::EngineFlags* e) {
             "KV cache budget in bytes per rank (0: --kv-cache-fraction)");
   flags.Add("kv-cache-fraction", &e->kv_cache_fraction,
             "share of free memory for the KV cache");
-  flags.Add("kv-dtype", &e->kv_dtype, "auto (float32) or int8");
+  flags.Add("kv-dtype", &e->kv_dtype,
+            "auto (the weights' dtype), float32, bfloat16 (GPU), int8 (per-"
+            "token scales) or fp8 (e4m3, per-head scales of 1 until a "
+            "checkpoint gives them: half of bfloat16's bytes)");
   flags.Add("attention", &e->attention,
             "paged, or static (contiguous per sequence)");
   flags.Add("no-prefix-cache", &e->no_prefix_cache,

@@ -66,7 +66,7 @@ class GrowingSequence {
     model_ = *std::move(model);
     ASSERT_EQ(model_->config().max_position_embeddings, kContext);
     auto pool = KvPool::Create(model_->kv_pool_shape(DType::kF32), kBlocks + 2,
-                               kBlockSize, model_->allocator());
+                               kBlockSize, model_->ops(), model_->allocator());
     ASSERT_TRUE(pool.ok()) << pool.status();
     auto runner = StepRunner::Create(model_.get(), *std::move(pool),
                                      AttentionBackend::kPaged,

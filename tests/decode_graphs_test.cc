@@ -72,7 +72,7 @@ class DecodeGraphsTest : public ::testing::Test {
     vocab_ = model_->config().vocab_size;
     auto pool = KvPool::Create(model_->kv_pool_shape(DType::kF32),
                                kMaxBatch * kBlocksPerSeq, kBlockSize,
-                               model_->allocator());
+                               model_->ops(), model_->allocator());
     ASSERT_TRUE(pool.ok()) << pool.status();
     pool_ = *std::move(pool);
     auto inputs = StepRunner::Reserve(model_.get(), kBlockSize);

@@ -123,6 +123,28 @@ TEST_P(GoldenFixtureTest, GreedyTokensAndLogitsMatchTransformers) {
   }
 }
 
+// The greedy next token after each prefix prompt + text[0, i), i < n, as
+// `engine` predicts it (one short prefill each over the prefix cache).
+std::vector<int32_t> TeacherForcedTokens(Engine& engine,
+                                         const std::vector<int32_t>& prompt,
+                                         const std::vector<int32_t>& text) {
+  std::vector<int32_t> out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    GenerationRequest r;
+    r.prompt_ids = prompt;
+    r.prompt_ids.insert(r.prompt_ids.end(), text.begin(), text.begin() + i);
+    r.max_tokens = 1;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    auto result = engine.Generate(r);
+    EXPECT_TRUE(result.ok()) << result.status();
+    out.push_back(result.ok() && result->output_ids.size() == 1
+                      ? result->output_ids[0]
+                      : -1);
+  }
+  return out;
+}
+
 std::vector<std::string> FixtureNames() {
   std::vector<std::string> names;
   for (const auto& entry : std::filesystem::directory_iterator(GoldenDir())) {
@@ -426,6 +448,77 @@ TEST(GoldenFixtures, EveryArchitectureIsCovered) {
   }
 }
 
+// --kv-dtype fp8 on the CPU: every fixture generates over an e4m3 cache (per-
+// head scales of 1, what a checkpoint without kv scales gets) without error,
+// and teacher-forced along transformers' tokens it predicts the f32 cache's
+// next token at most positions.
+//
+// The bound: e4m3 keeps 3 mantissa bits (a relative rounding error of up to
+// 2^-4, 3.6% RMS), and these random-weight fixtures' keys and values are
+// small (RMS ~0.1, so many fall among e4m3's subnormals, below 2^-6, where
+// the error is relatively larger still): measured, their prefill logits move
+// 3-20% (relative L2) from the f32 cache's, while their logits are nearly
+// flat (RMS ~1.6, top-2 gaps from 0.002 to 0.9). So a next token flips
+// wherever the f32 gap is within that noise, and free-running greedy text
+// diverges for good after its first flip (measured: 10 to 80 of 80 tokens
+// equal). Teacher forcing against the f32 cache's own next tokens counts
+// each position once: measured 69% (55 of 80, mixtral) to 100% per fixture,
+// 87% (1179 of 1354) over all. Asserted: a clear majority (> 60%) for every
+// fixture and > 75% over all of them, some flips below the worst measured
+// rather than the measurement itself. The real checkpoint
+// (DemoCheckpoint.Fp8KvCacheAgreesWithF32Cache) is held to far more.
+// (same, total) of the fixture `name`.
+std::pair<size_t, size_t> Fp8KvAgreement(const std::string& name) {
+  const std::string dir = GoldenDir() + "/" + name;
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> f32 = LoadEngine(dir, &ops);
+  KvCacheOptions kv;
+  kv.dtype = DType::kF8E4M3;
+  std::unique_ptr<LocalEngine> fp8 = LoadEngine(dir, &ops, {}, kv);
+  if (f32 == nullptr || fp8 == nullptr) return {0, 1};
+  const json golden = ReadJson(dir + "/golden.json");
+  size_t same = 0, total = 0;
+  for (const json& c : golden["cases"]) {
+    const GenerationRequest request = GreedyRequest(c);
+    // Free-running: it runs to the end (tokens may differ).
+    auto result = fp8->engine().Generate(request);
+    EXPECT_TRUE(result.ok()) << name << ": " << result.status();
+    if (!result.ok()) return {0, 1};
+    EXPECT_FALSE(result->output_ids.empty()) << name;
+    const std::vector<int32_t> text = WantOutputIds(dir, c);
+    const std::vector<int32_t> want =
+        TeacherForcedTokens(f32->engine(), request.prompt_ids, text);
+    const std::vector<int32_t> got =
+        TeacherForcedTokens(fp8->engine(), request.prompt_ids, text);
+    size_t case_same = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      // -1: a run failed (reported by TeacherForcedTokens).
+      case_same += got[i] == want[i] && want[i] >= 0;
+    }
+    same += case_same;
+    total += want.size();
+    std::cerr << name << " prompt of " << request.prompt_ids.size() << ": "
+              << case_same << " of " << want.size()
+              << " teacher-forced next tokens as the f32 cache's\n";
+  }
+  return {same, total};
+}
+
+TEST(GoldenFixtures, Fp8KvCacheGeneratesAndMostlyAgrees) {
+  size_t same = 0, total = 0;
+  for (const std::string& name : FixtureNames()) {
+    const auto [s, t] = Fp8KvAgreement(name);
+    ASSERT_GT(t, 0u) << name;
+    std::cerr << name << ": " << s << " of " << t << "\n";
+    EXPECT_GT(static_cast<double>(s) / static_cast<double>(t), 0.6)
+        << name << ": " << s << " of " << t;
+    same += s;
+    total += t;
+  }
+  EXPECT_GT(static_cast<double>(same) / static_cast<double>(total), 0.75)
+      << same << " of " << total;
+}
+
 // The real TinyStories model: transformers' greedy story for "Once upon a
 // time", token for token.
 TEST(DemoCheckpoint, ReproducesTransformersGreedyStory) {
@@ -459,6 +552,45 @@ TEST(DemoCheckpoint, ReproducesTransformersGreedyStory) {
     ASSERT_TRUE(text.ok());
     EXPECT_EQ(*text, c["text"].get<std::string>());
   }
+}
+
+// The real TinyStories model over an fp8 cache (scales of 1): transformers'
+// greedy stories teacher-forced, the fp8 cache's next token against the f32
+// cache's at every position. A trained model's keys and values sit in
+// e4m3's normal range and its top-2 gaps are mostly wide, so only near-ties
+// flip: measured 380 of 392 (97%; the int8 cache, EngineInt8Kv: 197 of
+// 200). Asserted: >= 90%, room for a dozen more near-ties.
+TEST(DemoCheckpoint, Fp8KvCacheAgreesWithF32Cache) {
+  CpuOps ops;
+  std::unique_ptr<LocalEngine> f32 = LoadEngine(DemoModelDir(), &ops);
+  KvCacheOptions kv;
+  kv.dtype = DType::kF8E4M3;
+  std::unique_ptr<LocalEngine> fp8 = LoadEngine(DemoModelDir(), &ops, {}, kv);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(fp8, nullptr);
+  const json golden = ReadJson(FixturesDir() + "/stories260K_golden.json");
+  std::vector<json> cases = {golden};
+  for (const json& c : golden["more_cases"]) cases.push_back(c);
+  size_t same = 0, total = 0;
+  for (const json& c : cases) {
+    const std::vector<int32_t> prompt = Ids(c["prompt_ids"]);
+    const std::vector<int32_t> text = Ids(c["output_ids"]);
+    const std::vector<int32_t> want =
+        TeacherForcedTokens(f32->engine(), prompt, text);
+    const std::vector<int32_t> got =
+        TeacherForcedTokens(fp8->engine(), prompt, text);
+    size_t case_same = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      case_same += got[i] == want[i] && want[i] >= 0;
+    }
+    std::cerr << c["prompt"] << ": " << case_same << " of " << want.size()
+              << "\n";
+    same += case_same;
+    total += want.size();
+  }
+  std::cerr << "stories260K: " << same << " of " << total << "\n";
+  EXPECT_GE(static_cast<double>(same), 0.9 * static_cast<double>(total))
+      << same << " of " << total;
 }
 
 }  // namespace

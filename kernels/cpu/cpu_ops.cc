@@ -3,10 +3,12 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <type_traits>
 #include <vector>
@@ -16,6 +18,7 @@
 #include "kernels/cpu/cpu_threads.h"
 #include "kernels/op_checks.h"
 #include "kernels/op_timer.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/status.h"
 
 namespace tessera {
@@ -111,7 +114,7 @@ struct CacheDims {
   int64_t num_kv_heads = 0;
   int64_t dim = 0;
   int64_t dim_v = 0;
-  bool quantized = false;
+  DType dtype = DType::kF32;  // f32, int8 or fp8 (the CPU's cache dtypes).
 };
 
 // The dimensions of a cache the public op has checked (op_checks.h).
@@ -121,9 +124,57 @@ CacheDims DimsOf(const KvCacheLayer& cache) {
   dims.num_kv_heads = cache.k.shape()[1];
   dims.dim = cache.k.shape()[2];
   dims.dim_v = cache.v.shape()[2];
-  dims.quantized = cache.quantized();
+  dims.dtype = cache.k.dtype();
   return dims;
 }
+
+// The value of an OCP e4m3fn byte (1 sign, 4 exponent bits of bias 7, 3
+// mantissa bits; 0x7f / 0xff NaN): Fp8E4M3ToF32's numbers, in a constant
+// expression so that the table below is built at compile time. Every step is
+// exact in f32 (powers of two and 4-bit integers).
+constexpr float Fp8E4M3Value(int bits) {
+  const int exponent = (bits >> 3) & 0xf;
+  const int mantissa = bits & 0x7;
+  float magnitude = 0.0f;
+  if (exponent == 0xf && mantissa == 0x7) {
+    magnitude = std::numeric_limits<float>::quiet_NaN();
+  } else if (exponent == 0) {  // Subnormal: mantissa * 2^-9.
+    magnitude = static_cast<float>(mantissa) / 512.0f;
+  } else {
+    magnitude = static_cast<float>(8 + mantissa) / 8.0f;
+    for (int e = exponent; e > 7; --e) magnitude *= 2.0f;
+    for (int e = exponent; e < 7; ++e) magnitude *= 0.5f;
+  }
+  return (bits & 0x80) != 0 ? -magnitude : magnitude;
+}
+
+constexpr std::array<float, 256> MakeFp8E4M3Table() {
+  std::array<float, 256> table{};
+  for (int i = 0; i < 256; ++i) table[i] = Fp8E4M3Value(i);
+  return table;
+}
+
+// Widening an fp8 cache element is one load from this table.
+constexpr std::array<float, 256> kFp8E4M3Values = MakeFp8E4M3Table();
+static_assert(kFp8E4M3Values[0x38] == 1.0f && kFp8E4M3Values[0x7e] == 448.0f &&
+                  kFp8E4M3Values[0x01] == 1.0f / 512.0f &&
+                  kFp8E4M3Values[0xfe] == -448.0f,
+              "e4m3fn decoding");
+
+// One fp8 cache element as the attention loops read it: the stored byte,
+// widened exactly (its layer's per-head scale is applied to the sums).
+struct Fp8E4M3 {
+  uint8_t bits;
+  explicit operator float() const { return kFp8E4M3Values[bits]; }
+};
+static_assert(sizeof(Fp8E4M3) == 1, "an fp8 cache element is one byte");
+
+// Which scales a cache element type carries: int8 per (slot, head), fp8 per
+// head (KvCacheLayer).
+template <typename T>
+constexpr bool kPerSlotScales = std::is_same_v<T, int8_t>;
+template <typename T>
+constexpr bool kPerHeadScales = std::is_same_v<T, Fp8E4M3>;
 
 // Symmetric int8 quantization of one row: scale = max|x| / 127 (0 for an
 // all-zero row), values rounded to nearest.
@@ -298,12 +349,20 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const int64_t v_stride = kv_heads * dim_v;
   const int64_t k_bytes = dim * static_cast<int64_t>(sizeof(T));
   const int64_t v_bytes = dim_v * static_cast<int64_t>(sizeof(T));
-  constexpr bool kQuantized = std::is_same_v<T, int8_t>;
-  // Per-slot scales, stride kv_heads (int8 cache only).
+  constexpr bool kPerSlot = kPerSlotScales<T>;
+  constexpr bool kPerHead = kPerHeadScales<T>;
+  // int8: per-slot scales, stride kv_heads.
   const float* k_scale =
-      kQuantized ? args.cache.k_scale.data_as<const float>() + kvh : nullptr;
+      kPerSlot ? args.cache.k_scale.data_as<const float>() + kvh : nullptr;
   const float* v_scale =
-      kQuantized ? args.cache.v_scale.data_as<const float>() + kvh : nullptr;
+      kPerSlot ? args.cache.v_scale.data_as<const float>() + kvh : nullptr;
+  // fp8: the layer's scales of this head, the same for every key: q·k is
+  // scaled by k's (with the attention scale), each p·v term by v's.
+  const float k_mul =
+      kPerHead ? args.cache.k_scale.data_as<const float>()[kvh] * args.scale
+               : args.scale;
+  const float v_mul =
+      kPerHead ? args.cache.v_scale.data_as<const float>()[kvh] : 1.0f;
   const int32_t* table = m.block_table(seq);
   const int64_t block_size = args.metadata->block_size;
   const float scale = args.scale;
@@ -324,10 +383,10 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
     }
     const int64_t s = cursor.slot();
     float score = Dot(qv, k + s * k_stride, dim);
-    if constexpr (kQuantized) {
+    if constexpr (kPerSlot) {
       score *= k_scale[s * kv_heads] * scale;
     } else {
-      score *= scale;
+      score *= k_mul;  // f32: the attention scale alone.
     }
     // transformers' order: the scaled score divided by the cap, tanh, times
     // the cap.
@@ -343,8 +402,10 @@ void AttendOne(const PagedAttentionArgs& args, const PagedPlan& plan,
   const float inv_denom = 1.0f / denom;
   auto prob = [&](int64_t i, int64_t s) {
     const float p = weights[i] * inv_denom;
-    if constexpr (kQuantized) {
+    if constexpr (kPerSlot) {
       return p * v_scale[s * kv_heads];
+    } else if constexpr (kPerHead) {
+      return p * v_mul;
     } else {
       return p;
     }
@@ -433,10 +494,16 @@ template <bool kStatic>
 void DispatchPagedAttention(const PagedAttentionArgs& args,
                             const PagedPlan& plan, bool one_row_per_seq,
                             CpuThreadPool* pool) {
-  if (plan.cache.quantized) {
-    RunPagedAttention<int8_t, kStatic>(args, plan, one_row_per_seq, pool);
-  } else {
-    RunPagedAttention<float, kStatic>(args, plan, one_row_per_seq, pool);
+  switch (plan.cache.dtype) {
+    case DType::kI8:
+      RunPagedAttention<int8_t, kStatic>(args, plan, one_row_per_seq, pool);
+      return;
+    case DType::kF8E4M3:
+      RunPagedAttention<Fp8E4M3, kStatic>(args, plan, one_row_per_seq, pool);
+      return;
+    default:  // f32: the checks admit nothing else.
+      RunPagedAttention<float, kStatic>(args, plan, one_row_per_seq, pool);
+      return;
   }
 }
 
@@ -444,7 +511,7 @@ void DispatchPagedAttention(const PagedAttentionArgs& args,
 
 namespace {
 constexpr DType kWeightDTypes[] = {DType::kF32};
-constexpr DType kCacheDTypes[] = {DType::kF32, DType::kI8};
+constexpr DType kCacheDTypes[] = {DType::kF32, DType::kI8, DType::kF8E4M3};
 }  // namespace
 
 CpuOps::CpuOps() : CpuOps(&CpuThreadPool::Default()) {}
@@ -693,9 +760,15 @@ absl::Status CpuOps::DoSiluMul(const TensorView& gate, const TensorView& up,
 
 namespace {
 
+// e4m3 bytes of x[i] / scale (F32ToFp8E4M3: round to nearest even,
+// saturating at ±448): an fp8 cache row under its head's fixed scale.
+void QuantizeRowFp8(const float* x, int64_t n, float scale, uint8_t* q) {
+  for (int64_t i = 0; i < n; ++i) q[i] = F32ToFp8E4M3(x[i] / scale);
+}
+
 // Writes token t's k and v rows (k_row = kv_heads * D, v_row = kv_heads * Dv
-// floats each) to slot_mapping[t], quantizing for an int8 cache; a negative
-// slot (a padded token) is skipped.
+// floats each) to slot_mapping[t], quantizing for an int8 or fp8 cache; a
+// negative slot (a padded token) is skipped.
 void StoreRows(const float* kin, const float* vin,
                absl::Span<const int64_t> slot_mapping,
                const KvCacheLayer& cache) {
@@ -706,11 +779,22 @@ void StoreRows(const float* kin, const float* vin,
   for (int64_t t = 0; t < tokens; ++t) {
     const int64_t slot = slot_mapping[t];
     if (slot < 0) continue;
-    if (!c.quantized) {
+    if (c.dtype == DType::kF32) {
       std::copy_n(kin + t * k_row, k_row,
                   cache.k.data_as<float>() + slot * k_row);
       std::copy_n(vin + t * v_row, v_row,
                   cache.v.data_as<float>() + slot * v_row);
+      continue;
+    }
+    if (c.dtype == DType::kF8E4M3) {
+      const float* k_scale = cache.k_scale.data_as<const float>();
+      const float* v_scale = cache.v_scale.data_as<const float>();
+      for (int64_t h = 0; h < c.num_kv_heads; ++h) {
+        QuantizeRowFp8(kin + t * k_row + h * c.dim, c.dim, k_scale[h],
+                       cache.k.data_as<uint8_t>() + slot * k_row + h * c.dim);
+        QuantizeRowFp8(vin + t * v_row + h * c.dim_v, c.dim_v, v_scale[h],
+                       cache.v.data_as<uint8_t>() + slot * v_row + h * c.dim_v);
+      }
       continue;
     }
     for (int64_t h = 0; h < c.num_kv_heads; ++h) {

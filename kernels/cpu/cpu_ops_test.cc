@@ -315,7 +315,7 @@ struct TestCache {
   Tensor k, v, k_scale, v_scale;
   KvCacheLayer layer() const {
     KvCacheLayer l{k.view(), v.view(), TensorView(), TensorView()};
-    if (k.dtype() == DType::kI8) {
+    if (k.dtype() == DType::kI8 || k.dtype() == DType::kF8E4M3) {
       l.k_scale = k_scale.view();
       l.v_scale = v_scale.view();
     }
@@ -335,6 +335,14 @@ TestCache MakeCache(DType dtype, int64_t slots, int64_t kv_heads, int64_t dim) {
     std::memset(c.k_scale.data(), 0x5a, c.k_scale.nbytes());
     std::memset(c.v_scale.data(), 0x5a, c.v_scale.nbytes());
   }
+  if (dtype == DType::kF8E4M3) {  // The layer's per-head scales.
+    c.k_scale = *Tensor::Empty(DType::kF32, {kv_heads});
+    c.v_scale = *Tensor::Empty(DType::kF32, {kv_heads});
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      c.k_scale.data_as<float>()[h] = 0.3f + 0.7f * static_cast<float>(h);
+      c.v_scale.data_as<float>()[h] = 1.9f - 0.4f * static_cast<float>(h);
+    }
+  }
   return c;
 }
 
@@ -344,7 +352,8 @@ bool SameBytes(const Tensor& a, const Tensor& b) {
 }
 
 // The fused prologue is the unfused ops in sequence: the same bits in q and
-// in the cache (values and int8 scales), for every cache dtype, with and
+// in the cache (values and int8 scales; fp8 bytes), for every cache dtype,
+// with and
 // without q/k norms, GQA and MQA, and a padded token (slot -1) that writes
 // nothing.
 TEST_F(CpuOpsTest, QkvRopeStoreIsTheUnfusedOpsBitForBit) {
@@ -354,9 +363,10 @@ TEST_F(CpuOpsTest, QkvRopeStoreIsTheUnfusedOpsBitForBit) {
     DType cache;
   };
   const Case cases[] = {
-      {4, 2, 8, false, DType::kF32}, {4, 2, 8, true, DType::kF32},
-      {6, 1, 16, true, DType::kI8},  {2, 2, 32, false, DType::kI8},
-      {8, 2, 64, true, DType::kF32},
+      {4, 2, 8, false, DType::kF32},     {4, 2, 8, true, DType::kF32},
+      {6, 1, 16, true, DType::kI8},      {2, 2, 32, false, DType::kI8},
+      {8, 2, 64, true, DType::kF32},     {4, 2, 8, true, DType::kF8E4M3},
+      {6, 1, 16, false, DType::kF8E4M3},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message()

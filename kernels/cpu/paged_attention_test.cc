@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <iostream>
+#include <iterator>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -36,12 +37,13 @@ struct Config {
   int64_t dim_v = 32;
   int64_t window = 0;
   bool int8 = false;
+  bool fp8 = false;      // An e4m3 cache with random per-head scales.
   float softcap = 0.0f;  // 0: none.
 
   std::string ToString() const {
     return absl::StrCat("block_size=", block_size, " heads=", heads,
                         " kv_heads=", kv_heads, " D=", dim, " Dv=", dim_v,
-                        " window=", window, " int8=", int8,
+                        " window=", window, " int8=", int8, " fp8=", fp8,
                         " softcap=", softcap);
   }
   // A scaled score after the optional soft cap (transformers' order).
@@ -49,6 +51,14 @@ struct Config {
     return softcap > 0 ? std::tanh(score / softcap) * softcap : score;
   }
 };
+
+// The cache kinds the tests run each case over: f32, int8, fp8.
+enum class Cache { kF32, kI8, kFp8 };
+constexpr Cache kCaches[] = {Cache::kF32, Cache::kI8, Cache::kFp8};
+void SetCache(Cache cache, Config* c) {
+  c->int8 = cache == Cache::kI8;
+  c->fp8 = cache == Cache::kFp8;
+}
 
 // (context_len, query_len) of each sequence of a step.
 using Lens = std::vector<std::pair<int64_t, int64_t>>;
@@ -144,10 +154,26 @@ class PagedAttentionTest : public ::testing::Test {
     const std::vector<float> qv = RandomVector(p.q.numel());
     std::copy(qv.begin(), qv.end(), p.q.data_as<float>());
 
-    const DType dtype = c.int8 ? DType::kI8 : DType::kF32;
+    const DType dtype = c.int8  ? DType::kI8
+                        : c.fp8 ? DType::kF8E4M3
+                                : DType::kF32;
     p.k_cache = *Tensor::Empty(dtype, {p.num_slots, c.kv_heads, c.dim});
     p.v_cache = *Tensor::Empty(dtype, {p.num_slots, c.kv_heads, c.dim_v});
-    if (c.int8) {
+    if (c.fp8) {
+      // NaN bytes in slots nobody writes; a scale per head, not powers of
+      // two (so x / scale rounds), the same for every slot.
+      std::memset(p.k_cache.data(), 0x7f, p.k_cache.nbytes());
+      std::memset(p.v_cache.data(), 0xff, p.v_cache.nbytes());
+      p.k_scale = *Tensor::Empty(DType::kF32, {c.kv_heads});
+      p.v_scale = *Tensor::Empty(DType::kF32, {c.kv_heads});
+      std::uniform_real_distribution<float> scale(0.2f, 3.0f);
+      for (int64_t h = 0; h < c.kv_heads; ++h) {
+        p.k_scale.data_as<float>()[h] = scale(rng_);
+        p.v_scale.data_as<float>()[h] = scale(rng_);
+      }
+      p.layer = {p.k_cache.view(), p.v_cache.view(), p.k_scale.view(),
+                 p.v_scale.view()};
+    } else if (c.int8) {
       // Garbage values and NaN scales in slots nobody writes.
       std::memset(p.k_cache.data(), 0x5a, p.k_cache.nbytes());
       std::memset(p.v_cache.data(), 0xa5, p.v_cache.nbytes());
@@ -190,7 +216,7 @@ class PagedAttentionTest : public ::testing::Test {
   }
 
   // What the cache holds for (sequence, position, kv head), as f32 values:
-  // dequantized for an int8 cache. Gathered through the block table.
+  // dequantized for an int8 or fp8 cache. Gathered through the block table.
   static std::vector<double> CachedRow(const Problem& p, bool is_k, int32_t s,
                                        int64_t pos, int64_t kvh) {
     const Config& c = p.config;
@@ -199,7 +225,12 @@ class PagedAttentionTest : public ::testing::Test {
     const Tensor& cache = is_k ? p.k_cache : p.v_cache;
     const int64_t base = (slot * c.kv_heads + kvh) * d;
     std::vector<double> row(d);
-    if (c.int8) {
+    if (c.fp8) {
+      const double scale = (is_k ? p.k_scale : p.v_scale).data_as<float>()[kvh];
+      for (int64_t i = 0; i < d; ++i) {
+        row[i] = Fp8E4M3ToF32(cache.data_as<uint8_t>()[base + i]) * scale;
+      }
+    } else if (c.int8) {
       const double scale = (is_k ? p.k_scale : p.v_scale)
                                .data_as<float>()[slot * c.kv_heads + kvh];
       for (int64_t i = 0; i < d; ++i) {
@@ -274,7 +305,8 @@ class PagedAttentionTest : public ::testing::Test {
     return out;
   }
 
-  // How far int8 quantization can move each output element [T, H, Dv] from
+  // How far int8 or fp8 quantization can move each output element [T, H, Dv]
+  // from
   // the attention of the original f32 keys and values: a bound derived from
   // this problem's own values, not a tolerance guessed from samples. With the
   // logits off by d_j = scale * q . (k~_j - k_j) and e = max_j |d_j|, every
@@ -411,7 +443,7 @@ class PagedAttentionTest : public ::testing::Test {
     Tensor out = SentinelOut(p);
     ASSERT_TRUE(ops_.PrefillAttention(Args(p, out, 0, m.num_seqs)).ok());
     ExpectRows(p, out, want, 0, m.num_seqs, tight);
-    if (config.int8) {
+    if (config.int8 || config.fp8) {
       ExpectWithin(p, out, want_f32, QuantizationBound(p), 0, m.num_seqs);
     }
 
@@ -447,7 +479,7 @@ TEST_F(PagedAttentionTest, PagedKernelsMatchReference) {
   for (int32_t block_size : {1, 5, 16}) {
     for (const auto& [h, kv] : heads) {
       for (int64_t window : {0, 6}) {
-        for (bool int8 : {false, true}) {
+        for (Cache cache : kCaches) {
           Config c;
           c.block_size = block_size;
           c.heads = h;
@@ -456,7 +488,7 @@ TEST_F(PagedAttentionTest, PagedKernelsMatchReference) {
           c.dim_v = dims[variant % dims.size()].second;
           ++variant;
           c.window = window;
-          c.int8 = int8;
+          SetCache(cache, &c);
           CheckPaged(c, fixed);
           CheckPaged(c, RandomLens(static_cast<int>(Uniform(1, 7))));
           if (HasFatalFailure()) return;
@@ -473,14 +505,14 @@ TEST_F(PagedAttentionTest, SoftcappedKernelsMatchReference) {
   const Lens fixed = {{0, 1}, {13, 1}, {40, 1}, {0, 7}, {5, 20}, {41, 3}};
   for (int32_t block_size : {1, 16}) {
     for (int64_t window : {0, 6}) {
-      for (bool int8 : {false, true}) {
+      for (Cache cache : kCaches) {
         Config c;
         c.block_size = block_size;
         c.heads = 4;
         c.kv_heads = 2;
         c.dim = c.dim_v = 16;
         c.window = window;
-        c.int8 = int8;
+        SetCache(cache, &c);
         c.softcap = 0.75f;
         CheckPaged(c, fixed);
         CheckPaged(c, RandomLens(static_cast<int>(Uniform(1, 7))));
@@ -510,14 +542,14 @@ TEST_F(PagedAttentionTest, SoftcappedKernelsMatchReference) {
 }
 
 TEST_F(PagedAttentionTest, DecodeMatchesReference) {
-  for (bool int8 : {false, true}) {
+  for (Cache cache : kCaches) {
     for (int32_t block_size : {1, 5, 16}) {
       Config c;
       c.block_size = block_size;
       c.heads = 8;
       c.kv_heads = 2;
       c.dim = c.dim_v = 64;
-      c.int8 = int8;
+      SetCache(cache, &c);
       SCOPED_TRACE(c.ToString());
       Lens lens;
       for (int64_t ctx : {0, 1, 4, 5, 15, 16, 17, 100, 250}) {
@@ -530,7 +562,7 @@ TEST_F(PagedAttentionTest, DecodeMatchesReference) {
       ASSERT_TRUE(ops_.DecodeAttention(Args(p, out, 0, p.m.num_seqs)).ok());
       ExpectRows(p, out, Reference(p, /*from_cache=*/true), 0, p.m.num_seqs,
                  1e-5);
-      if (int8) {
+      if (cache != Cache::kF32) {
         ExpectWithin(p, out, Reference(p, /*from_cache=*/false),
                      QuantizationBound(p), 0, p.m.num_seqs);
       }
@@ -541,13 +573,13 @@ TEST_F(PagedAttentionTest, DecodeMatchesReference) {
 // A sequence's decode result must not depend on the rest of the batch (nor on
 // whether the batch was large enough to run on several threads).
 TEST_F(PagedAttentionTest, DecodeIsBatchInvariant) {
-  for (bool int8 : {false, true}) {
+  for (Cache cache : kCaches) {
     Config c;
     c.block_size = 16;
     c.heads = 8;
     c.kv_heads = 2;
     c.dim = c.dim_v = 16;
-    c.int8 = int8;
+    SetCache(cache, &c);
     SCOPED_TRACE(c.ToString());
     Lens lens;
     for (int i = 0; i < 16; ++i) lens.push_back({Uniform(0, 200), 1});
@@ -583,14 +615,14 @@ TEST_F(PagedAttentionTest, DecodeIsBatchInvariant) {
 }
 
 TEST_F(PagedAttentionTest, StaticMatchesPrefillAndReference) {
-  for (bool int8 : {false, true}) {
+  for (Cache cache : kCaches) {
     for (int64_t window : {0, 9}) {
       Config c;
       c.heads = 8;
       c.kv_heads = 2;
       c.dim = c.dim_v = 32;
       c.window = window;
-      c.int8 = int8;
+      SetCache(cache, &c);
       SCOPED_TRACE(c.ToString());
       const Lens lens = {{0, 1}, {30, 1}, {0, 48}, {12, 9}, {47, 1}};
       Problem p = Make(c, lens, /*capacity=*/48);
@@ -701,6 +733,220 @@ TEST_F(PagedAttentionTest, StoreKvCacheF32CopiesRows) {
                 v[t * kv * dim + i]);
     }
   }
+}
+
+// An fp8 cache stores exactly F32ToFp8E4M3(x / scale[head]) per element:
+// round to nearest even, values beyond ±448 * scale saturated. Slots nobody
+// writes keep their bytes; the scales are read, never written.
+TEST_F(PagedAttentionTest, StoreKvCacheFp8RoundTrip) {
+  const int64_t tokens = 7, kv = 3, dim = 40, dim_v = 24, slots = 20;
+  std::vector<float> k = RandomVector(tokens * kv * dim, 50.0f);
+  std::vector<float> v = RandomVector(tokens * kv * dim_v, 0.01f);
+  // Saturation, both signs, the largest finite value and its neighbours,
+  // zeros of both signs, subnormal results.
+  const float specials[] = {1e6f,   -1e6f,  448.0f, -448.0f, 464.0f,
+                            480.0f, 0.0f,   -0.0f,  1e-3f,   -2e-3f,
+                            1e-30f, 447.9f, 250.0f, -0.5f,   3.4e38f};
+  for (size_t i = 0; i < std::size(specials); ++i) k[i * 3] = specials[i];
+  TensorView kt(k.data(), DType::kF32, {tokens, kv, dim});
+  TensorView vt(v.data(), DType::kF32, {tokens, kv, dim_v});
+  Tensor kc = *Tensor::Empty(DType::kF8E4M3, {slots, kv, dim});
+  Tensor vc = *Tensor::Empty(DType::kF8E4M3, {slots, kv, dim_v});
+  std::memset(kc.data(), 0x11, kc.nbytes());
+  std::memset(vc.data(), 0x22, vc.nbytes());
+  Tensor ks = *Tensor::Empty(DType::kF32, {kv});
+  Tensor vs = *Tensor::Empty(DType::kF32, {kv});
+  const float k_scales[] = {1.0f, 0.37f, 2.5f};
+  const float v_scales[] = {1e-4f, 1.0f, 0.013f};
+  std::copy_n(k_scales, kv, ks.data_as<float>());
+  std::copy_n(v_scales, kv, vs.data_as<float>());
+  const KvCacheLayer layer{kc.view(), vc.view(), ks.view(), vs.view()};
+  const std::vector<int64_t> slot_mapping = {7, 0, 19, 3, 12, 8, 1};
+  ASSERT_TRUE(ops_.StoreKvCache(kt, vt, StepArray(slot_mapping), layer).ok());
+
+  int saturated = 0;
+  for (int is_k = 0; is_k < 2; ++is_k) {
+    const int64_t d = is_k ? dim : dim_v;
+    const std::vector<float>& src = is_k ? k : v;
+    const uint8_t* q = (is_k ? kc : vc).data_as<uint8_t>();
+    const float* sc = is_k ? k_scales : v_scales;
+    for (int64_t t = 0; t < tokens; ++t) {
+      for (int64_t h = 0; h < kv; ++h) {
+        const float* x = src.data() + (t * kv + h) * d;
+        const uint8_t* qr = q + (slot_mapping[t] * kv + h) * d;
+        for (int64_t i = 0; i < d; ++i) {
+          ASSERT_EQ(qr[i], F32ToFp8E4M3(x[i] / sc[h]))
+              << (is_k ? "k" : "v") << " token " << t << " head " << h
+              << " element " << i << " value " << x[i];
+          saturated += (qr[i] & 0x7f) == 0x7e;
+        }
+      }
+    }
+  }
+  EXPECT_GE(saturated, 5);  // The specials beyond 448 at least.
+  // k[0] is token 0's head 0 (scale 1), in slot 7.
+  EXPECT_EQ(kc.data_as<uint8_t>()[slot_mapping[0] * kv * dim], 0x7e);
+  EXPECT_EQ(F32ToFp8E4M3(1e6f), 0x7e);  // 448: saturated, never NaN.
+  // Unwritten slots and the scales are untouched.
+  for (int64_t slot : {2, 4, 5, 6, 9, 10, 11, 13, 14, 15, 16, 17, 18}) {
+    for (int64_t i = 0; i < kv * dim; ++i) {
+      ASSERT_EQ(kc.data_as<uint8_t>()[slot * kv * dim + i], 0x11) << slot;
+    }
+  }
+  EXPECT_EQ(ks.data_as<float>()[1], 0.37f);
+  EXPECT_EQ(vs.data_as<float>()[2], 0.013f);
+}
+
+// Attention over an fp8 cache is attention over an f32 cache holding the
+// dequantized values, F32 math on the same numbers: the only differences are
+// where the scale enters the sums (q·k_q times k_scale * scale against
+// q·(k_q k_scale) times scale, and p v_scale times v_q against p times v_q
+// v_scale), a few f32 roundings, so 1e-5 relative. Every cache byte is a
+// random code (all 254 finite ones occur), the scales random per head.
+TEST_F(PagedAttentionTest, Fp8CacheEqualsF32CacheOfItsValues) {
+  for (int64_t window : {0, 7}) {
+    Config c;
+    c.block_size = 5;
+    c.heads = 6;
+    c.kv_heads = 3;
+    c.dim = 32;
+    c.dim_v = 24;
+    c.window = window;
+    c.fp8 = true;
+    c.softcap = window > 0 ? 2.0f : 0.0f;
+    SCOPED_TRACE(c.ToString());
+    Problem p = Make(c, {{0, 1}, {13, 1}, {40, 1}, {0, 9}, {5, 20}, {41, 3}});
+    // Scores of order 1 for values up to 448 * 3.
+    for (int64_t i = 0; i < p.q.numel(); ++i) p.q.data_as<float>()[i] *= 2e-3f;
+    std::uniform_int_distribution<int> byte(0, 255);
+    Tensor kf = *Tensor::Empty(DType::kF32, p.k_cache.shape());
+    Tensor vf = *Tensor::Empty(DType::kF32, p.v_cache.shape());
+    std::vector<bool> seen(256, false);
+    for (int is_k = 0; is_k < 2; ++is_k) {
+      Tensor& cache = is_k ? p.k_cache : p.v_cache;
+      Tensor& values = is_k ? kf : vf;
+      const float* scale = (is_k ? p.k_scale : p.v_scale).data_as<float>();
+      const int64_t d = is_k ? c.dim : c.dim_v;
+      for (int64_t i = 0; i < cache.numel(); ++i) {
+        uint8_t b = 0;
+        do {
+          b = static_cast<uint8_t>(byte(rng_));
+        } while ((b & 0x7f) == 0x7f);  // NaN.
+        seen[b] = true;
+        cache.data_as<uint8_t>()[i] = b;
+        values.data_as<float>()[i] =
+            Fp8E4M3ToF32(b) * scale[(i / d) % c.kv_heads];
+      }
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), 254);
+    // The same step over the dequantized f32 cache.
+    const KvCacheLayer f32{kf.view(), vf.view(), TensorView(), TensorView()};
+    const std::vector<double> want = Reference(p, /*from_cache=*/true);
+    for (int kind = 0; kind < 2; ++kind) {
+      Tensor a = SentinelOut(p), b = SentinelOut(p);
+      const int32_t decodes = p.m.num_decode_seqs;
+      const int32_t end = kind == 0 ? p.m.num_seqs : decodes;
+      PagedAttentionArgs over_f32 = Args(p, b, 0, end);
+      over_f32.cache = f32;
+      if (kind == 0) {
+        ASSERT_TRUE(ops_.PrefillAttention(Args(p, a, 0, end)).ok());
+        ASSERT_TRUE(ops_.PrefillAttention(over_f32).ok());
+      } else {
+        ASSERT_TRUE(ops_.DecodeAttention(Args(p, a, 0, end)).ok());
+        ASSERT_TRUE(ops_.DecodeAttention(over_f32).ok());
+      }
+      std::vector<double> got_f32(b.numel());
+      for (int64_t i = 0; i < b.numel(); ++i)
+        got_f32[i] = b.data_as<float>()[i];
+      ExpectRows(p, a, got_f32, 0, end, 1e-5);
+      // And both are the float64 attention of those values.
+      ExpectRows(p, a, want, 0, end, 1e-5);
+    }
+  }
+  // The static layout too.
+  Config c;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.dim = c.dim_v = 16;
+  c.fp8 = true;
+  Problem p = Make(c, {{0, 1}, {30, 1}, {0, 24}, {12, 9}}, /*capacity=*/32);
+  Tensor kf = *Tensor::Empty(DType::kF32, p.k_cache.shape());
+  Tensor vf = *Tensor::Empty(DType::kF32, p.v_cache.shape());
+  for (int is_k = 0; is_k < 2; ++is_k) {
+    const Tensor& cache = is_k ? p.k_cache : p.v_cache;
+    const float* scale = (is_k ? p.k_scale : p.v_scale).data_as<float>();
+    for (int64_t i = 0; i < cache.numel(); ++i) {
+      (is_k ? kf : vf).data_as<float>()[i] =
+          Fp8E4M3ToF32(cache.data_as<uint8_t>()[i]) *
+          scale[(i / c.dim) % c.kv_heads];
+    }
+  }
+  Tensor a = SentinelOut(p), b = SentinelOut(p);
+  PagedAttentionArgs over_f32 = Args(p, b, 0, p.m.num_seqs);
+  over_f32.cache = {kf.view(), vf.view(), TensorView(), TensorView()};
+  ASSERT_TRUE(ops_.StaticAttention(Args(p, a, 0, p.m.num_seqs)).ok());
+  ASSERT_TRUE(ops_.StaticAttention(over_f32).ok());
+  std::vector<double> got_f32(b.numel());
+  for (int64_t i = 0; i < b.numel(); ++i) got_f32[i] = b.data_as<float>()[i];
+  ExpectRows(p, a, got_f32, 0, p.m.num_seqs, 1e-5);
+}
+
+// The per-head scales enter where the contract says, and only for their
+// head: over the same bytes, k_scale 2 is the attention scale doubled and
+// v_scale 2 doubles the output, both bit for bit (a factor of 2 rounds
+// nothing); a head whose scales did not change gives the same bits.
+TEST_F(PagedAttentionTest, Fp8ScalesMatterAsPredicted) {
+  Config c;
+  c.block_size = 4;
+  c.heads = 4;
+  c.kv_heads = 2;
+  c.dim = c.dim_v = 16;
+  c.fp8 = true;
+  SCOPED_TRACE(c.ToString());
+  Problem p = Make(c, {{0, 1}, {9, 1}, {33, 1}, {0, 6}, {7, 11}});
+  std::fill_n(p.k_scale.data_as<float>(), 2, 1.0f);
+  std::fill_n(p.v_scale.data_as<float>(), 2, 1.0f);
+  const int32_t n = p.m.num_seqs;
+  Tensor base = SentinelOut(p);
+  ASSERT_TRUE(ops_.PrefillAttention(Args(p, base, 0, n)).ok());
+
+  // k_scale of KV head 1 = 2: query heads 2, 3 as with the attention scale
+  // doubled; heads 0, 1 unchanged.
+  p.k_scale.data_as<float>()[1] = 2.0f;
+  Tensor k2 = SentinelOut(p);
+  ASSERT_TRUE(ops_.PrefillAttention(Args(p, k2, 0, n)).ok());
+  p.k_scale.data_as<float>()[1] = 1.0f;
+  Tensor scaled = SentinelOut(p);
+  PagedAttentionArgs doubled = Args(p, scaled, 0, n);
+  doubled.scale = 2.0f * p.scale();
+  ASSERT_TRUE(ops_.PrefillAttention(doubled).ok());
+  // v_scale of KV head 0 = 2: query heads 0, 1 exactly twice the base.
+  p.v_scale.data_as<float>()[0] = 2.0f;
+  Tensor v2 = SentinelOut(p);
+  ASSERT_TRUE(ops_.PrefillAttention(Args(p, v2, 0, n)).ok());
+
+  const int64_t dv = c.dim_v;
+  double k_moved = 0;
+  for (int64_t t = 0; t < p.m.num_tokens; ++t) {
+    for (int64_t h = 0; h < c.heads; ++h) {
+      for (int64_t d = 0; d < dv; ++d) {
+        const int64_t i = (t * c.heads + h) * dv + d;
+        const float b = base.data_as<float>()[i];
+        if (h < 2) {
+          ASSERT_EQ(k2.data_as<float>()[i], b) << "t " << t << " h " << h;
+          ASSERT_EQ(v2.data_as<float>()[i], 2.0f * b)
+              << "t " << t << " h " << h;
+        } else {
+          ASSERT_EQ(k2.data_as<float>()[i], scaled.data_as<float>()[i])
+              << "t " << t << " h " << h;
+          ASSERT_EQ(v2.data_as<float>()[i], b) << "t " << t << " h " << h;
+          k_moved =
+              std::max<double>(k_moved, std::fabs(k2.data_as<float>()[i] - b));
+        }
+      }
+    }
+  }
+  EXPECT_GT(k_moved, 1e-3);  // Sharper attention moved the outputs.
 }
 
 TEST_F(PagedAttentionTest, RejectsBadInputs) {

@@ -46,12 +46,15 @@ uint16_t ToBf16(float x) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
+// The kernels' name of a cache dtype the checks admitted (kCacheDTypes).
 cuda::KvDType KvDTypeOf(DType dtype) {
   switch (dtype) {
     case DType::kBF16:
       return cuda::KvDType::kBF16;
     case DType::kI8:
       return cuda::KvDType::kI8;
+    case DType::kF8E4M3:
+      return cuda::KvDType::kF8E4M3;
     default:
       return cuda::KvDType::kF32;
   }
@@ -168,7 +171,8 @@ class CudaOpTimer final : public OpTimer {
 };
 
 constexpr DType kWeightDTypes[] = {DType::kF32, DType::kBF16};
-constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8};
+constexpr DType kCacheDTypes[] = {DType::kF32, DType::kBF16, DType::kI8,
+                                  DType::kF8E4M3};
 }  // namespace
 
 CudaOps::CudaOps(int device, PinnableBlockAllocator* allocator)
@@ -959,7 +963,8 @@ absl::Status CudaOps::DoSiluMul(const TensorView& gate, const TensorView& up,
 
 namespace {
 
-// The device view of one cache layer (checked by the public op).
+// The device view of one cache layer (checked by the public op): int8's
+// per-slot and fp8's per-head scales both pass as k_scale / v_scale.
 cuda::DeviceKvLayer DeviceLayer(const KvCacheLayer& cache) {
   const Shape& ks = cache.k.shape();
   const Shape& vs = cache.v.shape();
@@ -1113,9 +1118,9 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
   const float* q = args.q.data_as<const float>();
   float* out = args.out.data_as<float>();
   const absl::string_view op = AttentionOpName(kind);
-  // Prefill and static attention: the tensor-core kernel for a bf16 cache at
-  // head_dim 64/128 (the dispatch rule of flash_prefill.h), the older kernel
-  // for everything else.
+  // Prefill and static attention: the tensor-core kernel for a bf16 or fp8
+  // cache at head_dim 64/128 (the dispatch rule of flash_prefill.h), the
+  // older kernel for everything else (it takes every cache dtype).
   if (kind != AttentionKind::kDecode &&
       cuda::FlashPrefillSupports(layer, q, out)) {
     return Launch(
@@ -1132,9 +1137,9 @@ absl::Status CudaOps::Attention(const PagedAttentionArgs& args,
                                        args.scale, args.softcap, out, stream_),
           op);
     case AttentionKind::kDecode: {
-      // The dispatch rule of decode_attention.h: f32/bf16 caches, D == Dv in
-      // {64, 128}, GQA groups <= 8 take the split decode; the rest the old
-      // kernel.
+      // The dispatch rule of decode_attention.h: f32/bf16/fp8 caches, D == Dv
+      // in {64, 128}, GQA groups <= 8 take the split decode; the rest (int8
+      // among them) the old kernel, which takes every cache dtype.
       if (cuda::DecodeAttentionSupported(layer, heads)) {
         int64_t max_keys =
             m->grid_max_seq_len > 0 ? m->grid_max_seq_len : m->max_seq_len;

@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/common/activation.cuh"
 #include "kernels/cuda/common/convert.cuh"
@@ -55,6 +57,15 @@ __device__ void WriteCacheRow<int8_t>(const float* row, int32_t n, int8_t* dst,
     dst[i] = static_cast<int8_t>(fminf(127.0f, fmaxf(-127.0f, r)));
   }
   if (threadIdx.x == 0) *scale_dst = s;
+}
+
+// fp8 as StoreKvCache: e4m3(x / scale) under the head's fixed scale (read).
+template <>
+__device__ void WriteCacheRow<__nv_fp8_e4m3>(const float* row, int32_t n,
+                                             __nv_fp8_e4m3* dst, float* scale,
+                                             float*) {
+  const float s = *scale;
+  for (int i = threadIdx.x; i < n; i += kThreads) dst[i] = ToFp8E4M3(row[i], s);
 }
 
 // The length after this step of the sequence that holds token t (the
@@ -175,8 +186,11 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t dst_row = slot * kv_heads + h;
   T* cache = is_k ? k_cache : v_cache;
   float* scales = is_k ? k_scale : v_scale;
+  // int8 writes a scale per (slot, head); fp8 reads its head's.
+  const int64_t scale_index =
+      std::is_same<T, __nv_fp8_e4m3>::value ? h : dst_row;
   WriteCacheRow<T>(row, dim, cache + dst_row * dim,
-                   scales == nullptr ? nullptr : scales + dst_row, scratch);
+                   scales == nullptr ? nullptr : scales + scale_index, scratch);
 }
 
 template <typename T>
@@ -189,7 +203,7 @@ cudaError_t RunQkvRopeStore(const float* qkv, int32_t num_heads,
   const dim3 grid(static_cast<unsigned>(num_tokens),
                   static_cast<unsigned>(num_heads + 2 * c.num_kv_heads));
   const size_t shared = static_cast<size_t>(c.head_dim) * sizeof(float);
-  const bool quantized = c.dtype == KvDType::kI8;
+  const bool quantized = KvHasScales(c.dtype);
   const cudaError_t e = LaunchPdl(
       QkvRopeStoreKernel<T>, grid, dim3(kThreads), shared, stream, qkv,
       num_heads, c.num_kv_heads, c.head_dim, q_norm, k_norm, eps, positions,
@@ -256,7 +270,7 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
       dim > kMaxFusedHeadDim || cache.head_dim_v != dim ||
       int64_t{num_heads} + 2 * int64_t{cache.num_kv_heads} > kMaxGridY ||
       cache.k == nullptr || cache.v == nullptr ||
-      (cache.dtype == KvDType::kI8 &&
+      (KvHasScales(cache.dtype) &&
        (cache.k_scale == nullptr || cache.v_scale == nullptr)) ||
       rope.rotary_half < 1 || rope.rotary_half > dim / 2) {
     return cudaErrorInvalidValue;
@@ -287,6 +301,10 @@ cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
       return RunQkvRopeStore<int8_t>(qkv, num_heads, q_norm, k_norm, eps,
                                      positions, inv_freq, rope, slot_mapping,
                                      num_tokens, cache, q_out, stream);
+    case KvDType::kF8E4M3:
+      return RunQkvRopeStore<__nv_fp8_e4m3>(
+          qkv, num_heads, q_norm, k_norm, eps, positions, inv_freq, rope,
+          slot_mapping, num_tokens, cache, q_out, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -28,8 +28,8 @@ constexpr int32_t kMaxFusedHeadDim = 1024;
 // loaded once, RMS-normed when its weight is given (q_norm for q heads,
 // k_norm for k heads; null: none), rotated by Rope (q and k; same arithmetic
 // as LaunchRope) and written: q to q_out [num_tokens, num_heads, D], k and v
-// to the cache slot slot_mapping[t] (f32, bf16 round-to-nearest, or int8
-// quantized exactly as LaunchStoreKvCache). A slot outside [0, num_slots)
+// to the cache slot slot_mapping[t] (f32, bf16 round-to-nearest, or int8 and
+// fp8 quantized exactly as LaunchStoreKvCache). A slot outside [0, num_slots)
 // (a padded token's -1) is skipped; q is always written.
 cudaError_t LaunchQkvRopeStore(const float* qkv, int32_t num_heads,
                                const float* q_norm, const float* k_norm,

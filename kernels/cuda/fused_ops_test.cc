@@ -1,5 +1,5 @@
 // CudaOps' fused ops against the CPU reference (CpuOps) on fresh random
-// inputs: QkvRopeStore (f32, bf16 and int8 caches, q/k norms on and off,
+// inputs: QkvRopeStore (f32, bf16, int8 and fp8 caches, q/k norms on and off,
 // GQA and MQA, head dims 64/128 and a small one, padded tokens with slot -1
 // that must leave their slots untouched), its RoPE variants (partial rotary,
 // a cos/sin factor, per-sequence dynamic NTK and LongRoPE in a mixed batch)
@@ -11,9 +11,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <memory>
 #include <numeric>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -66,7 +68,9 @@ class FusedOpsTest : public testing_cuda::CudaOpsFixture {
     return TensorView(a.get(), dtype, std::move(shape));
   }
 
-  std::mt19937 rng_{std::random_device{}()};
+  // Fresh inputs every run; QkvRopeStoreMatchesTheCpu prints the seed.
+  uint32_t seed_ = std::random_device{}();
+  std::mt19937 rng_{seed_};
   CpuOps cpu_;
 };
 
@@ -79,11 +83,15 @@ struct QkvCase {
 constexpr uint8_t kSentinel = 0x5a;
 
 TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
+  std::cerr << "seed " << seed_ << "\n";
+  RecordProperty("seed", std::to_string(seed_));
   const QkvCase cases[] = {
-      {32, 8, 128, false, DType::kF32}, {32, 8, 128, true, DType::kBF16},
-      {32, 8, 128, true, DType::kI8},   {8, 8, 64, true, DType::kF32},
-      {8, 1, 64, false, DType::kBF16},  {16, 2, 64, false, DType::kI8},
-      {4, 2, 8, true, DType::kI8},      {16, 8, 128, false, DType::kBF16},
+      {32, 8, 128, false, DType::kF32},   {32, 8, 128, true, DType::kBF16},
+      {32, 8, 128, true, DType::kI8},     {8, 8, 64, true, DType::kF32},
+      {8, 1, 64, false, DType::kBF16},    {16, 2, 64, false, DType::kI8},
+      {4, 2, 8, true, DType::kI8},        {16, 8, 128, false, DType::kBF16},
+      {32, 8, 128, true, DType::kF8E4M3}, {8, 1, 64, false, DType::kF8E4M3},
+      {4, 2, 8, true, DType::kF8E4M3},
   };
   for (const QkvCase& c : cases) {
     SCOPED_TRACE(testing::Message()
@@ -109,11 +117,18 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
 
     // CPU: an f32 cache stands in for bf16 (rounded when compared).
     const bool int8 = c.cache == DType::kI8;
-    const DType cpu_dtype = int8 ? DType::kI8 : DType::kF32;
+    const bool fp8 = c.cache == DType::kF8E4M3;
+    const DType cpu_dtype = int8 || fp8 ? c.cache : DType::kF32;
     Tensor ck = *Tensor::Zeros(cpu_dtype, {S, Hkv, D});
     Tensor cv = *Tensor::Zeros(cpu_dtype, {S, Hkv, D});
     Tensor cks = *Tensor::Zeros(DType::kF32, {S, Hkv});
     Tensor cvs = *Tensor::Zeros(DType::kF32, {S, Hkv});
+    // fp8: the layer's per-head scales (the same on both sides, read only).
+    std::vector<float> fks, fvs;
+    for (int64_t h = 0; h < Hkv; ++h) {
+      fks.push_back(0.4f + 0.3f * static_cast<float>(h % 4));
+      fvs.push_back(1.7f - 0.2f * static_cast<float>(h % 5));
+    }
     std::vector<float> cq(static_cast<size_t>(T * H * D));
     const TensorView qn = View(q_norm, {D}), kn = View(k_norm, {D});
     QkvRopeStoreArgs a;
@@ -126,6 +141,10 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
     a.slot_mapping = StepArray(slots);
     a.cache = {ck.view(), cv.view(), int8 ? cks.view() : TensorView(),
                int8 ? cvs.view() : TensorView()};
+    if (fp8) {
+      a.cache.k_scale = View(fks, {Hkv});
+      a.cache.v_scale = View(fvs, {Hkv});
+    }
     a.q_out = View(cq, {T, H, D});
     ASSERT_TRUE(cpu_.QkvRopeStore(a).ok());
 
@@ -138,6 +157,7 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
         std::vector<uint8_t>(elems * elem_bytes, kSentinel));
     DeviceArray<float> gks(static_cast<size_t>(S * Hkv));
     DeviceArray<float> gvs(static_cast<size_t>(S * Hkv));
+    DeviceArray<float> g_fks(fks), g_fvs(fvs);
     DeviceArray<float> g_qkv(qkv), g_qn(q_norm), g_kn(k_norm), g_freq(inv_freq);
     DeviceArray<int32_t> g_pos(positions);
     DeviceArray<int64_t> g_slots(slots);
@@ -154,6 +174,10 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
     g.cache = {DView(gk, c.cache, {S, Hkv, D}), DView(gv, c.cache, {S, Hkv, D}),
                int8 ? DView(gks, DType::kF32, {S, Hkv}) : TensorView(),
                int8 ? DView(gvs, DType::kF32, {S, Hkv}) : TensorView()};
+    if (fp8) {
+      g.cache.k_scale = DView(g_fks, DType::kF32, {Hkv});
+      g.cache.v_scale = DView(g_fvs, DType::kF32, {Hkv});
+    }
     g.q_out = DView(g_q, DType::kF32, {T, H, D});
     ASSERT_TRUE(gpu_->QkvRopeStore(g).ok());
 
@@ -190,6 +214,25 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
             const float want = ref.data_as<float>()[i];
             ASSERT_NEAR(got, want, 2e-5 * (1.0 + std::fabs(want)))
                 << side << " slot " << s << " elem " << e;
+          } else if (fp8) {
+            const uint8_t got = h[i];
+            const uint8_t want = ref.data_as<uint8_t>()[i];
+            if (side == 1) {
+              // v passes through unchanged: the quotient is the same f32 on
+              // both sides, so the bytes are (StoreKvCache's rule).
+              ASSERT_EQ(got, want) << "v slot " << s << " elem " << e;
+            } else {
+              // k is normed and rotated first (f32 on the GPU, its own
+              // sums and cos/sin on the CPU: last-bit differences), so a
+              // value near a rounding boundary may land one e4m3 step away:
+              // same sign, adjacent magnitude codes (monotonic in e4m3).
+              const bool same_sign = (got & 0x80) == (want & 0x80) ||
+                                     (got & 0x7f) == 0 || (want & 0x7f) == 0;
+              ASSERT_TRUE(same_sign &&
+                          std::abs(int{got & 0x7f} - int{want & 0x7f}) <= 1)
+                  << "k slot " << s << " elem " << e << ": 0x" << std::hex
+                  << int{got} << " vs CPU 0x" << int{want} << std::dec;
+            }
           } else if (c.cache == DType::kBF16) {
             uint16_t bits;
             std::memcpy(&bits, &h[i * 2], 2);
@@ -211,6 +254,10 @@ TEST_F(FusedOpsTest, QkvRopeStoreMatchesTheCpu) {
           }
         }
       }
+    }
+    if (fp8) {  // The scales are read, never written.
+      EXPECT_EQ(g_fks.Download(), fks);
+      EXPECT_EQ(g_fvs.Download(), fvs);
     }
   }
 }

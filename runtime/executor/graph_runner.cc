@@ -171,12 +171,8 @@ absl::Status GraphRunner::CaptureOne(int32_t bucket) {
     g.graph = *std::move(graph);
     // The blocks the graph reads and writes that live outside the model.
     RETURN_IF_ERROR(scope.Reference(batch.tokens.data()));
-    for (int64_t l = 0; l < pool_->shape().num_layers; ++l) {
-      const KvCacheLayer& layer = pool_->layer(l);
-      for (const TensorView* t :
-           {&layer.k, &layer.v, &layer.k_scale, &layer.v_scale}) {
-        RETURN_IF_ERROR(scope.Reference(t->data()));
-      }
+    for (void* block : pool_->blocks()) {
+      RETURN_IF_ERROR(scope.Reference(block));
     }
     ASSIGN_OR_RETURN(g.lease, scope.Commit());
   }

@@ -13,9 +13,10 @@ void SetKv(const KvCacheOptions& kv, RankSpec* spec) {
   spec->num_kv_blocks = kv.num_blocks;
   spec->kv_cache_memory = kv.memory_bytes;
   spec->kv_cache_fraction = kv.memory_fraction;
-  spec->kv_dtype = kv.dtype == DType::kI8     ? "int8"
-                   : kv.dtype == DType::kBF16 ? "bfloat16"
-                                              : "float32";
+  spec->kv_dtype = kv.dtype == DType::kI8       ? "int8"
+                   : kv.dtype == DType::kBF16   ? "bfloat16"
+                   : kv.dtype == DType::kF8E4M3 ? "fp8"
+                                                : "float32";
   spec->attention =
       kv.backend == AttentionBackend::kStatic ? "static" : "paged";
 }

@@ -288,8 +288,9 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   KvPool probe_pool;
   std::unique_ptr<GraphRunner> probe_graphs;
   if (!buckets.empty()) {
-    ASSIGN_OR_RETURN(probe_pool, KvPool::Create(shape, 1, sizing.block_size,
-                                                model->allocator()));
+    ASSIGN_OR_RETURN(probe_pool,
+                     KvPool::Create(shape, 1, sizing.block_size, model->ops(),
+                                    model->allocator()));
     ASSIGN_OR_RETURN(
         probe_graphs,
         GraphRunner::Capture(model, probe_pool, kv.backend, reserved.get(),
@@ -308,7 +309,7 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   }
   ASSIGN_OR_RETURN(KvPool pool,
                    KvPool::Create(shape, layout.num_blocks, layout.block_size,
-                                  model->allocator()));
+                                  model->ops(), model->allocator()));
   std::unique_ptr<Rank> rank(new Rank());
   rank->owned_model_ = std::move(owned);
   rank->model_ = model;

@@ -68,7 +68,16 @@ absl::Status CheckRankSpec(const RankSpec& spec) {
 
 namespace {
 std::string DTypeFlagName(DType d) {
-  return d == DType::kI8 ? "int8" : d == DType::kBF16 ? "bfloat16" : "float32";
+  switch (d) {
+    case DType::kI8:
+      return "int8";
+    case DType::kBF16:
+      return "bfloat16";
+    case DType::kF8E4M3:
+      return "fp8";  // ParseKvDType reads it back.
+    default:
+      return "float32";
+  }
 }
 }  // namespace
 

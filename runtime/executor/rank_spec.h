@@ -94,7 +94,7 @@ struct RankSpec {
 absl::Status CheckRankSpec(const RankSpec& spec);
 
 // The spec checked as CheckRankSpec does, with "auto" resolved: weight_dtype
-// and kv_dtype become "float32", "bfloat16" or "int8" (what rank 0 sends
+// and kv_dtype become "float32", "bfloat16", "int8" or "fp8" (what rank 0 sends
 // every rank, so all parse the same names).
 absl::StatusOr<RankSpec> ResolveRankSpec(RankSpec spec);
 

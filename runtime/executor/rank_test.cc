@@ -1,8 +1,7 @@
 #include "runtime/executor/rank.h"
 
-#include "runtime/executor/rank_spec.h"
-
 #include "gtest/gtest.h"
+#include "runtime/executor/rank_spec.h"
 #include "runtime/kv/kv_layout.h"
 
 namespace tessera {
@@ -57,6 +56,23 @@ TEST(RankSpecTest, QuantizationIsFp8OnAGpuWithBf16MatricesOnly) {
       << st;
   spec.quantization = "none";
   EXPECT_TRUE(CheckRankSpec(spec).ok());
+}
+
+// --kv-dtype fp8 (or fp8_e4m3) runs on the CPU too, and resolves to the name
+// every rank of a job parses back.
+TEST(RankSpecTest, KvDTypeFp8OnEitherDevice) {
+  for (const char* name : {"fp8", "fp8_e4m3"}) {
+    RankSpec spec;
+    spec.kv_dtype = name;
+    absl::StatusOr<RankSpec> resolved = ResolveRankSpec(spec);
+    ASSERT_TRUE(resolved.ok()) << resolved.status();
+    EXPECT_EQ(resolved->kv_dtype, "fp8");
+    EXPECT_EQ(*ParseKvDType(resolved->kv_dtype), DType::kF8E4M3);
+    EXPECT_EQ(*RankKvDType(spec, DType::kF32), DType::kF8E4M3);
+  }
+  RankSpec bf16;
+  bf16.kv_dtype = "bfloat16";  // Still the GPU's alone.
+  EXPECT_FALSE(CheckRankSpec(bf16).ok());
 }
 
 }  // namespace

@@ -14,8 +14,9 @@ absl::StatusOr<KvCache> SequenceRunner::NewKvCache(int64_t capacity,
         absl::StrCat("KV cache capacity ", capacity));
   }
   KvCache cache;
-  ASSIGN_OR_RETURN(cache.pool_, KvPool::Create(model_->kv_pool_shape(dtype), 1,
-                                               capacity, model_->allocator()));
+  ASSIGN_OR_RETURN(cache.pool_,
+                   KvPool::Create(model_->kv_pool_shape(dtype), 1, capacity,
+                                  model_->ops(), model_->allocator()));
   return cache;
 }
 

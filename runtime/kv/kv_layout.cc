@@ -34,9 +34,10 @@ absl::StatusOr<DType> ParseKvDType(const std::string& name) {
   if (name == "auto" || name == "float32" || name == "f32") return DType::kF32;
   if (name == "int8") return DType::kI8;
   if (name == "bfloat16" || name == "bf16") return DType::kBF16;
+  if (name == "fp8" || name == "fp8_e4m3") return DType::kF8E4M3;
   return absl::InvalidArgumentError(
       absl::StrCat("unknown KV cache dtype '", name,
-                   "' (expected auto, float32, bfloat16 or int8)"));
+                   "' (expected auto, float32, bfloat16, int8 or fp8)"));
 }
 
 int64_t KvPoolShape::BytesPerSlot() const {
@@ -48,6 +49,18 @@ int64_t KvPoolShape::BytesPerSlot() const {
                              &per_head) ||
       __builtin_mul_overflow(num_kv_heads, per_head, &per_side) ||
       __builtin_mul_overflow(per_side, int64_t{2}, &per_layer) ||
+      __builtin_mul_overflow(num_layers, per_layer, &total)) {
+    return std::numeric_limits<int64_t>::max();
+  }
+  return total;
+}
+
+int64_t KvPoolShape::FixedBytes() const {
+  if (dtype != DType::kF8E4M3) return 0;
+  // K and V scales, f32 per KV head, per layer. Saturates like BytesPerSlot.
+  int64_t per_layer = 0, total = 0;
+  if (__builtin_mul_overflow(num_kv_heads, int64_t{2 * sizeof(float)},
+                             &per_layer) ||
       __builtin_mul_overflow(num_layers, per_layer, &total)) {
     return std::numeric_limits<int64_t>::max();
   }
@@ -115,7 +128,10 @@ absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& o,
     budget = static_cast<int64_t>(static_cast<double>(free_bytes) *
                                   o.memory_fraction);
   }
-  layout.num_blocks = std::min(most_useful, budget / block_bytes);
+  // What the blocks may take: the budget less the pool's fixed part.
+  const int64_t fixed = shape.FixedBytes();
+  const int64_t for_blocks = budget > fixed ? budget - fixed : 0;
+  layout.num_blocks = std::min(most_useful, for_blocks / block_bytes);
   if (layout.num_blocks < 1) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "the KV cache budget of ", budget, " bytes holds no block of ",

@@ -16,19 +16,25 @@
 namespace tessera {
 
 // The cache's element type: "float32"/"auto" (the CPU computes in f32),
-// "bfloat16" (CUDA) or "int8" (per-slot, per-head scales). "auto" means f32
-// here; callers that know the device resolve it first.
+// "bfloat16" (CUDA), "int8" (per-slot, per-head scales) or "fp8" /
+// "fp8_e4m3" (kF8E4M3 with per-layer, per-head scales: kernels/ops.h
+// KvCacheLayer). "auto" means f32 here; callers that know the device resolve
+// it first.
 absl::StatusOr<DType> ParseKvDType(const std::string& name);
 
 struct KvPoolShape {
   int64_t num_layers = 0;    // This rank's layers.
   int64_t num_kv_heads = 0;  // This rank's KV heads.
   int64_t head_dim = 0;
-  DType dtype = DType::kF32;  // kF32, kBF16 or kI8.
+  DType dtype = DType::kF32;  // kF32, kBF16, kI8 or kF8E4M3.
 
-  // Bytes one slot (one token) takes across every layer, K and V, scales
-  // included.
+  // Bytes one slot (one token) takes across every layer, K and V, per-slot
+  // scales (int8) included. fp8: head_dim bytes per head and side, half of
+  // bf16's, so a budget holds twice the tokens.
   int64_t BytesPerSlot() const;
+  // Bytes the pool holds whatever its slot count: fp8's per-layer scales (K
+  // and V, f32 per KV head); 0 for the other dtypes.
+  int64_t FixedBytes() const;
 };
 
 // Which attention kernels a step uses (see kernels/ops.h): "paged" runs
@@ -59,8 +65,9 @@ struct KvCacheOptions {
 
 // How many blocks (and of what size) one rank's pool gets: --num-kv-blocks as
 // given; else the budget (memory_bytes, or memory_fraction of
-// `free_bytes`) divided by the block's bytes, capped at what max_num_seqs
-// full contexts could use. In the static layout a block is a whole context
+// `free_bytes`), less the pool's fixed bytes (KvPoolShape::FixedBytes),
+// divided by the block's bytes, capped at what max_num_seqs full contexts
+// could use. In the static layout a block is a whole context
 // and num_blocks is the number of sequences. InvalidArgument for bad values;
 // ResourceExhausted (with the figures) when the budget holds no block.
 absl::StatusOr<KvLayout> ResolveKvLayout(const KvCacheOptions& options,

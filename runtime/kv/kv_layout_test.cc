@@ -27,6 +27,63 @@ TEST(KvLayoutTest, BytesPerSlot) {
   KvPoolShape i8 = TinyShape();
   i8.dtype = DType::kI8;
   EXPECT_EQ(i8.BytesPerSlot(), 2 * 2 * (8 + 4));
+  EXPECT_EQ(i8.FixedBytes(), 0);
+  KvPoolShape fp8 = TinyShape();
+  fp8.dtype = DType::kF8E4M3;
+  // One byte an element, no per-slot scale; the per-layer scales are fixed.
+  EXPECT_EQ(fp8.BytesPerSlot(), 2 * 2 * 8);
+  EXPECT_EQ(fp8.FixedBytes(), 2 * 2 * 1 * 4);
+  EXPECT_EQ(TinyShape().FixedBytes(), 0);
+}
+
+TEST(KvLayoutTest, ParsesEveryCacheDType) {
+  EXPECT_EQ(*ParseKvDType("auto"), DType::kF32);
+  EXPECT_EQ(*ParseKvDType("float32"), DType::kF32);
+  EXPECT_EQ(*ParseKvDType("bfloat16"), DType::kBF16);
+  EXPECT_EQ(*ParseKvDType("int8"), DType::kI8);
+  EXPECT_EQ(*ParseKvDType("fp8"), DType::kF8E4M3);
+  EXPECT_EQ(*ParseKvDType("fp8_e4m3"), DType::kF8E4M3);
+  const absl::StatusOr<DType> bad = ParseKvDType("fp8_e5m2");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("int8 or fp8"), std::string::npos)
+      << bad.status();
+}
+
+// An fp8 cache is exactly half of bf16's bytes a token (both without per-slot
+// scales), so the same budget holds twice the tokens: a Llama-3-8B-shaped
+// rank (32 layers, 8 KV heads of 128) under 1 GiB.
+TEST(KvLayoutTest, Fp8HalvesBf16sBytesAndDoublesTheTokens) {
+  KvPoolShape bf16;
+  bf16.num_layers = 32;
+  bf16.num_kv_heads = 8;
+  bf16.head_dim = 128;
+  bf16.dtype = DType::kBF16;
+  KvPoolShape fp8 = bf16;
+  fp8.dtype = DType::kF8E4M3;
+  EXPECT_EQ(bf16.BytesPerSlot(), 32 * 2 * 8 * 128 * 2);
+  EXPECT_EQ(fp8.BytesPerSlot() * 2, bf16.BytesPerSlot());
+  // The scales: 32 layers x (K, V) x 8 heads x 4 bytes, far below a block.
+  EXPECT_EQ(fp8.FixedBytes(), 32 * 2 * 8 * 4);
+  KvCacheOptions options;
+  options.memory_bytes = kGiB;
+  const int64_t context = int64_t{1} << 20;  // No cap from the scheduler.
+  const absl::StatusOr<KvLayout> a =
+      ResolveKvLayout(options, bf16, context, 256, /*free_bytes=*/-1);
+  options.dtype = DType::kF8E4M3;
+  const absl::StatusOr<KvLayout> b =
+      ResolveKvLayout(options, fp8, context, 256, /*free_bytes=*/-1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  // bf16: 1 GiB / (16 x 128 KiB) = 512 blocks; fp8 gets 1023 of 64 KiB each
+  // (the 2 KiB of scales take the 1024th).
+  EXPECT_EQ(a->num_blocks, 512);
+  EXPECT_EQ(b->num_blocks, 1023);
+  // A budget with room for the scales beside whole blocks: exactly twice.
+  options.memory_bytes = kGiB + fp8.FixedBytes();
+  const absl::StatusOr<KvLayout> c =
+      ResolveKvLayout(options, fp8, context, 256, /*free_bytes=*/-1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->num_blocks, 2 * a->num_blocks);
 }
 
 // The default pool (a share of free memory) is capped at what the scheduler

@@ -1,6 +1,8 @@
 #include <cuda_bf16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention/attention_kernels.h"
 #include "kernels/cuda/common/activation.cuh"
@@ -38,6 +40,8 @@ __device__ float BlockReduceInOrder(float v, float* scratch) {
   return r;
 }
 
+// Whether a cache element type carries scales: int8 per (slot, head), fp8
+// per head (kernels/ops.h KvCacheLayer).
 template <typename T>
 constexpr bool IsQuantized() {
   return false;
@@ -45,6 +49,17 @@ constexpr bool IsQuantized() {
 template <>
 constexpr bool IsQuantized<int8_t>() {
   return true;
+}
+template <>
+constexpr bool IsQuantized<__nv_fp8_e4m3>() {
+  return true;
+}
+
+// Where the scale of cache row `cache_row` (slot * kv_heads + kv head `kvh`)
+// lives: int8 per row, fp8 per head.
+template <typename T>
+__device__ __forceinline__ int64_t ScaleIndex(int64_t cache_row, int32_t kvh) {
+  return std::is_same<T, __nv_fp8_e4m3>::value ? kvh : cache_row;
 }
 
 // The slot of position `pos` of the sequence whose block table is `table`.
@@ -105,6 +120,16 @@ __device__ void StoreRow<int8_t>(const float* __restrict__ x, int32_t n,
   if (threadIdx.x == 0) *scale_dst = s;
 }
 
+// fp8 under the layer's scale of this head (read, never written):
+// e4m3(x / scale), exactly the CPU's F32ToFp8E4M3 of the quotient.
+template <>
+__device__ void StoreRow<__nv_fp8_e4m3>(const float* __restrict__ x, int32_t n,
+                                        __nv_fp8_e4m3* __restrict__ dst,
+                                        float* scale, float*) {
+  const float s = *scale;
+  for (int i = threadIdx.x; i < n; i += kThreads) dst[i] = ToFp8E4M3(x[i], s);
+}
+
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     StoreKvKernel(const float* __restrict__ k, const float* __restrict__ v,
@@ -118,11 +143,12 @@ __global__ void __launch_bounds__(kThreads)
   if (slot < 0 || slot >= num_slots) return;
   const int64_t src_row = t * num_kv_heads + h;
   const int64_t dst_row = slot * num_kv_heads + h;
+  const int64_t scale_index = ScaleIndex<T>(dst_row, h);
   StoreRow<T>(k + src_row * head_dim, head_dim, k_cache + dst_row * head_dim,
-              k_scale == nullptr ? nullptr : k_scale + dst_row, scratch);
+              k_scale == nullptr ? nullptr : k_scale + scale_index, scratch);
   StoreRow<T>(v + src_row * head_dim_v, head_dim_v,
               v_cache + dst_row * head_dim_v,
-              v_scale == nullptr ? nullptr : v_scale + dst_row, scratch);
+              v_scale == nullptr ? nullptr : v_scale + scale_index, scratch);
 }
 
 // ---------------------------------------------------------------------------
@@ -134,8 +160,8 @@ __global__ void __launch_bounds__(kThreads)
 // the tile: it computes their scores (lane j: keys j, j + 32, ...), keeps
 // their running max / sum in registers and accumulates their outputs (lane j:
 // dims j, j + 32, ...). Key tiles of kBlockK keys are staged in shared memory
-// as f32 (int8 values are converted exactly; their scales are applied to the
-// scores and to the probabilities as on the CPU).
+// as f32 (int8 and fp8 values are converted exactly; their scales are applied
+// to the scores and to the probabilities as on the CPU).
 
 constexpr int kBlockQ = 16;
 constexpr int kRowsPerWarp = kBlockQ / kWarps;
@@ -265,8 +291,9 @@ __global__ void __launch_bounds__(kThreads)
         }
         if (lane == 0) {
           if (kQuantized) {
-            sks[j] = p.k_scale[cache_row] * p.scale;
-            svs[j] = p.v_scale[cache_row];
+            const int64_t si = ScaleIndex<T>(cache_row, kvh);
+            sks[j] = p.k_scale[si] * p.scale;
+            svs[j] = p.v_scale[si];
           } else {
             sks[j] = p.scale;
             svs[j] = 1.0f;
@@ -458,7 +485,9 @@ __global__ void __launch_bounds__(kThreads)
     }
     dot = WarpSum(dot);
     if (lane == 0) {
-      float x = dot * (kQuantized ? p.k_scale[cache_row] * p.scale : p.scale);
+      float x =
+          dot * (kQuantized ? p.k_scale[ScaleIndex<T>(cache_row, kvh)] * p.scale
+                            : p.scale);
       if (p.softcap > 0.0f) x = Softcap(x, p.softcap);
       logits[j] = x;
     }
@@ -473,7 +502,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int j = threadIdx.x; j < n; j += kThreads) {
     const float e = expf(logits[j] - mx);
     sum += e;
-    logits[j] = kQuantized ? e * p.v_scale[slots[j]] : e;
+    logits[j] = kQuantized ? e * p.v_scale[ScaleIndex<T>(slots[j], kvh)] : e;
   }
   // Syncs: logits ready.
   sum = BlockReduceInOrder</*kMax=*/false>(sum, scratch);
@@ -571,6 +600,7 @@ bool ValidCache(const DeviceKvLayer& c) {
     case KvDType::kBF16:
       return true;
     case KvDType::kI8:
+    case KvDType::kF8E4M3:
       return c.k_scale != nullptr && c.v_scale != nullptr;
   }
   return false;
@@ -609,8 +639,8 @@ cudaError_t PrepareAttention(const float* q, int32_t num_heads,
   p->out = out;
   p->k = cache.k;
   p->v = cache.v;
-  p->k_scale = cache.dtype == KvDType::kI8 ? cache.k_scale : nullptr;
-  p->v_scale = cache.dtype == KvDType::kI8 ? cache.v_scale : nullptr;
+  p->k_scale = KvHasScales(cache.dtype) ? cache.k_scale : nullptr;
+  p->v_scale = KvHasScales(cache.dtype) ? cache.v_scale : nullptr;
   p->query_start_loc = m.query_start_loc;
   p->context_lens = m.context_lens;
   p->seq_lens = m.seq_lens;
@@ -687,6 +717,9 @@ cudaError_t LaunchVarlenAttention(const float* q, int32_t num_heads,
     case KvDType::kI8:
       return DispatchPrefillDim<int8_t, kStatic>(p, tile, num_seqs,
                                                  m.max_query_len, stream);
+    case KvDType::kF8E4M3:
+      return DispatchPrefillDim<__nv_fp8_e4m3, kStatic>(
+          p, tile, num_seqs, m.max_query_len, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -728,9 +761,9 @@ cudaError_t RunStore(const float* k, const float* v, int64_t num_tokens,
   const dim3 grid(static_cast<unsigned>(num_tokens), c.num_kv_heads);
   StoreKvKernel<T><<<grid, kThreads, 0, stream>>>(
       k, v, slot_mapping, static_cast<T*>(c.k), static_cast<T*>(c.v),
-      c.dtype == KvDType::kI8 ? c.k_scale : nullptr,
-      c.dtype == KvDType::kI8 ? c.v_scale : nullptr, c.num_slots,
-      c.num_kv_heads, c.head_dim, c.head_dim_v);
+      KvHasScales(c.dtype) ? c.k_scale : nullptr,
+      KvHasScales(c.dtype) ? c.v_scale : nullptr, c.num_slots, c.num_kv_heads,
+      c.head_dim, c.head_dim_v);
   return cudaGetLastError();
 }
 
@@ -756,6 +789,9 @@ cudaError_t LaunchStoreKvCache(const float* k, const float* v,
                                      stream);
     case KvDType::kI8:
       return RunStore<int8_t>(k, v, num_tokens, slot_mapping, cache, stream);
+    case KvDType::kF8E4M3:
+      return RunStore<__nv_fp8_e4m3>(k, v, num_tokens, slot_mapping, cache,
+                                     stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -839,6 +875,9 @@ cudaError_t LaunchDecodeAttention(const float* q, int32_t num_heads,
       break;
     case KvDType::kI8:
       e = RunDecode<int8_t>(p, tile, grid, stream);
+      break;
+    case KvDType::kF8E4M3:
+      e = RunDecode<__nv_fp8_e4m3>(p, tile, grid, stream);
       break;
   }
   if (e != cudaSuccess || parts <= 1) return e;

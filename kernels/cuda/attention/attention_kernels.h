@@ -13,7 +13,9 @@
 //    output whatever batch it runs in.
 //  - Accumulation is f32. A bf16 cache is widened to f32 on load; an int8
 //    cache is read as int8 and its per-(slot, head) scales are applied to the
-//    dot products (k) and to the probabilities (v), as on the CPU.
+//    dot products (k) and to the probabilities (v), as on the CPU; an fp8
+//    (e4m3) cache is widened exactly in registers and its per-head scales
+//    applied the same way (kernels/ops.h KvCacheLayer).
 //  - Launchers check cheap host-side arguments (null pointers, head counts,
 //    head dims, grid limits) and return cudaErrorInvalidValue for bad ones;
 //    otherwise they return the launch's error (cudaGetLastError). Metadata
@@ -35,15 +37,23 @@ inline constexpr int32_t kMaxAttentionHeadDim = 256;
 // Keys per split-K partition of the decode kernel.
 inline constexpr int32_t kDecodePartitionSize = 512;
 
-enum class KvDType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
+enum class KvDType : int { kF32 = 0, kBF16 = 1, kI8 = 2, kF8E4M3 = 3 };
+
+// Whether a cache of `dtype` carries scales (int8: per slot and head; fp8:
+// per head for the layer).
+inline constexpr bool KvHasScales(KvDType dtype) {
+  return dtype == KvDType::kI8 || dtype == KvDType::kF8E4M3;
+}
 
 // One layer's cache on the device: slots [num_slots, num_kv_heads, head_dim]
 // for k and [num_slots, num_kv_heads, head_dim_v] for v.
 struct DeviceKvLayer {
-  void* k = nullptr;  // float, __nv_bfloat16 or int8_t per dtype.
+  void* k = nullptr;  // float, __nv_bfloat16, int8_t or __nv_fp8_e4m3.
   void* v = nullptr;
-  float* k_scale = nullptr;  // [num_slots, num_kv_heads], int8 only (else
-  float* v_scale = nullptr;  // nullptr).
+  // int8: [num_slots, num_kv_heads] (written with the values); fp8:
+  // [num_kv_heads] (read only); nullptr for f32 and bf16.
+  float* k_scale = nullptr;
+  float* v_scale = nullptr;
   KvDType dtype = KvDType::kF32;
   int64_t num_slots = 0;
   int32_t num_kv_heads = 0;
@@ -75,7 +85,9 @@ struct DeviceAttentionMetadata {
 // every slot in [0, num_slots) (tokens with a slot outside are skipped). bf16
 // rounds to nearest even; int8 quantizes each (token, head) row with scale
 // max|x| / 127 (0 and all-zero values for an all-zero row), x / scale rounded
-// to nearest (even) and clamped to ±127, bit-exact with the CPU.
+// to nearest (even) and clamped to ±127, bit-exact with the CPU; fp8 stores
+// e4m3(x / k_scale[head]) (common/convert.cuh ToFp8E4M3), bit-exact with the
+// CPU's F32ToFp8E4M3, and leaves the scales as they are.
 cudaError_t LaunchStoreKvCache(const float* k, const float* v,
                                int64_t num_tokens, const int64_t* slot_mapping,
                                const DeviceKvLayer& cache, cudaStream_t stream);

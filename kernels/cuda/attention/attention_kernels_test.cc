@@ -1,7 +1,10 @@
 // The CUDA KV-cache kernels (StoreKvCache, prefill, split-K decode and static
 // attention) against the CPU reference (CpuOps) on fresh random inputs: mixed
 // batches, shuffled block tables, GQA / MQA, several head dims, sliding
-// windows, and f32, bf16 and int8 caches. Cache slots that hold no position
+// windows, and f32, bf16, int8 and fp8 (e4m3, per-head scales) caches; the
+// CPU runs the fp8 cases on an fp8 cache of its own, so both sides hold the
+// same bytes (checked) and the attention compares f32 sums over the same
+// dequantized values. Cache slots that hold no position
 // are NaN, so a kernel that reads a wrong slot fails loudly. Also: a sequence
 // gives bitwise the same output alone as in a batch, and the launchers reject
 // bad arguments (those tests run without a GPU too).
@@ -13,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -125,6 +129,8 @@ const char* DTypeString(KvDType d) {
       return "bf16";
     case KvDType::kI8:
       return "int8";
+    case KvDType::kF8E4M3:
+      return "fp8";
   }
   return "?";
 }
@@ -145,6 +151,12 @@ struct Config {
                         " window=", window, " cache=", DTypeString(dtype),
                         " softcap=", softcap);
   }
+  // f32 accumulation against f32 accumulation over the same values: f32,
+  // int8 and fp8 (whose dequantized values are the same numbers on both
+  // sides; only where the scales enter the sums differs, an f32 rounding)
+  // differ by the sums' order, 1e-4 of the output's scale; bf16 holds the CPU
+  // to its rounded values too, but the kernels' widening and the CPU's
+  // model of it differ by more.
   float tolerance() const { return dtype == KvDType::kBF16 ? 1e-3f : 1e-4f; }
   size_t elem_bytes() const {
     return dtype == KvDType::kF32 ? 4 : dtype == KvDType::kBF16 ? 2 : 1;
@@ -236,7 +248,18 @@ struct Caches {
         dv(num_slots * c.kv_heads * c.dim_v * c.elem_bytes()) {
     const int64_t kn = num_slots * c.kv_heads * c.dim;
     const int64_t vn = num_slots * c.kv_heads * c.dim_v;
-    if (c.dtype == KvDType::kI8) {
+    if (c.dtype == KvDType::kF8E4M3) {
+      // Bytes on both sides; the layer's per-head scales, not powers of two
+      // (x / scale rounds), set once: stores read them and never write them.
+      k8.assign(kn, 0);
+      v8.assign(vn, 0);
+      for (int32_t h = 0; h < c.kv_heads; ++h) {
+        ks.push_back(0.35f + 0.55f * static_cast<float>(h % 4));
+        vs.push_back(1.7f - 0.45f * static_cast<float>(h % 3));
+      }
+      dks = DeviceArray<float>(ks);
+      dvs = DeviceArray<float>(vs);
+    } else if (c.dtype == KvDType::kI8) {
       ki.assign(kn, 0);
       vi.assign(vn, 0);
       ks.assign(num_slots * c.kv_heads, 0.0f);
@@ -261,7 +284,13 @@ struct Caches {
   KvCacheLayer Host() {
     KvCacheLayer l;
     const int64_t kvh = config.kv_heads;
-    if (config.dtype == KvDType::kI8) {
+    if (config.dtype == KvDType::kF8E4M3) {
+      l.k = TensorView(k8.data(), DType::kF8E4M3, {num_slots, kvh, config.dim});
+      l.v =
+          TensorView(v8.data(), DType::kF8E4M3, {num_slots, kvh, config.dim_v});
+      l.k_scale = TensorView(ks.data(), DType::kF32, {kvh});
+      l.v_scale = TensorView(vs.data(), DType::kF32, {kvh});
+    } else if (config.dtype == KvDType::kI8) {
       l.k = TensorView(ki.data(), DType::kI8, {num_slots, kvh, config.dim});
       l.v = TensorView(vi.data(), DType::kI8, {num_slots, kvh, config.dim_v});
       l.k_scale = TensorView(ks.data(), DType::kF32, {num_slots, kvh});
@@ -275,9 +304,10 @@ struct Caches {
 
   Config config;
   int64_t num_slots;
-  std::vector<float> kf, vf;   // f32 / bf16 configs (bf16-rounded values).
-  std::vector<int8_t> ki, vi;  // int8 config.
-  std::vector<float> ks, vs;
+  std::vector<float> kf, vf;    // f32 / bf16 configs (bf16-rounded values).
+  std::vector<int8_t> ki, vi;   // int8 config.
+  std::vector<uint8_t> k8, v8;  // fp8 config.
+  std::vector<float> ks, vs;    // int8: per slot and head; fp8: per head.
   DeviceArray<uint8_t> dk, dv;  // Raw elements of config.dtype.
   DeviceArray<float> dks, dvs;
   cuda::DeviceKvLayer device;
@@ -407,8 +437,18 @@ class Step {
     int64_t bad = 0;
     auto check = [&](const std::vector<uint8_t>& got, const char* name,
                      const std::vector<float>& want_f,
-                     const std::vector<int8_t>& want_i) {
+                     const std::vector<int8_t>& want_i,
+                     const std::vector<uint8_t>& want_8) {
       switch (c.dtype) {
+        case KvDType::kF8E4M3:
+          for (size_t i = 0; i < want_8.size(); ++i) {
+            if (got[i] != want_8[i] && ++bad <= 5) {
+              ADD_FAILURE() << c.ToString() << ": stored " << name << "[" << i
+                            << "] = 0x" << std::hex << int{got[i]} << ", CPU 0x"
+                            << int{want_8[i]} << std::dec;
+            }
+          }
+          break;
         case KvDType::kF32:
         case KvDType::kBF16:
           for (size_t i = 0; i < want_f.size(); ++i) {
@@ -437,9 +477,10 @@ class Step {
           break;
       }
     };
-    check(k, "k", caches_.kf, caches_.ki);
-    check(v, "v", caches_.vf, caches_.vi);
-    if (c.dtype == KvDType::kI8) {
+    check(k, "k", caches_.kf, caches_.ki, caches_.k8);
+    check(v, "v", caches_.vf, caches_.vi, caches_.v8);
+    // int8 scales are written with the values; fp8's must be left as set.
+    if (c.dtype == KvDType::kI8 || c.dtype == KvDType::kF8E4M3) {
       const std::vector<float> ks = caches_.dks.Download();
       const std::vector<float> vs = caches_.dvs.Download();
       for (size_t i = 0; i < ks.size(); ++i) {
@@ -531,6 +572,11 @@ class CudaAttentionTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+    // Fresh inputs every run; the seed reproduces a failure.
+    const uint32_t seed = std::random_device{}();
+    rng_.seed(seed);
+    RecordProperty("seed", std::to_string(seed));
+    std::cerr << "seed " << seed << "\n";
   }
 
   // Paged: decode on the leading decodes and prefill on the rest, then
@@ -656,7 +702,8 @@ class CudaAttentionTest : public ::testing::Test {
   }
 
   void CheckAll(Config c) {
-    for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kI8}) {
+    for (KvDType dtype :
+         {KvDType::kF32, KvDType::kBF16, KvDType::kI8, KvDType::kF8E4M3}) {
       c.dtype = dtype;
       for (int round = 0; round < 2; ++round) {
         const Lens lens =
@@ -667,7 +714,7 @@ class CudaAttentionTest : public ::testing::Test {
     }
   }
 
-  std::mt19937 rng_{std::random_device{}()};
+  std::mt19937 rng_;
 };
 
 TEST_F(CudaAttentionTest, Gqa8Over2Dim64) {
@@ -713,7 +760,8 @@ TEST_F(CudaAttentionTest, Softcap) {
   ASSERT_NO_FATAL_FAILURE(CheckAll(c));
   c = MakeConfig(8, 4, 256, 256, 16, /*window=*/700);
   c.softcap = 0.5f;
-  for (KvDType dtype : {KvDType::kF32, KvDType::kBF16, KvDType::kI8}) {
+  for (KvDType dtype :
+       {KvDType::kF32, KvDType::kBF16, KvDType::kI8, KvDType::kF8E4M3}) {
     c.dtype = dtype;
     ASSERT_NO_FATAL_FAILURE(
         CheckPaged(c, {{1500, 1}, {1024, 1}, {3, 1}, {700, 33}, {0, 20}}));
@@ -723,7 +771,7 @@ TEST_F(CudaAttentionTest, Softcap) {
 // Contexts of up to ~1500 positions: three decode partitions.
 TEST_F(CudaAttentionTest, LongDecodeContexts) {
   Config c = MakeConfig(8, 2, 128, 128, 16);
-  for (KvDType dtype : {KvDType::kF32, KvDType::kI8}) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kI8, KvDType::kF8E4M3}) {
     c.dtype = dtype;
     const Lens lens = {{1500, 1}, {1024, 1}, {1023, 1}, {511, 1},
                        {512, 1},  {0, 1},    {700, 33}};
@@ -734,7 +782,7 @@ TEST_F(CudaAttentionTest, LongDecodeContexts) {
 // A sequence computed alone gives bitwise the output it gets in a batch
 // (decode, prefill and static), whatever the batch's maxima and grid.
 TEST_F(CudaAttentionTest, BatchInvariant) {
-  for (KvDType dtype : {KvDType::kF32, KvDType::kI8}) {
+  for (KvDType dtype : {KvDType::kF32, KvDType::kI8, KvDType::kF8E4M3}) {
     Config c = MakeConfig(8, 2, 128, 128, 16, dtype == KvDType::kI8 ? 300 : 0);
     c.dtype = dtype;
     SCOPED_TRACE(c.ToString());
@@ -913,6 +961,23 @@ TEST(CudaAttentionArgsTest, RejectsBadArguments) {
             cudaErrorInvalidValue);
   const int64_t slot = 0;
   EXPECT_EQ(cuda::LaunchStoreKvCache(q, q, 1, &slot, i8, nullptr),
+            cudaErrorInvalidValue);
+  // An fp8 cache without its per-head scales, on every launcher.
+  cuda::DeviceKvLayer fp8 = cache;
+  fp8.dtype = KvDType::kF8E4M3;
+  EXPECT_EQ(cuda::LaunchPrefillAttention(q, 8, fp8, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                         nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchStaticAttention(q, 8, fp8, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                        nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchDecodeAttention(q, 8, fp8, m, 0, 2, 0, 1.0f, 0.0f, out,
+                                        nullptr, ws, nullptr),
+            cudaErrorInvalidValue);
+  EXPECT_EQ(cuda::LaunchStoreKvCache(q, q, 1, &slot, fp8, nullptr),
+            cudaErrorInvalidValue);
+  fp8.v_scale = q;  // One of the two is not enough.
+  EXPECT_EQ(cuda::LaunchStoreKvCache(q, q, 1, &slot, fp8, nullptr),
             cudaErrorInvalidValue);
   EXPECT_EQ(cuda::LaunchStoreKvCache(nullptr, q, 1, &slot, cache, nullptr),
             cudaErrorInvalidValue);

@@ -1,6 +1,9 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/cuda/attention/decode_attention.h"
 #include "kernels/cuda/common/activation.cuh"
@@ -27,6 +30,9 @@ struct SplitParams {
   float* out;
   const void* k;
   const void* v;
+  // fp8: the layer's scales [num_kv_heads]; null for f32 and bf16.
+  const float* k_scale;
+  const float* v_scale;
   const int32_t* query_start_loc;
   const int32_t* seq_lens;
   const int32_t* block_tables;
@@ -61,12 +67,17 @@ __device__ __forceinline__ int32_t KeyRange(const SplitParams& p, int32_t seq,
   return n > first ? static_cast<int32_t>(n - first) : 0;
 }
 
-// 16 bytes of cache elements.
+// One thread's chunk of a cache row: kN elements, kBytes bytes, held as a
+// Chunk (what the ring slot is read as). f32 and bf16: 16 bytes. fp8: 8
+// bytes, so that a row is split across the lanes as bf16's is (kN = 8: the
+// same lanes, sub-warps, registers and ring layout; half the bytes).
 template <typename T>
 struct Vec;
 template <>
 struct Vec<__nv_bfloat16> {
   static constexpr int kN = 8;
+  static constexpr int kBytes = 16;
+  using Chunk = uint4;
   static __device__ __forceinline__ void Widen(const uint4& r, float* x) {
     const uint32_t w[4] = {r.x, r.y, r.z, r.w};
 #pragma unroll
@@ -79,6 +90,8 @@ struct Vec<__nv_bfloat16> {
 template <>
 struct Vec<float> {
   static constexpr int kN = 4;
+  static constexpr int kBytes = 16;
+  using Chunk = uint4;
   static __device__ __forceinline__ void Widen(const uint4& r, float* x) {
     x[0] = __uint_as_float(r.x);
     x[1] = __uint_as_float(r.y);
@@ -86,11 +99,44 @@ struct Vec<float> {
     x[3] = __uint_as_float(r.w);
   }
 };
+template <>
+struct Vec<__nv_fp8_e4m3> {
+  static constexpr int kN = 8;
+  static constexpr int kBytes = 8;
+  using Chunk = uint2;
+  // Eight e4m3 bytes (element i in bits 8i .. 8i + 7, little-endian) to f32,
+  // two at a time through f16 (cvt.rn.f16x2.e4m3x2 on sm_89+): exact, since
+  // every e4m3 value is an f16 and every f16 an f32.
+  static __device__ __forceinline__ void Widen(const uint2& r, float* x) {
+    const uint32_t w[2] = {r.x, r.y};
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const float2 lo = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[i] & 0xffffu), __NV_E4M3)));
+      const float2 hi = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>(w[i] >> 16), __NV_E4M3)));
+      x[4 * i] = lo.x;
+      x[4 * i + 1] = lo.y;
+      x[4 * i + 2] = hi.x;
+      x[4 * i + 3] = hi.y;
+    }
+  }
+};
 
-// cp.async: 16 bytes global -> shared, bypassing L1 (read-once data).
-__device__ __forceinline__ void CopyAsync16(void* smem, const void* gmem) {
+// cp.async of one chunk, global -> shared. 16 bytes bypass L1 (read-once
+// data); 8 bytes (an fp8 chunk) must go through it (.cg takes 16 only).
+template <int kBytes>
+__device__ __forceinline__ void CopyAsync(void* smem, const void* gmem);
+template <>
+__device__ __forceinline__ void CopyAsync<16>(void* smem, const void* gmem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem)
+               : "memory");
+}
+template <>
+__device__ __forceinline__ void CopyAsync<8>(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(s), "l"(gmem)
                : "memory");
 }
 __device__ __forceinline__ void CommitAsync() {
@@ -147,7 +193,9 @@ struct StepIter {
 template <typename T, int kD, int kG>
 __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
     SplitDecodeKernel(const SplitParams p) {
+  using Chunk = typename Vec<T>::Chunk;
   constexpr int kN = Vec<T>::kN;
+  constexpr bool kFp8 = std::is_same<T, __nv_fp8_e4m3>::value;
   constexpr int kLanes = kD / kN;
   static_assert(kLanes <= kWarpSize && kWarpSize % kLanes == 0,
                 "a key row must fit one warp");
@@ -223,8 +271,8 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
           const int64_t slot =
               static_cast<int64_t>(__ldg(table + bi)) * p.block_size + bo;
           const int64_t off = (slot * slot_stride + head_off) * sizeof(T);
-          CopyAsync16(chunk_ptr(st, u), kc + off);
-          CopyAsync16(chunk_ptr(st, kU + u), vc + off);
+          CopyAsync<Vec<T>::kBytes>(chunk_ptr(st, u), kc + off);
+          CopyAsync<Vec<T>::kBytes>(chunk_ptr(st, kU + u), vc + off);
         }
       }
     }
@@ -238,6 +286,10 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
     advance(&pit);
   }
 
+  // fp8: the head's k scale multiplies every q·k sum, so it joins the
+  // score's factor once here; its v scale multiplies the output (below).
+  const float q_mul = kFp8 ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float v_mul = kFp8 ? p.v_scale[kvh] : 1.0f;
   float q[kG][kN];
 #pragma unroll
   for (int g = 0; g < kG; ++g) {
@@ -247,10 +299,10 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
 #pragma unroll
       for (int i = 0; i < kN / 4; ++i) {
         const float4 x = qg[i];
-        q[g][4 * i] = x.x * p.scale_log2;
-        q[g][4 * i + 1] = x.y * p.scale_log2;
-        q[g][4 * i + 2] = x.z * p.scale_log2;
-        q[g][4 * i + 3] = x.w * p.scale_log2;
+        q[g][4 * i] = x.x * q_mul;
+        q[g][4 * i + 1] = x.y * q_mul;
+        q[g][4 * i + 2] = x.z * q_mul;
+        q[g][4 * i + 3] = x.w * q_mul;
       }
     } else {
 #pragma unroll
@@ -278,7 +330,9 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
       valid[u] = it.base + u * kSub + sub < it.end;
-      const uint4 kr = valid[u] ? *chunk_ptr(st, u) : make_uint4(0, 0, 0, 0);
+      const Chunk kr = valid[u]
+                           ? *reinterpret_cast<const Chunk*>(chunk_ptr(st, u))
+                           : Chunk{};
       float kf[kN];
       Vec<T>::Widen(kr, kf);
 #pragma unroll
@@ -324,8 +378,9 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
     }
 #pragma unroll
     for (int u = 0; u < kU; ++u) {
-      const uint4 vr =
-          valid[u] ? *chunk_ptr(st, kU + u) : make_uint4(0, 0, 0, 0);
+      const Chunk vr =
+          valid[u] ? *reinterpret_cast<const Chunk*>(chunk_ptr(st, kU + u))
+                   : Chunk{};
       float vf[kN];
       Vec<T>::Widen(vr, vf);
 #pragma unroll
@@ -380,6 +435,7 @@ __global__ void __launch_bounds__(kThreads, kG <= 4 ? 4 : 3)
             sum = fmaf(wt, s_l[w][g], sum);
             o = fmaf(wt, buf[(w * kHP + gg) * kD + d], o);
           }
+          if (kFp8) o *= v_mul;  // Σ p v_q times the head's v scale.
           const int32_t h = kvh * group + g;
           if (splits == 1) {
             p.out[(row * num_heads + h) * kD + d] = sum > 0.0f ? o / sum : 0.0f;
@@ -480,7 +536,14 @@ cudaError_t DispatchDim(const SplitParams& p, int32_t dim, dim3 grid,
 }  // namespace
 
 bool DecodeAttentionSupported(const DeviceKvLayer& c, int32_t num_heads) {
-  if (c.dtype != KvDType::kF32 && c.dtype != KvDType::kBF16) return false;
+  if (c.dtype != KvDType::kF32 && c.dtype != KvDType::kBF16 &&
+      c.dtype != KvDType::kF8E4M3) {
+    return false;
+  }
+  if (c.dtype == KvDType::kF8E4M3 &&
+      (c.k_scale == nullptr || c.v_scale == nullptr)) {
+    return false;
+  }
   if (c.head_dim != c.head_dim_v) return false;
   if (c.head_dim != 64 && c.head_dim != 128) return false;
   if (c.num_kv_heads <= 0 || num_heads <= 0 ||
@@ -549,6 +612,8 @@ cudaError_t LaunchSplitDecodeAttention(
   p.out = out;
   p.k = cache.k;
   p.v = cache.v;
+  p.k_scale = cache.dtype == KvDType::kF8E4M3 ? cache.k_scale : nullptr;
+  p.v_scale = cache.dtype == KvDType::kF8E4M3 ? cache.v_scale : nullptr;
   p.query_start_loc = m.query_start_loc;
   p.seq_lens = m.seq_lens;
   p.block_tables = m.block_tables;
@@ -585,6 +650,10 @@ cudaError_t LaunchSplitDecodeAttention(
                   static_cast<unsigned>(num_seqs));
   if (cache.dtype == KvDType::kBF16) {
     return DispatchDim<__nv_bfloat16>(p, cache.head_dim, grid, num_seqs,
+                                      stream);
+  }
+  if (cache.dtype == KvDType::kF8E4M3) {
+    return DispatchDim<__nv_fp8_e4m3>(p, cache.head_dim, grid, num_seqs,
                                       stream);
   }
   return DispatchDim<float>(p, cache.head_dim, grid, num_seqs, stream);

@@ -14,10 +14,16 @@
 //
 // Which kernel takes which case (CudaOps::DoDecodeAttention dispatches on
 // DecodeAttentionSupported, and the rule is tested):
-//  - this kernel: an f32 or bf16 cache, head_dim == head_dim_v in {64, 128},
-//    num_heads / num_kv_heads (the GQA group) <= 8;
+//  - this kernel: an f32, bf16 or fp8 cache, head_dim == head_dim_v in
+//    {64, 128}, num_heads / num_kv_heads (the GQA group) <= 8;
 //  - everything else (int8 caches, other head dims, D != Dv, groups > 8) stays
-//    on the old LaunchDecodeAttention (attention_kernels.h).
+//    on the old LaunchDecodeAttention (attention_kernels.h), which takes fp8
+//    too.
+// fp8 (e4m3, per-head scales): each thread copies 8 bytes (8 elements) of a
+// key row and of the value row, so the lanes, sub-warps, registers and ring
+// are bf16's with half the bytes; the bytes are widened in registers
+// (cvt.rn.f16x2.e4m3x2, exact), the head's k scale joins q's prescale and its
+// v scale multiplies the merged output.
 //
 // How: one CTA per (split slot, kv head, sequence) computes all the group's
 // query heads, so each K/V element is read from memory once. Each thread

@@ -2,7 +2,8 @@
 // DecodeAttention) on fresh random batches: lengths 1..9000 (one beyond
 // kDecodeMaxSplits * kDecodeMinSplitKeys keys, so splits grow), GQA groups
 // 1..8 (3: a group below its kernel's), D 64 and 128, block sizes 16, 24 (not
-// a power of two) and 32, sliding windows, f32 and bf16 caches; the cache's
+// a power of two) and 32, sliding windows, f32, bf16 and fp8 caches (fp8:
+// the CPU runs on the same e4m3 bytes and per-head scales); the cache's
 // unused slots are NaN, so a read of a wrong slot fails loudly. Padded
 // sequences (seq_len 0, block table -1: attention_metadata.h, graph-safe steps
 // 2) must come out as zeros. Graph safety: the same launch with a larger
@@ -19,6 +20,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -37,6 +39,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 
 namespace tessera {
@@ -80,17 +83,21 @@ struct Config {
   float softcap = 0.0f;  // 0: none.
   std::string ToString() const {
     return absl::StrCat("heads=", heads, " kv_heads=", kv_heads, " D=", dim,
-                        " block=", block_size, " window=", window,
-                        " cache=", dtype == KvDType::kBF16 ? "bf16" : "f32",
+                        " block=", block_size, " window=", window, " cache=",
+                        dtype == KvDType::kBF16     ? "bf16"
+                        : dtype == KvDType::kF8E4M3 ? "fp8"
+                                                    : "f32",
                         " softcap=", softcap);
   }
 };
 
-cuda::DeviceKvLayer Layer(const Config& c, void* k, void* v,
-                          int64_t num_slots) {
+cuda::DeviceKvLayer Layer(const Config& c, void* k, void* v, int64_t num_slots,
+                          float* k_scale = nullptr, float* v_scale = nullptr) {
   cuda::DeviceKvLayer l;
   l.k = k;
   l.v = v;
+  l.k_scale = k_scale;
+  l.v_scale = v_scale;
   l.dtype = c.dtype;
   l.num_slots = num_slots;
   l.num_kv_heads = c.kv_heads;
@@ -142,7 +149,29 @@ class DecodeStep {
         }
       }
     }
-    if (c.dtype == KvDType::kBF16) {
+    if (c.dtype == KvDType::kF8E4M3) {
+      // e4m3 bytes under per-head scales (not powers of two), as a store
+      // writes them (F32ToFp8E4M3(x / scale), the CUDA store's bits:
+      // attention_kernels_test); unused slots hold NaN's 0x7f. Both sides
+      // read these bytes.
+      for (int32_t h = 0; h < c.kv_heads; ++h) {
+        ks_.push_back(0.3f + 0.4f * static_cast<float>(h % 5));
+        vs_.push_back(1.9f - 0.3f * static_cast<float>(h % 4));
+      }
+      k8_.resize(kf_.size());
+      v8_.resize(vf_.size());
+      for (size_t i = 0; i < kf_.size(); ++i) {
+        const size_t h = (i / c.dim) % c.kv_heads;
+        k8_[i] = F32ToFp8E4M3(kf_[i] / ks_[h]);
+        v8_[i] = F32ToFp8E4M3(vf_[i] / vs_[h]);
+      }
+      dk8_ = std::make_unique<DeviceArray<uint8_t>>(k8_);
+      dv8_ = std::make_unique<DeviceArray<uint8_t>>(v8_);
+      dks_ = std::make_unique<DeviceArray<float>>(ks_);
+      dvs_ = std::make_unique<DeviceArray<float>>(vs_);
+      device_cache_ = Layer(c, dk8_->get(), dv8_->get(), num_slots_,
+                            dks_->get(), dvs_->get());
+    } else if (c.dtype == KvDType::kBF16) {
       std::vector<uint16_t> kb(kf_.size()), vb(vf_.size());
       for (size_t i = 0; i < kf_.size(); ++i) {
         kb[i] = ToBf16Bits(kf_[i]);
@@ -202,6 +231,14 @@ class DecodeStep {
     a.q = TensorView(q_.data(), DType::kF32, {m_.num_tokens, c_.heads, c_.dim});
     a.cache.k = TensorView(kf_.data(), DType::kF32, {num_slots_, kvh, c_.dim});
     a.cache.v = TensorView(vf_.data(), DType::kF32, {num_slots_, kvh, c_.dim});
+    if (c_.dtype == KvDType::kF8E4M3) {  // The CPU's own fp8 cache.
+      a.cache.k =
+          TensorView(k8_.data(), DType::kF8E4M3, {num_slots_, kvh, c_.dim});
+      a.cache.v =
+          TensorView(v8_.data(), DType::kF8E4M3, {num_slots_, kvh, c_.dim});
+      a.cache.k_scale = TensorView(ks_.data(), DType::kF32, {kvh});
+      a.cache.v_scale = TensorView(vs_.data(), DType::kF32, {kvh});
+    }
     a.metadata = &host_view_;
     a.first_seq = 0;
     a.end_seq = real_;
@@ -241,6 +278,10 @@ class DecodeStep {
   HostAttentionMetadata m_;
   AttentionMetadata host_view_;
   std::vector<float> kf_, vf_, q_;
+  std::vector<uint8_t> k8_, v8_;  // fp8: the cache's bytes ...
+  std::vector<float> ks_, vs_;    // ... and per-head scales.
+  std::unique_ptr<DeviceArray<uint8_t>> dk8_, dv8_;
+  std::unique_ptr<DeviceArray<float>> dks_, dvs_;
   std::unique_ptr<DeviceArray<uint16_t>> dk16_, dv16_;
   std::unique_ptr<DeviceArray<float>> dk32_, dv32_, dq_;
   std::unique_ptr<DeviceArray<int32_t>> dqsl_, dctx_, dlens_, dbt_;
@@ -257,12 +298,24 @@ class DecodeAttentionTest : public ::testing::Test {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
   }
 
+  // The fp8 tests draw fresh inputs each run (the others keep their fixed
+  // seed); the seed is printed so that a failure can be reproduced.
+  void FreshSeed() {
+    const uint32_t seed = std::random_device{}();
+    rng_.seed(seed);
+    RecordProperty("seed", std::to_string(seed));
+    std::cerr << "seed " << seed << "\n";
+  }
+
   void Check(const Config& c, std::vector<int64_t> contexts, int32_t padded) {
     SCOPED_TRACE(c.ToString());
     DecodeStep step(c, contexts, padded, rng_);
     const std::vector<float> want = step.Reference();
     const std::vector<float> got = step.Run(0, step.total(), 0);
     const int64_t rf = step.row_floats();
+    // f32 sums against f32 sums of the same values (bf16 and fp8: the CPU
+    // reads the same stored numbers), in another order and base 2 with an
+    // approximate exp2: 2e-4 of the output's scale.
     const float tol = 2e-4f;
     int64_t bad = 0;
     for (int64_t i = 0; i < int64_t{step.real()} * rf; ++i) {
@@ -338,6 +391,22 @@ TEST_F(DecodeAttentionTest, Bf16GroupsAndDims) {
   }
 }
 
+// fp8 (e4m3, per-head scales): every GQA kernel and both dims, contexts of
+// one key, one split and two, padded rows.
+TEST_F(DecodeAttentionTest, Fp8GroupsAndDims) {
+  FreshSeed();
+  for (int32_t dim : {64, 128}) {
+    for (auto [h, kvh] : std::vector<std::pair<int32_t, int32_t>>{
+             {8, 8}, {16, 8}, {32, 8}, {32, 4}, {6, 2}, {64, 8}}) {
+      std::vector<int64_t> ctx = RandomContexts(5, 5000);
+      ctx.push_back(0);
+      ctx.push_back(255);
+      ctx.push_back(256);
+      Check(Make(h, kvh, dim, 16, KvDType::kF8E4M3), ctx, /*padded=*/3);
+    }
+  }
+}
+
 TEST_F(DecodeAttentionTest, F32GroupsAndDims) {
   for (int32_t dim : {64, 128}) {
     for (auto [h, kvh] :
@@ -355,6 +424,12 @@ TEST_F(DecodeAttentionTest, BlockSizesAndWindows) {
     }
   }
   Check(Make(8, 2, 64, 24, KvDType::kF32, 700), RandomContexts(5, 3000), 1);
+  for (int32_t block : {16, 24}) {
+    for (int64_t window : {0, 1, 300}) {
+      Check(Make(16, 4, 128, block, KvDType::kF8E4M3, window),
+            RandomContexts(5, 3000), 1);
+    }
+  }
 }
 
 // Gemma 2's attention logit soft cap, small enough to bind (scaled scores
@@ -374,12 +449,16 @@ TEST_F(DecodeAttentionTest, Softcap) {
   Config c = Make(32, 8, 128, 16, KvDType::kBF16);
   c.softcap = 1.0f;
   Check(c, {8192, 9000, 100, 4095}, 1);
+  c = Make(16, 4, 64, 16, KvDType::kF8E4M3, /*window=*/300);
+  c.softcap = 0.5f;
+  Check(c, RandomContexts(5, 5000), 1);
 }
 
 TEST_F(DecodeAttentionTest, LongContextsGrowTheSplits) {
   // 8193+ keys: splits of 512 and more keys (at most kDecodeMaxSplits).
   Check(Make(32, 8, 128, 16, KvDType::kBF16), {8192, 9000, 100, 4095}, 2);
   Check(Make(8, 1, 64, 32, KvDType::kF32), {8192, 8191, 1}, 0);
+  Check(Make(32, 8, 128, 16, KvDType::kF8E4M3), {8192, 9000, 100, 4095}, 2);
 }
 
 TEST_F(DecodeAttentionTest, OnlyPaddedSequences) {
@@ -392,8 +471,9 @@ TEST_F(DecodeAttentionTest, OnlyPaddedSequences) {
   EXPECT_EQ(bad, 0);
 }
 
-// Through CudaOps::DecodeAttention (the dispatch rule): a bf16 cache of D 128
-// takes the split decode, an f32 cache of D 96 the old kernel; both against
+// Through CudaOps::DecodeAttention (the dispatch rule): a bf16 or fp8 cache of
+// D 128 takes the split decode, an f32 or fp8 cache of D 96 the old kernel
+// (fp8 through the KvCacheLayer's per-head scales); all against
 // CpuOps, after ReserveStepScratch sized the decode workspace for the rank's
 // limits and with a graph's grid bound (the limits' context), so a step at
 // the bound needs no workspace growth.
@@ -418,7 +498,9 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
            {128, DType::kBF16, 0.0f},
            {96, DType::kF32, 0.0f},
            {128, DType::kBF16, 0.7f},
-           {96, DType::kF32, 0.7f}}) {
+           {96, DType::kF32, 0.7f},
+           {128, DType::kF8E4M3, 0.0f},
+           {96, DType::kF8E4M3, 0.7f}}) {
     SCOPED_TRACE(absl::StrCat("D=", dim, " cache=", DTypeName(dtype),
                               " softcap=", softcap));
     const std::vector<int64_t> contexts = {3000, 17, 900, 0, 5000};
@@ -456,6 +538,25 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
     a.q = TensorView(q.data(), DType::kF32, {t, kHeads, dim});
     a.cache.k = TensorView(k.data(), DType::kF32, {slots, kKvHeads, dim});
     a.cache.v = TensorView(v.data(), DType::kF32, {slots, kKvHeads, dim});
+    // fp8: both sides on the same bytes and per-head scales.
+    const bool fp8 = dtype == DType::kF8E4M3;
+    std::vector<uint8_t> k8, v8;
+    std::vector<float> ks, vs;
+    if (fp8) {
+      for (int32_t h = 0; h < kKvHeads; ++h) {
+        ks.push_back(0.6f + 0.3f * static_cast<float>(h));
+        vs.push_back(1.3f - 0.2f * static_cast<float>(h));
+      }
+      for (size_t i = 0; i < k.size(); ++i) {
+        const size_t h = (i / dim) % kKvHeads;
+        k8.push_back(F32ToFp8E4M3(k[i] / ks[h]));
+        v8.push_back(F32ToFp8E4M3(v[i] / vs[h]));
+      }
+      a.cache.k = TensorView(k8.data(), DType::kF8E4M3, {slots, kKvHeads, dim});
+      a.cache.v = TensorView(v8.data(), DType::kF8E4M3, {slots, kKvHeads, dim});
+      a.cache.k_scale = TensorView(ks.data(), DType::kF32, {kKvHeads});
+      a.cache.v_scale = TensorView(vs.data(), DType::kF32, {kKvHeads});
+    }
     a.metadata = &host_view;
     a.end_seq = m.num_seqs;
     a.out = TensorView(want.data(), DType::kF32, {t, kHeads, dim});
@@ -463,8 +564,15 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
     a.softcap = softcap;
     ASSERT_TRUE(CpuOps().DecodeAttention(a).ok());
 
-    auto dk = gpu_->Upload(a.cache.k, dtype);
-    auto dv = gpu_->Upload(a.cache.v, dtype);
+    // fp8 is no Upload dtype: its bytes and scales are copied as they are.
+    const TensorView f32_k(k.data(), DType::kF32, {slots, kKvHeads, dim});
+    const TensorView f32_v(v.data(), DType::kF32, {slots, kKvHeads, dim});
+    auto dk = gpu_->Upload(f32_k, fp8 ? DType::kF32 : dtype);
+    auto dv = gpu_->Upload(f32_v, fp8 ? DType::kF32 : dtype);
+    DeviceArray<uint8_t> dk8(fp8 ? k8 : std::vector<uint8_t>(1));
+    DeviceArray<uint8_t> dv8(fp8 ? v8 : std::vector<uint8_t>(1));
+    DeviceArray<float> dks(fp8 ? ks : std::vector<float>(1));
+    DeviceArray<float> dvs(fp8 ? vs : std::vector<float>(1));
     auto dq = gpu_->Upload(a.q, DType::kF32);
     std::vector<float> nan(q.size(), kNaN);
     auto dout = gpu_->Upload(  // NaN: every row must be written.
@@ -488,6 +596,12 @@ TEST_F(CudaOpsDecodeTest, DispatchMatchesCpu) {
     g.q = dq->view();
     g.cache.k = dk->view();
     g.cache.v = dv->view();
+    if (fp8) {
+      g.cache.k = TensorView(dk8.get(), DType::kF8E4M3, a.cache.k.shape());
+      g.cache.v = TensorView(dv8.get(), DType::kF8E4M3, a.cache.v.shape());
+      g.cache.k_scale = TensorView(dks.get(), DType::kF32, {kKvHeads});
+      g.cache.v_scale = TensorView(dvs.get(), DType::kF32, {kKvHeads});
+    }
     g.metadata = &dm;
     g.out = dout->view();
     const absl::Status st = gpu_->DecodeAttention(g);
@@ -540,6 +654,14 @@ TEST(DecodeAttentionRuleTest, DispatchRule) {
   }
   l.dtype = KvDType::kI8;  // int8 stays on the old kernel.
   EXPECT_FALSE(cuda::DecodeAttentionSupported(l, 32));
+  float scales[8] = {};
+  l.dtype = KvDType::kF8E4M3;  // fp8 needs its scales.
+  EXPECT_FALSE(cuda::DecodeAttentionSupported(l, 32));
+  l.k_scale = l.v_scale = scales;
+  EXPECT_TRUE(cuda::DecodeAttentionSupported(l, 32));
+  EXPECT_TRUE(cuda::DecodeAttentionSupported(l, 64));
+  EXPECT_FALSE(cuda::DecodeAttentionSupported(l, 128));
+  l.k_scale = l.v_scale = nullptr;
   l.dtype = KvDType::kBF16;
   l.head_dim = l.head_dim_v = 96;
   EXPECT_FALSE(cuda::DecodeAttentionSupported(l, 32));

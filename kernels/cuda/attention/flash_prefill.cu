@@ -1,4 +1,6 @@
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <climits>
 #include <cstdint>
@@ -16,8 +18,12 @@ constexpr int kMaxGrid = static_cast<int>(kMaxGridDim);
 struct FlashParams {
   const float* q;
   float* out;
-  const __nv_bfloat16* k;
-  const __nv_bfloat16* v;
+  // __nv_bfloat16, or fp8 (e4m3) bytes.
+  const void* k;
+  const void* v;
+  // fp8: the layer's per-head scales [num_kv_heads]; null for bf16.
+  const float* k_scale;
+  const float* v_scale;
   const int32_t* query_start_loc;
   const int32_t* context_lens;
   const int32_t* seq_lens;  // May be null.
@@ -39,6 +45,26 @@ struct FlashParams {
 
 __device__ __forceinline__ uint32_t SharedAddress(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// Eight e4m3 bytes (element i in bits 8i .. 8i + 7) as eight bf16 in 16
+// bytes, element 0 lowest: exact (e4m3 -> f16 -> f32 -> bf16 loses nothing:
+// every e4m3 value, subnormals included, is a bf16).
+__device__ __forceinline__ uint4 Fp8x8ToBf16x8(uint2 bytes) {
+  const uint32_t w[2] = {bytes.x, bytes.y};
+  uint32_t out[4];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float2 f = __half22float2(__half2(__nv_cvt_fp8x2_to_halfraw2(
+          static_cast<__nv_fp8x2_storage_t>((w[i] >> (16 * h)) & 0xffffu),
+          __NV_E4M3)));
+      const __nv_bfloat162 b = __floats2bfloat162_rn(f.x, f.y);
+      out[2 * i + h] = *reinterpret_cast<const uint32_t*>(&b);
+    }
+  }
+  return make_uint4(out[0], out[1], out[2], out[3]);
 }
 
 // 16 bytes global -> shared, bypassing L1; zero-filled when !valid (the
@@ -109,34 +135,49 @@ __device__ __forceinline__ int Swizzle(int row, int chunk) {
 // reloads them from shared memory at each k step, and every k / v fragment
 // it loads feeds two mma (half the shared-memory traffic per mma).
 
+// kFp8: the cache holds e4m3 bytes. The same kernel then stages each K/V
+// tile's raw bytes with cp.async (double buffered, [2][kBlockN][kD] bytes for
+// k and v each), and once a tile has landed widens it into one bf16 tile
+// ([kBlockN][kD] for k and v each, the layout the bf16 path loads into), so
+// everything after is the bf16 kernel's: the same shared bytes in all. The
+// head's k scale joins the score's factor, its v scale the output's.
 template <int kD, int kWarps, int kMTiles, int kBlockN>
 struct FlashTile {
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kBlockM = kWarps * 16 * kMTiles;
-  static constexpr int kChunks = kD / 8;  // 16-byte chunks a row.
-  // q [kBlockM][kD], then k and v [2][kBlockN][kD] each (bf16).
+  static constexpr int kChunks = kD / 8;    // 16-byte chunks a bf16 row.
+  static constexpr int kChunks8 = kD / 16;  // 16-byte chunks an fp8 row.
+  // q [kBlockM][kD], then k and v [2][kBlockN][kD] each (bf16); fp8: k and v
+  // [kBlockN][kD] each (bf16), then their raw [2][kBlockN][kD] bytes: equal.
   static constexpr size_t kSharedBytes =
       (static_cast<size_t>(kBlockM) * kD + 4 * kBlockN * kD) * 2;
 };
 
-template <int kD, int kWarps, int kMTiles, int kBlockN>
+template <int kD, int kWarps, int kMTiles, int kBlockN, bool kFp8>
 __global__ void __launch_bounds__(kWarps * 32)
     FlashPrefillKernel(const FlashParams p) {
   using Tile = FlashTile<kD, kWarps, kMTiles, kBlockN>;
   constexpr int kThreads = Tile::kThreads;
   constexpr int kBlockM = Tile::kBlockM;
   constexpr int kChunks = Tile::kChunks;
+  constexpr int kChunks8 = Tile::kChunks8;
   constexpr int kDSteps = kD / 16;       // k16 steps of q·kᵀ.
   constexpr int kNBlocks = kBlockN / 8;  // n8 blocks of S.
   constexpr int kOBlocks = kD / 8;       // n8 blocks of O.
   constexpr bool kQInRegisters = kMTiles == 1;
   static_assert((kBlockN * kChunks) % kThreads == 0, "k/v tile split");
   static_assert(kThreads % kChunks == 0, "one chunk column per thread");
+  static_assert((kBlockN * kChunks8) % kThreads == 0, "fp8 k/v tile split");
+  static_assert(kThreads % kChunks8 == 0, "one fp8 chunk column per thread");
 
   extern __shared__ __align__(128) unsigned char smem_raw[];
   __nv_bfloat16* sq = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  __nv_bfloat16* sk = sq + kBlockM * kD;      // [2][kBlockN][kD]
-  __nv_bfloat16* sv = sk + 2 * kBlockN * kD;  // [2][kBlockN][kD]
+  // bf16: [2][kBlockN][kD] each; fp8: [kBlockN][kD] each (the widened tile).
+  __nv_bfloat16* sk = sq + kBlockM * kD;
+  __nv_bfloat16* sv = sk + (kFp8 ? 1 : 2) * kBlockN * kD;
+  // fp8 only: the raw tiles, [2][kBlockN][kD] bytes each.
+  uint8_t* sk8 = reinterpret_cast<uint8_t*>(sv + kBlockN * kD);
+  uint8_t* sv8 = sk8 + 2 * kBlockN * kD;
 
   const int32_t seq = p.first_seq + static_cast<int32_t>(blockIdx.z);
   const int32_t h = blockIdx.y;
@@ -168,29 +209,69 @@ __global__ void __launch_bounds__(kWarps * 32)
       p.block_tables + static_cast<int64_t>(seq) * p.max_blocks_per_seq;
   const int32_t bs = p.block_size;
 
-  // K/V tile of keys [tile, tile + kBlockN) into buffer `buf`; keys past
-  // key_hi are zero (their slots are not read).
+  // K/V tile of keys [tile, tile + kBlockN) into buffer `buf` (fp8: its raw
+  // bytes, widened by widen_kv once landed); keys past key_hi are zero
+  // (their slots are not read).
   const int chunk = tid % kChunks;
+  const int chunk8 = tid % kChunks8;
   auto load_kv = [&](int32_t tile, int buf) {
-    __nv_bfloat16* dk = sk + buf * kBlockN * kD;
-    __nv_bfloat16* dv = sv + buf * kBlockN * kD;
+    if constexpr (kFp8) {
+      uint8_t* dk = sk8 + buf * kBlockN * kD;
+      uint8_t* dv = sv8 + buf * kBlockN * kD;
 #pragma unroll
-    for (int r = tid / kChunks; r < kBlockN; r += kThreads / kChunks) {
-      const int32_t pos = tile + r;
-      const bool valid = pos <= key_hi;
-      const __nv_bfloat16* ksrc = p.k;
-      const __nv_bfloat16* vsrc = p.v;
-      if (valid) {
-        const int64_t slot =
-            static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
-        const int64_t off = (slot * p.num_kv_heads + kvh) * kD + chunk * 8;
-        ksrc += off;
-        vsrc += off;
+      for (int r = tid / kChunks8; r < kBlockN; r += kThreads / kChunks8) {
+        const int32_t pos = tile + r;
+        const bool valid = pos <= key_hi;
+        const uint8_t* ksrc = static_cast<const uint8_t*>(p.k);
+        const uint8_t* vsrc = static_cast<const uint8_t*>(p.v);
+        if (valid) {
+          const int64_t slot =
+              static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
+          const int64_t off = (slot * p.num_kv_heads + kvh) * kD + chunk8 * 16;
+          ksrc += off;
+          vsrc += off;
+        }
+        CpAsync16(dk + r * kD + chunk8 * 16, ksrc, valid);
+        CpAsync16(dv + r * kD + chunk8 * 16, vsrc, valid);
       }
-      CpAsync16(dk + Swizzle<kD>(r, chunk), ksrc, valid);
-      CpAsync16(dv + Swizzle<kD>(r, chunk), vsrc, valid);
+    } else {
+      __nv_bfloat16* dk = sk + buf * kBlockN * kD;
+      __nv_bfloat16* dv = sv + buf * kBlockN * kD;
+#pragma unroll
+      for (int r = tid / kChunks; r < kBlockN; r += kThreads / kChunks) {
+        const int32_t pos = tile + r;
+        const bool valid = pos <= key_hi;
+        const __nv_bfloat16* ksrc = static_cast<const __nv_bfloat16*>(p.k);
+        const __nv_bfloat16* vsrc = static_cast<const __nv_bfloat16*>(p.v);
+        if (valid) {
+          const int64_t slot =
+              static_cast<int64_t>(table[pos / bs]) * bs + pos % bs;
+          const int64_t off = (slot * p.num_kv_heads + kvh) * kD + chunk * 8;
+          ksrc += off;
+          vsrc += off;
+        }
+        CpAsync16(dk + Swizzle<kD>(r, chunk), ksrc, valid);
+        CpAsync16(dv + Swizzle<kD>(r, chunk), vsrc, valid);
+      }
     }
   };
+  // fp8: raw buffer `buf` (landed for every thread) widened into the bf16
+  // tile, 8 elements (one swizzled 16-byte chunk) per step.
+  auto widen_kv = [&](int buf) {
+    const uint8_t* rk = sk8 + buf * kBlockN * kD;
+    const uint8_t* rv = sv8 + buf * kBlockN * kD;
+    for (int i = tid; i < kBlockN * kChunks; i += kThreads) {
+      const int r = i / kChunks;
+      const int c = i % kChunks;
+      *reinterpret_cast<uint4*>(sk + Swizzle<kD>(r, c)) =
+          Fp8x8ToBf16x8(*reinterpret_cast<const uint2*>(rk + r * kD + c * 8));
+      *reinterpret_cast<uint4*>(sv + Swizzle<kD>(r, c)) =
+          Fp8x8ToBf16x8(*reinterpret_cast<const uint2*>(rv + r * kD + c * 8));
+    }
+  };
+  // fp8: q·k sums times the head's k scale, outputs times its v scale.
+  const float score_mul = kFp8 ? p.scale_log2 * p.k_scale[kvh] : p.scale_log2;
+  const float out_mul = kFp8 ? p.v_scale[kvh] : 1.0f;
 
   load_kv(key_lo, 0);
   CpAsyncCommit();
@@ -251,8 +332,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     CpAsyncCommit();
     CpAsyncWait<1>();  // Tile t has landed (for this thread) ...
     __syncthreads();   // ... and for every thread.
-    const __nv_bfloat16* ck = sk + (t & 1) * kBlockN * kD;
-    const __nv_bfloat16* cv = sv + (t & 1) * kBlockN * kD;
+    if constexpr (kFp8) {
+      // The bf16 tile was released by the previous iteration's last barrier.
+      widen_kv(t & 1);
+      __syncthreads();
+    }
+    const __nv_bfloat16* ck = sk + (kFp8 ? 0 : (t & 1) * kBlockN * kD);
+    const __nv_bfloat16* cv = sv + (kFp8 ? 0 : (t & 1) * kBlockN * kD);
 
     // S = q · kᵀ for this warp's rows and the tile's keys.
     float s[kMTiles][kNBlocks][4];
@@ -303,7 +389,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int b = 0; b < kNBlocks; ++b) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          float x = s[mt][b][e] * p.scale_log2;
+          float x = s[mt][b][e] * score_mul;
           if (p.softcap_log2 > 0.0f) x = Softcap(x, p.softcap_log2);
           if (need_mask) {
             const int32_t key = tile + b * 8 + 2 * (lane & 3) + (e & 1);
@@ -389,7 +475,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
     }
-    __syncthreads();  // Buffer t & 1 is free for tile t + 2.
+    // Buffer t & 1 is free for tile t + 2 (fp8: and the bf16 tile for the
+    // next widening).
+    __syncthreads();
   }
 
   // Normalize and write this thread's rows.
@@ -402,7 +490,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const int r = row_in_tile0 + mt * 16 + 8 * i;
       if (r >= rows) continue;
-      const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
+      const float inv = (sum > 0.0f ? 1.0f / sum : 0.0f) * out_mul;
       const int64_t row = static_cast<int64_t>(row_begin) + q0 + r;
       float* dst = p.out + (row * p.num_heads + h) * kD + 2 * (lane & 3);
 #pragma unroll
@@ -415,10 +503,11 @@ __global__ void __launch_bounds__(kWarps * 32)
 }
 
 template <int kD, int kWarps, int kMTiles, int kBlockN>
-cudaError_t Run(const FlashParams& p, int32_t num_seqs, int32_t max_query_len,
-                cudaStream_t stream) {
+cudaError_t Run(const FlashParams& p, bool fp8, int32_t num_seqs,
+                int32_t max_query_len, cudaStream_t stream) {
   using Tile = FlashTile<kD, kWarps, kMTiles, kBlockN>;
-  auto* kernel = &FlashPrefillKernel<kD, kWarps, kMTiles, kBlockN>;
+  auto* kernel = fp8 ? &FlashPrefillKernel<kD, kWarps, kMTiles, kBlockN, true>
+                     : &FlashPrefillKernel<kD, kWarps, kMTiles, kBlockN, false>;
   cudaError_t e =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(Tile::kSharedBytes));
@@ -439,7 +528,10 @@ bool Aligned16(const void* p) {
 
 bool FlashPrefillSupports(const DeviceKvLayer& cache, const float* q,
                           const float* out) {
-  return cache.dtype == KvDType::kBF16 && cache.head_dim == cache.head_dim_v &&
+  const bool dtype_ok = cache.dtype == KvDType::kBF16 ||
+                        (cache.dtype == KvDType::kF8E4M3 &&
+                         cache.k_scale != nullptr && cache.v_scale != nullptr);
+  return dtype_ok && cache.head_dim == cache.head_dim_v &&
          (cache.head_dim == 64 || cache.head_dim == 128) && Aligned16(q) &&
          Aligned16(out) && Aligned16(cache.k) && Aligned16(cache.v);
 }
@@ -468,8 +560,11 @@ cudaError_t LaunchFlashPrefillAttention(
   FlashParams p;
   p.q = q;
   p.out = out;
-  p.k = static_cast<const __nv_bfloat16*>(cache.k);
-  p.v = static_cast<const __nv_bfloat16*>(cache.v);
+  p.k = cache.k;
+  p.v = cache.v;
+  const bool fp8 = cache.dtype == KvDType::kF8E4M3;
+  p.k_scale = fp8 ? cache.k_scale : nullptr;
+  p.v_scale = fp8 ? cache.v_scale : nullptr;
   p.query_start_loc = m.query_start_loc;
   p.context_lens = m.context_lens;
   p.seq_lens = m.seq_lens;
@@ -489,23 +584,23 @@ cudaError_t LaunchFlashPrefillAttention(
   const bool d64 = cache.head_dim == 64;
   switch (tiles) {
     case FlashPrefillTiles::kM64:
-      return d64 ? Run<64, 4, 1, 64>(p, n, len, stream)
-                 : Run<128, 4, 1, 64>(p, n, len, stream);
+      return d64 ? Run<64, 4, 1, 64>(p, fp8, n, len, stream)
+                 : Run<128, 4, 1, 64>(p, fp8, n, len, stream);
     case FlashPrefillTiles::kM128:
-      return d64 ? Run<64, 8, 1, 64>(p, n, len, stream)
-                 : Run<128, 8, 1, 64>(p, n, len, stream);
+      return d64 ? Run<64, 8, 1, 64>(p, fp8, n, len, stream)
+                 : Run<128, 8, 1, 64>(p, fp8, n, len, stream);
     case FlashPrefillTiles::kM128x2N32:
-      return d64 ? Run<64, 4, 2, 32>(p, n, len, stream)
-                 : Run<128, 4, 2, 32>(p, n, len, stream);
+      return d64 ? Run<64, 4, 2, 32>(p, fp8, n, len, stream)
+                 : Run<128, 4, 2, 32>(p, fp8, n, len, stream);
     case FlashPrefillTiles::kM256x2:
-      return d64 ? Run<64, 8, 2, 64>(p, n, len, stream)
-                 : Run<128, 8, 2, 64>(p, n, len, stream);
+      return d64 ? Run<64, 8, 2, 64>(p, fp8, n, len, stream)
+                 : Run<128, 8, 2, 64>(p, fp8, n, len, stream);
     case FlashPrefillTiles::kDefault:
     case FlashPrefillTiles::kM128x2:
       break;
   }
-  return d64 ? Run<64, 4, 2, 64>(p, n, len, stream)
-             : Run<128, 4, 2, 64>(p, n, len, stream);
+  return d64 ? Run<64, 4, 2, 64>(p, fp8, n, len, stream)
+             : Run<128, 4, 2, 64>(p, fp8, n, len, stream);
 }
 
 }  // namespace cuda

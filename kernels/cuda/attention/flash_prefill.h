@@ -1,11 +1,11 @@
 // Prefill attention on the tensor cores (FlashAttention-2 style) for a bf16
-// paged KV cache. Same semantics as LaunchPrefillAttention
-// (attention_kernels.h): causal varlen attention of sequences [first_seq,
-// end_seq) over the cache, which already holds their new keys; context_lens >
-// 0 (chunked prefill) shifts each sequence's queries to positions
-// context_len .. context_len + query_len - 1; GQA (query head h reads kv head
-// h / (num_heads / num_kv_heads)); sliding_window 0 = off, else a query at
-// position p sees max(0, p - window + 1) .. p; `scale` multiplies q·k;
+// or fp8 (e4m3, per-head scales) paged KV cache. Same semantics as
+// LaunchPrefillAttention (attention_kernels.h): causal varlen attention of
+// sequences [first_seq, end_seq) over the cache, which already holds their new
+// keys; context_lens > 0 (chunked prefill) shifts each sequence's queries to
+// positions context_len .. context_len + query_len - 1; GQA (query head h reads
+// kv head h / (num_heads / num_kv_heads)); sliding_window 0 = off, else a query
+// at position p sees max(0, p - window + 1) .. p; `scale` multiplies q·k;
 // softcap 0 = off, else each scaled score s becomes tanh(s / softcap) *
 // softcap (in the kernel's base-2 units: the cap times log2(e)); q
 // [num_tokens, num_heads, D] f32 and out [num_tokens, num_heads, D] f32 (only
@@ -32,10 +32,18 @@
 // mostly on fixed-latency dependencies: latency-bound. Beyond this needs
 // wgmma with a TMA producer warp and two consumer warpgroups (FA3 style).
 //
+// fp8: each K/V tile's raw bytes are staged with cp.async (double buffered)
+// and, once landed, widened into the bf16 tile the rest of the kernel reads
+// (exact: every e4m3 value is a bf16), in the same 96 KB of shared memory;
+// the head's k scale multiplies the scores with `scale`, its v scale the
+// output. So an fp8 result is the bf16 kernel's on the dequantized values,
+// within the same bf16 tolerance of the CPU reference.
+//
 // DISPATCH RULE (CudaOps::DoPrefillAttention and DoStaticAttention): this path
-// runs exactly when FlashPrefillSupports() holds — a bf16 cache with head_dim
-// == head_dim_v in {64, 128} and 16-byte aligned q, out, k and v. Everything
-// else (f32 and int8 caches, other head dims, D != Dv) stays on
+// runs exactly when FlashPrefillSupports() holds — a bf16 cache, or an fp8
+// cache with its scales, with head_dim == head_dim_v in {64, 128} and 16-byte
+// aligned q, out, k and v. Everything else (f32 and int8 caches, other head
+// dims, D != Dv) stays on
 // LaunchPrefillAttention / LaunchStaticAttention in attention_kernels.h. The
 // static layout is the paged one with block_size = capacity and one block per
 // sequence, so the same kernel serves it. LaunchFlashPrefillAttention never

@@ -1,7 +1,8 @@
 // The tensor-core prefill (flash_prefill.h) against the CPU reference
 // (CpuOps::PrefillAttention / StaticAttention) on fresh random varlen batches:
 // query lengths 1..300, contexts 0..700, GQA 1/4/8, D 64/128, block sizes
-// 16/32 and the static layout, sliding windows, both tile shapes. Cache
+// 16/32 and the static layout, sliding windows, every tile shape, bf16 and
+// fp8 (e4m3, per-head scales: the CPU reads the same bytes) caches. Cache
 // slots that hold no position are NaN, so a kernel that reads a wrong slot
 // fails loudly. A padded sequence (seq_len 0) gets zeros. The dispatch rule
 // and the argument checks run without a GPU too. Last, a timing at 8 x 4096
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <numeric>
@@ -35,6 +37,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "runtime/core/dtype.h"
 #include "runtime/core/memory.h"
 
 namespace tessera {
@@ -79,10 +82,11 @@ struct Config {
   int32_t block_size = 16;  // 0: the static layout (one block a sequence).
   int64_t window = 0;
   float softcap = 0.0f;  // 0: none.
+  bool fp8 = false;      // An e4m3 cache (else bf16).
   std::string ToString() const {
     return absl::StrCat("heads=", heads, " kv_heads=", kv_heads, " D=", dim,
                         " block_size=", block_size, " window=", window,
-                        " softcap=", softcap);
+                        " softcap=", softcap, fp8 ? " fp8" : " bf16");
   }
 };
 
@@ -90,7 +94,9 @@ struct Config {
 using Lens = std::vector<std::pair<int64_t, int64_t>>;
 
 // One step on both sides: metadata, a bf16 cache (random where a sequence
-// has a position, NaN elsewhere; the CPU gets its f32 values), random q.
+// has a position, NaN elsewhere; the CPU gets its f32 values) or an fp8 one
+// (e4m3 bytes under per-head scales, the same bytes and scales on the CPU),
+// random q.
 struct Step {
   Step(const Config& c, const Lens& lens, std::mt19937& rng) : config(c) {
     int64_t longest = 0;
@@ -137,6 +143,24 @@ struct Step {
       kb[i] = Bf16Bits(kf[i]);
       vb[i] = Bf16Bits(vf[i]);
     }
+    if (c.fp8) {
+      // Scales that are not powers of two; NaN slots become NaN bytes.
+      for (int32_t h = 0; h < c.kv_heads; ++h) {
+        ks.push_back(0.45f + 0.35f * static_cast<float>(h % 4));
+        vs.push_back(1.6f - 0.25f * static_cast<float>(h % 3));
+      }
+      k8.resize(kf.size());
+      v8.resize(vf.size());
+      for (size_t i = 0; i < kf.size(); ++i) {
+        const size_t h = (i / c.dim) % c.kv_heads;
+        k8[i] = F32ToFp8E4M3(kf[i] / ks[h]);
+        v8[i] = F32ToFp8E4M3(vf[i] / vs[h]);
+      }
+      dk8 = std::make_unique<DeviceArray<uint8_t>>(k8);
+      dv8 = std::make_unique<DeviceArray<uint8_t>>(v8);
+      dks = std::make_unique<DeviceArray<float>>(ks);
+      dvs = std::make_unique<DeviceArray<float>>(vs);
+    }
     q.resize(m.num_tokens * c.heads * c.dim);
     for (float& x : q) x = normal(rng);
     // The kernel's contract rounds q to bf16: so does the reference.
@@ -153,6 +177,13 @@ struct Step {
     cache.k = dk->get();
     cache.v = dv->get();
     cache.dtype = KvDType::kBF16;
+    if (c.fp8) {
+      cache.k = dk8->get();
+      cache.v = dv8->get();
+      cache.k_scale = dks->get();
+      cache.v_scale = dvs->get();
+      cache.dtype = KvDType::kF8E4M3;
+    }
     cache.num_slots = num_slots;
     cache.num_kv_heads = c.kv_heads;
     cache.head_dim = c.dim;
@@ -186,6 +217,14 @@ struct Step {
         TensorView(kf.data(), DType::kF32, {num_slots, c.kv_heads, c.dim});
     a.cache.v =
         TensorView(vf.data(), DType::kF32, {num_slots, c.kv_heads, c.dim});
+    if (c.fp8) {  // The CPU's own fp8 cache.
+      a.cache.k =
+          TensorView(k8.data(), DType::kF8E4M3, {num_slots, c.kv_heads, c.dim});
+      a.cache.v =
+          TensorView(v8.data(), DType::kF8E4M3, {num_slots, c.kv_heads, c.dim});
+      a.cache.k_scale = TensorView(ks.data(), DType::kF32, {c.kv_heads});
+      a.cache.v_scale = TensorView(vs.data(), DType::kF32, {c.kv_heads});
+    }
     a.metadata = &view;
     a.first_seq = 0;
     a.end_seq = m.num_seqs;
@@ -206,6 +245,10 @@ struct Step {
   int64_t num_slots = 0;
   HostAttentionMetadata m;
   std::vector<float> kf, vf, q, q_rounded;
+  std::vector<uint8_t> k8, v8;  // fp8: the cache's bytes and scales.
+  std::vector<float> ks, vs;
+  std::unique_ptr<DeviceArray<uint8_t>> dk8, dv8;
+  std::unique_ptr<DeviceArray<float>> dks, dvs;
   std::unique_ptr<DeviceArray<uint16_t>> dk, dv;
   std::unique_ptr<DeviceArray<float>> dq;
   std::unique_ptr<DeviceArray<int32_t>> dqsl, dctx, dseq, dtables;
@@ -216,6 +259,9 @@ struct Step {
 // bf16 tolerance: q and P are rounded to bf16 (8 bits of mantissa), so an
 // output can be off by ~2^-8 of the values it averages; the mean error must
 // stay far below what one wrongly masked key among a few hundred would give.
+// fp8 caches are held to the same: the kernel widens their bytes exactly to
+// bf16 and applies the scales in f32, so only q and P are rounded, as for
+// bf16, against the CPU's f32 sums over the same dequantized values.
 void ExpectClose(const std::vector<float>& got, const std::vector<float>& want,
                  const std::string& what) {
   ASSERT_EQ(got.size(), want.size());
@@ -251,6 +297,15 @@ class FlashPrefillTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+
+  // The fp8 tests draw fresh inputs each run (the others keep their fixed
+  // seed); the seed is printed so that a failure can be reproduced.
+  void FreshSeed() {
+    const uint32_t seed = std::random_device{}();
+    rng_.seed(seed);
+    RecordProperty("seed", std::to_string(seed));
+    std::cerr << "seed " << seed << "\n";
   }
 
   void Check(Config c) {
@@ -343,6 +398,39 @@ TEST_F(FlashPrefillTest, Dim128StaticLayoutSoftcap) {
   Check(c);
 }
 
+// fp8 caches: both dims, GQA, paged and static, windows, a soft cap, every
+// tile shape (Check runs them all).
+Config Fp8(Config c) {
+  c.fp8 = true;
+  return c;
+}
+TEST_F(FlashPrefillTest, Fp8Dim64NoGqaBlock16) {
+  FreshSeed();
+  Check(Fp8(Make(4, 4, 64, 16)));
+}
+TEST_F(FlashPrefillTest, Fp8Dim128Gqa4Block32) {
+  FreshSeed();
+  Check(Fp8(Make(8, 2, 128, 32)));
+}
+TEST_F(FlashPrefillTest, Fp8Dim128Gqa8Block16Window) {
+  FreshSeed();
+  Check(Fp8(Make(8, 1, 128, 16, 37)));
+}
+TEST_F(FlashPrefillTest, Fp8Dim64Gqa8Block32Window) {
+  FreshSeed();
+  Check(Fp8(Make(16, 2, 64, 32, 100)));
+}
+TEST_F(FlashPrefillTest, Fp8Dim128StaticLayout) {
+  FreshSeed();
+  Check(Fp8(Make(8, 2, 128, 0)));
+}
+TEST_F(FlashPrefillTest, Fp8Dim64StaticLayoutWindowSoftcap) {
+  FreshSeed();
+  Config c = Fp8(Make(4, 4, 64, 0, 64));
+  c.softcap = 2.0f;
+  Check(c);
+}
+
 TEST_F(FlashPrefillTest, PaddedSequenceGetsZeros) {
   const Config c = Make(8, 2, 128, 16);
   Step step(c, Lens{{30, 40}, {0, 1}, {5, 70}}, rng_);
@@ -399,6 +487,17 @@ TEST(FlashPrefillDispatchTest, SupportsExactlyBf16Dim64And128) {
     c.dtype = d;
     EXPECT_FALSE(cuda::FlashPrefillSupports(c, q, q));
   }
+  // fp8 with its per-head scales, at the same dims.
+  static float scales[2];
+  c.dtype = KvDType::kF8E4M3;
+  EXPECT_FALSE(cuda::FlashPrefillSupports(c, q, q));  // No scales.
+  c.k_scale = c.v_scale = scales;
+  for (int d : {64, 128}) {
+    c.head_dim = c.head_dim_v = d;
+    EXPECT_TRUE(cuda::FlashPrefillSupports(c, q, q)) << d;
+  }
+  c.head_dim = c.head_dim_v = 96;
+  EXPECT_FALSE(cuda::FlashPrefillSupports(c, q, q));
 }
 
 // Unsupported cases and bad arguments are refused, never run another way.
@@ -474,6 +573,14 @@ class CudaOpsDispatchTest : public testing_cuda::CudaOpsFixture {
                            {step.num_slots, c.kv_heads, c.dim});
     a.cache.v = TensorView(step.dv->get(), DType::kBF16,
                            {step.num_slots, c.kv_heads, c.dim});
+    if (c.fp8) {
+      a.cache.k = TensorView(step.dk8->get(), DType::kF8E4M3,
+                             {step.num_slots, c.kv_heads, c.dim});
+      a.cache.v = TensorView(step.dv8->get(), DType::kF8E4M3,
+                             {step.num_slots, c.kv_heads, c.dim});
+      a.cache.k_scale = TensorView(step.dks->get(), DType::kF32, {c.kv_heads});
+      a.cache.v_scale = TensorView(step.dvs->get(), DType::kF32, {c.kv_heads});
+    }
     a.metadata = &md;
     a.first_seq = 0;
     a.end_seq = step.m.num_seqs;
@@ -504,6 +611,11 @@ class CudaOpsDispatchTest : public testing_cuda::CudaOpsFixture {
     if (want_flash) {
       EXPECT_NE(std::memcmp(got.data(), o.data(), got.size() * 4), 0);
       ExpectClose(got, want, "CudaOps");
+    } else if (c.fp8) {
+      // The older kernel reads the unrounded q, the reference the rounded
+      // one: within the bf16 tolerance (attention_kernels_test holds the
+      // older kernel's fp8 path to 1e-4 of the CPU on the same q).
+      ExpectClose(got, want, "CudaOps, older kernel on fp8");
     }
   }
 
@@ -518,6 +630,12 @@ TEST_F(CudaOpsDispatchTest, Bf16Dim64WindowTakesTensorCores) {
 }
 TEST_F(CudaOpsDispatchTest, Bf16Dim96TakesTheOlderKernel) {
   Run(Make(4, 2, 96, 16, 0), /*want_flash=*/false);
+}
+TEST_F(CudaOpsDispatchTest, Fp8Dim128TakesTensorCores) {
+  Run(Fp8(Make(8, 2, 128, 16, 0)), /*want_flash=*/true);
+}
+TEST_F(CudaOpsDispatchTest, Fp8Dim96TakesTheOlderKernel) {
+  Run(Fp8(Make(4, 2, 96, 16, 0)), /*want_flash=*/false);
 }
 TEST_F(CudaOpsDispatchTest, SoftcapReachesBothKernels) {
   Config c = Make(8, 2, 128, 16, 0);
