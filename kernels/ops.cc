@@ -89,6 +89,22 @@ absl::Status Ops::Linear(const TensorView& x, const WeightView& weight,
       [&] { return DoLinear(x, weight, bias, out); });
 }
 
+absl::StatusOr<Weight> Ops::QuantizeWeightFp8(const TensorView& weight) {
+  if (weight.shape().rank() != 2 ||
+      (weight.dtype() != DType::kF32 && weight.dtype() != DType::kBF16)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "QuantizeWeightFp8: the weight is ", DTypeName(weight.dtype()), " ",
+        weight.shape().ToString(), ", expected f32 or bf16 [N, K]"));
+  }
+  return DoQuantizeWeightFp8(weight);
+}
+
+absl::StatusOr<Weight> Ops::DoQuantizeWeightFp8(const TensorView&) {
+  return absl::UnimplementedError(
+      "QuantizeWeightFp8 needs a backend with fp8 products (the CUDA "
+      "backend)");
+}
+
 absl::Status Ops::Rope(const TensorView& x, const TensorView& positions,
                        const TensorView& inv_freq) {
   RETURN_IF_ERROR(CheckRope(x, positions, inv_freq));

@@ -26,11 +26,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/device.h"
@@ -426,6 +428,15 @@ class Ops : public Device {
   absl::Status Linear(const TensorView& x, const WeightView& weight,
                       const TensorView* bias, const TensorView& out);
 
+  // Online fp8 quantization of a weight (`--quantization fp8`): weight f32 or
+  // bf16 [N, K] in this backend's memory -> a new Weight of f8_e4m3 data
+  // [N, K] with a kPerChannel scale f32 [N], scale[n] = max |weight[n, :]| /
+  // 448 (1 for an all-zero row) and data = F32ToFp8E4M3(weight / scale)
+  // (runtime/core/dtype.h), activations kDynamicPerToken. The source may be
+  // freed when this returns. InvalidArgument for any other dtype or rank;
+  // Unimplemented on a backend without fp8 products (only CUDA has them).
+  absl::StatusOr<Weight> QuantizeWeightFp8(const TensorView& weight);
+
   // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
   // layout: for each head, element i pairs with i + D/2 and rotates by
   // positions[t] * inv_freq[i]. x [T, heads, D], positions kI32 [T] (a step
@@ -577,6 +588,8 @@ class Ops : public Device {
   virtual absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                                 const TensorView* bias,
                                 const TensorView& out) = 0;
+  // Unimplemented unless a backend has fp8 products.
+  virtual absl::StatusOr<Weight> DoQuantizeWeightFp8(const TensorView& weight);
   virtual absl::Status DoRope(const TensorView& x, const TensorView& positions,
                               const TensorView& inv_freq) = 0;
   virtual absl::Status DoBiasAdd(const TensorView& x,
