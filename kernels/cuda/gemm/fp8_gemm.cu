@@ -26,15 +26,26 @@ constexpr int kPlain = 0;
 constexpr int kGatedSilu = 1;
 constexpr int kGatedGeluTanh = 2;
 
-// Rows of w each warp computes and chunks of each row a lane has in flight.
-// Every tile keeps 8 loads (128 bytes) in flight per lane. More rows for
-// more x rows keep the x traffic (from L1) near the weights': a warp reads
-// 4 T bytes of x per R bytes of weights.
+// Rows of w each warp computes and chunks of each row a lane has in flight:
+// 8 loads (128 bytes) per lane. Measured on an H200 (decode shapes of
+// Llama-3-8B): at 1-2 rows 4 rows of 2 chunks beat 2 of 4 by ~25%; from 3
+// rows on, 8 rows of 1 chunk beat 4 of 2 (a warp reads 4 T bytes of x from
+// L1 per R bytes of weights, so more rows keep the x traffic down).
 template <int T>
 struct Tile {
-  static constexpr int kRows = T <= 2 ? 2 : (T <= 4 ? 4 : 8);
-  static constexpr int kUnroll = T <= 2 ? 4 : (T <= 4 ? 2 : 1);
+  static constexpr int kRows = T <= 2 ? 4 : 8;
+  static constexpr int kUnroll = T <= 2 ? 2 : 1;
 };
+
+// A 16-byte load of weights, which no kernel writes: the non-coherent path,
+// and not kept in L1, which holds the x rows every warp re-reads.
+__device__ __forceinline__ uint4 LoadWeights(const uint4* p) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
 
 // Four e4m3 values (one 32-bit word, lowest byte first) -> f32, exactly: the
 // hardware widens pairs to f16 (every e4m3 value, NaN included, is an f16
@@ -65,7 +76,7 @@ __device__ __forceinline__ void Fma4(const float4& x, const float (&w)[4],
 // order. With block scales (s[r], the chunk's block's scale of row r) the
 // chunk's 16-term sum is formed first and added times s[r] — except where
 // those partial sums would not fit in registers beside everything else
-// (more than 4 rows of x, kScaleWeights): there each widened weight is
+// (more than 8 rows x columns, kScaleWeights): there each widened weight is
 // multiplied by s[r] instead (one more rounding per product, 2^-24 relative).
 //
 // x is read with plain (coherent) loads, never the non-coherent path: under
@@ -76,7 +87,7 @@ __device__ __forceinline__ void Accumulate(const float* x, int64_t k, int64_t c,
                                            const uint4 (&wv)[R],
                                            const float (&s)[R],
                                            float (&acc)[R][T]) {
-  constexpr bool kScaleWeights = kBlock && T > 4;
+  constexpr bool kScaleWeights = kBlock && R * T > 8;
   constexpr bool kPartial = kBlock && !kScaleWeights;
   float part[kPartial ? R : 1][kPartial ? T : 1];
   if constexpr (kPartial) {
@@ -180,8 +191,8 @@ __global__ void __launch_bounds__(kThreads)
     const int64_t c = first_chunk + u * kStride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      first[u][r] =
-          valid[r] && c < chunks ? __ldg(rows[r] + c) : make_uint4(0, 0, 0, 0);
+      first[u][r] = valid[r] && c < chunks ? LoadWeights(rows[r] + c)
+                                           : make_uint4(0, 0, 0, 0);
       first_s[u][r] = 0.0f;
     }
     if (c < chunks) load_scales(c, first_s[u]);
@@ -210,7 +221,7 @@ __global__ void __launch_bounds__(kThreads)
     for (int u = 0; u < U; ++u) {
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        wv[u][r] = valid[r] ? __ldg(rows[r] + c + u * kStride)
+        wv[u][r] = valid[r] ? LoadWeights(rows[r] + c + u * kStride)
                             : make_uint4(0, 0, 0, 0);
         sv[u][r] = 0.0f;
       }
@@ -226,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
     float sv[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      wv[r] = valid[r] ? __ldg(rows[r] + c) : make_uint4(0, 0, 0, 0);
+      wv[r] = valid[r] ? LoadWeights(rows[r] + c) : make_uint4(0, 0, 0, 0);
       sv[r] = 0.0f;
     }
     load_scales(c, sv);
@@ -268,7 +279,8 @@ __global__ void __launch_bounds__(kThreads)
   for (int r = 0; r < R; ++r) {
     channel[r] = !kBlock && valid[r] ? __ldg(sa.scale + w_row[r]) : 1.0f;
   }
-  // Lane j * T + t writes output column j, row t.
+  // Lane (j * T + t) % 32 writes output column j, row t (every lane holds
+  // every sum; kCols * T is up to 64).
 #pragma unroll
   for (int j = 0; j < kCols; ++j) {
     const int64_t col = col0 + j;
@@ -290,19 +302,22 @@ __global__ void __launch_bounds__(kThreads)
           s = __fmul_rn(GeluTanh(s), u);
         }
       }
-      if (lane == j * T + t && valid[j]) out[t * n + col] = s;
+      if (lane == (j * T + t) % 32 && valid[j]) out[t * n + col] = s;
     }
   }
 }
 
 // Whether a product of n output columns (cols_per_warp a warp) splits k: when
-// its own-columns layout would give fewer than kSplitBelowWarps warps (about
-// 8 per SM of an H200). It depends on n alone, so a shape's results are
-// bitwise repeatable, and the gated form (n / 2 outputs of 2 rows each) makes
-// the same choice as the plain product of its 2n rows.
-constexpr int64_t kSplitBelowWarps = 1024;
-bool UseSplit(int64_t n, int cols_per_warp) {
-  return (n + cols_per_warp - 1) / cols_per_warp < kSplitBelowWarps;
+// its own-columns layout would give fewer than 1024 warps (about 8 per SM of
+// an H200), too few loads in flight, or fewer than 4096 with rows of 8192 or
+// more weights (a warp's work then runs long: measured on an H200, Llama's
+// down projection, 4096 x 14336, went from 2.3 to 3.2 TB/s at 1 row, while
+// 4096-long rows lost ~5%). It depends on n and k alone, so a shape's results
+// are bitwise repeatable, and the gated form (n / 2 outputs of 2 rows each)
+// makes the same choice as the plain product of its 2n rows.
+bool UseSplit(int64_t n, int cols_per_warp, int64_t k) {
+  const int64_t warps = (n + cols_per_warp - 1) / cols_per_warp;
+  return warps < 1024 || (warps < 4096 && k >= 8192);
 }
 
 template <int T, int kAct, bool kBlock>
@@ -310,7 +325,7 @@ cudaError_t Launch(int64_t n, int64_t k, const float* x, const uint4* w,
                    const ScaleArg& sa, const float* bias, float* out,
                    cudaStream_t stream) {
   constexpr int kCols = kAct != kPlain ? Tile<T>::kRows / 2 : Tile<T>::kRows;
-  if (UseSplit(n, kCols)) {
+  if (UseSplit(n, kCols, k)) {
     const dim3 grid(static_cast<unsigned>((n + kCols - 1) / kCols));
     return LaunchPdl(Fp8SkinnyKernel<T, kAct, true, kBlock>, grid,
                      dim3(kThreads), 0, stream, x, w, sa, bias, out, n, k);
