@@ -26,11 +26,13 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kernels/attention_metadata.h"
 #include "kernels/device.h"
@@ -441,12 +443,13 @@ class Ops : public Device {
   absl::Status Linear(const TensorView& x, const WeightView& weight,
                       const TensorView* bias, const TensorView& out);
 
-  // An unquantized matrix [N, K] (bf16 or f32, in the backend's memory) as an
-  // fp8 Weight in the backend's memory (--quantization fp8): per output
-  // channel, scale[n] = max_k |w[n, k]| / 448 (1 for an all-zero row) and
-  // data = e4m3(w / scale) rounded to nearest even (F32ToFp8E4M3);
-  // kPerChannel, dynamic per-token activations. Unimplemented on a backend
-  // without fp8 products.
+  // Online fp8 quantization of a weight (`--quantization fp8`): weight f32 or
+  // bf16 [N, K] in this backend's memory -> a new Weight of f8_e4m3 data
+  // [N, K] with a kPerChannel scale f32 [N], scale[n] = max |weight[n, :]| /
+  // 448 (1 for an all-zero row) and data = F32ToFp8E4M3(weight / scale)
+  // (runtime/core/dtype.h), activations kDynamicPerToken. The source may be
+  // freed when this returns. InvalidArgument for any other dtype or rank;
+  // Unimplemented on a backend without fp8 products (only CUDA has them).
   absl::StatusOr<Weight> QuantizeWeightFp8(const TensorView& weight);
 
   // Rotary position embedding in place, "rotate half" (GPT-NeoX / Hugging Face)
@@ -603,7 +606,7 @@ class Ops : public Device {
   virtual absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                                 const TensorView* bias,
                                 const TensorView& out) = 0;
-  // By default Unimplemented (no fp8 products).
+  // Unimplemented unless a backend has fp8 products.
   virtual absl::StatusOr<Weight> DoQuantizeWeightFp8(const TensorView& weight);
   virtual absl::Status DoRope(const TensorView& x, const TensorView& positions,
                               const TensorView& inv_freq) = 0;

@@ -1,15 +1,41 @@
 // CudaOps: the op set on one NVIDIA GPU. Activations are f32 on the device;
-// weight matrices are bf16 (default) or f32 (the golden mode), and matrix
-// products run through cuBLASLt (gemm/gemm_plans.h; bf16 inputs, f32
-// accumulation and output; or f32 throughout, without TF32). Every op is
-// enqueued on the backend's one stream, in order; CopyToHost synchronizes.
+// weight matrices are bf16 (default), f32 (the golden mode) or f8_e4m3 with a
+// scale (ops.h WeightView), and matrix products run through cuBLASLt
+// (gemm/gemm_plans.h; bf16 inputs, f32 accumulation and output; or f32
+// throughout, without TF32) or the skinny kernels. Every op is enqueued on
+// the backend's one stream, in order; CopyToHost synchronizes.
+//
+// fp8 weights (Linear, GatedLinear):
+//  - 1..8 rows (decode): the skinny weight-only kernel (gemm/fp8_gemm.h; x
+//    kept in f32, the weights widened, per-channel or block scales; the gated
+//    forms fused), or the tensor-core path where timing both on the shape's
+//    first product says it is faster (ChooseLinearPath; a shape first seen
+//    while capturing takes the skinny kernel). Timing rather than a fixed
+//    threshold because the crossover depends on n, k and the row count, and
+//    the machinery (decided at warm-up, kept) is the bf16 one.
+//  - Otherwise the tensor-core path: x quantized to e4m3 as weight.activations
+//    says (per token, static, or per 1x128 group) into the reserved GEMM input
+//    scratch, then GemmPlans::MatmulFp8 (per-channel weights: per-token x
+//    scales, OUTER_VEC; block weights: 1x128 x 128x128, VEC128/BLK128x128, B
+//    = 128 only), then the bias. Block weights' scales whose rows are not a
+//    multiple of 4 long are padded into a reserved 1 MiB scratch first;
+//    cuBLASLt takes block-scaled products in multiples of 4 rows, so the last
+//    t % 4 rows go through the skinny kernel. What neither path takes (K % 16
+//    != 0, N % 4 != 0 beyond 8 rows, per-channel weights with per-block
+//    activations, a block other than 128 beyond 8 rows) is Unimplemented,
+//    naming the reason; there is no silent fallback.
+//  - QuantizeWeightFp8 quantizes a bf16/f32 weight per channel on the device.
+//  - Upload takes f8_e4m3 host data as bytes (dtype kF8E4M3) or widens it
+//    exactly (f32, bf16). Embedding tables and expert weights are not fp8
+//    (InvalidArgument / Unimplemented).
 //
 // Memory: weights (Upload), the model's scratch and the KV cache come from the
 // PinnableBlockAllocator given at creation (over a CudaMemorySource), and so
 // do step buffers (NewUploadBuffer: device memory beside a page-locked host
 // staging block, which is the only memory not from the allocator, made at
-// build time). The ops' own scratch (the bf16 copy of a GEMM input, the
-// cuBLASLt workspace, the split-K workspace of decode attention, the
+// build time). The ops' own scratch (the bf16 or e4m3 copy of a GEMM input
+// with its scales, the cuBLASLt workspace, the fp8 paths' scale padding and
+// bf16-output chunk buffers, the split-K workspace of decode attention, the
 // sampler's buffers) also comes from it: ReserveStepScratch sizes it once for
 // the rank's largest step, after which those buffers never grow (a step that
 // would need more fails), so no step allocates. Step arrays (ids, rows,
@@ -95,6 +121,9 @@ class CudaOps final : public Ops {
                             const TensorView& out) override;
   absl::Status DoLinear(const TensorView& x, const WeightView& weight,
                         const TensorView* bias, const TensorView& out) override;
+  // gemm/fp8_gemm.h's weight quantization into new device tensors; waits for
+  // it (the source may be freed afterwards).
+  absl::StatusOr<Weight> DoQuantizeWeightFp8(const TensorView& weight) override;
   absl::Status DoRope(const TensorView& x, const TensorView& positions,
                       const TensorView& inv_freq) override;
   absl::Status DoBiasAdd(const TensorView& x, const TensorView& bias) override;
@@ -108,8 +137,9 @@ class CudaOps final : public Ops {
   // One kernel each (fused_kernels.h); QkvRopeStore takes head_dim <=
   // cuda::kMaxFusedHeadDim (InvalidArgument above it).
   // One skinny kernel (gemm/skinny_gemm.h: LaunchSkinnyGatedSilu, or
-  // LaunchSkinnyGatedGeluTanh for GeGLU) where Linear would take the skinny
-  // path for the gate/up product; otherwise the two ops.
+  // LaunchSkinnyGatedGeluTanh for GeGLU; gemm/fp8_gemm.h's for fp8 weights)
+  // where Linear would take the skinny path for the gate/up product;
+  // otherwise the two ops.
   absl::Status DoGatedLinear(GatedActivationKind kind, const TensorView& x,
                              const WeightView& gate_up, const TensorView* bias,
                              const TensorView& gate_up_scratch,
@@ -141,7 +171,9 @@ class CudaOps final : public Ops {
   // Device buffers of the ops themselves: grown on first use until
   // ReserveStepScratch sizes them, fixed afterwards.
   enum Buffer {
-    kGemmInput,
+    kGemmInput,      // The bf16 copy of x, or its e4m3 copy and scales.
+    kFp8ScalePad,    // A block weight scale with rows padded to 4s.
+    kFp8Bf16Output,  // A bf16-output fp8 product's chunks (gemm_plans.h).
     kDecodeWorkspace,
     kGemmWorkspace,
     kSampleParams,
@@ -162,33 +194,48 @@ class CudaOps final : public Ops {
 
   CudaOps(int device, PinnableBlockAllocator* allocator);
 
-  // Linear's two ways to a bf16 product: the skinny kernel
-  // (gemm/skinny_gemm.h: a few rows, f32 input read directly, bias fused) and
-  // cuBLASLt (input cast to bf16, bias added after). Where the skinny kernel
-  // applies, the faster of the two on that shape (t, n, k, bias) is chosen by
-  // timing both on the first product of the shape — the rank's warm-up, so
-  // at load — and kept; a shape first seen while a graph is captured runs
-  // through cuBLASLt and is decided on its next eager product.
+  // Linear's two ways to a bf16 or fp8 product: the skinny kernel
+  // (gemm/skinny_gemm.h, gemm/fp8_gemm.h: a few rows, f32 input read
+  // directly, bias fused) and cuBLASLt (input cast to bf16 or quantized to
+  // e4m3, bias added after). Where both apply, the faster of the two on that
+  // shape (t, n, k, bias, weight format) is chosen by timing both on the
+  // first product of the shape — the rank's warm-up, so at load — and kept; a
+  // shape first seen while a graph is captured runs through cuBLASLt (bf16)
+  // or the skinny kernel (fp8, which always applies there) and is decided on
+  // its next eager product.
   enum class LinearPath { kSkinny, kCublasLt };
   struct LinearKey {
     int64_t t, n, k;
     bool bias;
+    int32_t format;  // The weight's dtype, scale kind and activation scaling.
     bool operator==(const LinearKey& o) const {
-      return t == o.t && n == o.n && k == o.k && bias == o.bias;
+      return t == o.t && n == o.n && k == o.k && bias == o.bias &&
+             format == o.format;
     }
     template <typename H>
     friend H AbslHashValue(H h, const LinearKey& key) {
-      return H::combine(std::move(h), key.t, key.n, key.k, key.bias);
+      return H::combine(std::move(h), key.t, key.n, key.k, key.bias,
+                        key.format);
     }
   };
   absl::StatusOr<LinearPath> ChooseLinearPath(const TensorView& x,
-                                              const TensorView& weight,
+                                              const WeightView& weight,
                                               const TensorView* bias,
                                               const TensorView& out);
-  absl::Status SkinnyLinear(const TensorView& x, const TensorView& weight,
+  absl::Status SkinnyLinear(const TensorView& x, const WeightView& weight,
                             const TensorView* bias, const TensorView& out);
-  absl::Status CublasLtLinear(const TensorView& x, const TensorView& weight,
+  absl::Status CublasLtLinear(const TensorView& x, const WeightView& weight,
                               const TensorView* bias, const TensorView& out);
+  // fp8 weights: the choice between the two (see the top of this file), and
+  // the tensor-core path (quantize x, MatmulFp8, bias, block tail rows).
+  absl::Status Fp8Linear(const TensorView& x, const WeightView& weight,
+                         const TensorView* bias, const TensorView& out);
+  absl::Status Fp8CublasLtLinear(const TensorView& x, const WeightView& weight,
+                                 const TensorView* bias, const TensorView& out);
+  absl::Status Fp8GatedLinear(GatedActivationKind kind, const TensorView& x,
+                              const WeightView& gate_up, const TensorView* bias,
+                              const TensorView& gate_up_scratch,
+                              const TensorView& out);
 
   // A buffer of at least `bytes`: reallocated (contents lost) when smaller and
   // not reserved; FailedPrecondition when smaller and reserved.

@@ -1,5 +1,9 @@
 // CudaOps against the CPU reference (CpuOps) on fresh random inputs: the
-// cuBLASLt matrix products (f32, and bf16 weights with f32 accumulation), the
+// cuBLASLt matrix products (f32, and bf16 weights with f32 accumulation), fp8
+// weights (Linear and GatedLinear at few and many rows, per-channel and block
+// scales, every activation scaling, against host references from the same
+// e4m3 bytes; QuantizeWeightFp8; fp8 uploads; the refusals; no allocation
+// after ReserveStepScratch; capture and replay), the
 // bf16 embedding, the fused residual norm, the vocabulary shard concatenation,
 // row gathers, uploads, Sample (greedy = argmax, log-probabilities =
 // log-softmax, top-n best first) and graph capture and replay. Skips without
@@ -20,6 +24,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/testing/cuda_ops_fixture.h"
 #include "kernels/cuda/testing/device_array.h"
+#include "kernels/cuda/testing/fp8_reference.h"
 #include "kernels/testing/step_arrays.h"
 #include "runtime/core/status.h"
 
@@ -166,14 +171,15 @@ TEST_F(CudaOpsTest, StackRowsCopiesOnTheDevice) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(CudaOpsTest, LinearRefusesAScaledWeight) {
+TEST_F(CudaOpsTest, LinearRefusesAScaledF32Weight) {
   Tensor dx = Device(Random({2, 4})), dw = Device(Random({3, 4}));
   Tensor dscale = Device(Random({3})), out = DeviceEmpty({2, 3});
   WeightView scaled = dw;
+  scaled.scale_kind = WeightScaleKind::kPerChannel;
   scaled.scale = dscale.view();
   const absl::Status st = gpu_->Linear(dx.view(), scaled, nullptr, out.view());
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
-  EXPECT_NE(st.message().find("weight scale"), absl::string_view::npos) << st;
+  EXPECT_NE(st.message().find("take no scale"), absl::string_view::npos) << st;
 }
 
 TEST_F(CudaOpsTest, Bf16EmbeddingAndShards) {
@@ -501,6 +507,485 @@ TEST_F(CudaOpsTest, OpTimerTimesEagerOpsAndNothingInACapture) {
   gpu_->set_op_timer(nullptr);
   ASSERT_TRUE(run().ok());
   EXPECT_TRUE(collect().empty());
+}
+
+// ---------------------------------------------------------------------------
+// fp8 weights. Each test prints its seed (TESSERA_TEST_SEED replays it).
+
+// An fp8 weight as the host holds it.
+struct HostFp8 {
+  int64_t n = 0, k = 0, block = 0;  // block 0: per-channel.
+  ActivationScaleKind activations = ActivationScaleKind::kDynamicPerToken;
+  float input_scale = 0.0f;  // kStatic.
+  std::vector<uint8_t> data;
+  std::vector<float> scale;
+};
+
+HostFp8 RandomHostFp8(std::mt19937& rng, int64_t n, int64_t k, int64_t block,
+                      ActivationScaleKind activations) {
+  HostFp8 h;
+  h.n = n, h.k = k, h.block = block, h.activations = activations;
+  h.input_scale = 0.04f;
+  h.data = testing_cuda::RandomFp8(rng, n * k);
+  const int64_t count =
+      block > 0 ? ((n + block - 1) / block) * ((k + block - 1) / block) : n;
+  h.scale = testing_cuda::RandomScales(rng, count, 1e-3f, 4e-3f);
+  return h;
+}
+
+class CudaFp8OpsTest : public CudaOpsTest {
+ protected:
+  void SetUp() override {
+    CudaOpsTest::SetUp();
+    if (IsSkipped()) return;
+    seed_ = testing_cuda::TestSeed();
+    rng_.seed(seed_);
+  }
+
+  // The weight on the device: its bytes as f8_e4m3, its scale (and input
+  // scale) as f32.
+  Weight Upload(const HostFp8& h) {
+    const TensorView bytes(const_cast<uint8_t*>(h.data.data()), DType::kF8E4M3,
+                           {h.n, h.k});
+    auto data = gpu_->Upload(bytes, DType::kF8E4M3);
+    EXPECT_TRUE(data.ok()) << data.status();
+    Weight w(*std::move(data));
+    w.scale_kind =
+        h.block > 0 ? WeightScaleKind::kBlock : WeightScaleKind::kPerChannel;
+    const Shape scale_shape = h.block > 0
+                                  ? Shape({(h.n + h.block - 1) / h.block,
+                                           (h.k + h.block - 1) / h.block})
+                                  : Shape({h.n});
+    Tensor scale = *Tensor::Empty(DType::kF32, scale_shape);
+    std::memcpy(scale.data(), h.scale.data(), h.scale.size() * 4);
+    w.scale = Device(scale);
+    w.block = static_cast<int32_t>(h.block);
+    w.activations = h.activations;
+    if (h.activations == ActivationScaleKind::kStatic) {
+      Tensor s = *Tensor::Empty(DType::kF32, {1});
+      s.data_as<float>()[0] = h.input_scale;
+      w.input_scale = Device(s);
+    }
+    return w;
+  }
+
+  // The two results an fp8 Linear may give row by row (ops.h): x kept in f32
+  // (the skinny kernel) or x quantized as the weight says (the tensor-core
+  // path), each against its own bound.
+  struct Fp8Want {
+    testing_cuda::HostProduct f32_x, quantized_x;
+    double f32_tol = 0.0;
+  };
+  static Fp8Want Want(const HostFp8& h, const std::vector<float>& x, int64_t t,
+                      const float* bias) {
+    const std::vector<double> w =
+        testing_cuda::DequantizeWeight(h.data, h.n, h.k, h.scale, h.block);
+    const bool groups = h.block > 0;
+    const testing_cuda::HostQuantization kind =
+        h.activations == ActivationScaleKind::kStatic
+            ? testing_cuda::HostQuantization::kStatic
+            : (h.activations == ActivationScaleKind::kDynamicPerBlock
+                   ? testing_cuda::HostQuantization::kPerGroup
+                   : testing_cuda::HostQuantization::kPerToken);
+    const testing_cuda::HostQuantized q = testing_cuda::QuantizeFp8Host(
+        kind, groups, t, h.k, x.data(), h.input_scale);
+    Fp8Want want;
+    want.f32_x = testing_cuda::Product(std::vector<double>(x.begin(), x.end()),
+                                       w, t, h.n, h.k, bias);
+    want.quantized_x = testing_cuda::Product(
+        testing_cuda::DequantizeActivations(q, groups, t, h.k), w, t, h.n, h.k,
+        bias);
+    want.f32_tol = testing_cuda::SkinnyTolerance(h.k);
+    return want;
+  }
+
+  // Rows of `got` [t, n] that match neither result (reporting a few).
+  static int64_t BadRows(const std::vector<float>& got, const Fp8Want& want,
+                         int64_t t, int64_t n, bool report = true) {
+    int64_t bad = 0;
+    for (int64_t r = 0; r < t; ++r) {
+      bool f32_ok = true, quantized_ok = true;
+      int64_t where = -1;
+      for (int64_t j = 0; j < n; ++j) {
+        const size_t i = static_cast<size_t>(r * n + j);
+        const double e1 = std::fabs(got[i] - want.f32_x.out[i]);
+        const double e2 = std::fabs(got[i] - want.quantized_x.out[i]);
+        if (!(e1 <= want.f32_tol * want.f32_x.mag[i] + 1e-30)) f32_ok = false;
+        if (!(e2 <=
+              testing_cuda::kTensorCoreTolerance * want.quantized_x.mag[i] +
+                  1e-30)) {
+          quantized_ok = false;
+          if (where < 0) where = j;
+        }
+      }
+      if (!f32_ok && !quantized_ok && ++bad <= 3 && report) {
+        const size_t i = static_cast<size_t>(r * n + where);
+        ADD_FAILURE() << "row " << r << " matches neither reference; out[" << r
+                      << ", " << where << "] = " << got[i] << ", x in f32 "
+                      << want.f32_x.out[i] << ", x quantized "
+                      << want.quantized_x.out[i];
+      }
+    }
+    return bad;
+  }
+
+  std::vector<float> RandomX(int64_t count) {
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(count));
+    for (float& v : x) v = normal(rng_);
+    return x;
+  }
+
+  Tensor DeviceF32(const std::vector<float>& v, Shape shape) {
+    Tensor t = *Tensor::Empty(DType::kF32, std::move(shape));
+    std::memcpy(t.data(), v.data(), v.size() * 4);
+    return Device(t);
+  }
+
+  uint32_t seed_ = 0;
+};
+
+// Linear with fp8 weights at 1..8 rows (either path), 17..300 rows (the
+// tensor-core path, block weights' last t % 4 rows skinny), per-channel and
+// block scales (N and K not multiples of 128, a block scale whose rows need
+// padding), every activation scaling, with and without bias.
+TEST_F(CudaFp8OpsTest, Fp8LinearMatchesTheHostProduct) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_);
+  using A = ActivationScaleKind;
+  struct Config {
+    int64_t n, k, block;
+    A activations;
+    bool bias;
+    std::vector<int64_t> rows;
+  };
+  const Config configs[] = {
+      {1000, 4096, 0, A::kDynamicPerToken, true, {1, 8, 17, 64}},
+      {136, 272, 0, A::kStatic, false, {1, 5, 17, 300}},
+      {136, 272, 128, A::kDynamicPerBlock, true, {3, 8, 17, 300}},
+      {512, 1024, 128, A::kDynamicPerToken, false, {1, 4, 64, 130}},
+      {256, 512, 128, A::kStatic, true, {2, 21}}};
+  for (const Config& c : configs) {
+    const HostFp8 h = RandomHostFp8(rng_, c.n, c.k, c.block, c.activations);
+    const Weight w = Upload(h);
+    const std::vector<float> bias = RandomX(c.n);
+    const Tensor dbias = DeviceF32(bias, {c.n});
+    const TensorView bias_view = dbias.view();
+    for (const int64_t t : c.rows) {
+      SCOPED_TRACE(::testing::Message()
+                   << "t=" << t << " n=" << c.n << " k=" << c.k
+                   << " block=" << c.block << " activations="
+                   << static_cast<int>(c.activations) << " bias=" << c.bias);
+      const std::vector<float> x = RandomX(t * c.k);
+      const Tensor dx = DeviceF32(x, {t, c.k});
+      Tensor out = DeviceEmpty({t, c.n});
+      const absl::Status st =
+          gpu_->Linear(dx.view(), w, c.bias ? &bias_view : nullptr, out.view());
+      ASSERT_TRUE(st.ok()) << st;
+      EXPECT_EQ(BadRows(Host(out.view()),
+                        Want(h, x, t, c.bias ? bias.data() : nullptr), t, c.n),
+                0);
+    }
+  }
+}
+
+// The comparison can fail: a doubled channel scale (or block scale) is
+// caught on both paths.
+TEST_F(CudaFp8OpsTest, Fp8LinearWithAWrongScaleIsCaught) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_);
+  for (const int64_t block : {int64_t{0}, int64_t{128}}) {
+    const HostFp8 h = RandomHostFp8(rng_, 256, 1024, block,
+                                    ActivationScaleKind::kDynamicPerToken);
+    HostFp8 wrong = h;
+    wrong.scale[0] *= 2.0f;
+    const Weight w = Upload(wrong);
+    for (const int64_t t : {int64_t{1}, int64_t{64}}) {
+      const std::vector<float> x = RandomX(t * h.k);
+      const Tensor dx = DeviceF32(x, {t, h.k});
+      Tensor out = DeviceEmpty({t, h.n});
+      ASSERT_TRUE(gpu_->Linear(dx.view(), w, nullptr, out.view()).ok());
+      EXPECT_GT(BadRows(Host(out.view()), Want(h, x, t, nullptr), t, h.n,
+                        /*report=*/false),
+                0)
+          << "block " << block << " t " << t;
+    }
+  }
+}
+
+// GatedLinear with fp8 gate/up weights (fused at few rows, Linear +
+// GatedActivation otherwise) against act(gate) * up of either reference.
+TEST_F(CudaFp8OpsTest, Fp8GatedLinearMatchesTheHostProduct) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_);
+  for (const auto kind :
+       {GatedActivationKind::kSilu, GatedActivationKind::kGeluTanh}) {
+    for (const auto& [t, n, k, block] :
+         {std::tuple<int64_t, int64_t, int64_t, int64_t>{1, 1000, 1024, 0},
+          {3, 640, 512, 128},
+          {8, 300, 256, 0},
+          {17, 1000, 1024, 0},
+          {64, 640, 512, 128}}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "t=" << t << " n=" << n << " k=" << k
+                   << " block=" << block << " kind=" << static_cast<int>(kind));
+      const HostFp8 h =
+          RandomHostFp8(rng_, 2 * n, k, block,
+                        block > 0 ? ActivationScaleKind::kDynamicPerBlock
+                                  : ActivationScaleKind::kDynamicPerToken);
+      const Weight w = Upload(h);
+      const std::vector<float> x = RandomX(t * k), bias = RandomX(2 * n);
+      const Tensor dx = DeviceF32(x, {t, k}), dbias = DeviceF32(bias, {2 * n});
+      const TensorView bias_view = dbias.view();
+      Tensor scratch = DeviceEmpty({t, 2 * n}), out = DeviceEmpty({t, n});
+      const absl::Status st = gpu_->GatedLinear(kind, dx.view(), w, &bias_view,
+                                                scratch.view(), out.view());
+      ASSERT_TRUE(st.ok()) << st;
+      const std::vector<float> got = Host(out.view());
+      const Fp8Want want = Want(h, x, t, bias.data());
+      const auto act = [&](double g) {
+        if (kind == GatedActivationKind::kSilu) return g / (1.0 + std::exp(-g));
+        return 0.5 * g *
+               (1.0 +
+                std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g)));
+      };
+      int64_t bad = 0;
+      for (int64_t r = 0; r < t; ++r) {
+        for (int64_t j = 0; j < n; ++j) {
+          bool ok = false;
+          for (int ref = 0; ref < 2 && !ok; ++ref) {
+            const testing_cuda::HostProduct& p =
+                ref == 0 ? want.f32_x : want.quantized_x;
+            const double tol =
+                ref == 0 ? want.f32_tol : testing_cuda::kTensorCoreTolerance;
+            const double g = p.out[r * 2 * n + j], u = p.out[r * 2 * n + n + j];
+            const double eg = tol * p.mag[r * 2 * n + j];
+            const double eu = tol * p.mag[r * 2 * n + n + j];
+            const double want_v = act(g) * u;
+            // |d(act(g) u)| <= 1.2 |dg| |u| + (|g| + 1) |du| (|act'| <=
+            // 1.13), plus the activation's own f32 rounding.
+            const double bound =
+                2.0 * (1.2 * eg * std::fabs(u) + (std::fabs(g) + 1.0) * eu) +
+                1e-5 * std::fabs(want_v) + 1e-30;
+            ok = std::fabs(got[r * n + j] - want_v) <= bound;
+          }
+          if (!ok && ++bad <= 3) {
+            ADD_FAILURE() << "out[" << r << ", " << j
+                          << "] = " << got[r * n + j];
+          }
+        }
+      }
+      EXPECT_EQ(bad, 0);
+    }
+  }
+}
+
+// f8_e4m3 host data: kept as its bytes, or widened exactly to f32 and bf16;
+// quantizing on upload is refused (the scale has to come from somewhere).
+TEST_F(CudaFp8OpsTest, Fp8UploadKeepsTheBytesOrWidensExactly) {
+  std::vector<uint8_t> bytes(4096);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  const TensorView host(bytes.data(), DType::kF8E4M3, {64, 64});
+  auto same = gpu_->Upload(host, DType::kF8E4M3);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(same->dtype(), DType::kF8E4M3);
+  std::vector<uint8_t> back(bytes.size());
+  ASSERT_TRUE(gpu_->CopyToHost(same->view(), back.data()).ok());
+  EXPECT_EQ(back, bytes);
+  auto f32 = gpu_->Upload(host, DType::kF32);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  auto bf16 = gpu_->Upload(host, DType::kBF16);
+  ASSERT_TRUE(bf16.ok()) << bf16.status();
+  const std::vector<float> wide = Host(f32->view());
+  std::vector<uint16_t> narrow(bytes.size());
+  ASSERT_TRUE(gpu_->CopyToHost(bf16->view(), narrow.data()).ok());
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const float v = Fp8E4M3ToF32(bytes[i]);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(wide[i])) << i;
+      EXPECT_TRUE(std::isnan(Bf16ToF32(narrow[i]))) << i;
+    } else {
+      EXPECT_EQ(wide[i], v) << i;
+      EXPECT_EQ(Bf16ToF32(narrow[i]), v) << i;  // e4m3 is a subset of bf16.
+    }
+  }
+  Tensor f32_host = Random({4, 4});
+  EXPECT_EQ(gpu_->Upload(f32_host.view(), DType::kF8E4M3).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+// QuantizeWeightFp8 (bf16 and f32 sources): the bytes are F32ToFp8E4M3(w /
+// scale), the scale max |w[n]| / 448 (1 for an all-zero row), bit for bit;
+// the Weight is per-channel with per-token activations, and Linear takes it.
+TEST_F(CudaFp8OpsTest, QuantizeWeightFp8IsTheHostFormula) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_);
+  const int64_t n = 37, k = 1040;
+  Tensor w = Random({n, k}, 0.02f);
+  std::fill(w.data_as<float>() + 4 * k, w.data_as<float>() + 5 * k, 0.0f);
+  w.data_as<float>()[6 * k + 1] = -9.0f;  // An outlier row.
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    SCOPED_TRACE(DTypeName(dtype));
+    const Tensor dw = Device(w, dtype);
+    absl::StatusOr<Weight> q = gpu_->QuantizeWeightFp8(dw.view());
+    ASSERT_TRUE(q.ok()) << q.status();
+    ASSERT_EQ(q->data.dtype(), DType::kF8E4M3);
+    ASSERT_EQ(q->data.shape(), Shape({n, k}));
+    ASSERT_EQ(q->scale_kind, WeightScaleKind::kPerChannel);
+    ASSERT_EQ(q->activations, ActivationScaleKind::kDynamicPerToken);
+    ASSERT_TRUE(q->scale.has_value());
+    std::vector<float> values(w.data_as<float>(), w.data_as<float>() + n * k);
+    if (dtype == DType::kBF16) {
+      for (float& v : values) v = Bf16ToF32(F32ToBf16(v));
+    }
+    const testing_cuda::HostQuantized want =
+        testing_cuda::QuantizeFp8Host(testing_cuda::HostQuantization::kPerToken,
+                                      false, n, k, values.data(), 0.0f);
+    std::vector<uint8_t> bytes(n * k);
+    ASSERT_TRUE(gpu_->CopyToHost(q->data.view(), bytes.data()).ok());
+    const std::vector<float> scales = Host(q->scale->view());
+    EXPECT_EQ(bytes, want.q);
+    ASSERT_EQ(scales.size(), want.scales.size());
+    for (int64_t r = 0; r < n; ++r) {
+      EXPECT_EQ(std::memcmp(&scales[r], &want.scales[r], 4), 0)
+          << r << ": " << scales[r] << " vs " << want.scales[r];
+    }
+    EXPECT_EQ(scales[4], 1.0f);
+    // Linear reads it (either path at 2 rows, the tensor cores at 40).
+    HostFp8 h;
+    h.n = n, h.k = k, h.data = bytes, h.scale = scales;
+    for (const int64_t t : {int64_t{2}, int64_t{40}}) {
+      const std::vector<float> x = RandomX(t * k);
+      const Tensor dx = DeviceF32(x, {t, k});
+      Tensor out = DeviceEmpty({t, n});
+      ASSERT_TRUE(gpu_->Linear(dx.view(), *q, nullptr, out.view()).ok());
+      EXPECT_EQ(BadRows(Host(out.view()), Want(h, x, t, nullptr), t, n), 0);
+    }
+  }
+  Tensor bad = Random({2, 3, 4});
+  EXPECT_EQ(gpu_->QuantizeWeightFp8(Device(bad).view()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  // The CPU reference has no fp8 products.
+  const absl::Status cpu = cpu_.QuantizeWeightFp8(w.view()).status();
+  EXPECT_EQ(cpu.code(), absl::StatusCode::kUnimplemented) << cpu;
+}
+
+// What no fp8 kernel takes is refused naming why, never computed some other
+// way; fp8 embedding tables and fp8 data without a scale are refused too.
+TEST_F(CudaFp8OpsTest, Fp8RefusesWhatItDoesNotTake) {
+  const auto linear = [&](const HostFp8& h, int64_t t) {
+    const Weight w = Upload(h);
+    const Tensor dx = DeviceF32(RandomX(t * h.k), {t, h.k});
+    Tensor out = DeviceEmpty({t, h.n});
+    return gpu_->Linear(dx.view(), w, nullptr, out.view());
+  };
+  using A = ActivationScaleKind;
+  // Per-channel weights with per-block activations: the skinny kernel at 2
+  // rows, nothing at 64.
+  const HostFp8 per_block =
+      RandomHostFp8(rng_, 64, 256, 0, A::kDynamicPerBlock);
+  EXPECT_TRUE(linear(per_block, 2).ok());
+  absl::Status st = linear(per_block, 64);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("per-block activation"), absl::string_view::npos)
+      << st;
+  // K not a multiple of 16: neither kernel.
+  st = linear(RandomHostFp8(rng_, 64, 40, 0, A::kDynamicPerToken), 1);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  // Block 64: the skinny kernel only.
+  const HostFp8 block64 = RandomHostFp8(rng_, 64, 256, 64, A::kDynamicPerToken);
+  EXPECT_TRUE(linear(block64, 3).ok());
+  EXPECT_EQ(linear(block64, 32).code(), absl::StatusCode::kUnimplemented);
+  // fp8 data without a scale.
+  const HostFp8 h = RandomHostFp8(rng_, 8, 32, 0, A::kDynamicPerToken);
+  Weight unscaled = Upload(h);
+  unscaled.scale_kind = WeightScaleKind::kNone;
+  unscaled.scale.reset();
+  const Tensor dx = DeviceF32(RandomX(32), {1, 32});
+  Tensor out = DeviceEmpty({1, 8});
+  EXPECT_EQ(gpu_->Linear(dx.view(), unscaled, nullptr, out.view()).code(),
+            absl::StatusCode::kInvalidArgument);
+  // An fp8 embedding table.
+  const std::vector<int32_t> ids = {0, 3};
+  const DeviceArray<int32_t> d_ids(ids);
+  Tensor rows = DeviceEmpty({2, 32});
+  EXPECT_EQ(
+      gpu_->Embedding(unscaled.data.view(), View(d_ids), rows.view()).code(),
+      absl::StatusCode::kInvalidArgument);
+}
+
+// After ReserveStepScratch, fp8 products (both scalings, the quantized input
+// and its scales, a padded block scale) allocate nothing; a step beyond the
+// limits fails instead of growing the scratch.
+TEST_F(CudaFp8OpsTest, Fp8ProductsAllocateNothingAfterTheReservation) {
+  StepLimits limits;
+  limits.max_tokens = 64;
+  limits.max_seqs = 8;
+  limits.max_seq_len = 64;
+  limits.max_heads = 2;
+  limits.max_head_dim = 8;
+  limits.max_linear_in = 1024;
+  limits.vocab_size = 16;
+  ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
+  using A = ActivationScaleKind;
+  const Weight per_channel =
+      Upload(RandomHostFp8(rng_, 256, 1024, 0, A::kDynamicPerToken));
+  const Weight block =
+      Upload(RandomHostFp8(rng_, 256, 272, 128, A::kDynamicPerBlock));
+  const Tensor x = DeviceF32(RandomX(64 * 1024), {64, 1024});
+  const Tensor x_block = DeviceF32(RandomX(64 * 272), {64, 272});
+  Tensor out = DeviceEmpty({64, 256});
+  // Plans, paths and tuning on the first products.
+  ASSERT_TRUE(gpu_->Linear(x.view(), per_channel, nullptr, out.view()).ok());
+  ASSERT_TRUE(gpu_->Linear(x_block.view(), block, nullptr, out.view()).ok());
+  const int64_t before = allocator_->stats().allocations;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(gpu_->Linear(x.view(), per_channel, nullptr, out.view()).ok());
+    ASSERT_TRUE(gpu_->Linear(x_block.view(), block, nullptr, out.view()).ok());
+  }
+  EXPECT_EQ(allocator_->stats().allocations, before);
+  const Weight wide =
+      Upload(RandomHostFp8(rng_, 256, 2048, 0, A::kDynamicPerToken));
+  const Tensor x_wide = DeviceF32(RandomX(64 * 2048), {64, 2048});
+  const int64_t before_wide = allocator_->stats().allocations;
+  EXPECT_EQ(gpu_->Linear(x_wide.view(), wide, nullptr, out.view()).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(allocator_->stats().allocations, before_wide);
+}
+
+// fp8 products of shapes first seen while a graph is captured (the skinny
+// kernel at 2 rows; the tensor-core path, planned mid-capture, at 32) replay
+// on new inputs.
+TEST_F(CudaFp8OpsTest, Fp8ProductsFirstSeenWhileCapturingReplay) {
+  SCOPED_TRACE(::testing::Message() << "seed " << seed_);
+  StepLimits limits;
+  limits.max_tokens = 32;
+  limits.max_seqs = 8;
+  limits.max_seq_len = 64;
+  limits.max_heads = 2;
+  limits.max_head_dim = 8;
+  limits.max_linear_in = 512;
+  limits.vocab_size = 16;
+  ASSERT_TRUE(gpu_->ReserveStepScratch(limits).ok());
+  const HostFp8 h =
+      RandomHostFp8(rng_, 320, 512, 128, ActivationScaleKind::kDynamicPerBlock);
+  const Weight w = Upload(h);
+  Tensor x2 = DeviceEmpty({2, 512}), x32 = DeviceEmpty({32, 512});
+  Tensor out2 = DeviceEmpty({2, 320}), out32 = DeviceEmpty({32, 320});
+  ASSERT_TRUE(gpu_->BeginCapture().ok());
+  ASSERT_TRUE(gpu_->Linear(x2.view(), w, nullptr, out2.view()).ok());
+  ASSERT_TRUE(gpu_->Linear(x32.view(), w, nullptr, out32.view()).ok());
+  absl::StatusOr<std::unique_ptr<DeviceGraph>> graph = gpu_->EndCapture();
+  ASSERT_TRUE(graph.ok()) << graph.status();
+  for (int replay = 0; replay < 2; ++replay) {
+    const std::vector<float> a = RandomX(2 * 512), b = RandomX(32 * 512);
+    ASSERT_EQ(
+        cudaMemcpy(x2.data(), a.data(), a.size() * 4, cudaMemcpyHostToDevice),
+        cudaSuccess);
+    ASSERT_EQ(
+        cudaMemcpy(x32.data(), b.data(), b.size() * 4, cudaMemcpyHostToDevice),
+        cudaSuccess);
+    ASSERT_TRUE((*graph)->Launch().ok());
+    ASSERT_TRUE(gpu_->Synchronize().ok());
+    EXPECT_EQ(BadRows(Host(out2.view()), Want(h, a, 2, nullptr), 2, 320), 0);
+    EXPECT_EQ(BadRows(Host(out32.view()), Want(h, b, 32, nullptr), 32, 320), 0);
+  }
 }
 
 }  // namespace

@@ -9,6 +9,17 @@
 // its weights to exceed the L2 several times, so each launch reads DRAM, and
 // the time is CUDA events around a batch of launches on one stream.
 //
+// fp8 (e4m3) weights, beside bf16, for the Llama-3-8B projections (qkv, o,
+// gate_up, down): the skinny weight-only kernel (fp8_gemm.h) at 1..8 rows,
+// and cuBLASLt's fp8 tensor cores (GemmPlans::MatmulFp8; inputs already
+// quantized) at 1, 64 and 4096 rows with per-token x per-channel scales
+// ("Fp8CublasLt") and 64 and 4096 rows with 1x128 x 128x128 block scales
+// ("Fp8CublasLtBlock"); the activation quantization the tensor-core path
+// adds is its own case ("Fp8Quantize", per token and per 1x128 group). Every
+// product reports `weight_GBps` (the weights' bytes, 1 per fp8 weight) and
+// `TFLOPs` (2 t n k per product); compare with `copy_GBps` (~4.3 TB/s on an
+// H200) and the card's ~990 dense fp8 (~495 bf16) TFLOP/s.
+//
 //   bazel run -c opt //kernels/cuda:gemm_bench   (on a GPU machine)
 #include <cuda_runtime_api.h>
 
@@ -18,6 +29,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "kernels/cuda/gemm/fp8_gemm.h"
 #include "kernels/cuda/gemm/gemm_plans.h"
 #include "kernels/cuda/gemm/skinny_gemm.h"
 
@@ -73,12 +85,44 @@ void FillWeights(void* w, size_t count) {
   cudaMemcpy(w, host.data(), count * 2, cudaMemcpyHostToDevice);
 }
 
+// Random-ish e4m3 weights, never NaN (0x7f / 0xff): magnitudes up to 2.
+void FillFp8Weights(void* w, size_t count) {
+  std::vector<uint8_t> host(count);
+  uint32_t s = 12345;
+  for (uint8_t& v : host) {
+    s = s * 1664525u + 1013904223u;
+    v = static_cast<uint8_t>((s >> 24) & 0xbf);  // Exponent field <= 7.
+  }
+  cudaMemcpy(w, host.data(), count, cudaMemcpyHostToDevice);
+}
+
+// A device f32 array of `count` copies of `value`.
+bool FillF32(void* p, size_t count, float value) {
+  std::vector<float> host(count, value);
+  return cudaMemcpy(p, host.data(), count * 4, cudaMemcpyHostToDevice) ==
+         cudaSuccess;
+}
+
 // kSkinnyGated: the gate/up product fused with SiLU (its n / 2 outputs).
-enum class Path { kSkinny, kSkinnyGated, kCublasLt };
+enum class Path {
+  kSkinny,
+  kSkinnyGated,
+  kCublasLt,
+  kFp8Skinny,
+  kFp8CublasLt,
+  kFp8CublasLtBlock,
+};
+
+bool IsFp8(Path path) {
+  return path == Path::kFp8Skinny || path == Path::kFp8CublasLt ||
+         path == Path::kFp8CublasLtBlock;
+}
 
 void BM_Product(benchmark::State& state, Shape shape, Path path) {
   const int64_t t = state.range(0), n = shape.n, k = shape.k;
-  const size_t weight_bytes = static_cast<size_t>(n * k) * 2;
+  const bool fp8 = IsFp8(path);
+  const bool block = path == Path::kFp8CublasLtBlock;
+  const size_t weight_bytes = static_cast<size_t>(n * k) * (fp8 ? 1 : 2);
   const int copies =
       static_cast<int>((kMinBytesInRotation + weight_bytes - 1) / weight_bytes);
   Buffers buffers;
@@ -91,7 +135,11 @@ void BM_Product(benchmark::State& state, Shape shape, Path path) {
     }
     // One host fill; the other copies are device copies of it.
     if (i == 0) {
-      FillWeights(weights[0], static_cast<size_t>(n * k));
+      if (fp8) {
+        FillFp8Weights(weights[0], static_cast<size_t>(n * k));
+      } else {
+        FillWeights(weights[0], static_cast<size_t>(n * k));
+      }
     } else {
       cudaMemcpy(weights[i], weights[0], weight_bytes,
                  cudaMemcpyDeviceToDevice);
@@ -106,10 +154,37 @@ void BM_Product(benchmark::State& state, Shape shape, Path path) {
     state.SkipWithError("cudaMalloc failed");
     return;
   }
+  // fp8: the weight's scale (per-channel [n] or block rows), the quantized
+  // x (bytes of 1.0) and its scales (per token, or per 1x128 group), and the
+  // bf16-output scratch a plan may ask for.
+  const int64_t groups = (k + 127) / 128;
+  const size_t w_scale_count =
+      block ? static_cast<size_t>((n + 127) / 128 *
+                                  GemmPlans::Fp8BlockScaleStride(k))
+            : static_cast<size_t>(n);
+  const size_t x_scale_count = static_cast<size_t>(block ? groups * t : t);
+  float* w_scale = nullptr;
+  float* x_scale = nullptr;
+  void* x_fp8 = nullptr;
+  void* bf16_scratch = nullptr;
+  if (fp8) {
+    w_scale = static_cast<float*>(buffers.Get(w_scale_count * 4));
+    x_scale = static_cast<float*>(buffers.Get(x_scale_count * 4));
+    x_fp8 = buffers.Get(static_cast<size_t>(t * k));
+    bf16_scratch = buffers.Get(GemmPlans::kFp8Bf16ScratchBytes);
+    if (w_scale == nullptr || x_scale == nullptr || x_fp8 == nullptr ||
+        bf16_scratch == nullptr || !FillF32(w_scale, w_scale_count, 1e-2f) ||
+        !FillF32(x_scale, x_scale_count, 1e-2f) ||
+        cudaMemset(x_fp8, 0x38, static_cast<size_t>(t * k)) != cudaSuccess) {
+      state.SkipWithError("cudaMalloc failed");
+      return;
+    }
+  }
   cudaStream_t stream;
   cudaStreamCreate(&stream);
   std::unique_ptr<GemmPlans> plans;
-  if (path == Path::kCublasLt) {
+  if (path == Path::kCublasLt || path == Path::kFp8CublasLt ||
+      path == Path::kFp8CublasLtBlock) {
     auto made = GemmPlans::Create();
     if (!made.ok()) {
       state.SkipWithError(made.status().ToString().c_str());
@@ -128,6 +203,20 @@ void BM_Product(benchmark::State& state, Shape shape, Path path) {
     if (path == Path::kSkinnyGated) {
       return LaunchSkinnyGatedSilu(t, n / 2, k, x, w, nullptr, out, stream) ==
              cudaSuccess;
+    }
+    if (path == Path::kFp8Skinny) {
+      return LaunchFp8SkinnyGemm(t, n, k, x, w, w_scale, 0, nullptr, out,
+                                 stream) == cudaSuccess;
+    }
+    if (fp8) {
+      return plans
+          ->MatmulFp8(
+              t, n, k,
+              block ? GemmPlans::Fp8Scaling::kBlock
+                    : GemmPlans::Fp8Scaling::kOuterVector,
+              {x_fp8, x_scale}, {w, w_scale}, out, workspace,
+              [&]() -> absl::StatusOr<void*> { return bf16_scratch; }, stream)
+          .ok();
     }
     return plans
         ->Matmul(t, n, k, DType::kBF16, x_bf16, w, out, workspace, stream)
@@ -159,6 +248,57 @@ void BM_Product(benchmark::State& state, Shape shape, Path path) {
   cudaStreamDestroy(stream);
   state.counters["weight_GBps"] =
       benchmark::Counter(static_cast<double>(weight_bytes) / 1e9,
+                         benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["TFLOPs"] =
+      benchmark::Counter(2.0 * static_cast<double>(t) * static_cast<double>(n) *
+                             static_cast<double>(k) / 1e12,
+                         benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// The tensor-core path's activation quantization alone: x [t, k] f32 to e4m3
+// per token (OUTER_VEC's scales) or per 1x128 group (VEC128's). The counter
+// `x_GBps` is the f32 input's bytes over the time.
+void BM_Fp8Quantize(benchmark::State& state, int64_t k, bool per_group) {
+  const int64_t t = state.range(0);
+  Buffers buffers;
+  float* x = static_cast<float*>(buffers.Get(t * k * 4));
+  void* q = buffers.Get(t * k);
+  float* scales = static_cast<float*>(buffers.Get(t * ((k + 127) / 128) * 4));
+  if (x == nullptr || q == nullptr || scales == nullptr ||
+      !FillF32(x, static_cast<size_t>(t * k), 0.5f)) {
+    state.SkipWithError("cudaMalloc failed");
+    return;
+  }
+  cudaStream_t stream;
+  cudaStreamCreate(&stream);
+  auto launch = [&]() {
+    return LaunchQuantizeFp8Activations(
+        per_group ? Fp8Quantization::kDynamicPerGroup
+                  : Fp8Quantization::kDynamicPerToken,
+        per_group ? Fp8ScaleLayout::kPerGroup : Fp8ScaleLayout::kPerRow, t, k,
+        x, nullptr, q, scales, stream);
+  };
+  if (launch() != cudaSuccess) {
+    state.SkipWithError("the quantization failed");
+    return;
+  }
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (auto _ : state) {
+    cudaEventRecord(start, stream);
+    for (int i = 0; i < kLaunchesPerIteration; ++i) launch();
+    cudaEventRecord(stop, stream);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    state.SetIterationTime(ms / 1e3 / kLaunchesPerIteration);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  state.counters["x_GBps"] =
+      benchmark::Counter(static_cast<double>(t * k) * 4 / 1e9,
                          benchmark::Counter::kIsIterationInvariantRate);
 }
 
@@ -212,13 +352,58 @@ void Register() {
           ->Arg(1)
           ->Arg(kMaxSkinnyRows);
     }
-    benchmark::RegisterBenchmark(
+    const std::string name = shape.name;
+    const bool llama =
+        name == "qkv" || name == "o" || name == "gate_up" || name == "down";
+    auto* cublaslt = benchmark::RegisterBenchmark(
         (std::string("CublasLt/") + shape.name).c_str(),
-        [shape](benchmark::State& s) { BM_Product(s, shape, Path::kCublasLt); })
+        [shape](benchmark::State& s) {
+          BM_Product(s, shape, Path::kCublasLt);
+        });
+    cublaslt->UseManualTime()->Arg(1)->Arg(4)->Arg(64);
+    if (!llama) continue;
+    cublaslt->Arg(4096);
+    benchmark::RegisterBenchmark(
+        (std::string("Fp8Skinny/") + shape.name).c_str(),
+        [shape](benchmark::State& s) {
+          BM_Product(s, shape, Path::kFp8Skinny);
+        })
         ->UseManualTime()
         ->Arg(1)
+        ->Arg(2)
         ->Arg(4)
-        ->Arg(64);
+        ->Arg(kMaxFp8SkinnyRows);
+    benchmark::RegisterBenchmark(
+        (std::string("Fp8CublasLt/") + shape.name).c_str(),
+        [shape](benchmark::State& s) {
+          BM_Product(s, shape, Path::kFp8CublasLt);
+        })
+        ->UseManualTime()
+        ->Arg(1)
+        ->Arg(64)
+        ->Arg(4096);
+    benchmark::RegisterBenchmark(
+        (std::string("Fp8CublasLtBlock/") + shape.name).c_str(),
+        [shape](benchmark::State& s) {
+          BM_Product(s, shape, Path::kFp8CublasLtBlock);
+        })
+        ->UseManualTime()
+        ->Arg(64)
+        ->Arg(4096);
+  }
+  for (const int64_t k : {int64_t{4096}, int64_t{14336}}) {
+    for (const bool per_group : {false, true}) {
+      benchmark::RegisterBenchmark(
+          (std::string("Fp8Quantize/") + (per_group ? "group128" : "token") +
+           "/k" + std::to_string(k))
+              .c_str(),
+          [k, per_group](benchmark::State& s) {
+            BM_Fp8Quantize(s, k, per_group);
+          })
+          ->UseManualTime()
+          ->Arg(64)
+          ->Arg(4096);
+    }
   }
 }
 
