@@ -442,7 +442,10 @@ TEST(GoldenFixtures, EveryArchitectureIsCovered) {
   for (const char* required :
        {"llama", "llama3_rope", "llama_linear_rope", "mistral_1kv", "qwen2",
         "qwen3", "mixtral", "qwen3_moe", "qwen2_moe", "llama_yarn",
-        "qwen3_yarn", "qwen2_dynamic", "phi3", "phi3_longrope"}) {
+        "qwen3_yarn", "qwen2_dynamic", "phi3", "phi3_longrope",
+        // fp8 checkpoints (tools/make_fp8_fixtures.py), one per format.
+        "fp8_ct_channel", "fp8_ct_tensor_static", "fp8_block", "fp8_modelopt",
+        "fp8_fbgemm"}) {
     EXPECT_NE(std::find(names.begin(), names.end(), required), names.end())
         << required;
   }

@@ -25,20 +25,7 @@ cases=0
 # Phi-3 with LongRoPE, transformers' no-cache tokens where they differ from its generate()'s
 # (tests/testing/golden_cases.h says why).
 extract() {
-  python3 - "$1" "$TMP" <<'PY'
-import json, sys
-d, tmp = sys.argv[1], sys.argv[2]
-golden = json.load(open(d + "/golden.json"))
-config = json.load(open(d + "/config.json"))
-rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-phi3_longrope = config.get("model_type") == "phi3" and \
-    rope.get("rope_type", rope.get("type")) in ("longrope", "su", "yarn")
-with open(tmp + "/prompts.jsonl", "w") as p, open(tmp + "/want", "w") as w:
-    for c in golden["cases"]:
-        p.write(json.dumps({"prompt_ids": c["prompt_ids"]}, separators=(",", ":")) + "\n")
-        key = "nocache_output_ids" if phi3_longrope and "nocache_output_ids" in c else "output_ids"
-        w.write('"output_ids":' + json.dumps(c[key], separators=(",", ":")) + "\n")
-PY
+  python3 "$RUNFILES/tessera/tools/golden_prompts.py" "$1" "$TMP"
 }
 
 run_case() {  # name, model dir, max tokens, np, flags...

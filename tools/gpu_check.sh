@@ -28,7 +28,9 @@ ln -s "$PWD/$DEMO" "$TMP/runfiles/shared/models/stories260K"
 for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test sample_parity_test \
   decode_allocations_cuda_test decode_graphs_cuda_test attention_kernels_test gemm_plans_test \
   cuda_ops_test fused_ops_test skinny_gemm_test flash_prefill_test decode_attention_test \
-  moe_kernels_test moe_model_cuda_test gemma_model_cuda_test; do
+  moe_kernels_test moe_model_cuda_test gemma_model_cuda_test fp8_gemm_test; do
+  # TESTS="a b" runs only those test binaries (default: all of them).
+  [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $test "* ]] && continue
   cases=$((cases + 1))
   if TEST_SRCDIR="$TMP/runfiles" TEST_TMPDIR="$TMP" TESSERA_TEST_DEVICE=cuda \
     timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then
@@ -40,25 +42,13 @@ for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_te
   fi
 done
 
-extract() {  # golden dir -> prompts.jsonl, want (tests/mpi_generate_test.sh's)
-  python3 - "$1" "$TMP" <<'PY'
-import json, sys
-d, tmp = sys.argv[1], sys.argv[2]
-golden = json.load(open(d + "/golden.json"))
-config = json.load(open(d + "/config.json"))
-rope = config.get("rope_parameters") or config.get("rope_scaling") or {}
-# Phi-3 LongRoPE: transformers' no-cache tokens (tests/testing/golden_cases.h says why).
-phi3_longrope = config.get("model_type") == "phi3" and \
-    rope.get("rope_type", rope.get("type")) in ("longrope", "su", "yarn")
-with open(tmp + "/prompts.jsonl", "w") as p, open(tmp + "/want", "w") as w:
-    for c in golden["cases"]:
-        p.write(json.dumps({"prompt_ids": c["prompt_ids"]}, separators=(",", ":")) + "\n")
-        key = "nocache_output_ids" if phi3_longrope and "nocache_output_ids" in c else "output_ids"
-        w.write('"output_ids":' + json.dumps(c[key], separators=(",", ":")) + "\n")
-PY
+extract() {  # golden dir -> prompts.jsonl, want
+  python3 tools/golden_prompts.py "$1" "$TMP"
 }
 LAUNCH=("$T")  # What runs tessera: itself, or mpirun in front of it.
-# FIXTURES="qwen3 gemma2 ..." runs only those golden fixtures (default: all of them).
+# FIXTURES="qwen3 gemma2 ..." runs only those golden fixtures (default: all of them); the
+# fixtures run in f32 (exact) also run in bf16, where fp8 checkpoints compute in fp8
+# (agreement reported).
 if [ -n "${FIXTURES:-}" ]; then
   FIXTURE_DIRS=()
   for f in $FIXTURES; do FIXTURE_DIRS+=("tests/fixtures/golden/$f/"); done
@@ -113,9 +103,22 @@ for dir in "${FIXTURE_DIRS[@]}"; do
   fi
   timeout 300 "$T" generate --model "$dir" --prompts-file "$TMP/prompts.jsonl" --max-tokens 20 \
     --temperature 0 --output json --device cuda >"$TMP/out" 2>"$TMP/err"
+  rc=$?
   grep -o '"output_ids":\[[0-9,]*\]' "$TMP/out" >"$TMP/got"
   agreement "$name cuda bf16"
+  if [ "$rc" -ne 0 ]; then  # Agreement is reported, but a failed run is a failure.
+    cases=$((cases + 1)) failures=$((failures + 1))
+    echo "FAIL: $name cuda bf16 (exit $rc)"
+    head -c 800 "$TMP/err"
+  fi
 done
+
+# FIXTURES_ONLY=1: stop after the test binaries and the golden fixtures.
+if [ -n "${FIXTURES_ONLY:-}" ]; then
+  echo "$((cases - failures)) of $cases cases passed"
+  [ "$failures" -eq 0 ]
+  exit
+fi
 
 grep -o '"prompt_ids": *\[[0-9, ]*\]' tests/fixtures/stories260K_golden.json | tr -d ' ' |
   sed 's/^/{/; s/$/}/' | head -n 1 >"$TMP/prompts.jsonl"

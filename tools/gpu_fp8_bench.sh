@@ -41,8 +41,14 @@ for q in bf16 fp8; do
   done
   want "p01-$q" && row "p01-$q" llama-8b 4352 --batch-size 64 --input-len 4096 --output-len 256 \
     --iterations 1 --max-num-seqs 64 "${flags[@]}"
+  # The KV cache's capacity (the startup summary's tokens) with the same bf16 weights: bf16
+  # against fp8 entries.
   want "kv-$q" && row "kv-$q" llama-8b 4096 --batch-size 1 --input-len 32 --output-len 8 \
-    --iterations 1 --max-num-seqs 1 --kv-dtype "$([ "$q" = fp8 ] && echo fp8 || echo bfloat16)" \
-    "${flags[@]}"
+    --iterations 1 --max-num-seqs 1 --kv-dtype "$([ "$q" = fp8 ] && echo fp8 || echo bfloat16)"
 done
+# fp8 weights and an fp8 KV cache together: batch-64 decode and P01.
+want b64-fp8-kvfp8 && row b64-fp8-kvfp8 llama-8b 1024 --batch-size 64 --input-len 512 \
+  --output-len 256 --iterations 2 --max-num-seqs 64 --quantization fp8 --kv-dtype fp8
+want p01-fp8-kvfp8 && row p01-fp8-kvfp8 llama-8b 4352 --batch-size 64 --input-len 4096 \
+  --output-len 256 --iterations 1 --max-num-seqs 64 --quantization fp8 --kv-dtype fp8
 rm -rf "$W"

@@ -692,35 +692,20 @@ absl::Status CpuOps::DoLinear(const TensorView& x, const WeightView& w,
   return absl::OkStatus();
 }
 
+namespace {
+void RotateHeads(const TensorView& x, absl::Span<const int32_t> positions,
+                 absl::Span<const float* const> freq, int64_t half,
+                 float scale);
+}  // namespace
+
 absl::Status CpuOps::DoRope(const TensorView& x,
                             const TensorView& positions_view,
                             const TensorView& inv_freq) {
-  const absl::Span<const int32_t> positions =
-      HostArray<int32_t>(positions_view);
-  const int64_t tokens = x.shape()[0];
-  const int64_t heads = x.shape()[1];
-  const int64_t dim = x.shape()[2];
-  const int64_t half = dim / 2;
-  const float* freq = inv_freq.data_as<const float>();
-  std::vector<float> cos_table(half), sin_table(half);
-  for (int64_t t = 0; t < tokens; ++t) {
-    for (int64_t i = 0; i < half; ++i) {
-      // Same operation order as Hugging Face: angle = float(position) *
-      // inv_freq in f32.
-      const float angle = static_cast<float>(positions[t]) * freq[i];
-      cos_table[i] = std::cos(angle);
-      sin_table[i] = std::sin(angle);
-    }
-    for (int64_t h = 0; h < heads; ++h) {
-      float* v = x.data_as<float>() + (t * heads + h) * dim;
-      for (int64_t i = 0; i < half; ++i) {
-        const float a = v[i];
-        const float b = v[i + half];
-        v[i] = a * cos_table[i] - b * sin_table[i];
-        v[i + half] = b * cos_table[i] + a * sin_table[i];
-      }
-    }
-  }
+  // Every token rotates by the one table, over the whole head, unscaled.
+  const std::vector<const float*> freq(static_cast<size_t>(x.shape()[0]),
+                                       inv_freq.data_as<const float>());
+  RotateHeads(x, HostArray<int32_t>(positions_view), freq, x.shape()[2] / 2,
+              1.0f);
   return absl::OkStatus();
 }
 
@@ -864,8 +849,8 @@ std::vector<const float*> TokenInvFreq(
 
 // Rope ("rotate half") over dims [0, 2 * half) of each head of x [tokens,
 // heads, dim], token t with freq[t]; cos and sin times `scale`
-// (transformers' attention_scaling). DoRope's arithmetic where half = dim / 2
-// and scale = 1.
+// (transformers' attention_scaling). DoRope is it with one table, half =
+// dim / 2 and scale = 1.
 void RotateHeads(const TensorView& x, absl::Span<const int32_t> positions,
                  absl::Span<const float* const> freq, int64_t half,
                  float scale) {

@@ -816,7 +816,9 @@ TEST_F(CudaFp8OpsTest, Fp8UploadKeepsTheBytesOrWidensExactly) {
 // the Weight is per-channel with per-token activations, and Linear takes it.
 TEST_F(CudaFp8OpsTest, QuantizeWeightFp8IsTheHostFormula) {
   SCOPED_TRACE(::testing::Message() << "seed " << seed_);
-  const int64_t n = 37, k = 1040;
+  // N % 4 == 0: the tensor-core path (40 rows below) takes no other N
+  // (Fp8RefusesWhatItDoesNotTake checks that refusal).
+  const int64_t n = 36, k = 1040;
   Tensor w = Random({n, k}, 0.02f);
   std::fill(w.data_as<float>() + 4 * k, w.data_as<float>() + 5 * k, 0.0f);
   w.data_as<float>()[6 * k + 1] = -9.0f;  // An outlier row.
@@ -888,6 +890,12 @@ TEST_F(CudaFp8OpsTest, Fp8RefusesWhatItDoesNotTake) {
   // K not a multiple of 16: neither kernel.
   st = linear(RandomHostFp8(rng_, 64, 40, 0, A::kDynamicPerToken), 1);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  // N not a multiple of 4: the skinny kernel at 2 rows, nothing at 40.
+  const HostFp8 odd_n = RandomHostFp8(rng_, 37, 256, 0, A::kDynamicPerToken);
+  EXPECT_TRUE(linear(odd_n, 2).ok());
+  st = linear(odd_n, 40);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("N % 4 == 0"), absl::string_view::npos) << st;
   // Block 64: the skinny kernel only.
   const HostFp8 block64 = RandomHostFp8(rng_, 64, 256, 64, A::kDynamicPerToken);
   EXPECT_TRUE(linear(block64, 3).ok());

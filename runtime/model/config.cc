@@ -1663,6 +1663,14 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root,
     return v;
   };
 
+  // "factor", or, when absent or null, the ratio of the extended to the
+  // original context (DeepSeek-V3's spelling; yarn and longrope).
+  auto factor_or_ratio = [&]() -> absl::StatusOr<double> {
+    ASSIGN_OR_RETURN(const std::optional<double> factor, optional("factor"));
+    if (factor.has_value()) return *factor;
+    return static_cast<double>(config.max_position_embeddings) /
+           static_cast<double>(rope.original_max_position);
+  };
   if (rope_type == "default") {
     rope.scaling = RopeScaling::kNone;
   } else if (rope_type == "linear") {
@@ -1681,6 +1689,7 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root,
           where, "llama3 high_freq_factor (", rope.high_freq_factor,
           ") must exceed low_freq_factor (", rope.low_freq_factor, ")"));
     }
+
   } else if (rope_type == "yarn") {
     rope.scaling = RopeScaling::kYarn;
     if (rope.theta == 1.0) {
@@ -1696,11 +1705,7 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root,
       return absl::InvalidArgumentError(
           absl::StrCat(where, "rope_type \"yarn\" requires \"factor\""));
     }
-    ASSIGN_OR_RETURN(const std::optional<double> factor, optional("factor"));
-    rope.factor = factor.has_value()
-                      ? *factor
-                      : static_cast<double>(config.max_position_embeddings) /
-                            static_cast<double>(rope.original_max_position);
+    ASSIGN_OR_RETURN(rope.factor, factor_or_ratio());
     ASSIGN_OR_RETURN(const std::optional<double> attention,
                      optional("attention_factor"));
     // mscale / mscale_all_dim count only when both are non-zero (a 0 is
@@ -1759,11 +1764,7 @@ absl::StatusOr<RopeConfig> ParseRope(const Json& root,
                      RopeFactorList(*params, where, "short_factor", half));
     ASSIGN_OR_RETURN(rope.long_factor,
                      RopeFactorList(*params, where, "long_factor", half));
-    ASSIGN_OR_RETURN(const std::optional<double> factor, optional("factor"));
-    rope.factor = factor.has_value()
-                      ? *factor
-                      : static_cast<double>(config.max_position_embeddings) /
-                            static_cast<double>(rope.original_max_position);
+    ASSIGN_OR_RETURN(rope.factor, factor_or_ratio());
     ASSIGN_OR_RETURN(const std::optional<double> attention,
                      optional("attention_factor"));
     if (attention.has_value()) {
