@@ -19,7 +19,7 @@ TARGETS=(//launch:tessera //kernels/cuda:elementwise_kernels_test
   //kernels/cuda:skinny_gemm_test //kernels/cuda:flash_prefill_test
   //kernels/cuda:decode_attention_test //kernels/cuda:decode_attention_bench
   //kernels/cuda:gemm_bench //kernels/cuda:moe_kernels_test //tests:moe_model_cuda_test
-  //tests:gemma_model_cuda_test //kernels/cuda:fp8_gemm_test)
+  //tests:gemma_model_cuda_test //kernels/cuda:fp8_gemm_test //tests:fp8_accuracy_cuda_test)
 bazel build -c opt "${TARGETS[@]}"
 rm -rf .carry/gpu && mkdir -p .carry/gpu/bin .carry/gpu/lib
 for t in "${TARGETS[@]}"; do

@@ -25,16 +25,21 @@ GPUS=$(nvidia-smi -L | wc -l)
 # decode_allocations_cuda_test reads the demo checkpoint from Bazel's runfiles layout.
 mkdir -p "$TMP/runfiles/shared/models"
 ln -s "$PWD/$DEMO" "$TMP/runfiles/shared/models/stories260K"
+# fp8_accuracy_cuda_test reads the golden fixtures from there too.
+mkdir -p "$TMP/runfiles/tessera/tests"
+ln -s "$PWD/tests/fixtures" "$TMP/runfiles/tessera/tests/fixtures"
 for test in cuda_memory_source_test elementwise_kernels_test sampling_kernels_test sample_parity_test \
   decode_allocations_cuda_test decode_graphs_cuda_test attention_kernels_test gemm_plans_test \
   cuda_ops_test fused_ops_test skinny_gemm_test flash_prefill_test decode_attention_test \
-  moe_kernels_test moe_model_cuda_test gemma_model_cuda_test fp8_gemm_test; do
+  moe_kernels_test moe_model_cuda_test gemma_model_cuda_test fp8_gemm_test \
+  fp8_accuracy_cuda_test; do
   # TESTS="a b" runs only those test binaries (default: all of them).
   [ -n "${TESTS:-}" ] && [[ " $TESTS " != *" $test "* ]] && continue
   cases=$((cases + 1))
   if TEST_SRCDIR="$TMP/runfiles" TEST_TMPDIR="$TMP" TESSERA_TEST_DEVICE=cuda \
     timeout 300 "$BIN/$test" >"$OUT/$test.log" 2>&1; then
     echo "PASS: $test ($(grep -c '^\[       OK' "$OUT/$test.log") tests)"
+    grep "^FP8ACCURACY" "$OUT/$test.log"
   else
     failures=$((failures + 1))
     echo "FAIL: $test"
