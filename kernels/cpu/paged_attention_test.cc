@@ -858,9 +858,14 @@ TEST_F(PagedAttentionTest, Fp8CacheEqualsF32CacheOfItsValues) {
       std::vector<double> got_f32(b.numel());
       for (int64_t i = 0; i < b.numel(); ++i)
         got_f32[i] = b.data_as<float>()[i];
-      ExpectRows(p, a, got_f32, 0, end, 1e-5);
+      // The fp8 loops multiply the per-head scale into each q·k sum (and each
+      // probability) instead of into every cached element: the same math,
+      // reassociated. The cache holds every e4m3 code (values up to 448 x
+      // scale), so under a soft cap f32's reordered rounding reaches a few
+      // 1e-5 (3.1e-5 seen): 1e-4 relative, still far below one e4m3 step.
+      ExpectRows(p, a, got_f32, 0, end, 1e-4);
       // And both are the float64 attention of those values.
-      ExpectRows(p, a, want, 0, end, 1e-5);
+      ExpectRows(p, a, want, 0, end, 1e-4);
     }
   }
   // The static layout too.
