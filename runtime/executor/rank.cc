@@ -291,6 +291,7 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
     ASSIGN_OR_RETURN(probe_pool,
                      KvPool::Create(shape, 1, sizing.block_size, model->ops(),
                                     model->allocator()));
+    RETURN_IF_ERROR(ApplyCheckpointKvScales(*model, &probe_pool));
     ASSIGN_OR_RETURN(
         probe_graphs,
         GraphRunner::Capture(model, probe_pool, kv.backend, reserved.get(),
@@ -310,6 +311,8 @@ absl::StatusOr<std::unique_ptr<Rank>> AssembleRank(
   ASSIGN_OR_RETURN(KvPool pool,
                    KvPool::Create(shape, layout.num_blocks, layout.block_size,
                                   model->ops(), model->allocator()));
+  // An fp8 cache takes the checkpoint's KV scales before any token.
+  RETURN_IF_ERROR(ApplyCheckpointKvScales(*model, &pool));
   std::unique_ptr<Rank> rank(new Rank());
   rank->owned_model_ = std::move(owned);
   rank->model_ = model;

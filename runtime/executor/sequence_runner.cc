@@ -17,6 +17,7 @@ absl::StatusOr<KvCache> SequenceRunner::NewKvCache(int64_t capacity,
   ASSIGN_OR_RETURN(cache.pool_,
                    KvPool::Create(model_->kv_pool_shape(dtype), 1, capacity,
                                   model_->ops(), model_->allocator()));
+  RETURN_IF_ERROR(ApplyCheckpointKvScales(*model_, &cache.pool_));
   return cache;
 }
 

@@ -22,6 +22,13 @@
 
 namespace tessera {
 
+// One layer's fp8 KV cache scales as a checkpoint gives them (the same for
+// every head): stored k = e4m3(k / k_scale), read back times k_scale.
+struct LayerKvScales {
+  float k = 1.0f;
+  float v = 1.0f;
+};
+
 class KvPool {
  public:
   // InvalidArgument for a non-positive size or an unsupported dtype;

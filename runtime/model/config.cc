@@ -1207,8 +1207,20 @@ absl::Status ParseCompressedTensors(const Json& qc, const std::string& path,
   if (!all_linear) quant->quantized_modules = std::move(targets);
   RETURN_IF_ERROR(
       AppendModuleList(*body, "ignore", where, &quant->unquantized_modules));
-  // kv_cache_scheme (fp8 k/v scales) is read as absent: the KV cache keeps
-  // --kv-dtype, and the k_scale / v_scale tensors are not loaded.
+  // kv_cache_scheme: 8-bit float k/v scales per tensor are loaded (an fp8
+  // KV cache uses them); any other scheme's tensors are not read, and the KV
+  // cache keeps --kv-dtype.
+  if (const Json* kv = Find(*body, "kv_cache_scheme");
+      kv != nullptr && kv->is_object()) {
+    const Json* type = Find(*kv, "type");
+    const Json* bits = Find(*kv, "num_bits");
+    const Json* strategy = Find(*kv, "strategy");
+    quant->kv_cache_scales = type != nullptr && type->is_string() &&
+                             *type == "float" && bits != nullptr &&
+                             bits->is_number_integer() && *bits == 8 &&
+                             (strategy == nullptr ||
+                              (strategy->is_string() && *strategy == "tensor"));
+  }
   // quantization_status is not checked either: older naive-quantized fp8
   // checkpoints say "frozen" with fp8 matrices on disk; the format tells.
   return absl::OkStatus();
@@ -1329,7 +1341,15 @@ absl::Status ParseModelopt(const Json& qc, const std::string& path,
         "modelopt quant_algo \"", algo_name->substr(0, 100),
         "\" is not supported yet (supported: FP8, FP8_PER_CHANNEL_PER_TOKEN)"));
   }
-  // kv_cache_quant_algo is read as absent: the KV cache keeps --kv-dtype.
+  // kv_cache_quant_algo FP8: per-layer k/v scales are loaded (an fp8 KV
+  // cache uses them); anything else is not read.
+  for (const Json* scope : {body, &qc}) {
+    const Json* kv = Find(*scope, "kv_cache_quant_algo");
+    if (kv != nullptr && kv->is_string() &&
+        absl::AsciiStrToUpper(kv->get<std::string>()) == "FP8") {
+      quant->kv_cache_scales = true;
+    }
+  }
   RETURN_IF_ERROR(AppendModuleList(*body, "exclude_modules", where,
                                    &quant->unquantized_modules));
   RETURN_IF_ERROR(

@@ -243,6 +243,14 @@ struct QuantConfig {
   // above a Llama's activations).
   double activation_scale_ub = 0;
 
+  // The checkpoint holds fp8 KV cache scales, one k and one v per layer
+  // (compressed-tensors kv_cache_scheme of 8-bit floats per tensor:
+  // self_attn.k_scale / v_scale; modelopt kv_cache_quant_algo FP8:
+  // self_attn.k_proj.k_scale / v_proj.v_scale). An fp8 KV cache (--kv-dtype
+  // fp8) stores k / k_scale and reads it back times k_scale; other caches
+  // do not read them.
+  bool kv_cache_scales = false;
+
   // Quantized by Tessera as the weights load (--quantization fp8, method
   // "fp8 (online)"): per-channel scales, dynamic per-token activations, no
   // scale tensors in the checkpoint.

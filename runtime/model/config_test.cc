@@ -1650,6 +1650,7 @@ TEST(QuantConfigTest, CompressedTensorsStaticPerTensor) {
   ASSERT_TRUE(c.ok()) << c.status();
   const QuantConfig& q = c->quant;
   EXPECT_EQ(q.method, "compressed-tensors");
+  EXPECT_FALSE(q.kv_cache_scales);  // kv_cache_scheme null.
   EXPECT_EQ(q.weight_scale, Fp8WeightScale::kPerTensor);
   EXPECT_EQ(q.input_scale, Fp8InputScale::kStaticPerTensor);
   EXPECT_EQ(q.scale_suffix, "weight_scale");
@@ -1720,6 +1721,13 @@ TEST(QuantConfigTest, CompressedTensorsDefaultsAndOptionalKeys) {
   EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kBlock);
   EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kDynamicPerGroup);
   EXPECT_TRUE(c->quant.unquantized_modules.empty());
+  // 8-bit float KV scales per tensor: loaded for an fp8 KV cache.
+  EXPECT_TRUE(c->quant.kv_cache_scales);
+  Json int_kv = j;
+  int_kv["kv_cache_scheme"]["type"] = "int";
+  c = ParseQuant(int_kv);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->quant.kv_cache_scales);
   // The older compression_config key.
   c = ParseWith(kLlama31V5, "compression_config", Json::parse(kCtStaticTensor));
   ASSERT_TRUE(c.ok()) << c.status();
@@ -1803,6 +1811,7 @@ TEST(QuantConfigTest, Modelopt) {
   EXPECT_EQ(c->quant.input_scale, Fp8InputScale::kStaticPerTensor);
   EXPECT_EQ(c->quant.scale_suffix, "weight_scale");
   EXPECT_FALSE(c->quant.Quantizes("lm_head"));
+  EXPECT_TRUE(c->quant.kv_cache_scales);  // kv_cache_quant_algo FP8.
 
   // Flat with the hf_quant_config.json key name.
   c = ParseQuant(Json{{"quant_method", "modelopt"},
@@ -1814,6 +1823,7 @@ TEST(QuantConfigTest, Modelopt) {
   c = ParseQuant(kModeloptNested);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->quant.weight_scale, Fp8WeightScale::kPerTensor);
+  EXPECT_FALSE(c->quant.kv_cache_scales);  // kv_cache_quant_algo null.
   EXPECT_FALSE(c->quant.Quantizes("model.layers.7.mlp.gate"));
   EXPECT_TRUE(c->quant.Quantizes("model.layers.7.mlp.gate_proj"));
 

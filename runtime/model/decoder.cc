@@ -1,6 +1,7 @@
 #include "runtime/model/decoder.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,18 @@ void AddAttentionSpecs(const ModelConfig& c, const ShardSpec& s,
     t->push_back(Replicated(p + "self_attn.q_norm.weight", {D}, part));
     t->push_back(Replicated(p + "self_attn.k_norm.weight", {D}, part));
   }
+  // An fp8 checkpoint's KV cache scales: one value per layer, every rank's
+  // heads alike; published as compressed-tensors names them, or as modelopt
+  // does (k_proj.k_scale, v_proj.v_scale).
+  if (c.quant.kv_cache_scales) {
+    for (const char* kv : {"k", "v"}) {
+      WeightSpec scale = WithParts(
+          Replicated(absl::StrCat(p, "self_attn.", kv, "_scale"), {1}, part),
+          {absl::StrCat(p, "self_attn.", kv, "_proj.", kv, "_scale")}, {1});
+      scale.any_shape = true;
+      t->push_back(std::move(scale));
+    }
+  }
 }
 
 void AddGatedMlpSpecs(const ModelConfig& c, const ShardSpec& s,
@@ -123,6 +136,18 @@ absl::Status WeightBinder::CheckComplete() const {
 
 absl::StatusOr<Tensor> WeightBinder::Take(const std::string& name) {
   return set_->Take(name);
+}
+
+absl::StatusOr<float> WeightBinder::TakeScalar(const std::string& name) {
+  ASSIGN_OR_RETURN(Tensor t, set_->Take(name));
+  if (t.numel() != 1 || t.dtype() != DType::kF32) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": expected one f32 value, found ",
+                     t.shape().ToString(), " ", DTypeName(t.dtype())));
+  }
+  float value = 0.0f;
+  RETURN_IF_ERROR(ops_->CopyToHost(t.view(), &value));
+  return value;
 }
 
 absl::StatusOr<Weight> WeightBinder::TakeLinear(const std::string& name) {
@@ -198,6 +223,16 @@ absl::Status BindAttentionWeights(WeightBinder& w, const std::string& p,
   ASSIGN_OR_RETURN(a->o_bias, w.Optional(p + "self_attn.o_proj.bias"));
   ASSIGN_OR_RETURN(a->q_norm, w.Optional(p + "self_attn.q_norm.weight"));
   ASSIGN_OR_RETURN(a->k_norm, w.Optional(p + "self_attn.k_norm.weight"));
+  if (w.Has(p + "self_attn.k_scale")) {
+    ASSIGN_OR_RETURN(const float k, w.TakeScalar(p + "self_attn.k_scale"));
+    ASSIGN_OR_RETURN(const float v, w.TakeScalar(p + "self_attn.v_scale"));
+    if (!(k > 0) || !(v > 0) || !std::isfinite(k) || !std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p, "self_attn: the checkpoint's KV cache scales ", k,
+                       " and ", v, " must be positive and finite"));
+    }
+    a->kv_scales = LayerKvScales{k, v};
+  }
   return absl::OkStatus();
 }
 

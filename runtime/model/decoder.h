@@ -86,6 +86,8 @@ class WeightBinder {
   // A linear module's weight (its fp8 scale with it), in the form the model
   // computes with (FinishLinearWeight), and the stack of several.
   absl::StatusOr<Weight> TakeLinear(const std::string& name);
+  // A one-value f32 tensor, read back to the host.
+  absl::StatusOr<float> TakeScalar(const std::string& name);
   absl::StatusOr<Weight> StackLinear(std::initializer_list<std::string> names);
   // Stack when the table lists all of the names, nullopt when it lists none;
   // InvalidArgument for some but not all (the tables list them together).

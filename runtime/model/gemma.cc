@@ -157,6 +157,9 @@ absl::Status GemmaModel::Bind(WeightSet& set) {
     }
     AttentionBlock& a = layer.attention;
     RETURN_IF_ERROR(BindAttentionWeights(w, p, &a.weights));
+    if (a.weights.kv_scales.has_value()) {
+      checkpoint_kv_scales_.push_back(*a.weights.kv_scales);
+    }
     // Gemma 3's per-head q/k norms are Gemma RMSNorms too.
     for (std::optional<Tensor>* norm : {&a.weights.q_norm, &a.weights.k_norm}) {
       if (norm->has_value()) {

@@ -39,6 +39,8 @@ struct AttentionWeights {
   std::optional<Tensor> qkv_bias;  // [(local_heads + 2 local_kv_heads) * D].
   std::optional<Tensor> o_bias;    // [H], whole.
   std::optional<Tensor> q_norm, k_norm;  // [D]: per-head RMSNorm.
+  // An fp8 checkpoint's KV cache scales for this layer (model.h).
+  std::optional<LayerKvScales> kv_scales;
 
   int64_t bytes() const;
 };

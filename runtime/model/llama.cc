@@ -165,6 +165,9 @@ absl::Status LlamaModel::Bind(WeightSet& set) {
                      w.Take(p + "post_attention_layernorm.weight"));
     AttentionBlock& a = layer.attention;
     RETURN_IF_ERROR(BindAttentionWeights(w, p, &a.weights));
+    if (a.weights.kv_scales.has_value()) {
+      checkpoint_kv_scales_.push_back(*a.weights.kv_scales);
+    }
     a.local_heads = shard_.local_heads;
     a.local_kv_heads = shard_.local_kv_heads;
     a.head_dim = config_.head_dim;

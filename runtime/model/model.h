@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -126,7 +127,21 @@ class Model {
   // The last step's logits [logit_rows, V] in the backend's memory (last
   // stage), valid until the next step.
   virtual const TensorView& step_logits() const = 0;
+
+  // An fp8 checkpoint's KV cache scales (QuantConfig::kv_cache_scales), one
+  // per layer of this rank in order; empty when the checkpoint has none.
+  const std::vector<LayerKvScales>& checkpoint_kv_scales() const {
+    return checkpoint_kv_scales_;
+  }
+
+ protected:
+  std::vector<LayerKvScales> checkpoint_kv_scales_;
 };
+
+// Gives an fp8 `pool` (of `model`'s kv_pool_shape) the checkpoint's KV
+// scales, every head of a layer its layer's; nothing for another dtype or a
+// checkpoint without scales. Call it before any token is stored.
+absl::Status ApplyCheckpointKvScales(const Model& model, KvPool* pool);
 
 }  // namespace tessera
 

@@ -8,11 +8,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "runtime/core/dtype.h"
+#include "runtime/kv/kv_pool.h"
 #include "runtime/model/config.h"
 #include "runtime/model/decoder.h"
 #include "runtime/model/registry.h"
@@ -307,6 +310,73 @@ TEST(QuantizedWeightsTest, QuantizeOnLoadTakesUnquantizedDenseModels) {
   ModelConfig moe = SmallLlama();
   moe.moe.num_experts = 4;
   EXPECT_EQ(QuantizeOnLoad(&moe).code(), absl::StatusCode::kUnimplemented);
+}
+
+// An fp8 checkpoint's KV cache scales (compressed-tensors' and modelopt's
+// names) reach an fp8 KV pool, every head of a layer its layer's.
+TEST(QuantizedWeightsTest, CheckpointKvScalesReachAnFp8Pool) {
+  for (const bool modelopt : {false, true}) {
+    ModelConfig c = SmallLlama();
+    c.quant = PerChannel();
+    c.quant.kv_cache_scales = true;
+    const std::filesystem::path dir =
+        std::filesystem::path(::testing::TempDir()) / "quantized" /
+        (modelopt ? "kv_modelopt" : "kv_ct");
+    std::filesystem::create_directories(dir);
+    CheckpointWriter w;
+    std::mt19937 rng(3);
+    const WeightTable table = *ModelWeightTable(c, FullModel(c));
+    for (const WeightSpec& spec : table) {
+      std::string name = spec.name;
+      if (absl::EndsWith(name, "self_attn.k_scale")) {
+        if (modelopt)
+          name = absl::StrReplaceAll(name, {{"k_scale", "k_proj.k_scale"}});
+        w.AddFloats(name, DType::kF32, Shape(std::vector<int64_t>{}), {0.5f});
+      } else if (absl::EndsWith(name, "self_attn.v_scale")) {
+        if (modelopt)
+          name = absl::StrReplaceAll(name, {{"v_scale", "v_proj.v_scale"}});
+        w.AddFloats(name, DType::kF32, Shape({1}), {0.25f});
+      } else if (spec.fp8) {
+        w.Add(name, DType::kF8E4M3, spec.full,
+              RandomCodes(spec.full.numel(), &rng));
+      } else if (spec.any_shape) {
+        w.AddFloats(name, DType::kF32, spec.full,
+                    RandomScales(spec.full.numel(), &rng));
+      } else {
+        w.AddRandom(name, DType::kF32, spec.full);
+      }
+    }
+    w.Write((dir / "model.safetensors").string());
+    CpuOps ops;
+    std::unique_ptr<Checkpoint> ckpt = *Checkpoint::Open(dir.string());
+    WeightLoadOptions options;
+    options.device = &ops;
+    absl::StatusOr<WeightSet> set =
+        LoadShardWeights(*ckpt, c, FullModel(c), options);
+    ASSERT_TRUE(set.ok()) << set.status();
+    ModelContext context;
+    context.ops = &ops;
+    absl::StatusOr<std::unique_ptr<Model>> model =
+        CreateModel(c, FullModel(c), *std::move(set), context);
+    ASSERT_TRUE(model.ok()) << model.status();
+    ASSERT_EQ((*model)->checkpoint_kv_scales().size(), 1u);
+    EXPECT_EQ((*model)->checkpoint_kv_scales()[0].k, 0.5f);
+    EXPECT_EQ((*model)->checkpoint_kv_scales()[0].v, 0.25f);
+    absl::StatusOr<KvPool> pool =
+        KvPool::Create((*model)->kv_pool_shape(DType::kF8E4M3), 2, 16, &ops,
+                       (*model)->allocator());
+    ASSERT_TRUE(pool.ok()) << pool.status();
+    ASSERT_TRUE(ApplyCheckpointKvScales(**model, &*pool).ok());
+    ASSERT_EQ(pool->k_scales(0).size(), 2u);  // Both KV heads.
+    for (float s : pool->k_scales(0)) EXPECT_EQ(s, 0.5f);
+    for (float s : pool->v_scales(0)) EXPECT_EQ(s, 0.25f);
+    // A bf16/f32 pool does not read them.
+    absl::StatusOr<KvPool> f32 =
+        KvPool::Create((*model)->kv_pool_shape(DType::kF32), 2, 16, &ops,
+                       (*model)->allocator());
+    ASSERT_TRUE(f32.ok());
+    EXPECT_TRUE(ApplyCheckpointKvScales(**model, &*f32).ok());
+  }
 }
 
 }  // namespace

@@ -400,6 +400,10 @@ absl::StatusOr<std::vector<TensorInfo>> CheckedParts(const Checkpoint& ckpt,
       return absl::NotFoundError(absl::StrCat(
           "tensor ", part, " not found (a part of ", spec.name, ")"));
     }
+    // A scale published in another shape of its size ([] for [1]).
+    if (spec.any_shape && info->shape.numel() == spec.part_shape.numel()) {
+      info->shape = spec.part_shape;
+    }
     if (info->shape != spec.part_shape) {
       return absl::InvalidArgumentError(
           absl::StrCat(part, ": expected shape ", spec.part_shape.ToString(),
