@@ -141,7 +141,13 @@ serve_case() {
     curl -s -m 60 "$base/v1/completions" -d '{"model": "stories260K", "prompt": "Once upon a time",
       "max_tokens": 450, "temperature": 1, "stream": true}' >"$TMP/stream$i" 2>/dev/null &
   done
-  sleep 0.5
+  # Stop the rank once tokens are streaming (the job is stepping): a fixed
+  # pause could land before the first step on a loaded machine, and a stop
+  # while idle is not a fault anyone can see.
+  for i in $(seq 1 200); do
+    grep -qs '^data: {' "$TMP"/stream* && break
+    sleep 0.05
+  done
   local pid
   pid=$(rank_pid "$(pgrep -P "$job" | head -n 1)" 1)
   local t0 t1 rc health=none saw503=0
