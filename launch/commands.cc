@@ -288,6 +288,7 @@ void PrintStartupSummary(const EngineFlags& flags, const RankSpec& spec,
   f.static_layout = layout.static_layout;
   f.max_model_len = executor.config().max_position_embeddings;
   const QuantConfig& quant = executor.config().quant;
+  f.kv_checkpoint_scales = quant.kv_cache_scales;
   if (quant.quantized()) {
     f.quantization =
         f.weight_dtype == "bfloat16"

@@ -38,7 +38,11 @@ std::vector<std::string> StartupSummaryLines(const StartupFacts& f) {
       "[tessera] KV cache: %d %s x %d tokens = %d tokens (%s, %s%s); Maximum "
       "concurrency for %d tokens per request: %.2fx",
       f.num_kv_blocks, f.static_layout ? "sequence slots" : "blocks",
-      f.block_size, tokens, f.kv_dtype == "fp8" ? "fp8 e4m3" : f.kv_dtype,
+      f.block_size, tokens,
+      f.kv_dtype == "fp8"
+          ? (f.kv_checkpoint_scales ? "fp8 e4m3, the checkpoint's scales"
+                                    : "fp8 e4m3, scales 1")
+          : f.kv_dtype,
       Size(f.kv_bytes), where, f.max_model_len, concurrency));
   if (f.graph_buckets.empty()) {
     lines.push_back(

@@ -19,6 +19,8 @@ struct StartupFacts {
   // The resolved --kv-dtype: float32, bfloat16, int8 or fp8 (printed as
   // "fp8 e4m3").
   std::string kv_dtype = "float32";
+  // An fp8 cache's scales come from the checkpoint (else they are all 1).
+  bool kv_checkpoint_scales = false;
   // Non-empty: how the linear layers are quantized ("fp8 (compressed-tensors)"
   // where the device computes in fp8, "dequantized from fp8
   // (compressed-tensors)" where it does not).

@@ -40,8 +40,12 @@ TEST(StartupSummaryTest, GpuWithGraphs) {
   f.num_kv_blocks = 4096;
   EXPECT_EQ(StartupSummaryLines(f)[1],
             "[tessera] KV cache: 4096 blocks x 16 tokens = 65536 tokens (fp8 "
-            "e4m3, 1.00 GiB); Maximum concurrency for 4096 tokens per request: "
-            "16.00x");
+            "e4m3, scales 1, 1.00 GiB); Maximum concurrency for 4096 tokens "
+            "per request: 16.00x");
+  f.kv_checkpoint_scales = true;
+  EXPECT_NE(StartupSummaryLines(f)[1].find(
+                "(fp8 e4m3, the checkpoint's scales, 1.00 GiB)"),
+            std::string::npos);
 }
 
 TEST(StartupSummaryTest, CpuParallelAndStaticLayouts) {
