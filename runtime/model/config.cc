@@ -1,12 +1,14 @@
 #include "runtime/model/config.h"
 
+#include <pcre2.h>
+
 #include <algorithm>
-#include <bitset>
 #include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <limits>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
@@ -189,498 +191,89 @@ constexpr size_t kMaxModuleListEntries = 4096;
 constexpr size_t kMaxModuleNameChars = 1024;
 constexpr size_t kMaxConfigGroups = 64;
 
-// "re:" module patterns. std::regex backtracks recursively, so a hostile
-// pattern ("(a*)*b", or a long alternation) can take exponential time or
-// overflow the stack, and RE2 is not available here; this is Thompson's
-// construction run as a Pike VM (a set of states per input position): time
-// O(name length × program size), memory O(program size), no recursion
-// beyond the pattern's group nesting, which parse bounds. The dialect is
-// what ignore lists use: literals, `.`, classes [a-z] [^...] with \d \w \s,
-// groups ( ) (?: ) (?P<name> ), `|`, `* + ? {n} {n,} {,m} {n,m}` (lazy
-// forms match the same names), and `^ $ \A \Z`. Lookaround,
-// backreferences, word boundaries, inline flags and possessive quantifiers
-// are refused (they would need backtracking).
+// "re:" module patterns, compiled by PCRE2 (already the tokenizer's regex
+// library; it reads Python's dialect: (?P<name>...), \Z, lazy forms,
+// lookaround) and run by its DFA matcher, which never backtracks: a hostile
+// pattern ("(a*)*b") costs time linear in the name, and the workspace and
+// the compiled pattern's size are bounded. Backreferences (which need
+// backtracking) are refused when the config is parsed; a pattern whose run
+// the DFA gives up on (recursion, a full workspace) matches nothing.
 class ModuleRegex {
  public:
-  static absl::StatusOr<ModuleRegex> Compile(absl::string_view pattern);
+  static constexpr size_t kMaxModulePatternBytes = size_t{64} << 10;
+
+  static absl::StatusOr<ModuleRegex> Compile(absl::string_view pattern) {
+    int error = 0;
+    PCRE2_SIZE offset = 0;
+    pcre2_code* code =
+        pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()),
+                      pattern.size(), 0, &error, &offset, nullptr);
+    if (code == nullptr) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(error, message, sizeof(message));
+      return absl::InvalidArgumentError(absl::StrCat(
+          reinterpret_cast<const char*>(message), " at offset ", offset));
+    }
+    ModuleRegex re;
+    re.code_.reset(code);
+    // Backreferences need backtracking, which the DFA does not do; counted
+    // repeats multiply a short pattern into a large program: both refused.
+    uint32_t backrefs = 0;
+    size_t bytes = 0;
+    pcre2_pattern_info(code, PCRE2_INFO_BACKREFMAX, &backrefs);
+    pcre2_pattern_info(code, PCRE2_INFO_SIZE, &bytes);
+    if (backrefs > 0) {
+      return absl::InvalidArgumentError(
+          "backreferences are not supported in module patterns");
+    }
+    if (bytes > kMaxModulePatternBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the pattern compiles to ", bytes, " bytes, more than the ",
+          kMaxModulePatternBytes, " supported"));
+    }
+    // A trial run: the DFA refuses what it cannot run here, not mid-load.
+    int result = 0;
+    if (!re.Run("", &result) && result < 0 && result != PCRE2_ERROR_NOMATCH) {
+      PCRE2_UCHAR message[256];
+      pcre2_get_error_message(result, message, sizeof(message));
+      return absl::InvalidArgumentError(
+          absl::StrCat("not supported in module patterns: ",
+                       reinterpret_cast<const char*>(message)));
+    }
+    return re;
+  }
 
   // Python's re.match(pattern, text), as compressed-tensors and vLLM apply
   // "re:" entries: anchored at the start, free at the end (a match of any
-  // prefix of `text` counts).
-  bool MatchesPrefix(absl::string_view text) const;
-
- private:
-  enum class Op : uint8_t { kChar, kSplit, kJmp, kBegin, kEnd, kMatch };
-  struct Inst {
-    Op op;
-    int32_t x = 0;  // kSplit / kJmp: a target; kChar: the set's index.
-    int32_t y = 0;  // kSplit: the other target.
-  };
-  using CharSet = std::bitset<256>;
-  struct Node {
-    enum class Kind { kSet, kConcat, kAlt, kRepeat, kBegin, kEnd };
-    Kind kind = Kind::kConcat;
-    CharSet set;               // kSet.
-    std::vector<Node> kids;    // kConcat, kAlt; kRepeat: one.
-    int32_t min = 0, max = 0;  // kRepeat; max -1: unbounded.
-  };
-  class Parser;
-
-  // Appends `node`'s code; false once the program outgrows kMaxProgram.
-  bool Emit(const Node& node);
-  int32_t Push(Op op) {
-    prog_.push_back(Inst{op});
-    return static_cast<int32_t>(prog_.size()) - 1;
-  }
-
-  // A pattern is at most kMaxModuleNameChars long, but counted repeats
-  // multiply it: the program is bounded instead.
-  static constexpr size_t kMaxProgram = 16384;
-  static constexpr int kMaxNesting = 32;
-  static constexpr int32_t kMaxRepeat = 1000;
-
-  std::vector<Inst> prog_;
-  std::vector<CharSet> sets_;
-};
-
-class ModuleRegex::Parser {
- public:
-  explicit Parser(absl::string_view pattern) : p_(pattern) {}
-
-  absl::StatusOr<Node> Parse() {
-    ASSIGN_OR_RETURN(Node node, ParseAlt(0));
-    if (pos_ < p_.size()) return Error("unbalanced ')'");
-    return node;
+  // prefix of `text` counts). A pattern the DFA gives up on (its workspace
+  // full) matches nothing.
+  bool MatchesPrefix(absl::string_view text) const {
+    int result = 0;
+    return Run(text, &result);
   }
 
  private:
-  absl::Status Error(absl::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat(what, " at offset ", pos_));
-  }
-  bool AtEnd() const { return pos_ >= p_.size(); }
-  char Peek() const { return p_[pos_]; }
-
-  absl::StatusOr<Node> ParseAlt(int depth) {
-    if (depth > kMaxNesting) return Error("groups nested too deeply");
-    Node alt;
-    alt.kind = Node::Kind::kAlt;
-    while (true) {
-      ASSIGN_OR_RETURN(Node branch, ParseConcat(depth));
-      alt.kids.push_back(std::move(branch));
-      if (AtEnd() || Peek() != '|') break;
-      ++pos_;
-    }
-    if (alt.kids.size() == 1) return std::move(alt.kids[0]);
-    return alt;
-  }
-
-  absl::StatusOr<Node> ParseConcat(int depth) {
-    Node concat;
-    concat.kind = Node::Kind::kConcat;
-    while (!AtEnd() && Peek() != '|' && Peek() != ')') {
-      ASSIGN_OR_RETURN(Node item, ParseRepeat(depth));
-      concat.kids.push_back(std::move(item));
-    }
-    return concat;
-  }
-
-  // `{n}`, `{n,}`, `{,m}`, `{n,m}` at pos_: consumes it and sets min/max
-  // (-1: unbounded), or leaves pos_ and returns false when the text is not
-  // a quantifier (Python then reads `{` as a literal).
-  bool ParseBraces(int32_t* min, int32_t* max, bool* too_large) {
-    size_t i = pos_ + 1;
-    auto number = [&](int64_t* out) {
-      const size_t start = i;
-      *out = 0;
-      while (i < p_.size() && absl::ascii_isdigit(p_[i])) {
-        if (*out <= kMaxRepeat) *out = *out * 10 + (p_[i] - '0');
-        ++i;
-      }
-      return i > start;
-    };
-    int64_t lo = 0, hi = -1;
-    const bool has_lo = number(&lo);
-    if (i < p_.size() && p_[i] == '}') {
-      if (!has_lo) return false;
-      hi = lo;
-    } else if (i < p_.size() && p_[i] == ',') {
-      ++i;
-      const bool has_hi = number(&hi);
-      if (!has_hi) hi = -1;
-      if (i >= p_.size() || p_[i] != '}') return false;
-    } else {
-      return false;
-    }
-    *too_large = lo > kMaxRepeat || hi > kMaxRepeat;
-    *min = static_cast<int32_t>(std::min<int64_t>(lo, kMaxRepeat + 1));
-    *max = static_cast<int32_t>(std::min<int64_t>(hi, kMaxRepeat + 1));
-    pos_ = i + 1;
-    return true;
-  }
-
-  absl::StatusOr<Node> ParseRepeat(int depth) {
-    ASSIGN_OR_RETURN(Node atom, ParseAtom(depth));
-    bool repeated = false;
-    while (!AtEnd()) {
-      int32_t min = 0, max = 0;
-      bool too_large = false;
-      const char c = Peek();
-      if (c == '*') {
-        min = 0, max = -1, ++pos_;
-      } else if (c == '+') {
-        min = 1, max = -1, ++pos_;
-      } else if (c == '?') {
-        min = 0, max = 1, ++pos_;
-      } else if (c == '{' && ParseBraces(&min, &max, &too_large)) {
-        if (too_large) {
-          return Error(absl::StrCat("repeat count above ", kMaxRepeat));
-        }
-        if (max >= 0 && max < min) return Error("repeat {n,m} with m < n");
-      } else {
-        break;
-      }
-      if (repeated) return Error("multiple repeat");
-      // An anchor has nothing to repeat.
-      if (atom.kind == Node::Kind::kBegin || atom.kind == Node::Kind::kEnd) {
-        return Error("nothing to repeat");
-      }
-      repeated = true;
-      if (!AtEnd() && Peek() == '?') {
-        ++pos_;  // Lazy: the same names match.
-      } else if (!AtEnd() && Peek() == '+') {
-        return Error("possessive quantifier not supported");
-      }
-      Node rep;
-      rep.kind = Node::Kind::kRepeat;
-      rep.min = min;
-      rep.max = max;
-      rep.kids.push_back(std::move(atom));
-      atom = std::move(rep);
-    }
-    return atom;
-  }
-
-  absl::StatusOr<Node> ParseAtom(int depth) {
-    const char c = Peek();
-    Node node;
-    node.kind = Node::Kind::kSet;
-    switch (c) {
-      case '(': {
-        ++pos_;
-        if (!AtEnd() && Peek() == '?') {
-          if (p_.substr(pos_, 2) == "?:") {
-            pos_ += 2;
-          } else if (p_.substr(pos_, 3) == "?P<") {
-            const size_t close = p_.find('>', pos_ + 3);
-            if (close == absl::string_view::npos) {
-              return Error("unterminated group name");
-            }
-            pos_ = close + 1;
-          } else {
-            return Error(
-                "unsupported group (lookaround, flags or backreference)");
-          }
-        }
-        ASSIGN_OR_RETURN(Node inner, ParseAlt(depth + 1));
-        if (AtEnd() || Peek() != ')') return Error("missing ')'");
-        ++pos_;
-        return inner;
-      }
-      case '*':
-      case '+':
-      case '?':
-        return Error("nothing to repeat");
-      case '[':
-        ++pos_;
-        RETURN_IF_ERROR(ParseClass(&node.set));
-        return node;
-      case '.':
-        ++pos_;
-        node.set.set();
-        node.set.reset('\n');
-        return node;
-      case '^':
-        ++pos_;
-        node.kind = Node::Kind::kBegin;
-        return node;
-      case '$':
-        ++pos_;
-        node.kind = Node::Kind::kEnd;
-        return node;
-      case '\\':
-        if (pos_ + 1 < p_.size() &&
-            (p_[pos_ + 1] == 'A' || p_[pos_ + 1] == 'Z')) {
-          node.kind =
-              p_[pos_ + 1] == 'A' ? Node::Kind::kBegin : Node::Kind::kEnd;
-          pos_ += 2;
-          return node;
-        }
-        RETURN_IF_ERROR(ParseEscape(/*in_class=*/false, &node.set, nullptr));
-        return node;
-      case '{': {
-        int32_t min, max;
-        bool too_large;
-        if (ParseBraces(&min, &max, &too_large)) {
-          return Error("nothing to repeat");
-        }
-        break;
-      }
-      default:
-        break;
-    }
-    ++pos_;
-    node.set.set(static_cast<unsigned char>(c));
-    return node;
-  }
-
-  // After a backslash at pos_: the characters it stands for, into `set`;
-  // `single` (when not null) is the one character, or -1 for a class.
-  absl::Status ParseEscape(bool in_class, CharSet* set, int* single) {
-    ++pos_;  // The backslash.
-    if (AtEnd()) return Error("trailing backslash");
-    const char c = Peek();
-    ++pos_;
-    auto one = [&](unsigned char ch) {
-      set->set(ch);
-      if (single != nullptr) *single = ch;
-      return absl::OkStatus();
-    };
-    if (single != nullptr) *single = -1;
-    CharSet cls;
-    switch (c) {
-      case 'd':
-      case 'D':
-        for (int ch = '0'; ch <= '9'; ++ch) cls.set(ch);
-        break;
-      case 'w':
-      case 'W':
-        for (int ch = 0; ch < 256; ++ch) {
-          if (absl::ascii_isalnum(static_cast<unsigned char>(ch)) ||
-              ch == '_') {
-            cls.set(ch);
-          }
-        }
-        break;
-      case 's':
-      case 'S':
-        for (char ch : {' ', '\t', '\n', '\r', '\f', '\v'}) cls.set(ch);
-        break;
-      case 'n':
-        return one('\n');
-      case 't':
-        return one('\t');
-      case 'r':
-        return one('\r');
-      case 'f':
-        return one('\f');
-      case 'v':
-        return one('\v');
-      case 'b':
-        if (in_class) return one('\b');
-        return Error("word boundaries not supported");
-      case 'x': {
-        if (pos_ + 2 > p_.size() || !absl::ascii_isxdigit(p_[pos_]) ||
-            !absl::ascii_isxdigit(p_[pos_ + 1])) {
-          return Error("malformed \\x escape");
-        }
-        const int value =
-            std::stoi(std::string(p_.substr(pos_, 2)), nullptr, 16);
-        pos_ += 2;
-        return one(static_cast<unsigned char>(value));
-      }
-      default:
-        if (absl::ascii_isalnum(static_cast<unsigned char>(c))) {
-          return Error(
-              absl::StrCat("unsupported escape \\", std::string(1, c),
-                           absl::ascii_isdigit(static_cast<unsigned char>(c))
-                               ? " (backreference)"
-                               : ""));
-        }
-        return one(static_cast<unsigned char>(c));
-    }
-    if (absl::ascii_isupper(static_cast<unsigned char>(c))) cls.flip();
-    *set |= cls;
-    return absl::OkStatus();
-  }
-
-  // After '[': the class up to its ']' (consumed), into `set`.
-  absl::Status ParseClass(CharSet* set) {
-    bool negate = false;
-    if (!AtEnd() && Peek() == '^') {
-      negate = true;
-      ++pos_;
-    }
-    bool first = true;
-    while (true) {
-      if (AtEnd()) return Error("unterminated character class");
-      if (Peek() == ']' && !first) {
-        ++pos_;
-        break;
-      }
-      first = false;
-      // One item: a character (maybe a range's start) or an escape class.
-      int lo = -1;
-      if (Peek() == '\\') {
-        RETURN_IF_ERROR(ParseEscape(/*in_class=*/true, set, &lo));
-        if (lo < 0) continue;  // \d, \w, \s: not a range's end point.
-      } else {
-        lo = static_cast<unsigned char>(Peek());
-        ++pos_;
-        set->set(lo);
-      }
-      if (pos_ + 1 < p_.size() && Peek() == '-' && p_[pos_ + 1] != ']') {
-        ++pos_;
-        int hi = -1;
-        if (Peek() == '\\') {
-          CharSet ignored;
-          RETURN_IF_ERROR(ParseEscape(/*in_class=*/true, &ignored, &hi));
-          if (hi < 0) return Error("bad character range");
-        } else {
-          hi = static_cast<unsigned char>(Peek());
-          ++pos_;
-        }
-        if (hi < lo) return Error("bad character range");
-        for (int ch = lo; ch <= hi; ++ch) set->set(ch);
-      }
-    }
-    if (negate) set->flip();
-    return absl::OkStatus();
-  }
-
-  absl::string_view p_;
-  size_t pos_ = 0;
-};
-
-absl::StatusOr<ModuleRegex> ModuleRegex::Compile(absl::string_view pattern) {
-  if (pattern.size() > kMaxModuleNameChars) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pattern is ", pattern.size(), " characters, more than the ",
-        kMaxModuleNameChars, " supported"));
-  }
-  Parser parser(pattern);
-  ASSIGN_OR_RETURN(const Node root, parser.Parse());
-  ModuleRegex re;
-  if (!re.Emit(root)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("pattern expands past ", kMaxProgram, " states"));
-  }
-  re.Push(Op::kMatch);
-  return re;
-}
-
-bool ModuleRegex::Emit(const Node& node) {
-  if (prog_.size() > kMaxProgram) return false;
-  switch (node.kind) {
-    case Node::Kind::kSet: {
-      const int32_t at = Push(Op::kChar);
-      prog_[at].x = static_cast<int32_t>(sets_.size());
-      sets_.push_back(node.set);
-      return true;
-    }
-    case Node::Kind::kBegin:
-      Push(Op::kBegin);
-      return true;
-    case Node::Kind::kEnd:
-      Push(Op::kEnd);
-      return true;
-    case Node::Kind::kConcat:
-      for (const Node& kid : node.kids) {
-        if (!Emit(kid)) return false;
-      }
-      return true;
-    case Node::Kind::kAlt: {
-      std::vector<int32_t> exits;
-      for (size_t i = 0; i < node.kids.size(); ++i) {
-        if (i + 1 < node.kids.size()) {
-          const int32_t split = Push(Op::kSplit);
-          prog_[split].x = split + 1;
-          if (!Emit(node.kids[i])) return false;
-          exits.push_back(Push(Op::kJmp));
-          prog_[split].y = static_cast<int32_t>(prog_.size());
-        } else if (!Emit(node.kids[i])) {
-          return false;
-        }
-      }
-      for (int32_t j : exits) prog_[j].x = static_cast<int32_t>(prog_.size());
-      return true;
-    }
-    case Node::Kind::kRepeat: {
-      const Node& kid = node.kids[0];
-      for (int32_t i = 0; i < node.min; ++i) {
-        if (!Emit(kid)) return false;
-      }
-      if (node.max < 0) {
-        const int32_t loop = Push(Op::kSplit);
-        prog_[loop].x = loop + 1;
-        if (!Emit(kid)) return false;
-        prog_[Push(Op::kJmp)].x = loop;
-        prog_[loop].y = static_cast<int32_t>(prog_.size());
-        return true;
-      }
-      std::vector<int32_t> skips;
-      for (int32_t i = node.min; i < node.max; ++i) {
-        const int32_t split = Push(Op::kSplit);
-        prog_[split].x = split + 1;
-        skips.push_back(split);
-        if (!Emit(kid)) return false;
-      }
-      for (int32_t s : skips) prog_[s].y = static_cast<int32_t>(prog_.size());
-      return true;
-    }
-  }
-  return false;
-}
-
-bool ModuleRegex::MatchesPrefix(absl::string_view text) const {
-  // mark[pc] is the last position whose closure visited pc.
-  std::vector<size_t> mark(prog_.size(), std::numeric_limits<size_t>::max());
-  std::vector<int32_t> current, next, stack;
-  // Adds the kChar states reachable from `start` at `pos` to `list`; true
-  // when the match state is reachable.
-  auto add = [&](std::vector<int32_t>* list, int32_t start, size_t pos) {
-    stack.assign(1, start);
-    while (!stack.empty()) {
-      const int32_t pc = stack.back();
-      stack.pop_back();
-      if (mark[pc] == pos) continue;
-      mark[pc] = pos;
-      const Inst& inst = prog_[pc];
-      switch (inst.op) {
-        case Op::kMatch:
-          return true;
-        case Op::kJmp:
-          stack.push_back(inst.x);
-          break;
-        case Op::kSplit:
-          stack.push_back(inst.y);
-          stack.push_back(inst.x);
-          break;
-        case Op::kBegin:
-          if (pos == 0) stack.push_back(pc + 1);
-          break;
-        case Op::kEnd:
-          if (pos == text.size()) stack.push_back(pc + 1);
-          break;
-        case Op::kChar:
-          list->push_back(pc);
-          break;
-      }
-    }
-    return false;
+  struct CodeFree {
+    void operator()(pcre2_code* c) const { pcre2_code_free(c); }
   };
-  if (add(&current, 0, 0)) return true;
-  for (size_t pos = 0; pos < text.size() && !current.empty(); ++pos) {
-    next.clear();
-    const unsigned char ch = static_cast<unsigned char>(text[pos]);
-    for (const int32_t pc : current) {
-      if (sets_[prog_[pc].x].test(ch) && add(&next, pc + 1, pos + 1)) {
-        return true;
-      }
-    }
-    current.swap(next);
+  struct DataFree {
+    void operator()(pcre2_match_data* d) const { pcre2_match_data_free(d); }
+  };
+
+  bool Run(absl::string_view text, int* result) const {
+    std::unique_ptr<pcre2_match_data, DataFree> data(
+        pcre2_match_data_create(1, nullptr));
+    if (data == nullptr) return false;
+    std::vector<int> workspace(4096);
+    *result = pcre2_dfa_match(
+        code_.get(), reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), 0,
+        PCRE2_ANCHORED | PCRE2_DFA_SHORTEST, data.get(), nullptr,
+        workspace.data(), workspace.size());
+    return *result >= 0;
   }
-  return false;
-}
+
+  std::unique_ptr<pcre2_code, CodeFree> code_;
+};
 
 // fnmatch's `*` and `?` (ModelOpt's exclude_modules wildcards) over the
 // whole name: the greedy two-pointer match, O(|name| × |pattern|), no

@@ -2019,8 +2019,6 @@ TEST(QuantConfigTest, MalformedFieldsNameTheKey) {
        "quantization_config.ignore[1]"},
       {kCtDynamicChannel, "/ignore", Json::array({"re:(abc"}),
        "quantization_config.ignore[0]"},
-      {kCtDynamicChannel, "/ignore", Json::array({"re:(?=x)y"}),
-       "quantization_config.ignore[0]"},
       {kCtDynamicChannel, "/ignore", Json::array({"re:a**"}),
        "quantization_config.ignore[0]"},
       {kCtDynamicChannel, "/ignore", Json::array({"re:(a)\\1"}),
@@ -2028,11 +2026,6 @@ TEST(QuantConfigTest, MalformedFieldsNameTheKey) {
       {kCtDynamicChannel, "/ignore", Json::array({"re:[z-a]"}),
        "quantization_config.ignore[0]"},
       {kCtDynamicChannel, "/ignore", Json::array({"re:x{5,2}"}),
-       "quantization_config.ignore[0]"},
-      {kCtDynamicChannel, "/ignore", Json::array({"re:(a{1000}){1000}"}),
-       "quantization_config.ignore[0]"},
-      {kCtDynamicChannel, "/ignore",
-       Json::array({"re:" + std::string(40, '(') + "a" + std::string(40, ')')}),
        "quantization_config.ignore[0]"},
       {kCtDynamicChannel, "/config_groups", Json::object(),
        "quantization_config.config_groups"},
@@ -2179,8 +2172,9 @@ TEST(QuantizesTest, RegexesUseReMatchSemantics) {
 TEST(QuantizesTest, RegexesStayLinearOnPathologicalPatterns) {
   // Exponential for a backtracking engine: here a few thousand steps.
   const std::string name(1000, 'a');
-  for (const char* pattern : {"re:(a*)*b", "re:(a|aa)+$x", "re:(a+a+)+b",
-                              "re:(.*){20}b", "re:(()*)*b"}) {
+  for (const char* pattern :
+       {"re:(a*)*b", "re:(a|aa)+$x", "re:(a+a+)+b", "re:(.*){20}b",
+        "re:(()*)*b", "re:(a{1000}){1000}b", "re:(?=a*b)a"}) {
     const QuantConfig q = Ignoring({pattern});
     EXPECT_TRUE(q.Quantizes(name)) << pattern;
   }
