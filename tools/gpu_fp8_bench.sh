@@ -43,8 +43,10 @@ for q in bf16 fp8; do
     --iterations 1 --max-num-seqs 64 "${flags[@]}"
   # The KV cache's capacity (the startup summary's tokens) with the same bf16 weights: bf16
   # against fp8 entries.
+  # --max-num-seqs 256 so that the pool is what the default fraction of free memory holds, not
+  # capped at one context.
   want "kv-$q" && row "kv-$q" llama-8b 4096 --batch-size 1 --input-len 32 --output-len 8 \
-    --iterations 1 --max-num-seqs 1 --kv-dtype "$([ "$q" = fp8 ] && echo fp8 || echo bfloat16)"
+    --iterations 1 --max-num-seqs 256 --kv-dtype "$([ "$q" = fp8 ] && echo fp8 || echo bfloat16)"
 done
 # fp8 weights and an fp8 KV cache together: batch-64 decode and P01.
 want b64-fp8-kvfp8 && row b64-fp8-kvfp8 llama-8b 1024 --batch-size 64 --input-len 512 \
