@@ -1,9 +1,17 @@
-# Shared by tools/gpu_roof_bench.sh and tools/gpu_fp8_bench.sh (sourced, on the GPU machine):
+# Shared by tools/gpu_roof_bench.sh, tools/gpu_fp8_bench.sh and tools/gpu_structured_bench.sh (sourced, on the GPU machine):
 # the benchmark shapes as config.json files under $W, and row(), which runs one
 # `tessera bench --random-weights --device cuda --json` and appends its JSON line (label, shape,
 # flags and wall time added) to $ROWS. Needs BIN, W, ROWS and late() from the caller.
 bench_configs() {
-  mkdir -p "$W/llama-8b" "$W/qwen3-0.6b"
+  mkdir -p "$W/llama-8b" "$W/qwen3-0.6b" "$W/qwen3-8b"
+cat >"$W/qwen3-8b/config.json" <<'JSON'
+{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
+ "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
+ "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": false,
+ "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+ "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
+ "bos_token_id": 151643, "eos_token_id": 151645}
+JSON
 cat >"$W/llama-8b/config.json" <<'JSON'
 {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
  "intermediate_size": 14336, "num_hidden_layers": 32, "num_attention_heads": 32,

@@ -12,23 +12,9 @@ BIN=${BIN:-.carry/gpu/bin}
 TOKENIZER=${TOKENIZER:-.carry/gpu/qwen3_tokenizer}
 OUT=${OUT:-/tmp/structured_bench}
 W=$(mktemp -d)
-mkdir -p "$OUT" "$W/qwen3-8b" "$W/qwen3-0.6b"
-cat >"$W/qwen3-8b/config.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 4096,
- "intermediate_size": 12288, "num_hidden_layers": 36, "num_attention_heads": 32,
- "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": false,
- "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
- "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
- "bos_token_id": 151643, "eos_token_id": 151645}
-JSON
-cat >"$W/qwen3-0.6b/config.json" <<'JSON'
-{"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
- "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
- "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936, "tie_word_embeddings": true,
- "max_position_embeddings": 40960, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
- "hidden_act": "silu", "initializer_range": 0.02, "torch_dtype": "bfloat16",
- "bos_token_id": 151643, "eos_token_id": 151645}
-JSON
+mkdir -p "$OUT"
+source "$(dirname "$0")/bench_rows.sh"
+bench_configs
 run() {  # model, batch, schema
   local name="$1-b$2-$(basename "$3" .json)"
   if timeout 240 "$BIN/tessera" bench --model "$W/$1" --random-weights --tokenizer "$TOKENIZER" \

@@ -213,17 +213,19 @@ int32_t LinearFormat(const WeightView& w) {
 // OK where the tensor-core fp8 path takes this product; otherwise why not.
 absl::Status Fp8CublasLtSupports(int64_t t, int64_t n, int64_t k,
                                  const WeightView& w) {
-  const std::string shape =
-      absl::StrCat("[", t, ", ", k, "] x [", n, ", ", k, "]ᵀ");
+  // Every product of a step asks: the message is built only for a refusal.
+  const auto shape = [&] {
+    return absl::StrCat("[", t, ", ", k, "] x [", n, ", ", k, "]ᵀ");
+  };
   if (k % 16 != 0 || n % 4 != 0) {
     return absl::UnimplementedError(absl::StrCat(
         "the fp8 tensor-core path needs K % 16 == 0 and N % 4 == 0, not ",
-        shape));
+        shape()));
   }
   if (!Aligned16(w.data.data()) || !Aligned16(w.scale.data())) {
     return absl::UnimplementedError(absl::StrCat(
         "the fp8 tensor-core path needs 16-byte aligned weights and scales (",
-        shape, ")"));
+        shape(), ")"));
   }
   if (w.scale_kind == WeightScaleKind::kPerChannel) {
     if (w.activations == ActivationScaleKind::kDynamicPerBlock) {
@@ -231,20 +233,20 @@ absl::Status Fp8CublasLtSupports(int64_t t, int64_t n, int64_t k,
           "per-channel fp8 weights with per-block activation scales: the "
           "fp8 tensor-core path pairs 1x128 activation groups with 128x128 "
           "weight blocks only (",
-          shape, ")"));
+          shape(), ")"));
     }
     return absl::OkStatus();
   }
   if (w.block != 128) {
     return absl::UnimplementedError(
         absl::StrCat("the fp8 tensor-core path takes block scales of 128, not ",
-                     w.block, " (", shape, ")"));
+                     w.block, " (", shape(), ")"));
   }
   if (t < 4) {
     return absl::UnimplementedError(absl::StrCat(
         "the fp8 tensor-core path takes block-scaled products of 4 rows or "
         "more (",
-        shape, ")"));
+        shape(), ")"));
   }
   return absl::OkStatus();
 }

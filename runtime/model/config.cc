@@ -189,6 +189,7 @@ absl::Status AppendTokenIds(const Json* value, absl::string_view key,
 // few modules per layer (a 128-layer MoE's routers: a few hundred).
 constexpr size_t kMaxModuleListEntries = 4096;
 constexpr size_t kMaxModuleNameChars = 1024;
+constexpr size_t kMaxModulePatterns = 256;
 constexpr size_t kMaxConfigGroups = 64;
 
 // "re:" module patterns, compiled by PCRE2 (already the tokenizer's regex
@@ -369,6 +370,16 @@ absl::Status AppendModuleList(const Json& obj, absl::string_view key,
           kMaxModuleNameChars, " characters, found ", name.size()));
     }
     if (absl::StartsWith(name, "re:")) {
+      // Each pattern is compiled and run for every linear module of the
+      // model as the weight table is built: their number is bounded too.
+      const size_t patterns = std::count_if(
+          out->begin(), out->end(),
+          [](const std::string& e) { return absl::StartsWith(e, "re:"); });
+      if (patterns >= kMaxModulePatterns) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("config key \"", at, "\": more than ",
+                         kMaxModulePatterns, " \"re:\" patterns"));
+      }
       absl::StatusOr<ModuleRegex> re = ModuleRegex::Compile(name.substr(3));
       if (!re.ok()) {
         return absl::InvalidArgumentError(
